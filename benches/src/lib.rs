@@ -1,0 +1,1 @@
+//! crewbus benchmarks live in `benches/`; this library is empty.

@@ -1,0 +1,280 @@
+//! The bus's semantic error enum and the one retry rule every adapter shares.
+
+use std::error::Error as StdError;
+use std::sync::Arc;
+
+/// A boxed, shareable source error (the broker's or the database's own error).
+///
+/// Kept behind an `Arc` so [`BusError`] stays `Clone` (a [`crate::Published`] outcome is
+/// cloned into settlements and logs). The source's text is for operators' logs only: it is
+/// never part of [`BusError`]'s `Display`, so broker and database text never reaches an agent.
+pub type Source = Arc<dyn StdError + Send + Sync + 'static>;
+
+/// Result of every bus operation that can fail.
+pub type BusResult<T> = Result<T, BusError>;
+
+/// What went wrong, by meaning rather than by backend.
+///
+/// Every adapter maps its backend's errors into these variants in one function, by typed code
+/// (JetStream error codes, SQLSTATE, client error kinds), never by message text. Whether a caller
+/// may retry is decided by [`BusError::is_retryable`] alone.
+///
+/// `Display` renders only the context the bus itself wrote (names, sizes, arithmetic); the
+/// backend's own error, when there is one, is kept as the [`std::error::Error::source`].
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum BusError {
+    /// The thing asked for does not exist (a conversation, a message, a registration).
+    #[error("not found: {what}")]
+    NotFound {
+        /// What was looked up, e.g. `conversation 0b6f…`.
+        what: String,
+    },
+    /// The team's stream (or other backing resource) has not been provisioned by an operator.
+    #[error("not provisioned: {what}; {remedy}")]
+    NotProvisioned {
+        /// What is missing, e.g. `body stream CREWBUS_B_0b6f…`.
+        what: String,
+        /// The operator command that provisions it.
+        remedy: String,
+    },
+    /// The input is malformed: a bad locator, recipient key, quota, name or page.
+    #[error("invalid input: {reason}")]
+    Invalid {
+        /// Which rule the input broke.
+        reason: String,
+    },
+    /// The request contradicts what is already recorded (the same message id under another
+    /// publish key, the same request id with another body, a ceiling below the contents).
+    #[error("conflict: {reason}")]
+    Conflict {
+        /// What was already there.
+        reason: String,
+    },
+    /// The item belongs to another team, stream or message (a forged or foreign locator, a
+    /// foreign ack subject, another agent's run).
+    #[error("forbidden: {reason}")]
+    Forbidden {
+        /// Why access was refused.
+        reason: String,
+    },
+    /// No valid credential was presented.
+    #[error("unauthenticated")]
+    Unauthenticated,
+    /// A discard-new quota is full. Retryable: space may be freed by retention, or an operator
+    /// may raise the quota.
+    #[error("quota exceeded: {what}")]
+    QuotaExceeded {
+        /// Which stream or store is full.
+        what: String,
+    },
+    /// A body above the backend's effective maximum.
+    #[error("too large: {size} bytes exceeds the limit of {limit} bytes")]
+    TooLarge {
+        /// Size of the refused item, in bytes.
+        size: u64,
+        /// Effective maximum, in bytes.
+        limit: u64,
+    },
+    /// The account cannot reserve the storage a create or a raise needs.
+    #[error(
+        "insufficient storage: {extra} more bytes would be reserved, but the account has used {used} \
+         and reserved {reserved} of {budget}; {remedy}",
+        budget = budget_text(*budget)
+    )]
+    InsufficientStorage {
+        /// Bytes the change would add to the reservation (already multiplied by replicas).
+        extra: u64,
+        /// Bytes stored in the account now.
+        used: u64,
+        /// Bytes already reserved by existing streams (Σ max_bytes × replicas).
+        reserved: u64,
+        /// The account's storage budget in bytes; `None` is unlimited.
+        budget: Option<u64>,
+        /// What an operator can do about it.
+        remedy: String,
+    },
+    /// The backend cannot be reached or refused service for now (connection lost, no
+    /// responders, database restarting). Retryable.
+    #[error("unavailable: {what}")]
+    Unavailable {
+        /// What was unavailable.
+        what: String,
+        /// The backend's own error, for logs.
+        #[source]
+        source: Option<Source>,
+    },
+    /// The backend did not answer within the configured request timeout. Retryable.
+    #[error("timed out: {what}")]
+    Timeout {
+        /// What was waited for.
+        what: String,
+    },
+}
+
+fn budget_text(budget: Option<u64>) -> String {
+    match budget {
+        Some(b) => format!("a budget of {b} bytes"),
+        None => "an unlimited budget".to_owned(),
+    }
+}
+
+impl BusError {
+    /// Whether a caller may retry the same operation later.
+    ///
+    /// `QuotaExceeded`, `Unavailable` and `Timeout` are temporary; every other variant is final
+    /// for the request that produced it. This is the single retry rule of the bus: adapters decide
+    /// `Published::Retryable` versus `Published::Fatal` with it, and workers back off only on it.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            BusError::QuotaExceeded { .. }
+                | BusError::Unavailable { .. }
+                | BusError::Timeout { .. }
+        )
+    }
+
+    /// A stable, machine-readable code for the variant (`not_found`, `too_large`, …), used by the
+    /// HTTP API and the CLI's `--json` output.
+    pub fn code(&self) -> &'static str {
+        match self {
+            BusError::NotFound { .. } => "not_found",
+            BusError::NotProvisioned { .. } => "not_provisioned",
+            BusError::Invalid { .. } => "invalid",
+            BusError::Conflict { .. } => "conflict",
+            BusError::Forbidden { .. } => "forbidden",
+            BusError::Unauthenticated => "unauthenticated",
+            BusError::QuotaExceeded { .. } => "quota_exceeded",
+            BusError::TooLarge { .. } => "too_large",
+            BusError::InsufficientStorage { .. } => "insufficient_storage",
+            BusError::Unavailable { .. } => "unavailable",
+            BusError::Timeout { .. } => "timeout",
+        }
+    }
+
+    /// Shorthand for [`BusError::NotFound`].
+    pub fn not_found(what: impl Into<String>) -> Self {
+        BusError::NotFound { what: what.into() }
+    }
+
+    /// Shorthand for [`BusError::Invalid`].
+    pub fn invalid(reason: impl Into<String>) -> Self {
+        BusError::Invalid {
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`BusError::Conflict`].
+    pub fn conflict(reason: impl Into<String>) -> Self {
+        BusError::Conflict {
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`BusError::Forbidden`].
+    pub fn forbidden(reason: impl Into<String>) -> Self {
+        BusError::Forbidden {
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`BusError::Unavailable`] without a source.
+    pub fn unavailable(what: impl Into<String>) -> Self {
+        BusError::Unavailable {
+            what: what.into(),
+            source: None,
+        }
+    }
+
+    /// Shorthand for [`BusError::Unavailable`] keeping the backend's error as the source.
+    pub fn unavailable_from(
+        what: impl Into<String>,
+        source: impl StdError + Send + Sync + 'static,
+    ) -> Self {
+        BusError::Unavailable {
+            what: what.into(),
+            source: Some(Arc::new(source)),
+        }
+    }
+
+    /// Shorthand for [`BusError::Timeout`].
+    pub fn timeout(what: impl Into<String>) -> Self {
+        BusError::Timeout { what: what.into() }
+    }
+
+    /// Shorthand for [`BusError::QuotaExceeded`].
+    pub fn quota_exceeded(what: impl Into<String>) -> Self {
+        BusError::QuotaExceeded { what: what.into() }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all() -> Vec<BusError> {
+        vec![
+            BusError::not_found("x"),
+            BusError::NotProvisioned {
+                what: "s".into(),
+                remedy: "r".into(),
+            },
+            BusError::invalid("x"),
+            BusError::conflict("x"),
+            BusError::forbidden("x"),
+            BusError::Unauthenticated,
+            BusError::quota_exceeded("x"),
+            BusError::TooLarge { size: 2, limit: 1 },
+            BusError::InsufficientStorage {
+                extra: 1,
+                used: 2,
+                reserved: 3,
+                budget: Some(4),
+                remedy: "r".into(),
+            },
+            BusError::unavailable("x"),
+            BusError::timeout("x"),
+        ]
+    }
+
+    #[test]
+    fn only_temporary_variants_are_retryable() {
+        let retryable: Vec<&'static str> = all()
+            .iter()
+            .filter(|e| e.is_retryable())
+            .map(BusError::code)
+            .collect();
+        assert_eq!(retryable, vec!["quota_exceeded", "unavailable", "timeout"]);
+    }
+
+    #[test]
+    fn codes_are_distinct() {
+        let mut codes: Vec<_> = all().iter().map(BusError::code).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), all().len());
+    }
+
+    #[test]
+    fn display_never_includes_the_source_text() {
+        let inner = std::io::Error::other("password=hunter2 at db");
+        let e = BusError::unavailable_from("ledger", inner);
+        assert!(!e.to_string().contains("hunter2"));
+        assert!(std::error::Error::source(&e).is_some());
+    }
+
+    #[test]
+    fn insufficient_storage_shows_the_arithmetic() {
+        let e = BusError::InsufficientStorage {
+            extra: 10,
+            used: 20,
+            reserved: 30,
+            budget: None,
+            remedy: "raise it".into(),
+        };
+        let text = e.to_string();
+        for part in ["10", "20", "30", "unlimited", "raise it"] {
+            assert!(text.contains(part), "{text} lacks {part}");
+        }
+    }
+}

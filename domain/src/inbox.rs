@@ -1,0 +1,112 @@
+//! Inbox references and inbox status, and the rule for recipient keys.
+
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+use crate::{BusError, BusResult};
+
+/// One reference handed out by an inbox, not yet acknowledged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InboxRef {
+    /// The ledger's inbox event this reference carries (the dedup key).
+    pub event_id: Uuid,
+    /// JSON naming the message (ids only; never a body).
+    pub payload: String,
+    /// Opaque token, meaningful only to the inbox that issued it, that acknowledges this
+    /// reference. Kept server-side: never shown to an agent.
+    pub ack_subject: String,
+    /// The reference's position in the team's inbox stream (or queue table).
+    pub stream_seq: u64,
+    /// How many times this reference has been handed out, this time included (≥ 1);
+    /// `deliveries > 1` is a redelivery.
+    pub deliveries: u64,
+}
+
+impl InboxRef {
+    /// Whether this hand-out is a redelivery.
+    pub fn redelivered(&self) -> bool {
+        self.deliveries > 1
+    }
+}
+
+/// What an inbox says about one recipient's consumer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct InboxStatus {
+    /// `false` when the recipient's consumer (or the inbox stream) does not exist — a fact, not
+    /// an empty inbox.
+    pub present: bool,
+    /// References stored for the recipient and not yet handed out.
+    pub pending: u64,
+    /// References handed out and not yet acknowledged (still eligible for redelivery).
+    pub awaiting_ack: u64,
+    /// Of `awaiting_ack`, how many have been handed out more than once.
+    pub redelivered: u64,
+}
+
+/// Longest accepted recipient key, in bytes.
+pub const MAX_RECIPIENT_KEY_LEN: usize = 128;
+
+/// Validates a recipient key: a subject-safe token of 1–128 ASCII letters, digits, `_` or `-`
+/// (no `.`, `*`, `>`, whitespace). Errors: [`BusError::Invalid`].
+pub fn validate_recipient_key(key: &str) -> BusResult<()> {
+    if key.is_empty() {
+        return Err(BusError::invalid("recipient key is empty"));
+    }
+    if key.len() > MAX_RECIPIENT_KEY_LEN {
+        return Err(BusError::invalid(format!(
+            "recipient key is longer than {MAX_RECIPIENT_KEY_LEN} bytes"
+        )));
+    }
+    if !key
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        return Err(BusError::invalid(
+            "recipient key may hold only ASCII letters, digits, `_` and `-`",
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn recipient_keys() {
+        for ok in ["a", "agent-1", "A_b-9", &"x".repeat(128)] {
+            assert!(validate_recipient_key(ok).is_ok(), "{ok}");
+        }
+        for bad in ["", "a.b", "a*", ">", "a b", "a\tb", "é", &"x".repeat(129)] {
+            assert!(
+                matches!(validate_recipient_key(bad), Err(BusError::Invalid { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn accepted_keys_are_subject_tokens(s in "\\PC{0,140}") {
+            if validate_recipient_key(&s).is_ok() {
+                prop_assert!(!s.is_empty());
+                prop_assert!(!s.contains(['.', '*', '>', ' ']));
+            }
+        }
+    }
+
+    #[test]
+    fn redelivered_means_more_than_one_delivery() {
+        let mut r = InboxRef {
+            event_id: Uuid::nil(),
+            payload: "{}".into(),
+            ack_subject: "x".into(),
+            stream_seq: 1,
+            deliveries: 1,
+        };
+        assert!(!r.redelivered());
+        r.deliveries = 2;
+        assert!(r.redelivered());
+    }
+}

@@ -1,0 +1,111 @@
+//! Where a body backend keeps a body: an opaque `<scheme>:<rest>` string.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{BusError, BusResult};
+
+/// An opaque reference to a stored body, `<scheme>:<rest>`.
+///
+/// The domain only splits the scheme from the rest; each adapter issues and parses its own rest
+/// (e.g. `jetstream:<stream>:<seq>`, `postgres:<message id>`). A locator is not proof of access:
+/// `fetch` re-checks the team and the message id against what is stored.
+///
+/// How adapters answer a locator: wrong scheme or unparsable rest → [`BusError::Invalid`]; right
+/// scheme but another stream, team or message → [`BusError::Forbidden`]; unknown position →
+/// `Ok(None)`. Never a panic.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Locator(pub String);
+
+impl Locator {
+    /// Builds `<scheme>:<rest>`. `scheme` must be non-empty and contain no `:`; this is the
+    /// issuing adapter's responsibility (checked in debug builds).
+    pub fn new(scheme: &str, rest: &str) -> Self {
+        debug_assert!(!scheme.is_empty() && !scheme.contains(':'));
+        Locator(format!("{scheme}:{rest}"))
+    }
+
+    /// The whole string.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Splits into `(scheme, rest)` at the first `:`.
+    ///
+    /// Errors: [`BusError::Invalid`] when there is no `:`, the scheme is empty, or the scheme
+    /// contains anything but ASCII letters, digits and `-`.
+    pub fn split(&self) -> BusResult<(&str, &str)> {
+        let Some((scheme, rest)) = self.0.split_once(':') else {
+            return Err(BusError::invalid("locator has no `<scheme>:` prefix"));
+        };
+        if scheme.is_empty()
+            || !scheme
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '-')
+        {
+            return Err(BusError::invalid("locator scheme is malformed"));
+        }
+        Ok((scheme, rest))
+    }
+
+    /// The rest after `<scheme>:` when the scheme is `expected`.
+    ///
+    /// Errors: [`BusError::Invalid`] for a malformed locator or another scheme.
+    pub fn rest_for(&self, expected: &str) -> BusResult<&str> {
+        let (scheme, rest) = self.split()?;
+        if scheme != expected {
+            return Err(BusError::invalid(format!(
+                "locator scheme `{scheme}` is not `{expected}`"
+            )));
+        }
+        Ok(rest)
+    }
+}
+
+impl fmt::Display for Locator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn splits_at_the_first_colon() {
+        let l = Locator::new("jetstream", "CREWBUS_B_ab:42");
+        assert_eq!(l.split().unwrap(), ("jetstream", "CREWBUS_B_ab:42"));
+        assert_eq!(l.rest_for("jetstream").unwrap(), "CREWBUS_B_ab:42");
+        assert!(matches!(
+            l.rest_for("postgres"),
+            Err(BusError::Invalid { .. })
+        ));
+    }
+
+    #[test]
+    fn malformed_locators_are_invalid() {
+        for bad in ["", "nocolon", ":rest", "sp ace:x", "a.b:x"] {
+            assert!(
+                matches!(Locator(bad.into()).split(), Err(BusError::Invalid { .. })),
+                "{bad:?}"
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn new_then_split_round_trips(scheme in "[a-z][a-z0-9-]{0,12}", rest in "\\PC{0,40}") {
+            let l = Locator::new(&scheme, &rest);
+            prop_assert_eq!(l.split().unwrap(), (scheme.as_str(), rest.as_str()));
+        }
+
+        #[test]
+        fn split_never_panics(s in "\\PC{0,40}") {
+            let _ = Locator(s).split();
+        }
+    }
+}
