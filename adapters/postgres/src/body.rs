@@ -223,9 +223,9 @@ impl MessagingBackend for PostgresBackend {
                 .map_err(|e| bus_error(e, "body fetch"))?;
         match row {
             None => Ok(None),
-            Some((team, _)) if team != self.team => Err(BusError::forbidden(
-                "the body belongs to another team",
-            )),
+            Some((team, _)) if team != self.team => {
+                Err(BusError::forbidden("the body belongs to another team"))
+            }
             Some((_, body)) => String::from_utf8(body)
                 .map(Some)
                 .map_err(|_| BusError::invalid("body fetch: stored body is not UTF-8")),
