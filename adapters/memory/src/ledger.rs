@@ -322,7 +322,7 @@ impl Ledger for MemoryLedger {
                 joined_at: at,
             });
         }
-        list.sort_by(|a, b| (a.joined_at, a.agent).cmp(&(b.joined_at, b.agent)));
+        list.sort_by_key(|a| (a.joined_at, a.agent));
         let conversation = Conversation {
             id: Uuid::new_v4(),
             team,
