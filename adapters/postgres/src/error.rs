@@ -1,8 +1,11 @@
-//! The one place database errors become [`BusError`]s: by SQLSTATE and sqlx error kind, never by
-//! message text. The database's own error is kept as the `source` of `Unavailable` and logged;
-//! its text never reaches an agent.
+//! The one place database errors are classified — by SQLSTATE and sqlx error kind, never by
+//! message text — and turned into the bus's [`BusError`] or the stores' [`StoreError`]. The
+//! database's own error is kept as the `source` of retryable and backend errors and logged; its
+//! text never reaches an agent.
 
-use crewbus_domain::BusError;
+use std::sync::Arc;
+
+use crewbus_domain::{BusError, StoreError};
 
 /// SQLSTATE codes the adapter classifies (PostgreSQL manual, appendix A).
 pub(crate) mod sqlstate {
@@ -14,69 +17,117 @@ pub(crate) mod sqlstate {
     pub(crate) const QUERY_CANCELED: &str = "57014";
     /// `undefined_table` (migrations not applied).
     pub(crate) const UNDEFINED_TABLE: &str = "42P01";
+    /// `lock_not_available`.
+    pub(crate) const LOCK_NOT_AVAILABLE: &str = "55P03";
+    /// `invalid_catalog_name` (the database does not exist, e.g. while it is being created).
+    pub(crate) const INVALID_CATALOG_NAME: &str = "3D000";
 }
 
-/// Maps a sqlx error met while doing `what` (e.g. `"body store"`) to the bus's semantic error.
-///
-/// | sqlx error | SQLSTATE class | `BusError` |
-/// |---|---|---|
-/// | database | `23505` unique violation | `Conflict` |
-/// | database | `23503` foreign key violation | `NotFound` |
-/// | database | `23xxx` other integrity, `22xxx` data exception | `Invalid` |
-/// | database | `40xxx` serialization failure / deadlock, `55P03` lock not available | `Unavailable` (retry) |
-/// | database | `08xxx` connection, `53xxx` resources, `57P01..57P05` shutdown / cannot connect, `3D000` no database | `Unavailable` |
-/// | database | `57014` query canceled | `Timeout` |
-/// | database | `42P01` undefined table | `NotProvisioned` (run the migrations) |
-/// | database | anything else (a bug in a statement) | `Invalid` |
-/// | `Io`, `Tls`, `Protocol`, `PoolClosed`, `WorkerCrashed` | connection lost | `Unavailable` |
-/// | `PoolTimedOut` | no connection within the acquire timeout | `Unavailable` |
-/// | `RowNotFound` | | `NotFound` |
-/// | decode and configuration errors | stored data unreadable | `Invalid` |
-///
-/// Every retryable outcome keeps the sqlx error as its source; `Display` carries only `what`.
-pub(crate) fn bus_error(err: sqlx::Error, what: &str) -> BusError {
+/// What a database error means for the caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Class {
+    /// `23505`: the row is already recorded.
+    Conflict,
+    /// `23503`, or no row: something referenced does not exist.
+    NotFound,
+    /// `22xxx` data exception, `23xxx` other integrity violation: the input was refused.
+    Refused,
+    /// Connection lost or refused, pool timeout, `08xxx`, `40xxx` (serialization failure,
+    /// deadlock), `53xxx` (resources), `55P03`, `57P01..` (shutdown, cannot connect now),
+    /// `3D000`: retry later.
+    Unavailable,
+    /// `57014`: the statement was canceled (statement timeout).
+    Timeout,
+    /// `42P01`: the schema is missing (migrations not applied).
+    NoSchema,
+    /// Anything else: a statement the database refused for a reason a retry will not fix, or
+    /// stored data that cannot be decoded.
+    Internal,
+}
+
+/// Classifies a sqlx error: the single decision table of the adapter.
+pub(crate) fn classify(err: &sqlx::Error) -> Class {
     use sqlx::Error as E;
-    let unavailable = |err: sqlx::Error| {
-        tracing::warn!(what, error = %err, "postgres unavailable");
-        BusError::unavailable_from(format!("postgres ({what})"), err)
-    };
-    match &err {
+    match err {
         E::Database(db) => {
             let code = db.code().map(|c| c.into_owned()).unwrap_or_default();
-            let class = code.get(..2).unwrap_or("");
-            match (code.as_str(), class) {
-                (sqlstate::UNIQUE_VIOLATION, _) => {
-                    BusError::conflict(format!("{what}: already recorded"))
+            match (code.as_str(), code.get(..2).unwrap_or("")) {
+                (sqlstate::UNIQUE_VIOLATION, _) => Class::Conflict,
+                (sqlstate::FOREIGN_KEY_VIOLATION, _) => Class::NotFound,
+                (sqlstate::QUERY_CANCELED, _) => Class::Timeout,
+                (sqlstate::UNDEFINED_TABLE, _) => Class::NoSchema,
+                (sqlstate::LOCK_NOT_AVAILABLE | sqlstate::INVALID_CATALOG_NAME, _) => {
+                    Class::Unavailable
                 }
-                (sqlstate::FOREIGN_KEY_VIOLATION, _) => {
-                    BusError::not_found(format!("{what}: a referenced row"))
-                }
-                (sqlstate::QUERY_CANCELED, _) => BusError::timeout(format!("postgres ({what})")),
-                (sqlstate::UNDEFINED_TABLE, _) => BusError::NotProvisioned {
-                    what: format!("postgres schema ({what})"),
-                    remedy: "apply the migrations (crewbus_postgres::migrate)".to_owned(),
-                },
-                ("55P03" | "3D000", _) | (_, "08" | "40" | "53") => unavailable(err),
-                (c, "57") if c.starts_with("57P") => unavailable(err),
-                (_, "22" | "23") => {
-                    tracing::debug!(what, code = %code, "postgres refused the data");
-                    BusError::invalid(format!("{what}: refused by the database"))
-                }
-                _ => {
-                    tracing::error!(what, code = %code, error = %err, "unexpected postgres error");
-                    BusError::invalid(format!("{what}: statement refused by the database"))
-                }
+                (_, "08" | "40" | "53") => Class::Unavailable,
+                (c, "57") if c.starts_with("57P") => Class::Unavailable,
+                (_, "22" | "23") => Class::Refused,
+                _ => Class::Internal,
             }
         }
         E::Io(_) | E::Tls(_) | E::Protocol(_) | E::PoolClosed | E::WorkerCrashed => {
-            unavailable(err)
+            Class::Unavailable
         }
-        E::PoolTimedOut => unavailable(err),
-        E::RowNotFound => BusError::not_found(what.to_owned()),
-        _ => {
-            tracing::error!(what, error = %err, "postgres data could not be read");
-            BusError::invalid(format!("{what}: stored data could not be read"))
+        E::PoolTimedOut => Class::Unavailable,
+        E::RowNotFound => Class::NotFound,
+        _ => Class::Internal,
+    }
+}
+
+fn log(err: &sqlx::Error, class: Class, what: &str) {
+    match class {
+        Class::Unavailable | Class::Timeout => {
+            tracing::warn!(what, error = %err, "postgres unavailable")
         }
+        Class::NoSchema | Class::Internal => {
+            tracing::error!(what, error = %err, "postgres failure")
+        }
+        Class::Conflict | Class::NotFound | Class::Refused => {
+            tracing::debug!(what, error = %err, "postgres refused")
+        }
+    }
+}
+
+/// Maps a sqlx error met while doing `what` (e.g. `"body store"`) to the bus's error:
+/// `Conflict`, `NotFound`, `Invalid` (refused data, or an internal failure), retryable
+/// `Unavailable` (with the sqlx error as source) or `Timeout`, and `NotProvisioned` for a
+/// missing schema. `Display` carries only `what`.
+pub(crate) fn bus_error(err: sqlx::Error, what: &str) -> BusError {
+    let class = classify(&err);
+    log(&err, class, what);
+    match class {
+        Class::Conflict => BusError::conflict(format!("{what}: already recorded")),
+        Class::NotFound => BusError::not_found(format!("{what}: a referenced row")),
+        Class::Refused => BusError::invalid(format!("{what}: refused by the database")),
+        Class::Unavailable => BusError::unavailable_from(format!("postgres ({what})"), err),
+        Class::Timeout => BusError::timeout(format!("postgres ({what})")),
+        Class::NoSchema => BusError::NotProvisioned {
+            what: format!("postgres schema ({what})"),
+            remedy: "apply the migrations (crewbus_postgres::migrate)".to_owned(),
+        },
+        Class::Internal => BusError::invalid(format!("{what}: the database failed the statement")),
+    }
+}
+
+/// Maps a sqlx error met while doing `what` to the stores' error (journal, push store), by the
+/// same classification: `Unavailable` (retryable, also for a timeout) with the sqlx error as
+/// source, `Conflict`, `NotFound`, `Invalid` for refused data, `Backend` for the rest.
+pub(crate) fn store_error(err: sqlx::Error, what: &str) -> StoreError {
+    let class = classify(&err);
+    log(&err, class, what);
+    let source = || -> Option<crewbus_domain::Source> { Some(Arc::new(err)) };
+    match class {
+        Class::Conflict => StoreError::conflict(format!("{what}: already recorded")),
+        Class::NotFound => StoreError::not_found(format!("{what}: a referenced row")),
+        Class::Refused => StoreError::invalid(format!("{what}: refused by the database")),
+        Class::Unavailable | Class::Timeout => StoreError::Unavailable {
+            what: format!("postgres ({what})"),
+            source: source(),
+        },
+        Class::NoSchema | Class::Internal => StoreError::Backend {
+            what: format!("postgres ({what})"),
+            source: source(),
+        },
     }
 }
 
@@ -97,25 +148,33 @@ mod tests {
 
     #[test]
     fn connection_errors_are_retryable_and_keep_their_source() {
-        let io = sqlx::Error::Io(std::io::Error::new(
-            std::io::ErrorKind::ConnectionReset,
-            "secret host detail",
-        ));
-        assert!(may_have_committed(&io));
-        let e = bus_error(io, "body store");
+        let io = || {
+            sqlx::Error::Io(std::io::Error::new(
+                std::io::ErrorKind::ConnectionReset,
+                "secret host detail",
+            ))
+        };
+        assert!(may_have_committed(&io()));
+        let e = bus_error(io(), "body store");
         assert!(matches!(e, BusError::Unavailable { .. }));
         assert!(e.is_retryable());
         assert!(!e.to_string().contains("secret host detail"));
         assert!(std::error::Error::source(&e).is_some());
-        let timed_out = sqlx::Error::PoolTimedOut;
-        assert!(!may_have_committed(&timed_out));
+        let s = store_error(io(), "journal");
+        assert!(s.is_retryable());
+        assert!(!s.to_string().contains("secret host detail"));
+        assert!(!may_have_committed(&sqlx::Error::PoolTimedOut));
         assert!(matches!(
-            bus_error(timed_out, "x"),
+            bus_error(sqlx::Error::PoolTimedOut, "x"),
             BusError::Unavailable { .. }
         ));
         assert!(matches!(
             bus_error(sqlx::Error::RowNotFound, "x"),
             BusError::NotFound { .. }
+        ));
+        assert!(matches!(
+            store_error(sqlx::Error::RowNotFound, "x"),
+            StoreError::NotFound { .. }
         ));
     }
 }

@@ -1,6 +1,6 @@
-//! crewbus Postgres adapter, over sqlx: the schema and its migrations, a body backend
-//! ([`PostgresBackend`]), an inbox as a queue table ([`PostgresInbox`]) and their registry
-//! ([`PostgresBackends`]).
+//! crewbus Postgres adapter, over sqlx: the schema and its migrations ([`migrate`]), the ledger
+//! ([`PostgresLedger`]) and journal ([`PostgresJournal`]), a body backend ([`PostgresBackend`]),
+//! an inbox as a queue table ([`PostgresInbox`]) and their registry ([`PostgresBackends`]).
 //!
 //! Every statement binds its time from the caller or an injected `Clock` (never `now()` in SQL),
 //! and every database error is mapped to a `BusError` in one function, by SQLSTATE and sqlx
@@ -10,11 +10,16 @@
 mod body;
 mod error;
 mod inbox;
+mod journal;
+mod ledger;
+mod ledger_rows;
 mod registry;
 mod settings;
 
 pub use body::PostgresBackend;
 pub use inbox::PostgresInbox;
+pub use journal::PostgresJournal;
+pub use ledger::PostgresLedger;
 pub use registry::PostgresBackends;
 pub use settings::PostgresSettings;
 
