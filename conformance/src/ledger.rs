@@ -37,6 +37,7 @@ pub fn ledger_behaviours() -> Vec<(&'static str, LedgerBehaviour)> {
         send_refuses_non_members_and_foreign_conversations,
         send_checks_the_acting_run,
         slot_is_leased_once_until_its_lease_expires,
+        backing_off_slot_does_not_block_others,
         stale_generation_writes_nothing,
         expired_lease_writes_nothing,
         settle_confirmed_stores_and_enqueues_inbox_events,
@@ -266,6 +267,19 @@ pub async fn conversations_hold_their_members_within_the_team<F: LedgerFixture +
         .map(|c| c.id)
         .collect();
     assert_eq!(for_a, vec![s.conv.id, pair.id], "oldest first");
+    let all: Vec<Uuid> = s
+        .ledger
+        .conversations(s.team.id)
+        .await
+        .unwrap()
+        .iter()
+        .map(|c| c.id)
+        .collect();
+    assert_eq!(all, vec![s.conv.id, pair.id]);
+    assert!(matches!(
+        s.ledger.conversations(Uuid::new_v4()).await,
+        Err(BusError::NotFound { .. })
+    ));
 
     let other = s
         .ledger
@@ -655,6 +669,30 @@ pub async fn slot_is_leased_once_until_its_lease_expires<F: LedgerFixture + ?Siz
         second.attempts, 0,
         "an expired lease is not a settled attempt"
     );
+}
+
+/// Due slots are leased oldest due first; a slot backing off does not hold back the others,
+/// of its own team or another.
+pub async fn backing_off_slot_does_not_block_others<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let stuck = s.send(&s.a, "r1", "stuck", t(0)).await;
+    let slot = s.lease_all(t(0)).await.remove(&stuck.id).unwrap();
+    let backoff = SlotOutcome::Retryable {
+        error: BusError::quota_exceeded("body stream"),
+        next_attempt_at: t(100),
+    };
+    assert_eq!(s.settle(&slot, backoff, t(1)).await, SettleOutcome::Applied);
+    let other = scene(fx, REMOTE).await;
+    let mine = s.send(&s.a, "r2", "mine", t(2)).await;
+    let theirs = other.send(&other.a, "r1", "theirs", t(3)).await;
+    let first = s.ledger.lease_slots(t(10), LEASE, 1).await.unwrap();
+    assert_eq!(first.len(), 1);
+    assert_eq!(first[0].envelope.message_id, mine.id, "oldest due first");
+    let second = s.ledger.lease_slots(t(10), LEASE, 10).await.unwrap();
+    let ids: Vec<Uuid> = second.iter().map(|l| l.envelope.message_id).collect();
+    assert_eq!(ids, vec![theirs.id], "the backing-off slot is not due");
+    let last = s.lease_all(t(100)).await;
+    assert!(last.contains_key(&stuck.id));
 }
 
 /// A settlement under an older generation writes nothing, even while unexpired.
