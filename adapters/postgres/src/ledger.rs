@@ -61,6 +61,16 @@ impl std::fmt::Debug for PostgresLedger {
 
 type Tx = Transaction<'static, Postgres>;
 
+/// One `hand_out` call's parameters and the hand-outs it issued so far (message → delivery and
+/// hold), so the same message later in the batch is `Held`.
+struct HandOutBatch {
+    team: Uuid,
+    recipient: Uuid,
+    held_until: DateTime<Utc>,
+    at: DateTime<Utc>,
+    in_batch: HashMap<Uuid, (DeliveryId, DateTime<Utc>)>,
+}
+
 fn span(d: Duration) -> BusResult<chrono::Duration> {
     chrono::Duration::from_std(d).map_err(|_| BusError::invalid("duration is out of range"))
 }
@@ -200,6 +210,28 @@ impl PostgresLedger {
                 .push(row.into());
         }
         Ok(by_conversation)
+    }
+
+    /// Completes conversation rows with their members and commits.
+    async fn conversations_with_members(
+        mut tx: Tx,
+        team: Uuid,
+        rows: Vec<(Uuid, String, String, DateTime<Utc>)>,
+    ) -> BusResult<Vec<Conversation>> {
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.0).collect();
+        let mut members = Self::members_of(&mut tx, &ids).await?;
+        Self::commit(tx, "conversations").await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, title, backend, created_at)| Conversation {
+                id,
+                team,
+                title,
+                backend,
+                created_at,
+                members: members.remove(&id).unwrap_or_default(),
+            })
+            .collect())
     }
 
     /// The run rules without the seal: unknown → `NotFound`, another agent's → `Forbidden`.
@@ -361,16 +393,18 @@ impl PostgresLedger {
     }
 
     async fn hand_out_one(
-        &self,
         conn: &mut PgConnection,
-        team: Uuid,
-        recipient: Uuid,
+        batch: &mut HandOutBatch,
         request: &HandOutRequest,
-        in_batch: &mut HashMap<Uuid, (DeliveryId, DateTime<Utc>)>,
-        held_until: DateTime<Utc>,
-        at: DateTime<Utc>,
     ) -> BusResult<HandOutOutcome> {
         let what = "hand-out";
+        let HandOutBatch {
+            team,
+            recipient,
+            held_until,
+            at,
+            ref mut in_batch,
+        } = *batch;
         let message = request.message;
         // The receipt row is locked: concurrent hand-outs of one message to one recipient are
         // serialised, so a second one sees the first's live hand-out.
@@ -743,6 +777,21 @@ impl Ledger for PostgresLedger {
         })
     }
 
+    async fn conversations(&self, team: Uuid) -> BusResult<Vec<Conversation>> {
+        let what = "conversations";
+        let mut tx = self.begin(what).await?;
+        self.require_team(&mut tx, team).await?;
+        let rows: Vec<(Uuid, String, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT c.id, c.title, c.backend, c.created_at FROM conversations c
+             WHERE c.team_id = $1 ORDER BY c.ord",
+        )
+        .bind(team)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        Self::conversations_with_members(tx, team, rows).await
+    }
+
     async fn conversations_for(&self, team: Uuid, agent: Uuid) -> BusResult<Vec<Conversation>> {
         let what = "conversations";
         let mut tx = self.begin(what).await?;
@@ -757,22 +806,8 @@ impl Ledger for PostgresLedger {
         .fetch_all(&mut *tx)
         .await
         .map_err(db(what))?;
-        let ids: Vec<Uuid> = rows.iter().map(|r| r.0).collect();
-        let mut members = Self::members_of(&mut tx, &ids).await?;
-        Self::commit(tx, what).await?;
-        Ok(rows
-            .into_iter()
-            .map(|(id, title, backend, created_at)| Conversation {
-                id,
-                team,
-                title,
-                backend,
-                created_at,
-                members: members.remove(&id).unwrap_or_default(),
-            })
-            .collect())
+        Self::conversations_with_members(tx, team, rows).await
     }
-
     async fn send(&self, request: SendRequest, at: DateTime<Utc>) -> BusResult<Sent> {
         validate_request_id(&request.request_id)?;
         let what = "send";
@@ -1127,21 +1162,16 @@ impl Ledger for PostgresLedger {
         let what = "hand-out";
         let mut tx = self.begin(what).await?;
         self.agent_row(&mut tx, team, recipient).await?;
-        let mut in_batch = HashMap::new();
+        let mut batch = HandOutBatch {
+            team,
+            recipient,
+            held_until,
+            at,
+            in_batch: HashMap::new(),
+        };
         let mut outcomes = Vec::with_capacity(requests.len());
         for request in requests {
-            outcomes.push(
-                self.hand_out_one(
-                    &mut tx,
-                    team,
-                    recipient,
-                    request,
-                    &mut in_batch,
-                    held_until,
-                    at,
-                )
-                .await?,
-            );
+            outcomes.push(Self::hand_out_one(&mut tx, &mut batch, request).await?);
         }
         Self::commit(tx, what).await?;
         Ok(outcomes)
