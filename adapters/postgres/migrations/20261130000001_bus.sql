@@ -34,7 +34,7 @@ CREATE TABLE agents (
 );
 
 -- Conversations record the body backend they were created with; it never changes.
--- next_seq is the gap-free counter: the send transaction locks the row (SELECT … FOR UPDATE),
+-- next_seq is the gap-free counter: the send transaction locks the row (SELECT … FOR NO KEY UPDATE),
 -- takes next_seq and bumps it, so concurrent sends are serialised per conversation and a send
 -- that rolls back gives its number back. ord breaks ties between equal creation times.
 CREATE TABLE conversations (

@@ -13,7 +13,7 @@ use crate::error::store_error;
 
 /// One tenant's runs and journals in Postgres.
 ///
-/// Each append locks the run's row (`SELECT … FOR UPDATE`), refuses a sealed run, and takes
+/// Each append locks the run's row (`SELECT … FOR NO KEY UPDATE`: foreign-key checks of inserted records are not blocked), refuses a sealed run, and takes
 /// `last_seq + 1` in the same transaction as the record, so seqs are gap-free from 1 under any
 /// concurrency, and nothing follows `RunSealed`. The ledger appends the bus's own records through
 /// the same function inside its transactions. Record kinds are stored as JSON text (a note may
@@ -46,7 +46,7 @@ pub(crate) async fn lock_run(
 ) -> Result<Option<LockedRun>, sqlx::Error> {
     let row: Option<(Uuid, bool)> = sqlx::query_as(
         "SELECT agent_id, sealed_at IS NOT NULL FROM runs
-         WHERE id = $1 AND tenant = $2 FOR UPDATE",
+         WHERE id = $1 AND tenant = $2 FOR NO KEY UPDATE",
     )
     .bind(run.0)
     .bind(tenant.as_str())

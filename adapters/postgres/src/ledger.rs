@@ -31,7 +31,7 @@ use crate::ledger_rows::{
 /// `(conversation, seq)` and `(conversation, request_id)`, one receipt per (message, recipient),
 /// one inbox event per (kind, message, recipient), non-negative counters). In particular:
 ///
-/// - **send** locks the conversation row (`SELECT … FOR UPDATE`), so concurrent senders are
+/// - **send** locks the conversation row (`SELECT … FOR NO KEY UPDATE`), so concurrent senders are
 ///   serialised per conversation: `seq` comes from the row's counter, gap-free (a rolled-back
 ///   send gives its number back), and a concurrent duplicate request waits and then finds the
 ///   first one's message. For Postgres conversations ([`Ledger::local_backend`] is
@@ -412,7 +412,7 @@ impl PostgresLedger {
             "SELECT m.conversation_id, m.seq, r.delivered_at IS NOT NULL
              FROM messages m JOIN receipts r ON r.message_id = m.id AND r.recipient_id = $2
              WHERE m.id = $1 AND m.team_id = $3 AND m.publication = 'stored'
-             FOR UPDATE OF r",
+             FOR NO KEY UPDATE OF r",
         )
         .bind(message)
         .bind(recipient)
@@ -817,7 +817,7 @@ impl Ledger for PostgresLedger {
         let conv: Option<(String, i64)> = sqlx::query_as(
             "SELECT c.backend, c.next_seq FROM conversations c JOIN teams t ON t.id = c.team_id
              WHERE c.id = $1 AND c.team_id = $2 AND t.tenant = $3
-             FOR UPDATE OF c",
+             FOR NO KEY UPDATE OF c",
         )
         .bind(request.conversation)
         .bind(request.team)
@@ -1248,7 +1248,7 @@ impl Ledger for PostgresLedger {
             };
             let delivered: bool = sqlx::query_scalar(
                 "SELECT delivered_at IS NOT NULL FROM receipts
-                 WHERE message_id = $1 AND recipient_id = $2 FOR UPDATE",
+                 WHERE message_id = $1 AND recipient_id = $2 FOR NO KEY UPDATE",
             )
             .bind(message)
             .bind(recipient)

@@ -5,9 +5,10 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use chrono::Utc;
 use crewbus_conformance::postgres::PgCluster;
 use crewbus_domain::{Envelope, Published};
-use crewbus_ports::{Inbox, MessagingBackend, SystemClock};
+use crewbus_ports::{Inbox, Ledger, MessagingBackend, SystemClock};
 use crewbus_postgres::{PostgresBackend, PostgresInbox, PostgresSettings};
 use libtest_mimic::Failed;
 use sqlx::postgres::PgPoolOptions;
@@ -21,6 +22,10 @@ pub(crate) const TESTS: &[(&str, TestFn)] =
 
 #[derive(Default)]
 struct Observed {
+    /// Request ids the ledger answered `Ok` for, and those it failed (retryably) and must be
+    /// retried after the restart.
+    sent: Mutex<Vec<String>>,
+    unsent: Mutex<Vec<String>>,
     confirmed: Mutex<Vec<Envelope>>,
     uncertain: Mutex<Vec<Envelope>>,
     references: Mutex<Vec<Uuid>>,
@@ -53,6 +58,7 @@ async fn restart_once(immediate: bool) {
         &settings,
     ));
     let inbox = Arc::new(PostgresInbox::new(pool.clone(), team, clock, &settings));
+    let world = Arc::new(crate::ledger::world(&pool, "postgres", 2).await);
     let seen = Arc::new(Observed::default());
     let stop = Arc::new(AtomicBool::new(false));
 
@@ -131,6 +137,47 @@ async fn restart_once(immediate: bool) {
     for env in uncertain {
         assert!(body.reconcile(&env).await.expect("reconcile").is_some());
     }
+    // Sends that failed retryably are retried with the same request id: each lands once,
+    // whether or not the failed attempt had committed; the conversation stays gap-free.
+    let unsent = seen.unsent.lock().unwrap().clone();
+    for id in &unsent {
+        let req = crate::ledger::request(&world, 0, id, "sent under load");
+        let retried = world
+            .ledger
+            .send(req, Utc::now())
+            .await
+            .expect("retry after restart");
+        assert_eq!(retried.message.request_id, *id);
+    }
+    let sent = seen.sent.lock().unwrap().clone();
+    let mut seqs = Vec::new();
+    let mut after = 0;
+    loop {
+        let page = world
+            .ledger
+            .history(world.team.id, world.conv.id, after, 1000)
+            .await
+            .expect("history");
+        if page.items.is_empty() {
+            break;
+        }
+        for item in &page.items {
+            assert!(item.absence.is_none(), "every message is stored");
+            seqs.push((item.message.seq, item.message.request_id.clone()));
+        }
+        after = page.next_after_seq;
+    }
+    let total = sent.len() + unsent.len();
+    assert_eq!(
+        seqs.iter().map(|s| s.0).collect::<Vec<_>>(),
+        (1..=total as u64).collect::<Vec<_>>(),
+        "gap-free, one message per request"
+    );
+    let ids: std::collections::HashSet<_> = seqs.iter().map(|s| s.1.clone()).collect();
+    assert!(
+        sent.iter().all(|id| ids.contains(id)),
+        "a committed send was lost"
+    );
     let refs = seen.references.lock().unwrap().clone();
     let held: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox_queue WHERE event_id = ANY($1)")
         .bind(&refs)
