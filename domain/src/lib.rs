@@ -11,6 +11,7 @@ mod ids;
 mod inbox;
 mod locator;
 mod published;
+mod push;
 mod quota;
 mod secret;
 
@@ -21,6 +22,9 @@ pub use ids::{RunId, Seq, TenantId};
 pub use inbox::{InboxRef, InboxStatus, MAX_RECIPIENT_KEY_LEN, validate_recipient_key};
 pub use locator::Locator;
 pub use published::Published;
+pub use push::{
+    DataKey, Destination, PushAuthentication, PushConfig, PushRegistration, WrappedKey, redact_url,
+};
 pub use quota::{Provisioned, QuotaChange, Quotas, StorageAccount, StreamKind};
 pub use secret::Secret;
 
