@@ -12,6 +12,7 @@ mod inbox;
 mod locator;
 mod published;
 mod push;
+mod push_transport;
 mod quota;
 mod secret;
 
@@ -25,6 +26,7 @@ pub use published::Published;
 pub use push::{
     DataKey, Destination, PushAuthentication, PushConfig, PushRegistration, WrappedKey, redact_url,
 };
+pub use push_transport::{PushRequest, PushResponse, TransportError};
 pub use quota::{Provisioned, QuotaChange, Quotas, StorageAccount, StreamKind};
 pub use secret::Secret;
 
