@@ -27,7 +27,7 @@
 //!    `fixture()`, which fails the trial loudly — never a skip.
 //! 3. In `tests/<adapter>.rs` (`harness = false` in `Cargo.toml`):
 //!
-//! ```ignore
+//! ```text
 //! fn main() {
 //!     let args = libtest_mimic::Arguments::from_args();
 //!     let runtime = crewbus_conformance::runtime();

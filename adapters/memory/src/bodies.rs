@@ -317,6 +317,26 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn retain_removes_strictly_before_the_instant() {
+        let clock = ManualClock::default();
+        let bodies = MemoryBodies::new(
+            Uuid::new_v4(),
+            BodiesConfig::default(),
+            Arc::new(clock.clone()),
+        );
+        let stored_at = clock.now();
+        assert!(
+            bodies
+                .publish(envelope(bodies.team(), "x"))
+                .await
+                .is_confirmed()
+        );
+        assert_eq!(bodies.retain(stored_at).await.unwrap(), 0);
+        let just_after = stored_at + chrono::TimeDelta::nanoseconds(1);
+        assert_eq!(bodies.retain(just_after).await.unwrap(), 1);
+    }
+
+    #[tokio::test]
     async fn a_key_reused_by_another_message_is_conflict() {
         let bodies = MemoryBodies::new(
             Uuid::new_v4(),
