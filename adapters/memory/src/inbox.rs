@@ -33,6 +33,13 @@ use crate::locator::{self, Store};
 /// - `ack_reference` removes the reference from the stream (work-queue retention). Acking twice,
 ///   or acking a reference no longer held, is `Ok`. An ack subject this team's inbox did not
 ///   issue is `Forbidden`.
+/// - `inbox_status` reports what JetStream consumer info does: `pending` (`num_pending`: stored
+///   for the recipient, not yet handed out by its consumer), `awaiting_ack` (`num_ack_pending`)
+///   and `redelivered` (`num_redelivered`, of those awaiting an ack). Two deliberate
+///   differences from nats-server 2.9.10 (verified against it): a reference whose last delivery's
+///   ack wait passed stops counting at once here, where the server drops it from
+///   `num_ack_pending` only at the consumer's next pull; and it stops counting as `redelivered`,
+///   where the server keeps it in `num_redelivered`.
 /// - [`MemoryInbox::delete_consumer`] drops a consumer as an operator (or an accident) would:
 ///   status is `present: false` until the next fetch recreates it, which hands out again every
 ///   reference still stored for the recipient, counting deliveries from 1.
