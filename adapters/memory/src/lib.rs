@@ -32,6 +32,9 @@ mod clock;
 mod config;
 mod faults;
 mod inbox;
+mod journal;
+mod ledger;
+mod ledger_state;
 mod locator;
 
 pub use backends::MemoryBackends;
@@ -40,3 +43,5 @@ pub use clock::ManualClock;
 pub use config::{BodiesConfig, InboxConfig, MemoryConfig};
 pub use faults::Faults;
 pub use inbox::MemoryInbox;
+pub use journal::MemoryJournal;
+pub use ledger::MemoryLedger;
