@@ -60,6 +60,7 @@ pub struct TestDatabase {
     admin: PgConnectOptions,
     pool: PgPool,
     finished: bool,
+    drop_unless_panicking: bool,
 }
 
 impl fmt::Debug for TestDatabase {
@@ -122,6 +123,7 @@ impl TestDatabase {
             admin,
             pool,
             finished: false,
+            drop_unless_panicking: false,
         };
         if let Err(e) = migrate(db.pool.clone()).await {
             panic!("migrating {} failed: {e:?}", db.name);
@@ -137,6 +139,14 @@ impl TestDatabase {
     /// The database's name (`crewbus_t_<32 hex>`).
     pub fn name(&self) -> &str {
         &self.name
+    }
+
+    /// For fixtures whose owner cannot report success (the shared harness drops its fixture at
+    /// the end of the trial): dropping this value then drops the database too, unless the thread
+    /// is panicking (a failed assertion), in which case it is kept and its name printed.
+    pub fn drop_unless_panicking(mut self) -> Self {
+        self.drop_unless_panicking = true;
+        self
     }
 
     /// The test passed: closes the pool and drops the database. A database whose test never
@@ -161,9 +171,34 @@ impl TestDatabase {
     }
 }
 
+/// Drops database `name` from a helper thread with its own runtime (usable from `Drop`, inside
+/// or outside an async runtime).
+fn drop_database_now(admin: PgConnectOptions, name: String) {
+    let done = std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime.block_on(async {
+            let mut conn = admin.connect().await.map_err(|e| e.to_string())?;
+            sqlx::query(&format!("DROP DATABASE IF EXISTS \"{name}\" WITH (FORCE)"))
+                .execute(&mut conn)
+                .await
+                .map_err(|e| e.to_string())?;
+            conn.close().await.map_err(|e| e.to_string())
+        })
+    })
+    .join();
+    if let Ok(Err(e)) | Err(e) = done.map_err(|_| "panicked".to_owned()) {
+        eprintln!("could not drop a test database: {e}");
+    }
+}
+
 impl Drop for TestDatabase {
     fn drop(&mut self) {
-        if !self.finished {
+        if !self.finished && self.drop_unless_panicking && !std::thread::panicking() {
+            drop_database_now(self.admin.clone(), self.name.clone());
+        } else if !self.finished {
             eprintln!(
                 "test `{}` did not pass: kept database `{}` on {} for inspection",
                 self.label,

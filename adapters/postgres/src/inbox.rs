@@ -72,6 +72,35 @@ impl PostgresInbox {
         self.team
     }
 
+    /// Deletes `recipient_key`'s consumer, as an operator (or an accident) would, and returns
+    /// whether it existed. Like a JetStream consumer recreated from the start of the stream, the
+    /// next fetch creates a new consumer that hands out every reference still unacknowledged
+    /// (delivery counts start again); acknowledged references stay gone. Errors: `Invalid` key;
+    /// database down → `Unavailable`.
+    pub async fn delete_consumer(&self, recipient_key: &str) -> BusResult<bool> {
+        validate_recipient_key(recipient_key)?;
+        let what = "inbox consumer delete";
+        let mut tx = self.pool.begin().await.map_err(|e| bus_error(e, what))?;
+        let deleted =
+            sqlx::query("DELETE FROM inbox_consumers WHERE team_id = $1 AND recipient_key = $2")
+                .bind(self.team)
+                .bind(recipient_key)
+                .execute(&mut *tx)
+                .await
+                .map_err(|e| bus_error(e, what))?;
+        sqlx::query(
+            "UPDATE inbox_queue SET deliveries = 0, visible_at = stored_at
+             WHERE team_id = $1 AND recipient_key = $2 AND acked_at IS NULL",
+        )
+        .bind(self.team)
+        .bind(recipient_key)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| bus_error(e, what))?;
+        tx.commit().await.map_err(|e| bus_error(e, what))?;
+        Ok(deleted.rows_affected() == 1)
+    }
+
     fn ack_token(&self, seq: i64) -> String {
         format!("{ACK_PREFIX}:{}:{seq}", self.team.simple())
     }

@@ -49,6 +49,17 @@ impl PostgresBackends {
         }
     }
 
+    /// The team's body backend as its concrete type (cached, like [`Backends::body_backend`]).
+    pub fn team_bodies(&self, team: Uuid) -> Arc<PostgresBackend> {
+        self.team(team).body
+    }
+
+    /// The team's inbox as its concrete type, for operator actions such as
+    /// [`PostgresInbox::delete_consumer`] (cached, like [`Backends::inbox`]).
+    pub fn team_inbox(&self, team: Uuid) -> Arc<PostgresInbox> {
+        self.team(team).inbox
+    }
+
     fn team(&self, team: Uuid) -> TeamAdapters {
         let mut teams = self.teams.lock().unwrap_or_else(|p| p.into_inner());
         teams
