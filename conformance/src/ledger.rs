@@ -16,14 +16,14 @@ use crewbus_domain::{
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use crate::ledger_fixture::behaviours;
+use crate::ledger_fixture::ledger_list;
 use crate::ledger_scene::{INBOX, LEASE, REMOTE, locator_for, scene, team_name, token};
 use crate::ledger_time::t;
 use crate::{LedgerBehaviour, LedgerFixture};
 
 /// Every ledger behaviour, by name.
 pub fn ledger_behaviours() -> Vec<(&'static str, LedgerBehaviour)> {
-    behaviours![
+    ledger_list![
         teams_are_created_listed_and_unique,
         team_backends_change_only_new_conversations,
         agents_authenticate_by_token_hash_until_revoked,
