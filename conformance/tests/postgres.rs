@@ -3,7 +3,8 @@
 //!
 //! - `postgres::<port>::<behaviour>` — the shared MessagingBackend and Inbox behaviours
 //!   (idempotency and ack-after-commit included) through the `PostgresBackends` registry;
-//! - `ledger::…`, `journal::…` — the shared Ledger and Journal behaviours on `PostgresLedger`;
+//! - `postgres::ledger::…`, `postgres::journal::…` — the shared Ledger and Journal behaviours on
+//!   `PostgresLedger` and its journal;
 //! - the rest — Postgres-specific tests (concurrency, fencing, U+0000, restarts, errors).
 use std::future::Future;
 use std::pin::Pin;
@@ -15,12 +16,13 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_conformance::postgres::TestDatabase;
 use crewbus_conformance::{
-    BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, Namespace, TeamFixture,
+    BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, LedgerFixture,
+    LedgerFixtureFactory, Namespace, TeamFixture,
 };
-use crewbus_domain::{BusError, BusResult};
+use crewbus_domain::{BusError, BusResult, TenantId};
 use crewbus_memory::ManualClock;
-use crewbus_ports::{Backends, Clock, Inbox, MessagingBackend};
-use crewbus_postgres::{PostgresBackends, PostgresInbox, PostgresSettings};
+use crewbus_ports::{Backends, Clock, Inbox, Journal, Ledger, MessagingBackend};
+use crewbus_postgres::{PostgresBackends, PostgresInbox, PostgresLedger, PostgresSettings};
 use libtest_mimic::{Arguments, Failed, Trial};
 use uuid::Uuid;
 
@@ -174,15 +176,32 @@ impl InboxFixture for PgFixture {
     }
 }
 
-/// The ledger and journal under test: one fresh database per behaviour.
-struct PgLedger(crewbus_postgres::PostgresLedger);
+/// The ledger and journal under test: one fresh migrated database per behaviour (kept when it
+/// panics).
+struct PgLedgerFactory;
 
-impl crewbus_conformance::LedgerFixture for PgLedger {
-    fn ledger(&self) -> std::sync::Arc<dyn crewbus_ports::Ledger> {
-        std::sync::Arc::new(self.0.clone())
+#[async_trait]
+impl LedgerFixtureFactory for PgLedgerFactory {
+    async fn fixture(&self) -> Result<Box<dyn LedgerFixture>, FixtureError> {
+        let db = support::database("postgres::ledger")
+            .await
+            .drop_unless_panicking();
+        let ledger = PostgresLedger::new(db.pool().clone(), TenantId::default());
+        Ok(Box::new(PgLedger { ledger, _db: db }))
     }
-    fn journal(&self) -> std::sync::Arc<dyn crewbus_ports::Journal> {
-        std::sync::Arc::new(self.0.journal())
+}
+
+struct PgLedger {
+    ledger: PostgresLedger,
+    _db: TestDatabase,
+}
+
+impl LedgerFixture for PgLedger {
+    fn ledger(&self) -> Arc<dyn Ledger> {
+        Arc::new(self.ledger.clone())
+    }
+    fn journal(&self) -> Arc<dyn Journal> {
+        Arc::new(self.ledger.journal())
     }
 }
 
@@ -208,32 +227,7 @@ fn main() {
     .concat()
     .into_iter()
     .map(|(name, f)| Trial::test(name, move || runtime().block_on(f())));
-    let behaviours = crewbus_conformance::ledger_behaviours()
-        .into_iter()
-        .map(|(n, f)| (format!("ledger::{n}"), f))
-        .chain(
-            crewbus_conformance::journal_behaviours()
-                .into_iter()
-                .map(|(n, f)| (format!("journal::{n}"), f)),
-        )
-        .map(|(name, behaviour)| {
-            Trial::test(name.clone(), move || {
-                runtime().block_on(async {
-                    let db = support::database(&name).await;
-                    let fx = PgLedger(crewbus_postgres::PostgresLedger::new(
-                        db.pool().clone(),
-                        crewbus_domain::TenantId::default(),
-                    ));
-                    behaviour(&fx).await;
-                    db.passed().await;
-                });
-                Ok(())
-            })
-        });
-    let trials = conformance
-        .into_iter()
-        .chain(own)
-        .chain(behaviours)
-        .collect();
+    let ledger = crewbus_conformance::ledger_trials("postgres", Arc::new(PgLedgerFactory), &shared);
+    let trials = conformance.into_iter().chain(ledger).chain(own).collect();
     libtest_mimic::run(&args, trials).exit();
 }
