@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use crewbus_domain::{
     BusError, BusResult, InboxRef, InboxStatus, Locator, Published, validate_recipient_key,
 };
@@ -99,6 +100,22 @@ impl PostgresInbox {
         .map_err(|e| bus_error(e, what))?;
         tx.commit().await.map_err(|e| bus_error(e, what))?;
         Ok(deleted.rows_affected() == 1)
+    }
+
+    /// Deletes this team's references acknowledged strictly before `before` and returns how
+    /// many. Acknowledged rows are otherwise kept so dedup on the event id lasts; after a purge an
+    /// event id published again is stored again (the ledger's receipts absorb it). Unacknowledged
+    /// references are never deleted. Errors: database down → `Unavailable`.
+    pub async fn purge_acknowledged(&self, before: DateTime<Utc>) -> BusResult<u64> {
+        let done = sqlx::query(
+            "DELETE FROM inbox_queue WHERE team_id = $1 AND acked_at IS NOT NULL AND acked_at < $2",
+        )
+        .bind(self.team)
+        .bind(before)
+        .execute(&self.pool)
+        .await
+        .map_err(|e| bus_error(e, "inbox purge"))?;
+        Ok(done.rows_affected())
     }
 
     fn ack_token(&self, seq: i64) -> String {

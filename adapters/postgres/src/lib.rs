@@ -8,6 +8,7 @@
 #![warn(missing_docs)]
 
 mod body;
+mod connect;
 mod error;
 mod inbox;
 mod journal;
@@ -17,6 +18,7 @@ mod registry;
 mod settings;
 
 pub use body::PostgresBackend;
+pub use connect::{PostgresConfig, connect};
 pub use inbox::PostgresInbox;
 pub use journal::PostgresJournal;
 pub use ledger::PostgresLedger;

@@ -21,6 +21,7 @@ pub(crate) const TESTS: &[(&str, TestFn)] = tests![
     inbox_stops_at_max_deliver_but_never_drops,
     inbox_concurrent_fetchers_never_share_a_reference,
     inbox_refuses_invalid_recipient_keys,
+    inbox_purge_removes_only_acknowledged_references,
 ];
 
 const ACK_WAIT: Duration = Duration::from_secs(30);
@@ -270,6 +271,47 @@ async fn inbox_refuses_invalid_recipient_keys() -> Result<(), Failed> {
             Err(BusError::Invalid { .. })
         ));
     }
+    db.passed().await;
+    Ok(())
+}
+
+async fn inbox_purge_removes_only_acknowledged_references() -> Result<(), Failed> {
+    let db = database("inbox_purge_removes_only_acknowledged_references").await;
+    let clock = ManualClock::new();
+    let i = inbox(db.pool(), Uuid::new_v4(), clock.clone());
+    let other = inbox(db.pool(), Uuid::new_v4(), clock.clone());
+    for _ in 0..3 {
+        assert!(
+            i.publish_reference("gus", Uuid::new_v4(), "{}")
+                .await
+                .is_confirmed()
+        );
+    }
+    let event = Uuid::new_v4();
+    assert!(
+        other
+            .publish_reference("gus", event, "{}")
+            .await
+            .is_confirmed()
+    );
+    let theirs = other.fetch_references("gus", 1).await?.remove(0);
+    other.ack_reference(&theirs.ack_subject).await?;
+    let refs = i.fetch_references("gus", 2).await?;
+    i.ack_reference(&refs[0].ack_subject).await?;
+    clock.advance(Duration::from_secs(1));
+    let cut = crewbus_ports::Clock::now(&*clock);
+    assert_eq!(i.purge_acknowledged(cut).await?, 1);
+    assert_eq!(i.purge_acknowledged(cut).await?, 0);
+    // The unacked ones are still handed out after the ack wait; the other team keeps its row.
+    clock.advance(ACK_WAIT);
+    assert_eq!(i.fetch_references("gus", 10).await?.len(), 2);
+    assert!(matches!(
+        other.publish_reference("gus", event, "{}").await,
+        Published::Confirmed {
+            duplicate: true,
+            ..
+        }
+    ));
     db.passed().await;
     Ok(())
 }
