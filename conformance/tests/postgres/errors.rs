@@ -11,6 +11,8 @@ use crate::support::{ManualClock, database, envelope};
 
 pub(crate) const TESTS: &[(&str, TestFn)] = tests![
     terminated_connections_are_retryable_and_recover,
+    admin_shutdown_of_the_session_is_retryable_unavailable,
+    ledger_and_journal_errors_are_typed,
     missing_schema_is_not_provisioned,
 ];
 
@@ -85,6 +87,113 @@ async fn missing_schema_is_not_provisioned() -> Result<(), Failed> {
     crewbus_postgres::migrate(db.pool()).await?;
     crewbus_postgres::migrate(db.pool()).await?;
     assert!(b.publish(envelope(team, "x")).await.is_confirmed());
+    db.passed().await;
+    Ok(())
+}
+
+async fn admin_shutdown_of_the_session_is_retryable_unavailable() -> Result<(), Failed> {
+    // One connection, not pinged before use: the adapter's next statement runs on the session
+    // an administrator terminated (SQLSTATE 57P01 / connection closed) and must report a
+    // retryable Unavailable — then work again on a fresh connection.
+    let db = database("admin_shutdown_of_the_session_is_retryable_unavailable").await;
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .test_before_acquire(false)
+        .connect_with(crewbus_conformance::postgres::database_url_options().database(db.name()))
+        .await?;
+    let team = Uuid::new_v4();
+    let clock = ManualClock::new();
+    let settings = PostgresSettings::default();
+    let b = PostgresBackend::new(pool.clone(), team, clock.clone(), &settings);
+    let i = PostgresInbox::new(pool.clone(), team, clock, &settings);
+    for round in 0..2 {
+        assert!(b.publish(envelope(team, "warm")).await.is_confirmed());
+        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+            .fetch_one(&pool)
+            .await?;
+        let admin = crewbus_conformance::postgres::database_url_options();
+        let mut conn = sqlx::ConnectOptions::connect(&admin).await?;
+        let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .fetch_one(&mut conn)
+            .await?;
+        assert!(killed);
+        // Wait until the server has really ended that session.
+        crate::support::eventually("session ended", std::time::Duration::from_secs(10), || {
+            let watcher = db.pool().clone();
+            async move {
+                let alive: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)",
+                )
+                .bind(pid)
+                .fetch_one(&watcher)
+                .await
+                .unwrap();
+                (!alive).then_some(())
+            }
+        })
+        .await;
+        if round == 0 {
+            let p = b.publish(envelope(team, "on a dead session")).await;
+            match &p {
+                Published::Retryable(e) | Published::Uncertain(e) => {
+                    assert!(matches!(e, BusError::Unavailable { .. }), "{e:?}")
+                }
+                other => panic!("expected a retryable failure, got {other:?}"),
+            }
+        } else {
+            let r = i.inbox_status("x").await;
+            assert!(matches!(r, Err(BusError::Unavailable { .. })), "{r:?}");
+        }
+    }
+    assert!(b.publish(envelope(team, "recovered")).await.is_confirmed());
+    pool.close().await;
+    db.passed().await;
+    Ok(())
+}
+
+async fn ledger_and_journal_errors_are_typed() -> Result<(), Failed> {
+    // SQLSTATE mapping seen through the ports: a unique violation is Conflict (team name,
+    // token hash), an unknown run NotFound, a sealed run Conflict — never a backend error.
+    use crewbus_domain::{RunId, RunOutcome, StoreError, TenantId, TokenHash};
+    use crewbus_ports::{Journal, Ledger};
+    let db = database("ledger_and_journal_errors_are_typed").await;
+    let ledger = crewbus_postgres::PostgresLedger::new(db.pool().clone(), TenantId::default());
+    let at = chrono::Utc::now();
+    let team = ledger
+        .create_team("ops", "postgres", "postgres", at)
+        .await?;
+    let r = ledger.create_team("ops", "postgres", "postgres", at).await;
+    assert!(matches!(r, Err(BusError::Conflict { .. })), "{r:?}");
+    let token = TokenHash::of("t");
+    let agent = ledger.create_agent(team.id, "a", token, at).await?;
+    let r = ledger.create_agent(team.id, "b", token, at).await;
+    assert!(matches!(r, Err(BusError::Conflict { .. })), "{r:?}");
+    let r = ledger
+        .create_agent(Uuid::new_v4(), "c", TokenHash::of("u"), at)
+        .await;
+    assert!(matches!(r, Err(BusError::NotFound { .. })), "{r:?}");
+    // Another tenant sees nothing of this one.
+    let other = crewbus_postgres::PostgresLedger::new(db.pool().clone(), TenantId::new("other")?);
+    assert!(matches!(
+        other.team(team.id).await,
+        Err(BusError::NotFound { .. })
+    ));
+    assert!(matches!(
+        other.agent_by_token(&token).await,
+        Err(BusError::Unauthenticated)
+    ));
+    let journal = ledger.journal();
+    let r = journal.note(RunId::new(), "x", at).await;
+    assert!(matches!(r, Err(StoreError::NotFound { .. })), "{r:?}");
+    let run = journal.admit(team.id, agent.id, at).await?;
+    journal.seal(run, RunOutcome::Cancelled, "bye", at).await?;
+    let r = journal.resume(run, at).await;
+    assert!(matches!(r, Err(StoreError::Conflict { .. })), "{r:?}");
+    assert!(matches!(
+        other.journal().run(run).await,
+        Err(StoreError::NotFound { .. })
+    ));
     db.passed().await;
     Ok(())
 }
