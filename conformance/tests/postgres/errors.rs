@@ -91,63 +91,95 @@ async fn missing_schema_is_not_provisioned() -> Result<(), Failed> {
     Ok(())
 }
 
+/// Terminates (as an administrator: SQLSTATE 57P01) the one session of this database that is
+/// waiting on a lock, once there is one.
+async fn terminate_the_waiting_session(db: &crewbus_conformance::postgres::TestDatabase) {
+    let pid: i32 = crate::support::eventually(
+        "a session waiting on a lock",
+        std::time::Duration::from_secs(20),
+        || async {
+            sqlx::query_scalar(
+                "SELECT pid FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_optional(db.pool())
+            .await
+            .unwrap()
+        },
+    )
+    .await;
+    let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+        .bind(pid)
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    assert!(killed);
+}
+
 async fn admin_shutdown_of_the_session_is_retryable_unavailable() -> Result<(), Failed> {
-    // One connection, not pinged before use: the adapter's next statement runs on the session
-    // an administrator terminated (SQLSTATE 57P01 / connection closed) and must report a
-    // retryable Unavailable — then work again on a fresh connection.
+    // The adapter's statement is made to wait on a row lock (another session holds a
+    // conflicting uncommitted insert), and its session is terminated mid-statement: the
+    // publish must come back retryable (Unavailable), never fatal; the inbox call likewise.
+    // Once the blocker is gone, both work again on fresh connections.
     let db = database("admin_shutdown_of_the_session_is_retryable_unavailable").await;
-    let pool = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .test_before_acquire(false)
-        .connect_with(crewbus_conformance::postgres::database_url_options().database(db.name()))
-        .await?;
     let team = Uuid::new_v4();
     let clock = ManualClock::new();
     let settings = PostgresSettings::default();
-    let b = PostgresBackend::new(pool.clone(), team, clock.clone(), &settings);
-    let i = PostgresInbox::new(pool.clone(), team, clock, &settings);
-    for round in 0..2 {
-        assert!(b.publish(envelope(team, "warm")).await.is_confirmed());
-        let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-            .fetch_one(&pool)
-            .await?;
-        let admin = crewbus_conformance::postgres::database_url_options();
-        let mut conn = sqlx::ConnectOptions::connect(&admin).await?;
-        let killed: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
-            .bind(pid)
-            .fetch_one(&mut conn)
-            .await?;
-        assert!(killed);
-        // Wait until the server has really ended that session.
-        crate::support::eventually("session ended", std::time::Duration::from_secs(10), || {
-            let watcher = db.pool().clone();
-            async move {
-                let alive: bool = sqlx::query_scalar(
-                    "SELECT EXISTS (SELECT 1 FROM pg_stat_activity WHERE pid = $1)",
-                )
-                .bind(pid)
-                .fetch_one(&watcher)
-                .await
-                .unwrap();
-                (!alive).then_some(())
-            }
-        })
-        .await;
-        if round == 0 {
-            let p = b.publish(envelope(team, "on a dead session")).await;
-            match &p {
-                Published::Retryable(e) | Published::Uncertain(e) => {
-                    assert!(matches!(e, BusError::Unavailable { .. }), "{e:?}")
-                }
-                other => panic!("expected a retryable failure, got {other:?}"),
-            }
-        } else {
-            let r = i.inbox_status("x").await;
-            assert!(matches!(r, Err(BusError::Unavailable { .. })), "{r:?}");
+    let b = PostgresBackend::new(db.pool().clone(), team, clock.clone(), &settings);
+    let i = PostgresInbox::new(db.pool().clone(), team, clock.clone(), &settings);
+    let env = envelope(team, "contended");
+
+    let mut blocker = db.pool().begin().await?;
+    sqlx::query(
+        "INSERT INTO bodies (message_id, team_id, conversation_id, publish_key, body, stored_at)
+         VALUES ($1, $2, $3, $4, 'x', $5)",
+    )
+    .bind(env.message_id)
+    .bind(team)
+    .bind(env.conversation_id)
+    .bind(env.publish_key)
+    .bind(crewbus_ports::Clock::now(&*clock))
+    .execute(&mut *blocker)
+    .await?;
+    let publish = {
+        let (b, env) = (b.clone(), env.clone());
+        tokio::spawn(async move { b.publish(env).await })
+    };
+    terminate_the_waiting_session(&db).await;
+    match publish.await? {
+        Published::Retryable(e) | Published::Uncertain(e) => {
+            assert!(matches!(e, BusError::Unavailable { .. }), "{e:?}")
         }
+        other => panic!("expected a retryable failure, got {other:?}"),
     }
-    assert!(b.publish(envelope(team, "recovered")).await.is_confirmed());
-    pool.close().await;
+    blocker.rollback().await?;
+
+    let mut blocker = db.pool().begin().await?;
+    sqlx::query(
+        "INSERT INTO inbox_consumers (team_id, recipient_key, created_at) VALUES ($1, 'x', $2)",
+    )
+    .bind(team)
+    .bind(crewbus_ports::Clock::now(&*clock))
+    .execute(&mut *blocker)
+    .await?;
+    let fetch = {
+        let i = i.clone();
+        tokio::spawn(async move { i.fetch_references("x", 1).await })
+    };
+    terminate_the_waiting_session(&db).await;
+    let r = fetch.await?;
+    assert!(matches!(r, Err(BusError::Unavailable { .. })), "{r:?}");
+    blocker.rollback().await?;
+
+    assert!(matches!(
+        b.publish(env).await,
+        Published::Confirmed {
+            duplicate: false,
+            ..
+        }
+    ));
+    assert!(i.fetch_references("x", 1).await?.is_empty());
+    assert!(i.inbox_status("x").await?.present);
     db.passed().await;
     Ok(())
 }
