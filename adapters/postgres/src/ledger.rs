@@ -1298,19 +1298,31 @@ impl Ledger for PostgresLedger {
         let what = "acknowledge";
         let mut tx = self.begin(what).await?;
         let conversation = self.message_row(&mut tx, team, message).await?.conversation;
-        let receipt: Option<ReceiptRow> = sqlx::query_as(&format!(
+        let is_recipient: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM receipts WHERE message_id = $1 AND recipient_id = $2)",
+        )
+        .bind(message)
+        .bind(agent)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        if !is_recipient {
+            return Err(BusError::forbidden(
+                "only a recipient acknowledges a message",
+            ));
+        }
+        // Lock order everywhere: run, then receipt (as `confirm`), so the two never deadlock.
+        let sealed = self.check_run_owner(&mut tx, run, agent).await?;
+        let receipt: ReceiptRow = sqlx::query_as(&format!(
             "SELECT {RECEIPT_COLUMNS} FROM receipts
-             WHERE message_id = $1 AND recipient_id = $2 FOR UPDATE"
+             WHERE message_id = $1 AND recipient_id = $2 FOR NO KEY UPDATE"
         ))
         .bind(message)
         .bind(agent)
-        .fetch_optional(&mut *tx)
+        .fetch_one(&mut *tx)
         .await
         .map_err(db(what))?;
-        let receipt: Receipt = receipt
-            .ok_or_else(|| BusError::forbidden("only a recipient acknowledges a message"))?
-            .into();
-        let sealed = self.check_run_owner(&mut tx, run, agent).await?;
+        let receipt = Receipt::from(receipt);
         if receipt.acknowledged_at.is_some() {
             return Ok(receipt);
         }
