@@ -287,11 +287,12 @@ impl DeliveryWorker {
     async fn serve(&self, registration: PushRegistration, at: DateTime<Utc>) -> (Turn, usize) {
         let run = registration.config.run;
         let id = registration.config.id.clone();
-        match self.turn(&registration, at).await {
-            Ok(result) => result,
+        let mut delivered = 0;
+        match self.turn(&registration, at, &mut delivered).await {
+            Ok(turn) => (turn, delivered),
             Err(error) => {
                 tracing::warn!(%run, %id, %error, "push: a store failed; the registration is served again after its claim");
-                (Turn::Failed, 0)
+                (Turn::Failed, delivered)
             }
         }
     }
@@ -300,14 +301,15 @@ impl DeliveryWorker {
         &self,
         registration: &PushRegistration,
         at: DateTime<Utc>,
-    ) -> Result<(Turn, usize), StoreError> {
+        delivered: &mut usize,
+    ) -> Result<Turn, StoreError> {
         let config = &registration.config;
         let (run, id) = (config.run, config.id.as_str());
         let Some(signer) = self.signers.get(id) else {
             let error = "no configured destination has this registration id";
             self.store.park(run, id, error).await?;
             tracing::warn!(%run, %id, error, "push: registration parked");
-            return Ok((Turn::Parked, 0));
+            return Ok(Turn::Parked);
         };
         let records = match self
             .journal
@@ -319,7 +321,7 @@ impl DeliveryWorker {
                 let error = "the run is not in the journal";
                 self.store.park(run, id, error).await?;
                 tracing::warn!(%run, %id, error, "push: registration parked");
-                return Ok((Turn::Parked, 0));
+                return Ok(Turn::Parked);
             }
             Err(error) => return Err(error),
         };
@@ -327,7 +329,7 @@ impl DeliveryWorker {
             self.store
                 .defer(run, id, later(at, self.settings.idle))
                 .await?;
-            return Ok((Turn::Deferred, 0));
+            return Ok(Turn::Deferred);
         }
 
         let authorization = config
@@ -336,7 +338,6 @@ impl DeliveryWorker {
             .map(|a| Secret::new(format!("{} {}", a.scheme, a.credentials.expose())));
         let timestamp = at.timestamp();
         let mut acked: Option<Seq> = None;
-        let mut delivered = 0usize;
         let mut terminal = false;
         let mut failure = None;
         for record in records {
@@ -364,7 +365,7 @@ impl DeliveryWorker {
                 match self.transport.deliver(request).await {
                     Ok(response) if response.acknowledged() => {
                         tracing::debug!(%run, %id, %seq, status = response.status, url = %redact_url(&config.url), "push: event acknowledged");
-                        delivered += 1;
+                        *delivered += 1;
                     }
                     Ok(response) if response.status == 410 => {
                         failure = Some(Failure::Park(format!(
@@ -404,7 +405,7 @@ impl DeliveryWorker {
         if terminal {
             self.store.delete(run, id).await?;
             tracing::debug!(%run, %id, "push: terminal record acknowledged; registration deleted");
-            return Ok((Turn::Deleted, delivered));
+            return Ok(Turn::Deleted);
         }
         let progressed = acked.is_some();
         if let Some(last) = acked {
@@ -437,6 +438,6 @@ impl DeliveryWorker {
                 }
             }
         };
-        Ok((turn, delivered))
+        Ok(turn)
     }
 }
