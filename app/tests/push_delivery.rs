@@ -116,7 +116,10 @@ async fn events_arrive_signed_in_order_as_cloudevents_verified_independently() {
             hit.header("content-type").as_deref(),
             Some("application/cloudevents+json")
         );
-        assert_eq!(hit.header("webhook-timestamp"), Some(at.timestamp().to_string()));
+        assert_eq!(
+            hit.header("webhook-timestamp"),
+            Some(at.timestamp().to_string())
+        );
         let event = hit.json();
         assert_eq!(event["specversion"], "1.0");
         assert_eq!(event["id"], format!("{run}/{}", i + 1));
@@ -278,7 +281,10 @@ async fn the_cursor_advances_only_over_the_acknowledged_prefix() {
         .map(|h| h.json()["data"]["seq"].as_u64().unwrap())
         .collect();
     assert_eq!(seqs, vec![1, 2, 3, 3, 4, 5]);
-    assert_eq!(registration(&s.store, run, "operator:ops").await.next_seq, Seq(6));
+    assert_eq!(
+        registration(&s.store, run, "operator:ops").await.next_seq,
+        Seq(6)
+    );
 }
 
 #[tokio::test]
@@ -301,7 +307,10 @@ async fn the_page_bounds_one_turn_and_the_terminal_record_deletes_the_registrati
     s.outbox.open(run).await.unwrap();
     let sweep = worker.run_once(at, 10).await.unwrap();
     assert_eq!((sweep.delivered, sweep.advanced), (2, 1));
-    assert_eq!(registration(&s.store, run, "operator:ops").await.next_seq, Seq(3));
+    assert_eq!(
+        registration(&s.store, run, "operator:ops").await.next_seq,
+        Seq(3)
+    );
     let sweep = worker.run_once(at, 10).await.unwrap();
     assert_eq!((sweep.delivered, sweep.deleted), (2, 1));
     assert!(s.store.get(run, "operator:ops").await.unwrap().is_none());
@@ -354,13 +363,7 @@ impl PushStore for CrashBeforeAdvance {
     async fn defer(&self, r: RunId, id: &str, u: DateTime<Utc>) -> Result<(), StoreError> {
         self.inner.defer(r, id, u).await
     }
-    async fn retry(
-        &self,
-        r: RunId,
-        id: &str,
-        n: DateTime<Utc>,
-        e: &str,
-    ) -> Result<(), StoreError> {
+    async fn retry(&self, r: RunId, id: &str, n: DateTime<Utc>, e: &str) -> Result<(), StoreError> {
         self.inner.retry(r, id, n, e).await
     }
     async fn park(&self, r: RunId, id: &str, e: &str) -> Result<(), StoreError> {
@@ -409,7 +412,10 @@ async fn a_crash_between_post_and_advance_redelivers_with_the_same_webhook_id() 
     assert_eq!(sweep.delivered, 2);
     let hits = rx.hits("/ok/ops");
     assert_eq!(hits.len(), 4);
-    let ids: Vec<String> = hits.iter().map(|h| h.header("webhook-id").unwrap()).collect();
+    let ids: Vec<String> = hits
+        .iter()
+        .map(|h| h.header("webhook-id").unwrap())
+        .collect();
     assert_eq!(ids[0], ids[2]);
     assert_eq!(ids[1], ids[3]);
     assert_ne!(ids[0], ids[1]);
@@ -470,9 +476,11 @@ async fn a_hanging_destination_holds_one_slot_of_the_running_worker() {
             })
             .await;
     });
-    eventually("the slow destination is being served", Duration::from_secs(10), || {
-        !rx.hits("/hang/slow").is_empty()
-    })
+    eventually(
+        "the slow destination is being served",
+        Duration::from_secs(10),
+        || !rx.hits("/hang/slow").is_empty(),
+    )
     .await;
     // While the slow POST hangs, records keep flowing to the fast destination.
     for n in 1..=3 {
@@ -480,9 +488,11 @@ async fn a_hanging_destination_holds_one_slot_of_the_running_worker() {
             .note(run, &format!("late {n}"), Utc::now())
             .await
             .unwrap();
-        eventually("the fast destination gets the new record", Duration::from_secs(10), || {
-            rx.hits("/ok/fast").len() == 1 + n
-        })
+        eventually(
+            "the fast destination gets the new record",
+            Duration::from_secs(10),
+            || rx.hits("/ok/fast").len() == 1 + n,
+        )
         .await;
     }
     assert_eq!(rx.hits("/hang/slow").len(), 1);

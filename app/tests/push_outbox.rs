@@ -48,16 +48,19 @@ fn a_signing_key_that_is_not_a_standard_webhooks_secret_panics() {
 #[test]
 #[should_panic(expected = "not the push store's tenant")]
 fn sealed_with_the_wrong_tenant_panics() {
-    Outbox::new(store(), vec![ok("a")])
-        .sealed(Arc::new(TestKeyRing::new()), tenant("globex"));
+    Outbox::new(store(), vec![ok("a")]).sealed(Arc::new(TestKeyRing::new()), tenant("globex"));
 }
 
 #[test]
 fn sealed_with_the_right_tenant_and_destinations_as_given() {
-    let outbox =
-        Outbox::new(store(), vec![ok("a"), ok("b")]).sealed(Arc::new(TestKeyRing::new()), tenant("acme"));
+    let outbox = Outbox::new(store(), vec![ok("a"), ok("b")])
+        .sealed(Arc::new(TestKeyRing::new()), tenant("acme"));
     assert!(outbox.is_sealed());
-    let names: Vec<_> = outbox.destinations().iter().map(|d| d.name.as_str()).collect();
+    let names: Vec<_> = outbox
+        .destinations()
+        .iter()
+        .map(|d| d.name.as_str())
+        .collect();
     assert_eq!(names, ["a", "b"]);
     assert_eq!(outbox.tenant().as_str(), "acme");
 }

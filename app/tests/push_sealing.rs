@@ -24,7 +24,10 @@ async fn at_rest_the_credential_is_ciphertext_while_url_and_scheme_are_clear() {
     let raw = MemoryPushStore::new(tenant("acme"));
     let outbox = Outbox::new(
         Arc::new(raw.clone()),
-        vec![with_token(destination("ops", "https://hooks.example.com/in"))],
+        vec![with_token(destination(
+            "ops",
+            "https://hooks.example.com/in",
+        ))],
     )
     .sealed(key_ring(&dir), tenant("acme"));
     let run = RunId::new();
@@ -37,13 +40,29 @@ async fn at_rest_the_credential_is_ciphertext_while_url_and_scheme_are_clear() {
     assert_eq!(auth.scheme, "Bearer");
     let stored = auth.credentials.expose();
     assert!(!stored.contains(TOKEN) && !stored.contains("4711"));
-    assert!(stored.len() > TOKEN.len() + 40, "an envelope, not the token");
+    assert!(
+        stored.len() > TOKEN.len() + 40,
+        "an envelope, not the token"
+    );
 
     // Read back through the sealed store: opened.
-    let opened = outbox.store().get(run, "operator:ops").await.unwrap().unwrap();
+    let opened = outbox
+        .store()
+        .get(run, "operator:ops")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(opened.authentication.unwrap().credentials.expose(), TOKEN);
     let listed = outbox.store().list(run).await.unwrap();
-    assert_eq!(listed[0].authentication.as_ref().unwrap().credentials.expose(), TOKEN);
+    assert_eq!(
+        listed[0]
+            .authentication
+            .as_ref()
+            .unwrap()
+            .credentials
+            .expose(),
+        TOKEN
+    );
 
     // Each put seals afresh (fresh data key and nonce): same token, different ciphertext.
     outbox.open(run).await.unwrap();
@@ -73,11 +92,25 @@ async fn a_credential_copied_to_another_row_or_tampered_does_not_open() {
     let sealed = SealedPush::new(Arc::new(raw.clone()), keys.clone());
     let at = Utc::now();
     let (run, other_run) = (RunId::new(), RunId::new());
-    sealed.put(&config("operator:a", run, true), Seq(1), at).await.unwrap();
-    sealed.put(&config("operator:b", run, false), Seq(1), at).await.unwrap();
-    sealed.put(&config("operator:a", other_run, false), Seq(1), at).await.unwrap();
+    sealed
+        .put(&config("operator:a", run, true), Seq(1), at)
+        .await
+        .unwrap();
+    sealed
+        .put(&config("operator:b", run, false), Seq(1), at)
+        .await
+        .unwrap();
+    sealed
+        .put(&config("operator:a", other_run, false), Seq(1), at)
+        .await
+        .unwrap();
 
-    let stolen = raw.get(run, "operator:a").await.unwrap().unwrap().authentication;
+    let stolen = raw
+        .get(run, "operator:a")
+        .await
+        .unwrap()
+        .unwrap()
+        .authentication;
     assert!(stolen.is_some());
     // Copied at rest into another registration of the run, and into the same id of another run.
     for (r, id) in [(run, "operator:b"), (other_run, "operator:a")] {
@@ -85,7 +118,10 @@ async fn a_credential_copied_to_another_row_or_tampered_does_not_open() {
         c.authentication = stolen.clone();
         raw.put(&c, Seq(1), at).await.unwrap();
         let read = sealed.get(r, id).await.unwrap().unwrap();
-        assert!(read.authentication.is_none(), "{r}/{id} opened a copied credential");
+        assert!(
+            read.authentication.is_none(),
+            "{r}/{id} opened a copied credential"
+        );
     }
     // Into the same run and id of another tenant over the same database and key ring.
     let globex_raw = raw.for_tenant(tenant("globex"));
@@ -93,7 +129,15 @@ async fn a_credential_copied_to_another_row_or_tampered_does_not_open() {
     let mut c = config("operator:a", run, false);
     c.authentication = stolen.clone();
     globex_raw.put(&c, Seq(1), at).await.unwrap();
-    assert!(globex.get(run, "operator:a").await.unwrap().unwrap().authentication.is_none());
+    assert!(
+        globex
+            .get(run, "operator:a")
+            .await
+            .unwrap()
+            .unwrap()
+            .authentication
+            .is_none()
+    );
 
     // The original row still opens.
     let original = sealed.get(run, "operator:a").await.unwrap().unwrap();
@@ -108,14 +152,30 @@ async fn a_credential_copied_to_another_row_or_tampered_does_not_open() {
     let mut c = config("operator:a", run, false);
     c.authentication = Some(tampered);
     raw.put(&c, Seq(1), at).await.unwrap();
-    assert!(sealed.get(run, "operator:a").await.unwrap().unwrap().authentication.is_none());
+    assert!(
+        sealed
+            .get(run, "operator:a")
+            .await
+            .unwrap()
+            .unwrap()
+            .authentication
+            .is_none()
+    );
 
     // An envelope of an unknown version reads as absent too (and never as the raw text).
     let mut c = config("operator:a", run, false);
     c.authentication = with_token(destination("x", "https://x.example")).authentication;
     c.authentication.as_mut().unwrap().credentials = "AgAAAA".to_owned().into(); // version 2
     raw.put(&c, Seq(1), at).await.unwrap();
-    assert!(sealed.get(run, "operator:a").await.unwrap().unwrap().authentication.is_none());
+    assert!(
+        sealed
+            .get(run, "operator:a")
+            .await
+            .unwrap()
+            .unwrap()
+            .authentication
+            .is_none()
+    );
 }
 
 #[tokio::test]
@@ -139,28 +199,56 @@ async fn a_destroyed_scope_reads_as_absent_and_parks_while_other_tenants_keep_fl
         let journal = journal(&tenant(name));
         let outbox = Outbox::new(
             Arc::new(raw),
-            vec![with_token(destination("ops", &rx.url(&format!("/auth/{name}"))))],
+            vec![with_token(destination(
+                "ops",
+                &rx.url(&format!("/auth/{name}")),
+            ))],
         )
         .with_clock(Arc::new(ManualClock::new(start)))
         .sealed(keys.clone(), tenant(name));
-        let worker = DeliveryWorker::new(&outbox, Arc::new(journal.clone()), transport(Duration::from_secs(5)))
-            .with_settings(settings);
+        let worker = DeliveryWorker::new(
+            &outbox,
+            Arc::new(journal.clone()),
+            transport(Duration::from_secs(5)),
+        )
+        .with_settings(settings);
         let run = run_with_notes(&journal, 1, start).await;
         outbox.open(run).await.unwrap();
         sides.push((outbox, worker, journal, run));
     }
-    keys.destroy(&SealedPush::scope_of(&tenant("acme"))).await.unwrap();
+    keys.destroy(&SealedPush::scope_of(&tenant("acme")))
+        .await
+        .unwrap();
 
     let (acme, globex) = (&sides[0], &sides[1]);
-    let read = acme.0.store().get(acme.3, "operator:ops").await.unwrap().unwrap();
-    assert!(read.authentication.is_none(), "a destroyed scope reads as absent");
-    let read = globex.0.store().get(globex.3, "operator:ops").await.unwrap().unwrap();
+    let read = acme
+        .0
+        .store()
+        .get(acme.3, "operator:ops")
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        read.authentication.is_none(),
+        "a destroyed scope reads as absent"
+    );
+    let read = globex
+        .0
+        .store()
+        .get(globex.3, "operator:ops")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(read.authentication.unwrap().credentials.expose(), TOKEN);
 
     let mut at = start;
     for round in 0..6 {
         // globex keeps writing records while acme's registration fails its way to the park.
-        globex.2.note(globex.3, &format!("round {round}"), at).await.unwrap();
+        globex
+            .2
+            .note(globex.3, &format!("round {round}"), at)
+            .await
+            .unwrap();
         acme.1.run_once(at, 10).await.unwrap();
         globex.1.run_once(at, 10).await.unwrap();
         at += chrono::Duration::seconds(30);
@@ -169,13 +257,24 @@ async fn a_destroyed_scope_reads_as_absent_and_parks_while_other_tenants_keep_fl
     assert_eq!(parked.len(), 1);
     assert_eq!(parked[0].next_seq, Seq(1));
     assert!(parked[0].last_error.as_deref().unwrap().contains("401"));
-    assert_eq!(rx.hits("/auth/acme").len(), 3, "three attempts, then parked");
-    assert!(rx.hits("/auth/acme").iter().all(|h| h.header("authorization").is_none()));
+    assert_eq!(
+        rx.hits("/auth/acme").len(),
+        3,
+        "three attempts, then parked"
+    );
+    assert!(
+        rx.hits("/auth/acme")
+            .iter()
+            .all(|h| h.header("authorization").is_none())
+    );
 
     assert!(globex.0.store().parked(10).await.unwrap().is_empty());
     let hits = rx.hits("/auth/globex");
     assert_eq!(hits.len(), 2 + 6, "every globex record, once");
-    assert!(hits.iter().all(|h| h.header("authorization").as_deref() == Some(&format!("Bearer {TOKEN}")[..])));
+    assert!(
+        hits.iter()
+            .all(|h| h.header("authorization").as_deref() == Some(&format!("Bearer {TOKEN}")[..]))
+    );
 }
 
 #[tokio::test]
@@ -191,7 +290,11 @@ async fn a_key_ring_that_is_down_fails_reads_and_never_parks() {
     )
     .with_clock(Arc::new(ManualClock::new(at)))
     .sealed(Arc::new(keys.clone()), tenant("acme"));
-    let worker = DeliveryWorker::new(&outbox, Arc::new(journal.clone()), transport(Duration::from_secs(5)));
+    let worker = DeliveryWorker::new(
+        &outbox,
+        Arc::new(journal.clone()),
+        transport(Duration::from_secs(5)),
+    );
     let run = run_with_notes(&journal, 0, at).await;
     outbox.open(run).await.unwrap();
 
@@ -200,7 +303,10 @@ async fn a_key_ring_that_is_down_fails_reads_and_never_parks() {
         outbox.store().get(run, "operator:ops").await,
         Err(StoreError::Unavailable { .. })
     ));
-    assert!(matches!(worker.run_once(at, 10).await, Err(StoreError::Unavailable { .. })));
+    assert!(matches!(
+        worker.run_once(at, 10).await,
+        Err(StoreError::Unavailable { .. })
+    ));
     assert!(rx.all_hits().is_empty());
     assert!(raw.parked(10).await.unwrap().is_empty());
 
@@ -208,5 +314,8 @@ async fn a_key_ring_that_is_down_fails_reads_and_never_parks() {
     let after_lease = at + chrono::Duration::from_std(worker.settings().lease).unwrap();
     let sweep = worker.run_once(after_lease, 10).await.unwrap();
     assert_eq!(sweep.delivered, 1);
-    assert_eq!(rx.hits("/auth/acme")[0].header("authorization").unwrap(), format!("Bearer {TOKEN}"));
+    assert_eq!(
+        rx.hits("/auth/acme")[0].header("authorization").unwrap(),
+        format!("Bearer {TOKEN}")
+    );
 }

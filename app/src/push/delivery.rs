@@ -375,7 +375,10 @@ impl DeliveryWorker {
                     }
                     Ok(response) => {
                         failure = Some(Failure::Retry {
-                            error: format!("the receiver answered {} to seq {seq}", response.status),
+                            error: format!(
+                                "the receiver answered {} to seq {seq}",
+                                response.status
+                            ),
                             retry_after: response.retry_after,
                         });
                         break;
@@ -431,7 +434,8 @@ impl DeliveryWorker {
                     tracing::warn!(%run, %id, url = %redact_url(&config.url), %error, "push: registration parked");
                     Turn::Parked
                 } else {
-                    let delay = backoff.delay_with_hint(attempts, seed_of(registration), retry_after);
+                    let delay =
+                        backoff.delay_with_hint(attempts, seed_of(registration), retry_after);
                     self.store.retry(run, id, later(at, delay), &error).await?;
                     tracing::debug!(%run, %id, url = %redact_url(&config.url), %error, attempts, delay_ms = delay.as_millis() as u64, "push: delivery failed; will retry");
                     Turn::Retried

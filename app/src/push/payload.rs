@@ -119,9 +119,7 @@ mod tests {
                 reason: "done".into(),
             },
         };
-        let event = CloudEvents
-            .project(&TenantId::default(), &record)
-            .unwrap();
+        let event = CloudEvents.project(&TenantId::default(), &record).unwrap();
         let v: Value = serde_json::from_slice(&event.body).unwrap();
         assert_eq!(v["type"], "dev.crewbus.run.run_sealed");
     }

@@ -88,7 +88,9 @@ async fn handle(
     }
     if path.starts_with("/auth/") {
         let expected = format!("Bearer {TOKEN}");
-        let ok = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok())
+        let ok = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
             == Some(expected.as_str());
         if !ok {
             return StatusCode::UNAUTHORIZED.into_response();
@@ -111,7 +113,9 @@ async fn handle(
 impl Receiver {
     pub async fn start() -> Receiver {
         let state = Arc::new(Mutex::new(ReceiverState::default()));
-        let app = Router::new().fallback(handle).with_state(Arc::clone(&state));
+        let app = Router::new()
+            .fallback(handle)
+            .with_state(Arc::clone(&state));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         tokio::spawn(async move {
