@@ -16,14 +16,14 @@ use crewbus_domain::{
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use crate::ledger_fixture::behaviours;
+use crate::ledger_fixture::ledger_list;
 use crate::ledger_scene::{INBOX, LEASE, REMOTE, locator_for, scene, team_name, token};
 use crate::ledger_time::t;
 use crate::{LedgerBehaviour, LedgerFixture};
 
 /// Every ledger behaviour, by name.
 pub fn ledger_behaviours() -> Vec<(&'static str, LedgerBehaviour)> {
-    behaviours![
+    ledger_list![
         teams_are_created_listed_and_unique,
         team_backends_change_only_new_conversations,
         agents_authenticate_by_token_hash_until_revoked,
@@ -1811,9 +1811,60 @@ pub async fn counts_report_publication_and_delivery<F: LedgerFixture + ?Sized>(f
     assert_eq!((counts.deliveries, counts.undelivered), (1, 1));
 }
 
-/// Limits out of range and zero leases are `Invalid`.
+/// Limits out of range, batches above `MAX_PAGE` and zero leases are `Invalid`; empty batches
+/// are answered with empty results.
 pub async fn limits_and_durations_are_validated<F: LedgerFixture + ?Sized>(fx: &F) {
-    let ledger = fx.ledger();
+    let s = scene(fx, REMOTE).await;
+    let ledger = Arc::clone(&s.ledger);
+    let too_many = crewbus_domain::MAX_PAGE + 1;
+    let settlements: Vec<Settlement> = (0..too_many)
+        .map(|_| Settlement {
+            slot: Uuid::new_v4(),
+            generation: 1,
+            outcome: SlotOutcome::Fatal {
+                error: BusError::forbidden("x"),
+            },
+        })
+        .collect();
+    assert!(matches!(
+        ledger.settle(&settlements, t(0)).await,
+        Err(BusError::Invalid { .. })
+    ));
+    let ids: Vec<Uuid> = (0..too_many).map(|_| Uuid::new_v4()).collect();
+    assert!(matches!(
+        ledger.mark_published(&ids, t(0)).await,
+        Err(BusError::Invalid { .. })
+    ));
+    let requests: Vec<HandOutRequest> = ids.iter().map(|id| from_ledger(*id)).collect();
+    assert!(matches!(
+        ledger
+            .hand_out(s.team.id, s.b.id, &requests, GRACE, t(0))
+            .await,
+        Err(BusError::Invalid { .. })
+    ));
+    let deliveries: Vec<DeliveryId> = ids.iter().map(|id| DeliveryId(*id)).collect();
+    assert!(matches!(
+        ledger
+            .confirm(s.team.id, s.b.id, &deliveries, None, t(0))
+            .await,
+        Err(BusError::Invalid { .. })
+    ));
+    assert!(ledger.settle(&[], t(0)).await.unwrap().is_empty());
+    assert_eq!(ledger.mark_published(&[], t(0)).await.unwrap(), 0);
+    assert!(
+        ledger
+            .hand_out(s.team.id, s.b.id, &[], GRACE, t(0))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        ledger
+            .confirm(s.team.id, s.b.id, &[], None, t(0))
+            .await
+            .unwrap()
+            .is_empty()
+    );
     for limit in [0, crewbus_domain::MAX_PAGE + 1] {
         assert!(matches!(
             ledger.lease_slots(t(0), LEASE, limit).await,

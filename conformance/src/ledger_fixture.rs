@@ -1,10 +1,12 @@
-//! The fixture of the ledger and journal behaviours, and how behaviours are listed.
+//! The fixture of the ledger and journal behaviours, its factory, and how behaviours are listed.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use crewbus_ports::{Journal, Ledger};
+
+use crate::FixtureError;
+use crate::harness::BehaviourFuture;
 
 /// A fresh, empty ledger and its journal for one behaviour.
 ///
@@ -13,7 +15,8 @@ use crewbus_ports::{Journal, Ledger};
 /// must share the ledger's store, so the ledger's bus records land in the journal's runs.
 ///
 /// Time is the behaviour's own: ledger and journal take `at` from their caller, so behaviours
-/// pass instants they choose (from [`crate::ledger_time`]), never the wall clock.
+/// pass instants they choose ([`crate::ledger_time`]), never the wall clock; no clock hook is
+/// needed.
 pub trait LedgerFixture: Send + Sync {
     /// The ledger under test, as a trait object.
     fn ledger(&self) -> Arc<dyn Ledger>;
@@ -22,25 +25,27 @@ pub trait LedgerFixture: Send + Sync {
     fn journal(&self) -> Arc<dyn Journal>;
 }
 
-/// A boxed behaviour future borrowing its fixture.
-pub type BehaviourFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+/// Builds a fresh [`LedgerFixture`] per test for one adapter. Shared resources (a server, an
+/// admin pool) live in the factory; per-test ones (the database) in the fixture, dropped with it.
+#[async_trait]
+pub trait LedgerFixtureFactory: Send + Sync + 'static {
+    /// A fresh, empty ledger and journal. Errors fail the trial, naming the cause (never a skip).
+    async fn fixture(&self) -> Result<Box<dyn LedgerFixture>, FixtureError>;
+}
 
-/// One ledger or journal behaviour: an async function over the fixture that panics on failure.
+/// One ledger or journal behaviour, type-erased: runs on a fresh fixture and panics on a failed
+/// assertion.
 pub type LedgerBehaviour = for<'a> fn(&'a dyn LedgerFixture) -> BehaviourFuture<'a>;
 
 /// Lists behaviours as `(name, fn)` pairs, each wrapped to take `&dyn LedgerFixture`.
-macro_rules! behaviours {
+macro_rules! ledger_list {
     ($($name:ident),* $(,)?) => {
         vec![$(
-            (stringify!($name), {
-                fn run<'a>(
-                    fx: &'a dyn $crate::LedgerFixture,
-                ) -> $crate::BehaviourFuture<'a> {
-                    Box::pin($name(fx))
-                }
-                run as $crate::LedgerBehaviour
-            }),
+            (
+                stringify!($name),
+                (|fx| Box::pin($name(fx))) as $crate::LedgerBehaviour,
+            ),
         )*]
     };
 }
-pub(crate) use behaviours;
+pub(crate) use ledger_list;

@@ -4,8 +4,6 @@
 //! its own database) and a second store of *another tenant over the same backing state*, for the
 //! scoping cases. Time is passed explicitly, as the port takes it from the caller.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -16,7 +14,7 @@ use libtest_mimic::Trial;
 use tokio::runtime::Runtime;
 
 use crate::FixtureError;
-use crate::harness::run_task;
+use crate::harness::{BehaviourFuture, run_task};
 
 /// A fresh namespace for one push store behaviour.
 pub trait PushStoreFixture: Send + Sync {
@@ -33,11 +31,8 @@ pub trait PushStoreFactory: Send + Sync + 'static {
     async fn fixture(&self) -> Result<Box<dyn PushStoreFixture>, FixtureError>;
 }
 
-/// A boxed push store behaviour future.
-pub type PushStoreFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
-
 /// One push store behaviour, type-erased.
-pub type PushStoreBehaviour = for<'a> fn(&'a dyn PushStoreFixture) -> PushStoreFuture<'a>;
+pub type PushStoreBehaviour = for<'a> fn(&'a dyn PushStoreFixture) -> BehaviourFuture<'a>;
 
 macro_rules! list {
     ($($name:ident),* $(,)?) => {

@@ -28,7 +28,9 @@ use uuid::Uuid;
 ///   bus's journal record (`MessageSent`, `MessageDelivered`, `MessageAcknowledged`) in the same
 ///   transaction. An unknown run → `NotFound`; a run of another agent → `Forbidden`; a sealed run
 ///   → `Conflict`; none of these writes anything.
-/// - **Limits**: every `limit` is 1 to [`crewbus_domain::MAX_PAGE`], else `Invalid`.
+/// - **Limits**: every `limit` is 1 to [`crewbus_domain::MAX_PAGE`], and every batch (members,
+///   settlements, event ids, hand-out requests, delivery ids) holds at most `MAX_PAGE` items,
+///   else `Invalid`. An empty batch is answered with an empty result.
 /// - **Errors** common to every method: the store unreachable or restarting → `Unavailable` or
 ///   `Timeout` (retryable; nothing or everything was written — an idempotent repeat is safe for
 ///   `send`, `settle`, `confirm`, `acknowledge`, `mark_published`, `mark_retained`).

@@ -30,22 +30,69 @@ use crate::ledger_state::{ConversationRow, EventRow, HandOutRow, Shared, Slot, S
 /// under the same lock as the change they describe. It never reads a clock: time comes from the
 /// caller. Clones share the state.
 ///
+/// A message's whole life — send, relay, reference, hand-out, confirm, acknowledge — as the
+/// app's use cases drive it:
+///
 /// ```
-/// use chrono::Utc;
-/// use crewbus_domain::{TenantId, TokenHash};
+/// use std::time::Duration;
+/// use chrono::{TimeZone, Utc};
+/// use crewbus_domain::*;
 /// use crewbus_memory::MemoryLedger;
 /// use crewbus_ports::{Journal, Ledger};
 ///
 /// # tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(async {
 /// let ledger = MemoryLedger::new(TenantId::default());
 /// let journal = ledger.journal();
-/// let now = Utc::now();
-/// let team = ledger.create_team("ops", "memory", "memory", now).await.unwrap();
-/// let agent = ledger.create_agent(team.id, "ana", TokenHash::of("t"), now).await.unwrap();
-/// let run = journal.admit(team.id, agent.id, now).await.unwrap();
-/// assert_eq!(journal.run(run).await.unwrap().agent, agent.id);
-/// assert!(ledger.local_backend().is_none());
-/// # });
+/// let t0 = Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap();
+/// let team = ledger.create_team("ops", "memory", "memory", t0).await?;
+/// let ana = ledger.create_agent(team.id, "ana", TokenHash::of("token-a"), t0).await?;
+/// let bo = ledger.create_agent(team.id, "bo", TokenHash::of("token-b"), t0).await?;
+/// let conv = ledger.create_conversation(team.id, ana.id, "standup", &[bo.id], t0).await?;
+///
+/// // Send: recorded, pending publication, with ana's run journaled.
+/// let run = journal.admit(team.id, ana.id, t0).await.unwrap();
+/// let sent = ledger.send(SendRequest {
+///     team: team.id, conversation: conv.id, sender: ana.id,
+///     request_id: "req-1".into(), body: "hello".into(), run: Some(run),
+/// }, t0).await?;
+/// assert_eq!(sent.message.publication, Publication::PendingPublication);
+///
+/// // Relay: lease, publish (here: pretend the backend confirmed), settle.
+/// let slots = ledger.lease_slots(t0, Duration::from_secs(30), 100).await?;
+/// let settled = ledger.settle(&[Settlement {
+///     slot: slots[0].slot,
+///     generation: slots[0].generation,
+///     outcome: SlotOutcome::Confirmed { locator: Locator::new("memory", "1") },
+/// }], t0).await?;
+/// assert_eq!(settled, vec![SettleOutcome::Applied]);
+///
+/// // Reference worker: one inbox event for bo; publish it, then mark it published.
+/// let events = ledger.lease_inbox_events(t0, Duration::from_secs(30), 100).await?;
+/// assert_eq!(events[0].recipient_key, bo.recipient_key);
+/// ledger.mark_published(&[events[0].id], t0).await?;
+///
+/// // Fetch for bo: a reference came back from the inbox; record the hand-out.
+/// let handed = ledger.hand_out(team.id, bo.id, &[HandOutRequest {
+///     message: sent.message.id,
+///     source: HandOutSource::Inbox {
+///         event_id: events[0].id,
+///         ack: InboxAck { inbox: "memory".into(), ack_subject: "opaque".into() },
+///         deliveries: 1,
+///     },
+/// }], Duration::from_secs(60), t0).await?;
+/// let HandOutOutcome::Issued(hand_out) = &handed[0] else { panic!("issued") };
+///
+/// // Confirm (commit the receipt), then ack the returned subject on the inbox.
+/// let confirmed = ledger.confirm(team.id, bo.id, &[hand_out.delivery], None, t0).await?;
+/// assert!(matches!(&confirmed[0], ConfirmOutcome::Confirmed { ack: Some(_), .. }));
+/// let receipt = ledger.acknowledge(team.id, bo.id, sent.message.id, None, t0).await?;
+/// assert_eq!(receipt.acknowledged_at, Some(t0));
+///
+/// let page = ledger.history(team.id, conv.id, 0, 50).await?;
+/// assert_eq!((page.items.len(), page.next_after_seq), (1, 1));
+/// assert_eq!(journal.read(run, Seq(1), 10).await.unwrap().len(), 2); // admitted, sent
+/// # Ok::<(), BusError>(())
+/// # }).unwrap();
 /// ```
 #[derive(Clone)]
 pub struct MemoryLedger {

@@ -1,6 +1,7 @@
 //! crewbus memory adapters: in-process implementations of the bus ports with the real
 //! semantics (idempotent bodies, discard-new quotas, redelivery, max deliver, discard-old
-//! overflow, deduplication), a manual clock, and fault injection for tests.
+//! overflow, deduplication), the ledger and journal, a manual clock, and fault injection for
+//! tests.
 //!
 //! Memory adapters never read a clock of their own: every time-dependent decision (ack waits,
 //! store times for retention, duplicate windows) reads the injected `Arc<dyn Clock>`, so tests
