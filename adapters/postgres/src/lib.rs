@@ -13,6 +13,7 @@ mod inbox;
 mod journal;
 mod ledger;
 mod ledger_rows;
+mod push_store;
 mod registry;
 mod settings;
 
@@ -20,6 +21,7 @@ pub use body::PostgresBackend;
 pub use inbox::PostgresInbox;
 pub use journal::PostgresJournal;
 pub use ledger::PostgresLedger;
+pub use push_store::PostgresPushStore;
 pub use registry::PostgresBackends;
 pub use settings::PostgresSettings;
 
