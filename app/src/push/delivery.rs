@@ -218,8 +218,8 @@ impl DeliveryWorker {
     }
 
     /// One sweep at time `at`: claims up to `limit` due registrations (until `at + lease`) and
-    /// serves them, at most `concurrency` at once, each strictly in journal order, then returns
-    /// what happened. A registration's own failures (receiver, journal, store) are handled per
+    /// serves them, at most `concurrency` at once (each turn a tokio task, so call it inside a
+    /// tokio runtime), each strictly in journal order, then returns what happened. A registration's own failures (receiver, journal, store) are handled per
     /// row and counted in the [`Sweep`]. Errors: only the claim itself (`PushStore::due`).
     pub async fn run_once(&self, at: DateTime<Utc>, limit: usize) -> Result<Sweep, StoreError> {
         let due = self
@@ -230,13 +230,24 @@ impl DeliveryWorker {
             claimed: due.len(),
             ..Sweep::default()
         };
+        // Each turn is its own task (so turns use every core), spawned lazily: at most
+        // `concurrency` exist at once.
         let turns: Vec<_> = futures_util::stream::iter(due)
-            .map(|registration| self.serve(registration, at))
+            .map(|registration| {
+                let worker = self.clone();
+                tokio::spawn(async move { worker.serve(registration, at).await })
+            })
             .buffer_unordered(self.settings.concurrency)
             .collect()
             .await;
-        for (turn, delivered) in turns {
-            sweep.add(turn, delivered);
+        for turn in turns {
+            match turn {
+                Ok((turn, delivered)) => sweep.add(turn, delivered),
+                Err(error) => {
+                    tracing::error!(%error, "push: a delivery turn panicked or was cancelled");
+                    sweep.add(Turn::Failed, 0);
+                }
+            }
         }
         Ok(sweep)
     }
