@@ -287,7 +287,11 @@ impl DeliveryWorker {
             }
             tokio::select! {
                 () = &mut shutdown => break,
-                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
+                    if let Err(error) = done {
+                        tracing::error!(%error, "push: a delivery turn panicked");
+                    }
+                }
                 () = tokio::time::sleep(poll) => {}
             }
         }
