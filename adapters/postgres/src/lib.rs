@@ -14,6 +14,7 @@ mod inbox;
 mod journal;
 mod ledger;
 mod ledger_rows;
+mod push_store;
 mod registry;
 mod settings;
 
@@ -22,6 +23,7 @@ pub use connect::{PostgresConfig, connect};
 pub use inbox::PostgresInbox;
 pub use journal::PostgresJournal;
 pub use ledger::PostgresLedger;
+pub use push_store::PostgresPushStore;
 pub use registry::PostgresBackends;
 pub use settings::PostgresSettings;
 
