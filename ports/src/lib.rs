@@ -8,12 +8,16 @@
 mod backends;
 mod clock;
 mod inbox;
+mod journal;
+mod ledger;
 mod messaging;
 mod stream_admin;
 
 pub use backends::Backends;
 pub use clock::{Clock, SystemClock};
 pub use inbox::Inbox;
+pub use journal::Journal;
+pub use ledger::Ledger;
 pub use messaging::MessagingBackend;
 pub use stream_admin::StreamAdmin;
 
@@ -23,6 +27,10 @@ pub use backends::MockBackends;
 pub use clock::MockClock;
 #[cfg(feature = "mock")]
 pub use inbox::MockInbox;
+#[cfg(feature = "mock")]
+pub use journal::MockJournal;
+#[cfg(feature = "mock")]
+pub use ledger::MockLedger;
 #[cfg(feature = "mock")]
 pub use messaging::MockMessagingBackend;
 #[cfg(feature = "mock")]
