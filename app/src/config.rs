@@ -214,6 +214,9 @@ pub struct BusConfig {
     /// A message handed out and not confirmed is not handed out again before this grace, ms.
     /// Default 30 000.
     pub handout_grace_ms: u64,
+    /// Top-up from the ledger hands out a stored message without a delivered receipt once it has
+    /// been stored this long (the inbox normally delivers it first), ms. Default 2000.
+    pub topup_after_ms: u64,
     /// Keep bodies this many days; 0 keeps them forever. Default 0.
     pub retention_days: u64,
     /// How often the retention job runs, seconds. Default 3600.
@@ -234,6 +237,7 @@ impl Default for BusConfig {
             backoff_cap_ms: 60_000,
             backoff_max_attempts: 12,
             handout_grace_ms: 30_000,
+            topup_after_ms: 2_000,
             retention_days: 0,
             retention_interval_s: 3_600,
             max_fetch: 100,

@@ -5,9 +5,22 @@
 //! composition root ([`compose`]) is the only module that names adapters.
 #![warn(missing_docs)]
 
+pub mod acknowledge;
+pub mod admin;
+pub mod backends;
+pub mod bus;
 pub mod cli;
 pub mod config;
+pub mod conversations;
+pub mod deliver;
+pub mod health;
+pub mod history;
 pub mod http;
 pub mod metrics;
+pub mod references;
+pub mod relay;
+pub mod retention;
+pub mod send;
 pub mod shutdown;
 pub mod token;
+pub mod workers;
