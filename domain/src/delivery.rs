@@ -80,7 +80,6 @@ pub struct HandOut {
 
 /// What happened to one [`HandOutRequest`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
 pub enum HandOutOutcome {
     /// A new hand-out was recorded: give it to the agent.
     Issued(HandOut),
@@ -110,7 +109,6 @@ pub enum HandOutOutcome {
 
 /// What happened to one [`DeliveryId`] of a confirm batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[non_exhaustive]
 pub enum ConfirmOutcome {
     /// This call set the receipt's `delivered_at` (and wrote `MessageDelivered` to the run).
     /// Acknowledge `ack` now, after the commit.

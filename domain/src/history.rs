@@ -20,7 +20,6 @@ pub fn validate_limit(limit: usize) -> BusResult<()> {
 /// Why a history item carries no body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-#[non_exhaustive]
 pub enum Absence {
     /// The body is not yet confirmed by its backend. Ends the page; it is read again once stored.
     Pending,

@@ -40,7 +40,6 @@ pub struct Settlement {
 
 /// What one attempt came to, as the relay decided it from `Published` (or reconcile).
 #[derive(Debug, Clone)]
-#[non_exhaustive]
 pub enum SlotOutcome {
     /// The body is stored at `locator`: the message becomes `Stored`, the slot is deleted and one
     /// inbox event per recipient is enqueued — one transaction.
@@ -74,7 +73,6 @@ pub enum SlotOutcome {
 
 /// What the ledger did with one [`Settlement`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum SettleOutcome {
     /// Written.
     Applied,

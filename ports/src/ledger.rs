@@ -256,10 +256,12 @@ pub trait Ledger: Send + Sync {
 
     /// A recipient says it has read a message: sets `acknowledged_at = at` once and writes
     /// `MessageAcknowledged` to the run; never touches the inbox. A repeat returns the receipt
-    /// unchanged (the first time kept) and writes nothing.
+    /// unchanged (the first time kept) and writes nothing (no record either, even when the run
+    /// has since been sealed).
     ///
-    /// Errors: message unknown or another team's → `NotFound`; `agent` not a recipient →
-    /// `Forbidden`; not yet delivered → `Conflict`; run rules (see the trait docs).
+    /// Order of checks: message unknown or another team's → `NotFound`; `agent` not a
+    /// recipient → `Forbidden`; run unknown → `NotFound`, another agent's → `Forbidden`; the
+    /// repeat rule; not yet delivered → `Conflict`; run sealed → `Conflict`.
     async fn acknowledge(
         &self,
         team: Uuid,
