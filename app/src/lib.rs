@@ -24,3 +24,6 @@ pub mod send;
 pub mod shutdown;
 pub mod token;
 pub mod workers;
+
+#[cfg(test)]
+mod usecase_tests;
