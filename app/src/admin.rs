@@ -110,3 +110,10 @@ impl Bus {
         Ok(agent)
     }
 }
+
+impl Bus {
+    /// The agents of `agent`'s team, by name.
+    pub async fn team_agents(&self, agent: &Agent) -> BusResult<Vec<Agent>> {
+        self.ports.ledger.agents(agent.team).await
+    }
+}

@@ -112,3 +112,43 @@ fn query_rejection(rejection: QueryRejection) -> ApiError {
     };
     ApiError(BusError::invalid(reason))
 }
+
+/// A JSON body that may be left out entirely (an empty body is `T::default()`). Malformed JSON
+/// is `400 invalid`; an oversize body `413 too_large`.
+pub struct ApiJsonOrDefault<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJsonOrDefault<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Default,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = match axum::body::Bytes::from_request(req, state).await {
+            Ok(b) => b,
+            Err(rejection) => {
+                return Err(if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError(BusError::TooLarge {
+                        size: REQUEST_LIMIT_BYTES as u64 + 1,
+                        limit: REQUEST_LIMIT_BYTES as u64,
+                    })
+                } else {
+                    ApiError(BusError::invalid("request body could not be read"))
+                });
+            }
+        };
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(ApiJsonOrDefault(T::default()));
+        }
+        serde_json::from_slice(&bytes)
+            .map(ApiJsonOrDefault)
+            .map_err(|e| {
+                ApiError(BusError::invalid(if e.is_syntax() || e.is_eof() {
+                    "request body is not valid JSON".to_owned()
+                } else {
+                    format!("request body does not fit: {e}")
+                }))
+            })
+    }
+}
