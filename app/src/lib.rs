@@ -25,5 +25,11 @@ pub mod shutdown;
 pub mod token;
 pub mod workers;
 
+pub mod commands;
+pub mod compose;
+pub mod demo;
+pub mod logging;
+pub mod server;
+pub mod streams;
 #[cfg(test)]
 mod usecase_tests;

@@ -30,8 +30,10 @@ fn t0() -> DateTime<Utc> {
 }
 
 fn bus(ledger: MockLedger, backends: MockBackends) -> Bus {
-    let mut settings = BusSettings::default();
-    settings.topup_after = Duration::from_secs(2);
+    let mut settings = BusSettings {
+        topup_after: Duration::from_secs(2),
+        ..BusSettings::default()
+    };
     settings.backoff.max_attempts = 3;
     Bus::new(
         Ports {

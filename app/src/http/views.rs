@@ -294,7 +294,9 @@ impl ConfirmItemView {
     pub fn new(delivery_id: Uuid, o: ConfirmOutcome) -> Self {
         let (outcome, message) = match o {
             ConfirmOutcome::Confirmed { message, .. } => ("confirmed", Some(message)),
-            ConfirmOutcome::AlreadyConfirmed { message, .. } => ("already_confirmed", Some(message)),
+            ConfirmOutcome::AlreadyConfirmed { message, .. } => {
+                ("already_confirmed", Some(message))
+            }
             ConfirmOutcome::Unknown => ("unknown", None),
         };
         ConfirmItemView {
