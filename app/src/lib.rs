@@ -25,6 +25,7 @@ pub mod shutdown;
 pub mod token;
 pub mod workers;
 
+pub mod client;
 pub mod commands;
 pub mod compose;
 pub mod demo;
