@@ -57,9 +57,19 @@ pub fn memory_with_clock(
     config: &Config,
     clock: Arc<dyn Clock>,
 ) -> BusResult<(Composed, MemoryParts)> {
+    memory_with(config, clock, memory_config(config))
+}
+
+/// The embedded default with explicit memory adapter limits (tests shrink the inbox to make it
+/// overflow).
+pub fn memory_with(
+    config: &Config,
+    clock: Arc<dyn Clock>,
+    memory: MemoryConfig,
+) -> BusResult<(Composed, MemoryParts)> {
     let settings = BusSettings::from_config(&config.bus);
     let ledger = MemoryLedger::new(config.tenant.clone());
-    let registry = MemoryBackends::new(memory_config(config, &settings), clock.clone())?;
+    let registry = MemoryBackends::new(memory, clock.clone())?;
     let journal: Arc<dyn Journal> = Arc::new(ledger.journal());
     let backends: Arc<dyn Backends> =
         Arc::new(CombinedBackends::new(vec![Arc::new(registry.clone())]));
@@ -82,7 +92,10 @@ pub fn memory_with_clock(
     ))
 }
 
-fn memory_config(config: &Config, settings: &BusSettings) -> MemoryConfig {
+/// The memory adapters' limits for `config`: the body limit of `bus.max_body_bytes`, an inbox
+/// whose ack wait is the hand-out grace.
+pub fn memory_config(config: &Config) -> MemoryConfig {
+    let settings = BusSettings::from_config(&config.bus);
     MemoryConfig {
         bodies: BodiesConfig {
             max_body_bytes: config.bus.max_body_bytes,

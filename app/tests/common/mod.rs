@@ -1,0 +1,156 @@
+//! Shared set-up of the end-to-end tests: the app started in-process on 127.0.0.1:0 and driven
+//! through its real HTTP API.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crewbus::bus::Bus;
+use crewbus::client::{ApiClient, uuid_of};
+use crewbus::compose::{MemoryParts, memory_config, memory_with};
+use crewbus::config::Config;
+use crewbus::server::Server;
+use crewbus::shutdown::Shutdown;
+use crewbus_domain::{Team, Uuid};
+use crewbus_memory::{ManualClock, MemoryConfig};
+use serde_json::Value;
+
+/// One agent of the test team.
+pub struct TestAgent {
+    pub name: String,
+    pub id: Uuid,
+    pub recipient_key: String,
+    pub token: String,
+    pub client: ApiClient,
+}
+
+/// A running app on the memory combination with a manual clock.
+pub struct MemoryApp {
+    pub server: Server,
+    pub bus: Bus,
+    pub parts: MemoryParts,
+    pub clock: ManualClock,
+    pub team: Team,
+    pub agents: Vec<TestAgent>,
+    pub config: Config,
+}
+
+/// The test configuration: hand-out grace 30 s (on the manual clock), top-up after 2 s.
+pub fn test_config() -> Config {
+    let mut c = Config::default();
+    c.listen = "127.0.0.1:0".parse().unwrap();
+    c.bus.handout_grace_ms = 30_000;
+    c.bus.topup_after_ms = 2_000;
+    c.bus.idle_poll_ms = 10;
+    c.bus.backoff_base_ms = 1_000;
+    c.bus.backoff_cap_ms = 4_000;
+    c
+}
+
+impl MemoryApp {
+    pub async fn start(agents: &[&str]) -> MemoryApp {
+        let config = test_config();
+        let memory = memory_config(&config);
+        Self::start_with(config, memory, agents).await
+    }
+
+    pub async fn start_with(config: Config, memory: MemoryConfig, agents: &[&str]) -> MemoryApp {
+        let clock = ManualClock::new(chrono::Utc::now());
+        let (composed, parts) = memory_with(&config, Arc::new(clock.clone()), memory).unwrap();
+        let bus = composed.bus;
+        let team = bus.add_team("team-a", None, None).await.unwrap();
+        let server = Server::start(bus.clone(), config.listen, Shutdown::new())
+            .await
+            .unwrap();
+        let mut list = Vec::new();
+        for name in agents {
+            let new = bus.add_agent(team.id, name).await.unwrap();
+            list.push(TestAgent {
+                name: name.to_string(),
+                id: new.agent.id,
+                recipient_key: new.agent.recipient_key.clone(),
+                token: new.token.clone(),
+                client: ApiClient::new(server.url(), Some(new.token)),
+            });
+        }
+        MemoryApp {
+            server,
+            bus,
+            parts,
+            clock,
+            team,
+            agents: list,
+            config,
+        }
+    }
+
+    /// A client without a token.
+    pub fn anonymous(&self) -> ApiClient {
+        ApiClient::new(self.server.url(), None)
+    }
+
+    /// Another team with one agent, on the same server.
+    pub async fn other_team_agent(&self, name: &str) -> TestAgent {
+        let team = self
+            .bus
+            .add_team(&format!("team-{name}"), None, None)
+            .await
+            .unwrap();
+        let new = self.bus.add_agent(team.id, name).await.unwrap();
+        TestAgent {
+            name: name.into(),
+            id: new.agent.id,
+            recipient_key: new.agent.recipient_key.clone(),
+            token: new.token.clone(),
+            client: ApiClient::new(self.server.url(), Some(new.token)),
+        }
+    }
+
+    pub fn advance(&self, d: Duration) {
+        self.clock.advance(d);
+    }
+}
+
+/// Polls `f` until it returns `Some`, failing the test after `secs` seconds.
+pub async fn eventually<T, F, Fut>(what: &str, secs: u64, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Fetches (without confirming) until `n` deliveries arrived in total; fails after 10 s.
+pub async fn fetch_n(agent: &TestAgent, n: usize) -> Vec<Value> {
+    let mut got = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while got.len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "{} got {} of {n} deliveries",
+            agent.name,
+            got.len()
+        );
+        let batch = agent.client.fetch(100).await.unwrap();
+        if batch.is_empty() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        got.extend(batch);
+    }
+    got
+}
+
+pub fn delivery_ids(ds: &[Value]) -> Vec<Uuid> {
+    ds.iter().map(|d| uuid_of(&d["delivery_id"])).collect()
+}
+
+pub fn message_ids(ds: &[Value]) -> Vec<Uuid> {
+    ds.iter().map(|d| uuid_of(&d["message"]["id"])).collect()
+}
