@@ -37,8 +37,10 @@ pub struct MemoryApp {
 
 /// The test configuration: hand-out grace 30 s (on the manual clock), top-up after 2 s.
 pub fn test_config() -> Config {
-    let mut c = Config::default();
-    c.listen = "127.0.0.1:0".parse().unwrap();
+    let mut c = Config {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..Config::default()
+    };
     c.bus.handout_grace_ms = 30_000;
     c.bus.topup_after_ms = 2_000;
     c.bus.idle_poll_ms = 10;
