@@ -60,6 +60,12 @@ mod fixture;
 pub mod harness;
 pub mod idempotency;
 pub mod inbox;
+pub mod journal;
+pub mod ledger;
+mod ledger_fixture;
+mod ledger_scene;
+pub mod ledger_time;
+pub mod postgres;
 pub mod samples;
 pub mod wait;
 
@@ -68,3 +74,6 @@ pub use fixture::{
     BodyFixture, FixtureError, FixtureFactory, InboxFixture, Namespace, TeamFixture,
 };
 pub use harness::{Behaviour, BehaviourFn, Port, behaviours, runtime, trials};
+pub use journal::journal_behaviours;
+pub use ledger::ledger_behaviours;
+pub use ledger_fixture::{BehaviourFuture, LedgerBehaviour, LedgerFixture};

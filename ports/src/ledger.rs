@@ -123,6 +123,10 @@ pub trait Ledger: Send + Sync {
     /// `NotFound`.
     async fn conversation(&self, team: Uuid, conversation: Uuid) -> BusResult<Conversation>;
 
+    /// Every conversation of `team`, oldest first (operator tools: e.g. whether a body backend
+    /// is still used before its streams are removed). Errors: unknown team → `NotFound`.
+    async fn conversations(&self, team: Uuid) -> BusResult<Vec<Conversation>>;
+
     /// The conversations `agent` is a member of, oldest first. Errors: unknown agent →
     /// `NotFound`.
     async fn conversations_for(&self, team: Uuid, agent: Uuid) -> BusResult<Vec<Conversation>>;

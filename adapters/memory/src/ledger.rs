@@ -352,6 +352,18 @@ impl Ledger for MemoryLedger {
             .clone())
     }
 
+    async fn conversations(&self, team: Uuid) -> BusResult<Vec<Conversation>> {
+        let st = self.state()?;
+        st.team_of(team)?;
+        let mut rows: Vec<&ConversationRow> = st
+            .conversations
+            .values()
+            .filter(|c| c.conversation.team == team)
+            .collect();
+        rows.sort_by_key(|c| c.order);
+        Ok(rows.into_iter().map(|c| c.conversation.clone()).collect())
+    }
+
     async fn conversations_for(&self, team: Uuid, agent: Uuid) -> BusResult<Vec<Conversation>> {
         let st = self.state()?;
         st.agent_of(team, agent)?;
