@@ -11,9 +11,14 @@
 
 use std::sync::Arc;
 
-use crewbus_domain::{BusResult, Quotas};
+use std::time::Duration;
+
+use crewbus_domain::{BusError, BusResult, Quotas};
 use crewbus_memory::{BodiesConfig, InboxConfig, MemoryBackends, MemoryConfig, MemoryLedger};
 use crewbus_ports::{Backends, Clock, Journal, Ledger, SystemClock};
+use crewbus_postgres::{PostgresBackends, PostgresLedger, PostgresSettings};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
 
 use crate::backends::CombinedBackends;
 use crate::bus::{Bus, BusSettings, Ports};
@@ -48,8 +53,71 @@ pub async fn compose(config: &Config) -> BusResult<Composed> {
 
 /// [`compose`] with an injected clock.
 pub async fn compose_with_clock(config: &Config, clock: Arc<dyn Clock>) -> BusResult<Composed> {
+    if config.database.is_some() {
+        let pool = connect(config).await?;
+        return postgres_with_pool(config, pool, clock).await;
+    }
     let (composed, _) = memory_with_clock(config, clock)?;
     Ok(composed)
+}
+
+/// Connects the pool `[database]` describes. Errors: no `[database]` → `Invalid`; the database
+/// unreachable → `Unavailable` (the URL is never in the message).
+pub async fn connect(config: &Config) -> BusResult<PgPool> {
+    let db = config
+        .database
+        .as_ref()
+        .ok_or_else(|| BusError::invalid("no [database] configured (CREWBUS_DATABASE__URL)"))?;
+    let what = crate::config::redact_url(db.url.expose());
+    PgPoolOptions::new()
+        .max_connections(db.max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(db.url.expose())
+        .await
+        .map_err(|e| BusError::unavailable_from(format!("database {what}"), e))
+}
+
+/// Postgres for the ledger, journal, inbox and bodies over `pool` (migrations applied first
+/// when `database.migrate_on_start`, the default).
+pub async fn postgres_with_pool(
+    config: &Config,
+    pool: PgPool,
+    clock: Arc<dyn Clock>,
+) -> BusResult<Composed> {
+    if config.database.as_ref().is_none_or(|d| d.migrate_on_start) {
+        crewbus_postgres::migrate(&pool).await?;
+    }
+    let settings = BusSettings::from_config(&config.bus);
+    let ledger = PostgresLedger::new(pool.clone(), config.tenant.clone());
+    let journal: Arc<dyn Journal> = Arc::new(ledger.journal());
+    let postgres = PostgresBackends::new(
+        pool,
+        clock.clone(),
+        PostgresSettings {
+            max_body_bytes: config.bus.max_body_bytes,
+            ack_wait: settings.handout_grace,
+            ..PostgresSettings::default()
+        },
+    );
+    let registries: Vec<Arc<dyn Backends>> = vec![Arc::new(postgres)];
+    let ports = Ports {
+        ledger: Arc::new(ledger) as Arc<dyn Ledger>,
+        backends: Arc::new(CombinedBackends::new(registries)),
+        clock,
+        broker: None,
+    };
+    let description = match &config.database {
+        Some(d) => format!(
+            "ledger=postgres inbox=postgres bodies=postgres ({})",
+            crate::config::redact_url(d.url.expose())
+        ),
+        None => "ledger=postgres inbox=postgres bodies=postgres".to_owned(),
+    };
+    Ok(Composed {
+        bus: Bus::new(ports, settings),
+        journal,
+        description,
+    })
 }
 
 /// The embedded default: memory for every port, limits from `config.bus`.
@@ -112,15 +180,30 @@ pub fn memory_config(config: &Config) -> MemoryConfig {
     }
 }
 
-/// Applies pending Postgres migrations; returns the versions applied. Errors: no `[database]`
-/// → `Invalid`.
+/// Applies pending Postgres migrations; returns the versions applied now (empty when the schema
+/// was up to date). Errors: no `[database]` → `Invalid`; unreachable → `Unavailable`; a refused
+/// migration → `Conflict`.
 pub async fn migrate(config: &Config) -> BusResult<Vec<String>> {
-    if config.database.is_none() {
-        return Err(crewbus_domain::BusError::invalid(
-            "migrate needs [database] (CREWBUS_DATABASE__URL)",
-        ));
-    }
-    Err(crewbus_domain::BusError::invalid(
-        "Postgres is not built into this binary yet",
-    ))
+    let pool = connect(config).await?;
+    let before = applied_versions(&pool).await;
+    crewbus_postgres::migrate(&pool).await?;
+    let after = applied_versions(&pool).await;
+    Ok(after
+        .into_iter()
+        .filter(|v| !before.contains(v))
+        .map(|v| {
+            crewbus_postgres::MIGRATOR
+                .iter()
+                .find(|m| m.version == v)
+                .map_or_else(|| v.to_string(), |m| format!("{v} {}", m.description))
+        })
+        .collect())
+}
+
+/// Versions recorded in sqlx's migrations table (empty when it does not exist yet).
+async fn applied_versions(pool: &PgPool) -> Vec<i64> {
+    sqlx::query_scalar::<_, i64>("SELECT version FROM _sqlx_migrations WHERE success")
+        .fetch_all(pool)
+        .await
+        .unwrap_or_default()
 }

@@ -8,7 +8,13 @@ use crate::config::LogConfig;
 
 /// Installs the global subscriber once. A bad directive falls back to `info` with a warning.
 pub fn init(config: &LogConfig) {
-    let (filter, bad) = match config.level.parse::<Targets>() {
+    // sqlx logs every server notice at info; keep it at warn unless asked for.
+    let level = if config.level.contains("sqlx") {
+        config.level.clone()
+    } else {
+        format!("sqlx=warn,{}", config.level)
+    };
+    let (filter, bad) = match level.parse::<Targets>() {
         Ok(t) => (t, false),
         Err(_) => ("info".parse::<Targets>().expect("`info` parses"), true),
     };
