@@ -7,10 +7,11 @@ use std::time::{Duration, Instant};
 
 use crewbus::bus::Bus;
 use crewbus::client::{ApiClient, uuid_of};
-use crewbus::compose::{MemoryParts, memory_config, memory_with};
+use crewbus::compose::{MemoryParts, memory_config, memory_with, postgres_with_pool};
 use crewbus::config::Config;
 use crewbus::server::Server;
 use crewbus::shutdown::Shutdown;
+use crewbus_conformance::postgres::TestDatabase;
 use crewbus_domain::{Team, Uuid};
 use crewbus_memory::{ManualClock, MemoryConfig};
 use serde_json::Value;
@@ -24,11 +25,14 @@ pub struct TestAgent {
     pub client: ApiClient,
 }
 
-/// A running app on the memory combination with a manual clock.
-pub struct MemoryApp {
+pub mod scenarios;
+
+/// A running app with a manual clock: the memory combination (`parts`) or Postgres (`db`).
+pub struct TestApp {
     pub server: Server,
     pub bus: Bus,
     pub parts: MemoryParts,
+    pub db: Option<TestDatabase>,
     pub clock: ManualClock,
     pub team: Team,
     pub agents: Vec<TestAgent>,
@@ -49,7 +53,35 @@ pub fn test_config() -> Config {
     c
 }
 
-impl MemoryApp {
+pub type MemoryApp = TestApp;
+
+impl TestApp {
+    /// The Postgres combination (ledger, journal, inbox, bodies) on a fresh database of
+    /// `DATABASE_URL`'s server.
+    pub async fn postgres(label: &str, agents: &[&str]) -> TestApp {
+        let db = TestDatabase::create(label, |pool| async move {
+            crewbus_postgres::migrate(&pool).await
+        })
+        .await;
+        let config = test_config();
+        let clock = ManualClock::new(chrono::Utc::now());
+        let composed = postgres_with_pool(&config, db.pool().clone(), Arc::new(clock.clone()))
+            .await
+            .unwrap();
+        // Unused on Postgres, kept so scenarios share one type.
+        let (_, parts) =
+            memory_with(&config, Arc::new(clock.clone()), memory_config(&config)).unwrap();
+        Self::finish(config, composed.bus, parts, Some(db), clock, agents).await
+    }
+
+    /// Stops the server; on Postgres drops the test database (kept when the test failed).
+    pub async fn finish_test(self) {
+        self.server.stop().await;
+        if let Some(db) = self.db {
+            db.passed().await;
+        }
+    }
+
     pub async fn start(agents: &[&str]) -> MemoryApp {
         let config = test_config();
         let memory = memory_config(&config);
@@ -59,7 +91,17 @@ impl MemoryApp {
     pub async fn start_with(config: Config, memory: MemoryConfig, agents: &[&str]) -> MemoryApp {
         let clock = ManualClock::new(chrono::Utc::now());
         let (composed, parts) = memory_with(&config, Arc::new(clock.clone()), memory).unwrap();
-        let bus = composed.bus;
+        Self::finish(config, composed.bus, parts, None, clock, agents).await
+    }
+
+    async fn finish(
+        config: Config,
+        bus: Bus,
+        parts: MemoryParts,
+        db: Option<TestDatabase>,
+        clock: ManualClock,
+        agents: &[&str],
+    ) -> TestApp {
         let team = bus.add_team("team-a", None, None).await.unwrap();
         let server = Server::start(bus.clone(), config.listen, Shutdown::new())
             .await
@@ -75,10 +117,11 @@ impl MemoryApp {
                 client: ApiClient::new(server.url(), Some(new.token)),
             });
         }
-        MemoryApp {
+        TestApp {
             server,
             bus,
             parts,
+            db,
             clock,
             team,
             agents: list,
