@@ -407,6 +407,12 @@ impl From<async_nats::jetstream::consumer::pull::BatchError> for Failure {
     }
 }
 
+impl From<jetstream::Error> for Failure {
+    fn from(e: jetstream::Error) -> Self {
+        Failure::with(Fault::Code(e.error_code().0), e)
+    }
+}
+
 impl From<tokio::time::error::Elapsed> for Failure {
     fn from(_: tokio::time::error::Elapsed) -> Self {
         Failure::new(Fault::TimedOut)

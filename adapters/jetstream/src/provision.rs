@@ -1,11 +1,13 @@
 //! Creating, finding, re-limiting and deleting a team's streams, and the account's storage.
 
+use async_nats::jetstream::response::Response;
 use async_nats::jetstream::stream::{self, DiscardPolicy, Info, RetentionPolicy, StorageType};
 use async_nats::jetstream::{self as js_api};
 use crewbus_domain::{
     BusError, BusResult, Provisioned, QuotaChange, Quotas, StorageAccount, StreamKind, Uuid,
 };
 use futures_util::StreamExt;
+use serde::Deserialize;
 
 use crate::backend::JetStreamBackend;
 use crate::config::Config;
@@ -16,6 +18,36 @@ use crate::errors::{Failure, Op, bus_error, code};
 pub const BODY_STREAM_MAX_MESSAGE_SIZE: i32 = 2 * 1024 * 1024;
 /// Largest message the inbox stream stores, in bytes (references carry ids, never bodies).
 pub const INBOX_STREAM_MAX_MESSAGE_SIZE: i32 = 64 * 1024;
+
+/// `$JS.API.INFO` as every server line answers it (fields a line omits default to 0 / −1).
+#[derive(Debug, Deserialize)]
+struct AccountInfo {
+    #[serde(default)]
+    storage: u64,
+    #[serde(default)]
+    reserved_storage: u64,
+    #[serde(default)]
+    limits: AccountLimits,
+}
+
+#[derive(Debug, Deserialize)]
+struct AccountLimits {
+    /// File storage budget in bytes; −1 is unlimited.
+    #[serde(default = "unlimited")]
+    max_storage: i64,
+}
+
+impl Default for AccountLimits {
+    fn default() -> Self {
+        AccountLimits {
+            max_storage: unlimited(),
+        }
+    }
+}
+
+fn unlimited() -> i64 {
+    -1
+}
 
 /// A provisioning session: one connection, closed when dropped.
 struct Admin {
@@ -124,11 +156,19 @@ impl Admin {
     }
 
     async fn account(&self) -> BusResult<StorageAccount> {
-        let account = self
+        // Read `$JS.API.INFO` with our own lenient shape: async-nats 0.51's `query_account`
+        // requires `reserved_storage`, which nats-server 2.9.10 does not send.
+        let response: Response<AccountInfo> = self
             .js
-            .query_account()
+            .request("INFO", &())
             .await
             .map_err(|e| bus_error(Op::Request, "account info", Failure::from(e)))?;
+        let account = match response {
+            Response::Ok(a) => a,
+            Response::Err { error } => {
+                return Err(bus_error(Op::Request, "account info", Failure::from(error)));
+            }
+        };
         // 2.9.10 does not report reserved storage: compute Σ max_bytes × replicas.
         let mut computed: u64 = 0;
         let mut streams = self.js.streams();
@@ -145,11 +185,7 @@ impl Admin {
         Ok(StorageAccount {
             used: account.storage,
             reserved: account.reserved_storage.max(computed),
-            budget: account
-                .limits
-                .max_storage
-                .filter(|b| *b >= 0)
-                .map(|b| b as u64),
+            budget: u64::try_from(account.limits.max_storage).ok(),
         })
     }
 
