@@ -17,8 +17,8 @@ use crewbus_conformance::nats::{
     self, NatsCluster, NatsOptions, NatsServer, UserPassword, parse_version,
 };
 use crewbus_domain::{BusError, Envelope, Locator, Published, Quotas, Secret, StreamKind, Uuid};
-use crewbus_jetstream::{Config, Credential, JetStreamBackend};
-use crewbus_ports::MessagingBackend;
+use crewbus_jetstream::{Config, Credential, JetStreamAdmin, JetStreamBackend, JetStreamRegistry};
+use crewbus_ports::{Backends, MessagingBackend, StreamAdmin};
 use libtest_mimic::{Arguments, Completion, Trial};
 
 const MIB: u64 = 1024 * 1024;
@@ -1143,6 +1143,127 @@ async fn r3_cluster_keeps_accepting_and_serving_with_one_node_stopped(_h: Arc<Ha
 }
 
 // ---------------------------------------------------------------------------------------------
+// Registry and admin
+// ---------------------------------------------------------------------------------------------
+
+async fn registry_shares_one_connection_and_caches_teams(h: Arc<Harness>) {
+    let registry = JetStreamRegistry::new(h.rt()).expect("registry");
+    assert_eq!(
+        registry.connections_opened(),
+        0,
+        "nothing contacted before the first lookup"
+    );
+    let mut teams = Vec::new();
+    for _ in 0..12 {
+        teams.push(new_team(&h).await.0);
+    }
+    for team in &teams {
+        let bodies = registry
+            .body_backend(*team, JetStreamBackend::NAME)
+            .await
+            .expect("body backend");
+        assert_eq!(bodies.name(), JetStreamBackend::NAME);
+        let inbox = registry
+            .inbox(*team, JetStreamBackend::NAME)
+            .await
+            .expect("inbox");
+        confirmed(&inbox.publish_reference("gina", Uuid::new_v4(), "{}").await);
+        let e = envelope(*team, "via registry");
+        let (loc, _) = confirmed(&bodies.publish(e.clone()).await);
+        assert!(
+            bodies
+                .fetch(&loc, e.message_id)
+                .await
+                .expect("fetch")
+                .is_some()
+        );
+    }
+    assert_eq!(
+        registry.connections_opened(),
+        1,
+        "one connection for every team"
+    );
+    assert_eq!(registry.cached_teams(), teams.len());
+    assert!(matches!(
+        registry.body_backend(teams[0], "postgres").await,
+        Err(BusError::NotFound { .. })
+    ));
+    assert!(matches!(
+        registry.inbox(Uuid::new_v4(), JetStreamBackend::NAME).await,
+        Err(BusError::NotProvisioned { .. })
+    ));
+}
+
+async fn registry_evicts_a_team_whose_streams_vanished(h: Arc<Harness>) {
+    let registry = JetStreamRegistry::with_revalidation(h.rt(), Duration::ZERO).expect("registry");
+    let (team, _) = new_team(&h).await;
+    registry
+        .body_backend(team, JetStreamBackend::NAME)
+        .await
+        .expect("served");
+    assert_eq!(registry.cached_teams(), 1);
+    JetStreamBackend::deprovision(&h.prov(), team)
+        .await
+        .expect("deprovision");
+    assert!(matches!(
+        registry.body_backend(team, JetStreamBackend::NAME).await,
+        Err(BusError::NotProvisioned { .. })
+    ));
+    assert_eq!(registry.cached_teams(), 0, "evicted, not served stale");
+}
+
+async fn admin_port_runs_the_associated_functions(h: Arc<Harness>) {
+    let admin: Arc<dyn StreamAdmin> = Arc::new(JetStreamAdmin::new(h.prov()));
+    assert!(admin.reachable().await);
+    let team = Uuid::new_v4();
+    let bodies = admin.provision(team).await.expect("provision");
+    let inbox = admin.provision_inbox(team).await.expect("provision inbox");
+    assert!(bodies.created && inbox.created);
+    assert_eq!(bodies.kind, StreamKind::Bodies);
+    assert_eq!(inbox.kind, StreamKind::Inbox);
+    let change = admin
+        .check_update(team, StreamKind::Inbox)
+        .await
+        .expect("check");
+    assert!(change.is_noop());
+    let same = admin
+        .apply_update(team, StreamKind::Inbox, &change)
+        .await
+        .expect("apply no-op");
+    assert_eq!(same.limits, inbox.limits);
+    admin.storage_account().await.expect("account");
+    admin.deprovision(team).await.expect("deprovision");
+    assert!(matches!(
+        admin.check_update(team, StreamKind::Bodies).await,
+        Err(BusError::NotProvisioned { .. })
+    ));
+    let unreachable = JetStreamAdmin::new(base_config(&format!(
+        "nats://127.0.0.1:{}",
+        nats::free_port()
+    )));
+    assert!(!unreachable.reachable().await);
+}
+
+async fn configured_body_limit_below_the_server_is_the_effective_limit(h: Arc<Harness>) {
+    let mut rt = h.rt();
+    rt.body_limit = 1000;
+    let team = Uuid::new_v4();
+    JetStreamBackend::provision(&h.prov(), team)
+        .await
+        .expect("provision");
+    let b = JetStreamBackend::connect(&rt, team).await.expect("connect");
+    assert_eq!(b.body_limit(), 1000);
+    confirmed(&b.publish(envelope(team, "z".repeat(1000))).await);
+    assert!(matches!(
+        b.publish(envelope(team, "z".repeat(1001))).await,
+        Published::Fatal(BusError::TooLarge {
+            size: 1001,
+            limit: 1000
+        })
+    ));
+}
+
+// ---------------------------------------------------------------------------------------------
 // Registration
 // ---------------------------------------------------------------------------------------------
 
@@ -1207,6 +1328,10 @@ fn main() {
         Credentials => lowering_a_limit_evicts_on_2_9_and_not_on_the_current_line,
         OwnServer => account_budget_refuses_a_stream_that_does_not_fit,
         Cluster => r3_cluster_keeps_accepting_and_serving_with_one_node_stopped,
+        Any => registry_shares_one_connection_and_caches_teams,
+        Any => registry_evicts_a_team_whose_streams_vanished,
+        Any => admin_port_runs_the_associated_functions,
+        Any => configured_body_limit_below_the_server_is_the_effective_limit,
     ];
     let trials = list
         .into_iter()

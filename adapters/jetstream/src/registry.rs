@@ -2,6 +2,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -28,11 +29,13 @@ struct Cached {
 /// One registry holds one [`Config`], so one (servers, credential) pair: it opens ONE connection,
 /// lazily, and every team's adapter shares it — thousands of teams never open thousands of
 /// connections. Adapters are cached per team; a cached team's streams are checked again at most
-/// every [`REVALIDATE_AFTER`], and a team whose streams vanished is evicted and reported
+/// every [`REVALIDATE_AFTER`] (configurable), and a team whose streams vanished is evicted and reported
 /// (`NotProvisioned`, logged), never served stale.
 pub struct JetStreamRegistry {
     config: Config,
+    revalidate_after: Duration,
     connection: tokio::sync::Mutex<Option<Client>>,
+    connections_opened: AtomicU64,
     teams: Mutex<HashMap<Uuid, Cached>>,
 }
 
@@ -48,12 +51,26 @@ impl JetStreamRegistry {
     /// A registry for `config` (validated now; nothing is contacted until the first lookup).
     /// Errors: `Invalid` config.
     pub fn new(config: Config) -> BusResult<Self> {
+        Self::with_revalidation(config, REVALIDATE_AFTER)
+    }
+
+    /// [`JetStreamRegistry::new`] with another revalidation interval (`Duration::ZERO` checks
+    /// the team's streams on every lookup).
+    pub fn with_revalidation(config: Config, revalidate_after: Duration) -> BusResult<Self> {
         config.validate()?;
         Ok(JetStreamRegistry {
             config,
+            revalidate_after,
             connection: tokio::sync::Mutex::new(None),
+            connections_opened: AtomicU64::new(0),
             teams: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// How many connections this registry has opened (1 after the first lookup, whatever the
+    /// number of teams; more only if opening failed and was retried).
+    pub fn connections_opened(&self) -> u64 {
+        self.connections_opened.load(Ordering::Relaxed)
     }
 
     /// How many team adapters are cached.
@@ -67,6 +84,7 @@ impl JetStreamRegistry {
             return Ok(client.clone());
         }
         let client = connection::open(&self.config).await?;
+        self.connections_opened.fetch_add(1, Ordering::Relaxed);
         *slot = Some(client.clone());
         Ok(client)
     }
@@ -92,26 +110,39 @@ impl JetStreamRegistry {
         }
     }
 
-    async fn team(&self, team: Uuid, kind: StreamKind) -> BusResult<JetStreamBackend> {
+    /// The team's adapter: cached, or connected over the shared connection. A team is served
+    /// while both its streams exist; they are checked on first use and again once the cache
+    /// entry is older than the revalidation interval.
+    async fn team(&self, team: Uuid) -> BusResult<JetStreamBackend> {
         let client = self.client().await?;
         let cached = {
             let teams = self.teams.lock().expect("registry cache");
-            teams
-                .get(&team)
-                .map(|c| (c.backend.clone(), c.checked.elapsed() < REVALIDATE_AFTER))
+            teams.get(&team).map(|c| {
+                (
+                    c.backend.clone(),
+                    c.checked.elapsed() < self.revalidate_after,
+                )
+            })
         };
         let backend = match cached {
-            Some((backend, true)) if kind == StreamKind::Bodies => return Ok(backend),
-            Some((backend, _)) => backend,
+            Some((backend, true)) => return Ok(backend),
+            Some((backend, false)) => backend,
             None => JetStreamBackend::connect_with(client.clone(), &self.config, team).await?,
         };
-        for k in [StreamKind::Bodies, kind] {
-            if !self.stream_exists(&client, team, k).await? {
-                self.teams.lock().expect("registry cache").remove(&team);
-                let name = self.config.stream_name(team, k);
-                tracing::warn!(team = %team, stream = %name, "team stream missing: adapter evicted");
+        for kind in [StreamKind::Bodies, StreamKind::Inbox] {
+            if !self.stream_exists(&client, team, kind).await? {
+                let evicted = self
+                    .teams
+                    .lock()
+                    .expect("registry cache")
+                    .remove(&team)
+                    .is_some();
+                let name = self.config.stream_name(team, kind);
+                if evicted {
+                    tracing::warn!(team = %team, stream = %name, "team stream vanished: adapter evicted");
+                }
                 return Err(BusError::NotProvisioned {
-                    what: format!("{k} stream {name}"),
+                    what: format!("{kind} stream {name}"),
                     remedy: Config::provision_command(team),
                 });
             }
@@ -142,11 +173,11 @@ impl Backends for JetStreamRegistry {
 
     async fn body_backend(&self, team: Uuid, name: &str) -> BusResult<Arc<dyn MessagingBackend>> {
         Self::check_name(name)?;
-        Ok(Arc::new(self.team(team, StreamKind::Bodies).await?))
+        Ok(Arc::new(self.team(team).await?))
     }
 
     async fn inbox(&self, team: Uuid, name: &str) -> BusResult<Arc<dyn Inbox>> {
         Self::check_name(name)?;
-        Ok(Arc::new(self.team(team, StreamKind::Inbox).await?))
+        Ok(Arc::new(self.team(team).await?))
     }
 }
