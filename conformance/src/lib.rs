@@ -1,5 +1,72 @@
-//! crewbus conformance suite: one async function per behaviour, generic over each port, and the
-//! real-server fixtures the adapters' test targets use.
+//! crewbus conformance suite: one async function per behaviour of the bus ports, generic over
+//! the adapter, the harness that turns them into tests, and the real-server fixtures
+//! ([`nats`]: a spawned `nats-server`, restartable, with a 3-node cluster variant).
+//!
+//! # The behaviours
+//!
+//! Every public `async fn` in [`bodies`], [`inbox`], [`idempotency`] and [`ack_after_commit`]
+//! is one behaviour, named after it (`publish_is_idempotent_on_publish_key`,
+//! `reference_is_redelivered_until_acked`, …). Each takes a fixture (`&F` where `F:
+//! BodyFixture`, `InboxFixture` or `TeamFixture`, `?Sized` so `dyn` works) that hands out the
+//! ports as `Arc<dyn MessagingBackend>` / `Arc<dyn Inbox>`, starts from a fresh namespace, and
+//! panics on a failed assertion. Assertions compare error *variants* (`matches!`), never
+//! message text. Nothing sleeps a fixed time: time moves through [`Namespace::advance`], and
+//! anything that may take a moment to show up is polled against a deadline
+//! ([`wait::Deadline`], [`wait::fetch_at_least`]).
+//!
+//! [`behaviours`] lists them all with the [`Capability`]s they need.
+//!
+//! # Plugging an adapter in
+//!
+//! 1. Implement [`Namespace`] + [`BodyFixture`] + [`InboxFixture`] on one per-test type (it is
+//!    then a [`TeamFixture`]): a **fresh** random team id (and a second team for the forbidden
+//!    cases), both teams' ports as trait objects, `advance`/`now`, and `delete_consumer`. Keep
+//!    per-test resources (a temporary database, a manual clock) in it; they drop with it.
+//! 2. Implement [`FixtureFactory`]: declare [`Capabilities`] (exactly the limits the adapters
+//!    are configured with) and build one fixture per call. Shared resources (a spawned
+//!    `nats-server`, a pool) live in the factory. A server that cannot be had is an error from
+//!    `fixture()`, which fails the trial loudly — never a skip.
+//! 3. In `tests/<adapter>.rs` (`harness = false` in `Cargo.toml`):
+//!
+//! ```text
+//! fn main() {
+//!     let args = libtest_mimic::Arguments::from_args();
+//!     let runtime = crewbus_conformance::runtime();
+//!     let factory = Arc::new(runtime.block_on(MyFactory::start()));
+//!     let trials = crewbus_conformance::trials("myadapter", factory, &runtime);
+//!     libtest_mimic::run(&args, trials).exit();
+//! }
+//! ```
+//!
+//! Every behaviour becomes its own trial, `<target>::<port>::<behaviour>`, so `cargo test`'s
+//! `N passed; M ignored` counts behaviours. A behaviour needing a capability the factory does not
+//! declare is ignored at run time and the output names it:
+//! `test [missing:inbox_dedup_for_life] jetstream::inbox::reference_dedup_outlives_… ... ignored
+//! (missing capability: inbox_dedup_for_life)`. Each trial runs as a task on the shared
+//! multi-thread [`runtime`], bounded by [`harness::TRIAL_TIMEOUT`].
+//!
+//! # Time
+//!
+//! Memory and Postgres read time from an injected clock: their fixtures hold a manual clock per
+//! namespace and `advance` moves it at once (`instant_advance: true`). JetStream's ack wait and
+//! duplicate window run on the server: its fixture configures short windows (ack wait ≈ 1 s,
+//! duplicate window ≈ 2 s) and `advance` waits the real duration; behaviours call `advance` only
+//! where such a window is the behaviour under test.
 #![warn(missing_docs)]
 
+pub mod ack_after_commit;
+pub mod bodies;
+mod capabilities;
+mod fixture;
+pub mod harness;
+pub mod idempotency;
+pub mod inbox;
 pub mod nats;
+pub mod samples;
+pub mod wait;
+
+pub use capabilities::{Capabilities, Capability};
+pub use fixture::{
+    BodyFixture, FixtureError, FixtureFactory, InboxFixture, Namespace, TeamFixture,
+};
+pub use harness::{Behaviour, BehaviourFn, Port, behaviours, runtime, trials};

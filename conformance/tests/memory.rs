@@ -1,1 +1,190 @@
-fn main() {}
+//! The conformance suite on the memory adapters, every behaviour its own test.
+//!
+//! Two configurations run the whole list, both through trait objects handed out by the
+//! `Backends` registry (`Arc<dyn MessagingBackend>`, `Arc<dyn Inbox>`), which is the path the
+//! application uses:
+//! - `memory::…` — the defaults that matter (1 MiB bodies, dedup for the life of the inbox) with
+//!   small quotas a test can fill; every capability declared.
+//! - `memory_windowed::…` — configured like a JetStream deployment: a lower body limit, an inbox
+//!   duplicate window, a short ack wait and `max_deliver` of 2. It exercises the window code and
+//!   lacks `inbox_dedup_for_life`, so that behaviour is reported as ignored with its capability.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use crewbus_conformance::{
+    BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, Namespace, TeamFixture,
+};
+use crewbus_domain::{BusError, BusResult, MAX_BODY_BYTES, Quotas};
+use crewbus_memory::{BodiesConfig, InboxConfig, ManualClock, MemoryBackends, MemoryConfig};
+use crewbus_ports::{Backends, Clock, Inbox, MessagingBackend};
+use uuid::Uuid;
+
+/// Builds a registry with its own manual clock per test.
+struct MemoryFactory {
+    config: MemoryConfig,
+    capabilities: Capabilities,
+}
+
+impl MemoryFactory {
+    fn new(config: MemoryConfig, dedup_window_is_life: bool) -> Self {
+        let capabilities = Capabilities {
+            backend_name: MemoryBackends::NAME,
+            body_limit_bytes: config.bodies.max_body_bytes,
+            body_quota: Some(config.bodies.quota),
+            body_duplicate_window: None,
+            ack_wait: config.inbox.ack_wait,
+            max_deliver: Some(config.inbox.max_deliver),
+            inbox_overflow_limit: Some(config.inbox.max_messages),
+            inbox_dedup_for_life: dedup_window_is_life,
+            inbox_duplicate_window: config.inbox.duplicate_window,
+            delete_consumer: true,
+            instant_advance: true,
+            settle_timeout: Duration::from_secs(5),
+        };
+        MemoryFactory {
+            config,
+            capabilities,
+        }
+    }
+
+    fn full() -> Self {
+        let config = MemoryConfig {
+            bodies: BodiesConfig {
+                max_body_bytes: MAX_BODY_BYTES,
+                quota: Quotas {
+                    max_messages: 8,
+                    max_bytes: 4 * MAX_BODY_BYTES,
+                },
+            },
+            inbox: InboxConfig {
+                ack_wait: Duration::from_secs(30),
+                max_deliver: 4,
+                max_messages: 16,
+                duplicate_window: None,
+            },
+        };
+        Self::new(config, true)
+    }
+
+    fn windowed() -> Self {
+        let config = MemoryConfig {
+            bodies: BodiesConfig {
+                max_body_bytes: 64 * 1024,
+                quota: Quotas {
+                    max_messages: 5,
+                    max_bytes: 256 * 1024,
+                },
+            },
+            inbox: InboxConfig {
+                ack_wait: Duration::from_secs(1),
+                max_deliver: 2,
+                max_messages: 4,
+                duplicate_window: Some(Duration::from_secs(2)),
+            },
+        };
+        Self::new(config, false)
+    }
+}
+
+#[async_trait]
+impl FixtureFactory for MemoryFactory {
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities.clone()
+    }
+
+    async fn fixture(&self) -> Result<Box<dyn TeamFixture>, FixtureError> {
+        let clock = ManualClock::default();
+        let registry = MemoryBackends::new(self.config.clone(), Arc::new(clock.clone()))?;
+        let (team, other_team) = (Uuid::new_v4(), Uuid::new_v4());
+        let name = MemoryBackends::NAME;
+        Ok(Box::new(MemoryFixture {
+            capabilities: self.capabilities.clone(),
+            team,
+            other_team,
+            bodies: registry.body_backend(team, name).await?,
+            other_bodies: registry.body_backend(other_team, name).await?,
+            inbox: registry.inbox(team, name).await?,
+            other_inbox: registry.inbox(other_team, name).await?,
+            registry,
+            clock,
+        }))
+    }
+}
+
+/// One test's namespace: a registry, its clock, and two teams' ports.
+struct MemoryFixture {
+    capabilities: Capabilities,
+    registry: MemoryBackends,
+    clock: ManualClock,
+    team: Uuid,
+    other_team: Uuid,
+    bodies: Arc<dyn MessagingBackend>,
+    other_bodies: Arc<dyn MessagingBackend>,
+    inbox: Arc<dyn Inbox>,
+    other_inbox: Arc<dyn Inbox>,
+}
+
+#[async_trait]
+impl Namespace for MemoryFixture {
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+    fn team(&self) -> Uuid {
+        self.team
+    }
+    fn other_team(&self) -> Uuid {
+        self.other_team
+    }
+    async fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+    }
+    async fn now(&self) -> DateTime<Utc> {
+        self.clock.now()
+    }
+}
+
+impl BodyFixture for MemoryFixture {
+    fn bodies(&self) -> Arc<dyn MessagingBackend> {
+        Arc::clone(&self.bodies)
+    }
+    fn other_bodies(&self) -> Arc<dyn MessagingBackend> {
+        Arc::clone(&self.other_bodies)
+    }
+}
+
+#[async_trait]
+impl InboxFixture for MemoryFixture {
+    fn inbox(&self) -> Arc<dyn Inbox> {
+        Arc::clone(&self.inbox)
+    }
+    fn other_inbox(&self) -> Arc<dyn Inbox> {
+        Arc::clone(&self.other_inbox)
+    }
+    async fn delete_consumer(&self, recipient: &str) -> BusResult<()> {
+        if self
+            .registry
+            .team_inbox(self.team)
+            .delete_consumer(recipient)
+        {
+            Ok(())
+        } else {
+            Err(BusError::not_found(format!("consumer of {recipient}")))
+        }
+    }
+}
+
+fn main() {
+    let args = libtest_mimic::Arguments::from_args();
+    let runtime = crewbus_conformance::runtime();
+    let mut trials =
+        crewbus_conformance::trials("memory", Arc::new(MemoryFactory::full()), &runtime);
+    trials.extend(crewbus_conformance::trials(
+        "memory_windowed",
+        Arc::new(MemoryFactory::windowed()),
+        &runtime,
+    ));
+    libtest_mimic::run(&args, trials).exit();
+}
