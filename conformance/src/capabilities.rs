@@ -112,19 +112,24 @@ impl Capabilities {
             .expect("behaviour needs the body_quota capability")
     }
 
-    /// Far enough past the inbox's duplicate window (or a day, when it has none) that only
-    /// dedup for life still holds.
+    /// Far enough past the inbox's duplicate window that only dedup for life still holds; with
+    /// no window, a day when `advance` is instant (else a second).
     pub(crate) fn past_inbox_window(&self) -> Duration {
-        self.inbox_duplicate_window
-            .map_or(Duration::from_secs(24 * 3600), |w| {
-                w + Duration::from_secs(1)
-            })
+        self.past(self.inbox_duplicate_window, Duration::from_secs(24 * 3600))
     }
 
-    /// Far enough past the body store's duplicate window (or an hour, when it has none) that a
-    /// broker's own deduplication no longer applies.
+    /// Far enough past the body store's duplicate window that a broker's own deduplication no
+    /// longer applies; with no window, an hour when `advance` is instant (else a second).
     pub(crate) fn past_body_window(&self) -> Duration {
-        self.body_duplicate_window
-            .map_or(Duration::from_secs(3600), |w| w + Duration::from_secs(1))
+        self.past(self.body_duplicate_window, Duration::from_secs(3600))
+    }
+
+    fn past(&self, window: Option<Duration>, long: Duration) -> Duration {
+        let second = Duration::from_secs(1);
+        match window {
+            Some(w) => w + second,
+            None if self.instant_advance => long,
+            None => second,
+        }
     }
 }

@@ -269,3 +269,82 @@ fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
         "behaviour panicked".to_owned()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::{Capabilities, FixtureError};
+
+    struct Unreachable(Capabilities);
+
+    #[async_trait]
+    impl FixtureFactory for Unreachable {
+        fn capabilities(&self) -> Capabilities {
+            self.0.clone()
+        }
+        async fn fixture(&self) -> Result<Box<dyn TeamFixture>, FixtureError> {
+            Err("no server".into())
+        }
+    }
+
+    fn bare() -> Capabilities {
+        Capabilities {
+            backend_name: "none",
+            body_limit_bytes: 1,
+            body_quota: None,
+            body_duplicate_window: None,
+            ack_wait: Duration::from_secs(1),
+            max_deliver: None,
+            inbox_overflow_limit: None,
+            inbox_dedup_for_life: false,
+            inbox_duplicate_window: None,
+            delete_consumer: false,
+            instant_advance: false,
+            settle_timeout: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn at_least_thirty_uniquely_named_behaviours() {
+        let all = behaviours();
+        assert!(all.len() >= 30, "{}", all.len());
+        let names: HashSet<_> = all.iter().map(|b| b.name).collect();
+        assert_eq!(names.len(), all.len(), "behaviour names are unique");
+    }
+
+    #[test]
+    fn a_missing_capability_is_named_in_the_trial_kind() {
+        let runtime = runtime();
+        let trials = trials("none", Arc::new(Unreachable(bare())), &runtime);
+        let by_name: std::collections::HashMap<_, _> = behaviours()
+            .into_iter()
+            .map(|b| (format!("none::{}::{}", b.port, b.name), b))
+            .collect();
+        let mut ignored = 0;
+        for trial in &trials {
+            let b = by_name[trial.name()];
+            match b.needs.first() {
+                Some(cap) => {
+                    ignored += 1;
+                    assert_eq!(trial.kind(), format!("missing:{cap}"));
+                }
+                None => assert_eq!(trial.kind(), ""),
+            }
+        }
+        assert!(ignored >= 5, "{ignored}");
+    }
+
+    #[test]
+    fn a_fixture_that_cannot_be_built_fails_the_trial() {
+        let runtime = runtime();
+        let factory: Arc<dyn FixtureFactory> = Arc::new(Unreachable(bare()));
+        let b = behaviours()[0];
+        let outcome = run_one(&runtime, factory, b.run);
+        let message = outcome.expect_err("must fail").message().map(str::to_owned);
+        assert!(message.is_some_and(|m| m.contains("fixture failed")));
+    }
+}

@@ -1,5 +1,6 @@
 //! crewbus conformance suite: one async function per behaviour of the bus ports, generic over
-//! the adapter, and the harness that turns them into tests.
+//! the adapter, the harness that turns them into tests, and the real-server fixtures
+//! ([`nats`]: a spawned `nats-server`, restartable, with a 3-node cluster variant).
 //!
 //! # The behaviours
 //!
@@ -27,7 +28,7 @@
 //!    `fixture()`, which fails the trial loudly — never a skip.
 //! 3. In `tests/<adapter>.rs` (`harness = false` in `Cargo.toml`):
 //!
-//! ```ignore
+//! ```text
 //! fn main() {
 //!     let args = libtest_mimic::Arguments::from_args();
 //!     let runtime = crewbus_conformance::runtime();
@@ -66,6 +67,7 @@ mod ledger_fixture;
 mod ledger_scene;
 pub mod ledger_time;
 pub mod postgres;
+pub mod nats;
 pub mod samples;
 pub mod wait;
 

@@ -13,7 +13,7 @@ const MAX_PAUSE: Duration = Duration::from_millis(100);
 
 /// A deadline for polling a condition: check, and if it does not hold yet, [`Deadline::tick`].
 ///
-/// ```ignore
+/// ```text
 /// let mut deadline = Deadline::new(caps.settle_timeout, "the reference to come back");
 /// loop {
 ///     if condition().await { break; }

@@ -22,9 +22,11 @@ use uuid::Uuid;
 pub trait Inbox: Send + Sync {
     /// Stores one reference on the recipient's own subject (queue).
     ///
-    /// Deduplicated on `event_id`: a repeat returns `Confirmed { duplicate: true }` and stores
-    /// nothing (memory and Postgres for the life of the reference; JetStream within the duplicate
-    /// window, which never exceeds the inbox's `max_age`). `payload` is JSON naming the message;
+    /// Deduplicated on `event_id`: a repeat returns `Confirmed { duplicate: true }` with the
+    /// first locator and stores nothing — also after the reference was acked (memory and Postgres
+    /// remember the event id for the life of the inbox; JetStream within the duplicate window,
+    /// which never exceeds the inbox's `max_age`). The `Confirmed` locator names the inbox, and
+    /// [`crate::MessagingBackend::fetch`] refuses it with `Forbidden`. `payload` is JSON naming the message;
     /// it never carries a body. A full inbox discards its *oldest* references (discard-old); the
     /// ledger stays the authority and tops the recipient up.
     async fn publish_reference(

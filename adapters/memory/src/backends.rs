@@ -120,3 +120,107 @@ impl Backends for MemoryBackends {
         Ok(Arc::new(self.team_inbox(team)))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crewbus_domain::{Envelope, Published};
+
+    use super::*;
+    use crate::ManualClock;
+
+    fn envelope(team: Uuid) -> Envelope {
+        Envelope {
+            message_id: Uuid::new_v4(),
+            conversation_id: Uuid::new_v4(),
+            team_id: team,
+            body: "x".into(),
+            publish_key: Uuid::new_v4(),
+        }
+    }
+
+    fn registry(clock: &ManualClock) -> MemoryBackends {
+        MemoryBackends::new(MemoryConfig::default(), Arc::new(clock.clone())).unwrap()
+    }
+
+    #[tokio::test]
+    async fn caches_one_body_store_and_one_inbox_per_team() {
+        let registry = registry(&ManualClock::default());
+        let (team, other) = (Uuid::new_v4(), Uuid::new_v4());
+        let first = registry.body_backend(team, "memory").await.unwrap();
+        let second = registry.body_backend(team, "memory").await.unwrap();
+        let env = envelope(team);
+        let locator = first.publish(env.clone()).await.locator().unwrap().clone();
+        assert_eq!(
+            second
+                .fetch(&locator, env.message_id)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("x")
+        );
+        assert_eq!(registry.bodies(team).stored_messages(), 1);
+        assert_eq!(registry.bodies(other).stored_messages(), 0);
+
+        let inbox = registry.inbox(team, "memory").await.unwrap();
+        let event = Uuid::new_v4();
+        assert!(
+            inbox
+                .publish_reference("a", event, "{}")
+                .await
+                .is_confirmed()
+        );
+        let again = registry.inbox(team, "memory").await.unwrap();
+        let refs = again.fetch_references("a", 10).await.unwrap();
+        assert_eq!(refs.len(), 1);
+        assert_eq!(registry.team_inbox(team).stored_references(), 1);
+        assert_eq!(registry.team_inbox(other).stored_references(), 0);
+    }
+
+    #[tokio::test]
+    async fn answers_only_for_its_own_name() {
+        let registry = registry(&ManualClock::default());
+        assert_eq!(registry.name(), "memory");
+        let team = Uuid::new_v4();
+        for name in ["postgres", "jetstream", "", "MEMORY"] {
+            assert!(matches!(
+                registry.body_backend(team, name).await,
+                Err(BusError::NotFound { .. })
+            ));
+            assert!(matches!(
+                registry.inbox(team, name).await,
+                Err(BusError::NotFound { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn refuses_an_invalid_configuration() {
+        let mut config = MemoryConfig::default();
+        config.inbox.ack_wait = Duration::ZERO;
+        assert!(matches!(
+            MemoryBackends::new(config, Arc::new(ManualClock::default())),
+            Err(BusError::Invalid { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn every_team_shares_the_registry_clock() {
+        let clock = ManualClock::default();
+        let registry = registry(&clock);
+        let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+        for team in [a, b] {
+            let bodies = registry.body_backend(team, "memory").await.unwrap();
+            assert!(matches!(
+                bodies.publish(envelope(team)).await,
+                Published::Confirmed { .. }
+            ));
+        }
+        clock.advance(Duration::from_secs(1));
+        for team in [a, b] {
+            let bodies = registry.body_backend(team, "memory").await.unwrap();
+            assert_eq!(bodies.retain(clock.now()).await.unwrap(), 1);
+        }
+    }
+}

@@ -265,3 +265,104 @@ impl MessagingBackend for MemoryBodies {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::*;
+    use crate::ManualClock;
+    use crewbus_domain::Quotas;
+
+    fn envelope(team: Uuid, body: &str) -> Envelope {
+        Envelope {
+            message_id: Uuid::new_v4(),
+            conversation_id: Uuid::new_v4(),
+            team_id: team,
+            body: body.to_owned(),
+            publish_key: Uuid::new_v4(),
+        }
+    }
+
+    #[tokio::test]
+    async fn retention_frees_bytes_and_forgets_keys() {
+        let clock = ManualClock::default();
+        let bodies = MemoryBodies::new(
+            Uuid::new_v4(),
+            BodiesConfig {
+                quota: Quotas {
+                    max_messages: 10,
+                    max_bytes: 10,
+                },
+                ..BodiesConfig::default()
+            },
+            Arc::new(clock.clone()),
+        );
+        let env = envelope(bodies.team(), "12345");
+        let first = bodies.publish(env.clone()).await.locator().unwrap().clone();
+        assert_eq!(bodies.stored_bytes(), 5);
+        assert!(matches!(
+            bodies.publish(envelope(bodies.team(), "123456")).await,
+            Published::Retryable(BusError::QuotaExceeded { .. })
+        ));
+        clock.advance(Duration::from_secs(1));
+        assert_eq!(bodies.retain(clock.now()).await.unwrap(), 1);
+        assert_eq!((bodies.stored_messages(), bodies.stored_bytes()), (0, 0));
+        // The key was forgotten with the body: presented again it is stored anew, elsewhere.
+        let Published::Confirmed { locator, duplicate } = bodies.publish(env).await else {
+            panic!("expected Confirmed");
+        };
+        assert!(!duplicate);
+        assert_ne!(locator, first);
+    }
+
+    #[tokio::test]
+    async fn retain_removes_strictly_before_the_instant() {
+        let clock = ManualClock::default();
+        let bodies = MemoryBodies::new(
+            Uuid::new_v4(),
+            BodiesConfig::default(),
+            Arc::new(clock.clone()),
+        );
+        let stored_at = clock.now();
+        assert!(
+            bodies
+                .publish(envelope(bodies.team(), "x"))
+                .await
+                .is_confirmed()
+        );
+        assert_eq!(bodies.retain(stored_at).await.unwrap(), 0);
+        let just_after = stored_at + chrono::TimeDelta::nanoseconds(1);
+        assert_eq!(bodies.retain(just_after).await.unwrap(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_key_reused_by_another_message_is_conflict() {
+        let bodies = MemoryBodies::new(
+            Uuid::new_v4(),
+            BodiesConfig::default(),
+            Arc::new(ManualClock::default()),
+        );
+        let env = envelope(bodies.team(), "x");
+        assert!(bodies.publish(env.clone()).await.is_confirmed());
+        let other = Envelope {
+            message_id: Uuid::new_v4(),
+            ..env
+        };
+        assert!(matches!(
+            bodies.publish(other).await,
+            Published::Fatal(BusError::Conflict { .. })
+        ));
+    }
+
+    #[test]
+    fn debug_names_the_team_and_never_the_bodies() {
+        let bodies = MemoryBodies::new(
+            Uuid::nil(),
+            BodiesConfig::default(),
+            Arc::new(ManualClock::default()),
+        );
+        let text = format!("{bodies:?}");
+        assert!(text.contains("MemoryBodies") && text.contains("stored_messages"));
+    }
+}

@@ -121,3 +121,183 @@ impl Faults {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crewbus_domain::{BusError, Envelope, Published};
+    use crewbus_ports::{Backends, MessagingBackend};
+    use uuid::Uuid;
+
+    use crate::{BodiesConfig, ManualClock, MemoryBackends, MemoryBodies, MemoryConfig};
+
+    fn store() -> MemoryBodies {
+        MemoryBodies::new(
+            Uuid::new_v4(),
+            BodiesConfig::default(),
+            Arc::new(ManualClock::default()),
+        )
+    }
+
+    fn envelope(team: Uuid, body: &str) -> Envelope {
+        Envelope {
+            message_id: Uuid::new_v4(),
+            conversation_id: Uuid::new_v4(),
+            team_id: team,
+            body: body.to_owned(),
+            publish_key: Uuid::new_v4(),
+        }
+    }
+
+    #[tokio::test]
+    async fn failed_publishes_are_retryable_and_store_nothing() {
+        let bodies = store();
+        bodies.faults().fail_next_publishes(2);
+        let env = envelope(bodies.team(), "x");
+        for _ in 0..2 {
+            let outcome = bodies.publish(env.clone()).await;
+            assert!(
+                matches!(outcome, Published::Retryable(BusError::Unavailable { .. })),
+                "{outcome:?}"
+            );
+        }
+        assert_eq!(bodies.stored_messages(), 0);
+        assert!(!bodies.faults().is_armed());
+        let outcome = bodies.publish(env).await;
+        assert!(matches!(
+            outcome,
+            Published::Confirmed {
+                duplicate: false,
+                ..
+            }
+        ));
+    }
+
+    #[tokio::test]
+    async fn a_lost_confirmation_stores_then_answers_uncertain_and_reconcile_finds_it() {
+        let bodies = store();
+        bodies.faults().lose_next_confirmations(1);
+        let env = envelope(bodies.team(), "landed");
+        let outcome = bodies.publish(env.clone()).await;
+        assert!(
+            matches!(outcome, Published::Uncertain(BusError::Timeout { .. })),
+            "{outcome:?}"
+        );
+        assert_eq!(bodies.stored_messages(), 1);
+        let locator = bodies.reconcile(&env).await.unwrap().expect("held");
+        assert_eq!(
+            bodies
+                .fetch(&locator, env.message_id)
+                .await
+                .unwrap()
+                .as_deref(),
+            Some("landed")
+        );
+        let again = bodies.publish(env).await;
+        assert!(
+            matches!(again, Published::Confirmed { duplicate: true, locator: l } if l == locator)
+        );
+        assert_eq!(bodies.stored_messages(), 1);
+    }
+
+    #[tokio::test]
+    async fn a_lost_confirmation_of_a_refused_publish_stores_nothing() {
+        let bodies = store();
+        bodies.faults().lose_next_confirmations(1);
+        let limit = bodies.config().max_body_bytes as usize;
+        let env = envelope(bodies.team(), &"x".repeat(limit + 1));
+        assert!(matches!(
+            bodies.publish(env.clone()).await,
+            Published::Uncertain(_)
+        ));
+        assert_eq!(bodies.stored_messages(), 0);
+        assert!(matches!(
+            bodies.reconcile(&env).await,
+            Err(BusError::TooLarge { .. })
+        ));
+    }
+
+    #[tokio::test]
+    async fn armed_errors_follow_the_one_retry_rule_in_order() {
+        let bodies = store();
+        bodies.faults().fatal_next_publish();
+        bodies
+            .faults()
+            .fail_next_publish_with(BusError::quota_exceeded("injected"));
+        bodies.faults().fail_next_publishes(1);
+        let env = envelope(bodies.team(), "x");
+        assert!(matches!(
+            bodies.publish(env.clone()).await,
+            Published::Fatal(BusError::Unauthenticated)
+        ));
+        assert!(matches!(
+            bodies.publish(env.clone()).await,
+            Published::Retryable(BusError::QuotaExceeded { .. })
+        ));
+        assert!(matches!(
+            bodies.publish(env.clone()).await,
+            Published::Retryable(BusError::Unavailable { .. })
+        ));
+        assert_eq!(bodies.stored_messages(), 0);
+        assert!(bodies.publish(env).await.is_confirmed());
+    }
+
+    #[tokio::test]
+    async fn failing_reconciles_are_retryable_and_look_nothing_up() {
+        let bodies = store();
+        bodies.faults().fail_next_reconciles(2);
+        let env = envelope(bodies.team(), "x");
+        for _ in 0..2 {
+            let got = bodies.reconcile(&env).await;
+            assert!(
+                matches!(&got, Err(e @ BusError::Unavailable { .. }) if e.is_retryable()),
+                "{got:?}"
+            );
+        }
+        assert_eq!(bodies.stored_messages(), 0);
+        assert!(bodies.reconcile(&env).await.unwrap().is_some());
+    }
+
+    #[tokio::test]
+    async fn clear_disarms_everything() {
+        let bodies = store();
+        let faults = bodies.faults();
+        faults.fail_next_publishes(3);
+        faults.lose_next_confirmations(1);
+        faults.fatal_next_publish();
+        faults.fail_next_reconciles(1);
+        assert!(faults.is_armed());
+        faults.clear();
+        assert!(!faults.is_armed());
+        assert!(
+            bodies
+                .publish(envelope(bodies.team(), "x"))
+                .await
+                .is_confirmed()
+        );
+    }
+
+    #[tokio::test]
+    async fn faults_are_shared_with_the_store_the_registry_hands_out() {
+        let registry =
+            MemoryBackends::new(MemoryConfig::default(), Arc::new(ManualClock::default())).unwrap();
+        let team = Uuid::new_v4();
+        let handed_out = registry.body_backend(team, "memory").await.unwrap();
+        registry.bodies(team).faults().fail_next_publishes(1);
+        assert!(matches!(
+            handed_out.publish(envelope(team, "x")).await,
+            Published::Retryable(_)
+        ));
+        // Another team's store is unaffected.
+        let other = Uuid::new_v4();
+        registry.bodies(team).faults().fail_next_publishes(1);
+        let other_store = registry.body_backend(other, "memory").await.unwrap();
+        assert!(
+            other_store
+                .publish(envelope(other, "x"))
+                .await
+                .is_confirmed()
+        );
+    }
+}
