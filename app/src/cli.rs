@@ -224,11 +224,15 @@ pub enum StreamCommand {
     },
     /// The account's storage: used, reserved and budget.
     Usage,
-    /// Delete the team's streams (refused while a conversation still uses them).
+    /// Delete the team's streams (refused while the team or a conversation still uses them).
     Remove {
         /// Team name or id.
         #[arg(long)]
         team: String,
+        /// Without a database the ledger cannot be asked whether the streams are in use: delete
+        /// anyway.
+        #[arg(long)]
+        force: bool,
     },
 }
 

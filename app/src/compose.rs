@@ -14,6 +14,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crewbus_domain::{BusError, BusResult, Quotas};
+use crewbus_jetstream::{Credential, JetStreamAdmin, JetStreamRegistry};
 use crewbus_memory::{BodiesConfig, InboxConfig, MemoryBackends, MemoryConfig, MemoryLedger};
 use crewbus_ports::{Backends, Clock, Journal, Ledger, SystemClock};
 use crewbus_postgres::{PostgresBackends, PostgresLedger, PostgresSettings};
@@ -22,7 +23,7 @@ use sqlx::postgres::PgPoolOptions;
 
 use crate::backends::CombinedBackends;
 use crate::bus::{Bus, BusSettings, Ports};
-use crate::config::Config;
+use crate::config::{Config, NatsConfig, NatsCredential};
 
 /// What the composition root built.
 pub struct Composed {
@@ -99,12 +100,13 @@ pub async fn postgres_with_pool(
             ..PostgresSettings::default()
         },
     );
-    let registries: Vec<Arc<dyn Backends>> = vec![Arc::new(postgres)];
+    let mut registries: Vec<Arc<dyn Backends>> = vec![Arc::new(postgres)];
+    let broker = add_jetstream(config, &settings, &mut registries)?;
     let ports = Ports {
         ledger: Arc::new(ledger) as Arc<dyn Ledger>,
         backends: Arc::new(CombinedBackends::new(registries)),
         clock,
-        broker: None,
+        broker,
     };
     let description = match &config.database {
         Some(d) => format!(
@@ -178,6 +180,76 @@ pub fn memory_config(config: &Config) -> MemoryConfig {
             ..InboxConfig::default()
         },
     }
+}
+
+/// With `[nats]`: the JetStream registry (runtime credential) joins `registries` and the broker
+/// is returned for health. Connections open lazily, on a team's first use.
+fn add_jetstream(
+    config: &Config,
+    settings: &BusSettings,
+    registries: &mut Vec<Arc<dyn Backends>>,
+) -> BusResult<Option<Arc<dyn crewbus_ports::StreamAdmin>>> {
+    let Some(nats) = &config.nats else {
+        return Ok(None);
+    };
+    let runtime = jetstream_config(nats, &nats.runtime, config, settings);
+    registries.push(Arc::new(JetStreamRegistry::new(runtime.clone())?));
+    Ok(Some(Arc::new(JetStreamAdmin::new(runtime))))
+}
+
+/// The JetStream adapter's configuration for `credential` (runtime for the server,
+/// provisioning for operator commands).
+pub fn jetstream_config(
+    nats: &NatsConfig,
+    credential: &NatsCredential,
+    config: &Config,
+    settings: &BusSettings,
+) -> crewbus_jetstream::Config {
+    let credential = if let Some(path) = &credential.creds_file {
+        Credential::CredsFile(path.clone())
+    } else if let Some(token) = &credential.token {
+        Credential::Token(token.clone())
+    } else if let (Some(user), Some(password)) = (&credential.user, &credential.password) {
+        Credential::UserPassword {
+            user: user.clone(),
+            password: password.clone(),
+        }
+    } else {
+        Credential::None
+    };
+    crewbus_jetstream::Config {
+        servers: nats.servers.clone(),
+        credential,
+        body_quotas: Quotas {
+            max_messages: nats.body_max_messages,
+            max_bytes: nats.body_max_bytes,
+        },
+        inbox_quotas: Quotas {
+            max_messages: nats.inbox_max_messages,
+            max_bytes: nats.inbox_max_bytes,
+        },
+        replicas: nats.replicas,
+        ack_wait: settings.handout_grace,
+        request_timeout: Duration::from_millis(nats.request_timeout_ms),
+        name_prefix: nats.prefix.clone(),
+        body_limit: config.bus.max_body_bytes,
+        ..crewbus_jetstream::Config::default()
+    }
+}
+
+/// The operator's stream administration (provisioning credential). Errors: no `[nats]` →
+/// `Invalid`.
+pub fn stream_admin(config: &Config) -> BusResult<Arc<dyn crewbus_ports::StreamAdmin>> {
+    let nats = config.nats.as_ref().ok_or_else(|| {
+        BusError::invalid("stream commands need [nats] with the provisioning credential")
+    })?;
+    let settings = BusSettings::from_config(&config.bus);
+    Ok(Arc::new(JetStreamAdmin::new(jetstream_config(
+        nats,
+        &nats.provisioning,
+        config,
+        &settings,
+    ))))
 }
 
 /// Applies pending Postgres migrations; returns the versions applied now (empty when the schema

@@ -115,7 +115,7 @@ pub struct NatsConfig {
     /// The provisioning credential (create, update and delete streams); operator commands only.
     pub provisioning: NatsCredential,
     /// Stream replicas (1 for a single server, 3 in production). Default 1.
-    pub replicas: usize,
+    pub replicas: u32,
     /// Body stream quota: largest number of messages. Default 1 000 000.
     pub body_max_messages: u64,
     /// Body stream quota in bytes (at least 2 MiB). Default 1 GiB.

@@ -8,12 +8,14 @@ use crate::config::LogConfig;
 
 /// Installs the global subscriber once. A bad directive falls back to `info` with a warning.
 pub fn init(config: &LogConfig) {
-    // sqlx logs every server notice at info; keep it at warn unless asked for.
-    let level = if config.level.contains("sqlx") {
-        config.level.clone()
-    } else {
-        format!("sqlx=warn,{}", config.level)
-    };
+    // sqlx logs every server notice and async-nats every connect at info; keep them at warn
+    // unless asked for.
+    let mut level = config.level.clone();
+    for noisy in ["sqlx", "async_nats"] {
+        if !level.contains(noisy) {
+            level = format!("{noisy}=warn,{level}");
+        }
+    }
     let (filter, bad) = match level.parse::<Targets>() {
         Ok(t) => (t, false),
         Err(_) => ("info".parse::<Targets>().expect("`info` parses"), true),

@@ -66,8 +66,8 @@ pub mod ledger;
 mod ledger_fixture;
 mod ledger_scene;
 pub mod ledger_time;
-pub mod postgres;
 pub mod nats;
+pub mod postgres;
 pub mod samples;
 pub mod wait;
 

@@ -71,12 +71,52 @@ impl TestApp {
         // Unused on Postgres, kept so scenarios share one type.
         let (_, parts) =
             memory_with(&config, Arc::new(clock.clone()), memory_config(&config)).unwrap();
-        Self::finish(config, composed.bus, parts, Some(db), clock, agents).await
+        Self::finish(config, composed.bus, parts, Some(db), clock, agents, None).await
     }
 
-    /// Stops the server; on Postgres drops the test database (kept when the test failed).
+    /// Postgres ledger, journal; JetStream bodies and inbox on the server of `NATS_URL` (default
+    /// nats://127.0.0.1:4222), the team's streams provisioned for the test and removed after.
+    /// The inbox's ack wait is 2 s of real time (the server's clock).
+    pub async fn postgres_jetstream(label: &str, agents: &[&str]) -> TestApp {
+        let db = TestDatabase::create(label, |pool| async move {
+            crewbus_postgres::migrate(&pool).await
+        })
+        .await;
+        let mut config = test_config();
+        config.bus.handout_grace_ms = 2_000;
+        let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+        config.nats = Some(crewbus::config::NatsConfig {
+            servers: vec![url],
+            body_max_bytes: 64 << 20,
+            inbox_max_bytes: 16 << 20,
+            ..Default::default()
+        });
+        let clock = ManualClock::new(chrono::Utc::now());
+        let composed = postgres_with_pool(&config, db.pool().clone(), Arc::new(clock.clone()))
+            .await
+            .unwrap();
+        let (_, parts) =
+            memory_with(&config, Arc::new(clock.clone()), memory_config(&config)).unwrap();
+        Self::finish(
+            config,
+            composed.bus,
+            parts,
+            Some(db),
+            clock,
+            agents,
+            Some("jetstream"),
+        )
+        .await
+    }
+
+    /// Stops the server; removes JetStream streams; on Postgres drops the test database (kept
+    /// when the test failed).
     pub async fn finish_test(self) {
         self.server.stop().await;
+        if self.team.body_backend == "jetstream" {
+            let admin = crewbus::compose::stream_admin(&self.config).unwrap();
+            admin.deprovision(self.team.id).await.unwrap();
+        }
         if let Some(db) = self.db {
             db.passed().await;
         }
@@ -91,7 +131,7 @@ impl TestApp {
     pub async fn start_with(config: Config, memory: MemoryConfig, agents: &[&str]) -> MemoryApp {
         let clock = ManualClock::new(chrono::Utc::now());
         let (composed, parts) = memory_with(&config, Arc::new(clock.clone()), memory).unwrap();
-        Self::finish(config, composed.bus, parts, None, clock, agents).await
+        Self::finish(config, composed.bus, parts, None, clock, agents, None).await
     }
 
     async fn finish(
@@ -101,8 +141,14 @@ impl TestApp {
         db: Option<TestDatabase>,
         clock: ManualClock,
         agents: &[&str],
+        backend: Option<&str>,
     ) -> TestApp {
-        let team = bus.add_team("team-a", None, None).await.unwrap();
+        let team = bus.add_team("team-a", backend, backend).await.unwrap();
+        if backend == Some("jetstream") {
+            let admin = crewbus::compose::stream_admin(&config).unwrap();
+            admin.provision(team.id).await.unwrap();
+            admin.provision_inbox(team.id).await.unwrap();
+        }
         let server = Server::start(bus.clone(), config.listen, Shutdown::new())
             .await
             .unwrap();

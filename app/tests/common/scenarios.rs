@@ -24,6 +24,7 @@ pub async fn three_agents_converse_and_every_recipient_gets_every_message_exactl
         .unwrap();
     let conv_id = uuid_of(&conv["id"]);
     assert_eq!(conv["members"].as_array().unwrap().len(), 3);
+    assert_eq!(conv["backend"], app.team.body_backend.as_str());
 
     let per_agent = 10;
     let mut sent: HashMap<Uuid, Uuid> = HashMap::new(); // message → sender
@@ -174,9 +175,19 @@ pub async fn a_crash_between_commit_and_ack_redelivers_and_is_recognised(app: &T
     // After the ack wait the inbox hands the reference out again: the fetch recognises the
     // committed receipt, acks it, and shows bob nothing.
     app.advance(Duration::from_secs(31));
-    assert!(bob.client.fetch(10).await.unwrap().is_empty());
-    let status = inbox.inbox_status(&bob.recipient_key).await.unwrap();
-    assert_eq!((status.pending, status.awaiting_ack), (0, 0), "{status:?}");
+    eventually(
+        "the redelivered reference recognised and acked",
+        15,
+        || async {
+            assert!(
+                bob.client.fetch(10).await.unwrap().is_empty(),
+                "shown again after commit"
+            );
+            let status = inbox.inbox_status(&bob.recipient_key).await.unwrap();
+            (status.pending == 0 && status.awaiting_ack == 0).then_some(())
+        },
+    )
+    .await;
     let receipts = alice.client.receipts(message).await.unwrap();
     assert_eq!(receipts.len(), 1);
     assert_eq!(
