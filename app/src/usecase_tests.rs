@@ -473,3 +473,59 @@ async fn fetch_refuses_a_bad_limit() {
         ));
     }
 }
+
+// ---- retention ----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn retention_removes_bodies_then_marks_the_ledger_and_isolates_failures() {
+    let team_ok = Uuid::new_v4();
+    let team_down = Uuid::new_v4();
+    let keep = Duration::from_secs(86_400);
+    let cutoff = t0() - chrono::Duration::days(1);
+    let mut ledger = MockLedger::new();
+    ledger
+        .expect_retention_due()
+        .withf(move |before, _| *before == cutoff)
+        .returning(move |_, _| {
+            Ok(vec![
+                crewbus_domain::RetentionTarget {
+                    team: team_down,
+                    backend: "memory".into(),
+                    messages: 1,
+                },
+                crewbus_domain::RetentionTarget {
+                    team: team_ok,
+                    backend: "memory".into(),
+                    messages: 3,
+                },
+            ])
+        });
+    let mut seq = Sequence::new();
+    let mut body = MockMessagingBackend::new();
+    body.expect_retain()
+        .with(eq(cutoff))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| Ok(3));
+    ledger
+        .expect_mark_retained()
+        .withf(move |team, backend, before, _| {
+            *team == team_ok && backend == "memory" && *before == cutoff
+        })
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _, _| Ok(3));
+    let body: Arc<dyn MessagingBackend> = Arc::new(body);
+    let mut backends = MockBackends::new();
+    backends.expect_body_backend().returning(move |team, _| {
+        if team == team_down {
+            Err(BusError::unavailable("broker"))
+        } else {
+            Ok(body.clone())
+        }
+    });
+    let mut b = bus(ledger, backends);
+    Arc::get_mut(&mut b.settings).unwrap().retention = Some(keep);
+    let run = b.retention_run().await.unwrap();
+    assert_eq!((run.removed, run.marked, run.failed), (3, 3, 1));
+}

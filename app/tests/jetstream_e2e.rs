@@ -35,3 +35,31 @@ async fn bad_input_of_every_kind_gets_a_clear_error() {
     scenarios::bad_input_of_every_kind_gets_a_clear_error(&app).await;
     app.finish_test().await;
 }
+
+#[tokio::test]
+async fn health_reports_the_broker_and_bodies_are_stored_by_the_relay() {
+    let app = TestApp::postgres_jetstream("js_health", &["alice", "bob"]).await;
+    let h = app.bus.health().await;
+    assert_eq!((h.status, h.broker), ("ok", "ok"));
+    let [alice, bob] = &app.agents[..] else {
+        unreachable!()
+    };
+    let conv = crewbus::client::uuid_of(
+        &alice
+            .client
+            .create_conversation("c", &[bob.id])
+            .await
+            .unwrap()["id"],
+    );
+    let v = alice
+        .client
+        .send(conv, "r1", "via jetstream")
+        .await
+        .unwrap();
+    assert_eq!(v["message"]["backend"], "jetstream");
+    let got = fetch_n(bob, 1).await;
+    assert_eq!(got[0]["body"], "via jetstream");
+    let h = bob.client.history(conv, 0, 10).await.unwrap();
+    assert_eq!(h["messages"][0]["body"], "via jetstream");
+    app.finish_test().await;
+}

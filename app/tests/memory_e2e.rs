@@ -272,3 +272,64 @@ async fn bad_input_of_every_kind_gets_a_clear_error() {
     scenarios::bad_input_of_every_kind_gets_a_clear_error(&app).await;
     app.finish_test().await;
 }
+
+#[tokio::test]
+async fn one_teams_unsendable_messages_never_block_another_team() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    let [alice, bob] = &app.agents[..] else {
+        unreachable!()
+    };
+    let conv = uuid_of(
+        &alice
+            .client
+            .create_conversation("c", &[bob.id])
+            .await
+            .unwrap()["id"],
+    );
+    // Team A's body store refuses everything for now.
+    app.parts
+        .backends
+        .bodies(app.team.id)
+        .faults()
+        .fail_next_publishes(1_000_000);
+    for k in 0..20 {
+        alice
+            .client
+            .send(conv, &format!("a{k}"), "stuck")
+            .await
+            .unwrap();
+    }
+    // Team B keeps flowing.
+    let carol = app.other_team_agent("carol").await;
+    let team_b = app.bus.find_team("team-carol").await.unwrap();
+    let dave = app.bus.add_agent(team_b.id, "dave").await.unwrap();
+    let dave_client = crewbus::client::ApiClient::new(app.server.url(), Some(dave.token.clone()));
+    let conv_b = uuid_of(
+        &carol
+            .client
+            .create_conversation("b", &[dave.agent.id])
+            .await
+            .unwrap()["id"],
+    );
+    for k in 0..5 {
+        carol
+            .client
+            .send(conv_b, &format!("b{k}"), "flows")
+            .await
+            .unwrap();
+    }
+    let dave_agent = TestAgent {
+        name: "dave".into(),
+        id: dave.agent.id,
+        recipient_key: dave.agent.recipient_key.clone(),
+        token: dave.token.clone(),
+        client: dave_client,
+    };
+    let got = fetch_n(&dave_agent, 5).await;
+    assert!(got.iter().all(|d| d["body"] == "flows"));
+    // Team A's messages are still pending, not failed, and nothing reached bob.
+    let h = bob.client.history(conv, 0, 100).await.unwrap();
+    assert_eq!(h["messages"][0]["absence"], "pending");
+    assert!(bob.client.fetch(10).await.unwrap().is_empty());
+    app.finish_test().await;
+}
