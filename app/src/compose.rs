@@ -110,7 +110,12 @@ pub async fn postgres_with_pool(
     };
     let description = match &config.database {
         Some(d) => format!(
-            "ledger=postgres inbox=postgres bodies=postgres ({})",
+            "ledger=postgres inbox=postgres bodies=postgres{} ({})",
+            if config.nats.is_some() {
+                ", jetstream by team"
+            } else {
+                ""
+            },
             crate::config::redact_url(d.url.expose())
         ),
         None => "ledger=postgres inbox=postgres bodies=postgres".to_owned(),
@@ -153,7 +158,14 @@ pub fn memory_with(
         Composed {
             bus: Bus::new(ports, settings),
             journal,
-            description: "ledger=memory inbox=memory bodies=memory (embedded default: nothing is kept after it stops)".to_owned(),
+            description: format!(
+                "ledger=memory inbox=memory bodies=memory{} (embedded default: nothing is kept after it stops)",
+                if config.nats.is_some() {
+                    ", jetstream by team"
+                } else {
+                    ""
+                }
+            ),
         },
         MemoryParts {
             ledger,

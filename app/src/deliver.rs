@@ -67,7 +67,10 @@ impl Bus {
         let mut to_ack: Vec<InboxAck> = Vec::new();
         match self.ports.backends.inbox(team.id, &team.inbox).await {
             Ok(i) => {
-                match i.fetch_references(&agent.recipient_key, limit).await {
+                let started = std::time::Instant::now();
+                let fetched = i.fetch_references(&agent.recipient_key, limit).await;
+                self.metrics.inbox_latency.observe(started.elapsed());
+                match fetched {
                     Ok(refs) => {
                         inbox_ok = true;
                         for r in refs {

@@ -72,8 +72,10 @@ pub struct Metrics {
     pub deliveries_confirmed: AtomicU64,
     /// Inbox acks that failed after the receipt was committed (redelivery will absorb them).
     pub inbox_ack_failures: AtomicU64,
-    /// Send → body stored by the relay.
+    /// One body publish by the relay (request to answer).
     pub relay_latency: Histogram,
+    /// One inbox fetch of references (request to answer).
+    pub inbox_latency: Histogram,
     /// Send → first hand-out to the recipient.
     pub delivery_latency: Histogram,
 }
@@ -187,7 +189,12 @@ impl Metrics {
         self.relay_latency.write(
             &mut out,
             "crewbus_relay_latency_seconds",
-            "Send to body stored, seconds.",
+            "One relay publish to a body backend, seconds.",
+        );
+        self.inbox_latency.write(
+            &mut out,
+            "crewbus_inbox_fetch_latency_seconds",
+            "One fetch of references from an inbox, seconds.",
         );
         self.delivery_latency.write(
             &mut out,

@@ -261,6 +261,7 @@ async fn health_metrics_and_openapi() {
         "crewbus_deliveries_total",
         "crewbus_relay_latency_seconds_bucket",
         "crewbus_delivery_latency_seconds_bucket",
+        "crewbus_inbox_fetch_latency_seconds_bucket",
     ] {
         assert!(text.contains(name), "{name} missing");
     }
