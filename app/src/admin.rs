@@ -39,6 +39,9 @@ impl Bus {
         inbox: Option<&str>,
     ) -> BusResult<Team> {
         let default = self.default_backend();
+        for name in [backend, inbox].into_iter().flatten() {
+            self.check_backend(name)?;
+        }
         self.ports
             .ledger
             .create_team(
@@ -47,6 +50,33 @@ impl Bus {
                 inbox.unwrap_or(default),
                 self.now(),
             )
+            .await
+    }
+
+    /// Errors: `name` is not a backend this deployment serves → `Invalid` naming those it does.
+    pub fn check_backend(&self, name: &str) -> BusResult<()> {
+        if self.settings.backends.iter().any(|b| b == name) {
+            return Ok(());
+        }
+        Err(BusError::invalid(format!(
+            "backend `{name}` is not configured in this deployment (available: {})",
+            self.settings.backends.join(", ")
+        )))
+    }
+
+    /// Moves a team's default body backend and inbox (existing conversations keep theirs).
+    /// Errors: a backend this deployment does not serve → `Invalid`; unknown team → `NotFound`.
+    pub async fn set_team_backends(
+        &self,
+        team: Uuid,
+        backend: &str,
+        inbox: &str,
+    ) -> BusResult<Team> {
+        self.check_backend(backend)?;
+        self.check_backend(inbox)?;
+        self.ports
+            .ledger
+            .set_team_backends(team, backend, inbox)
             .await
     }
 

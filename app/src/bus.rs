@@ -56,6 +56,8 @@ pub struct BusSettings {
     pub retention: Option<Duration>,
     /// How often the retention job runs.
     pub retention_interval: Duration,
+    /// The body backend and inbox names this deployment serves (set by the composition root).
+    pub backends: Vec<String>,
 }
 
 impl BusSettings {
@@ -75,6 +77,7 @@ impl BusSettings {
             retention: (c.retention_days > 0)
                 .then(|| Duration::from_secs(c.retention_days.saturating_mul(86_400))),
             retention_interval: Duration::from_secs(c.retention_interval_s.max(1)),
+            backends: vec!["memory".to_owned()],
         }
     }
 }

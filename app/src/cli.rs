@@ -80,7 +80,7 @@ Examples:
 
     /// Operator actions on a team's JetStream streams (needs [nats] with the provisioning
     /// credential).
-    #[command(subcommand)]
+    #[command(subcommand, alias = "streams")]
     Stream(StreamCommand),
 
     /// Ask a running server for /health and print the answer. Exit code 1 when unhealthy.
@@ -145,7 +145,8 @@ Examples:
         /// The team's display name.
         name: String,
         /// Default body backend for new conversations. Default: the ledger's own (postgres with
-        /// a database, else memory).
+        /// a database, else memory). `jetstream` provisions the team's streams first (needs
+        /// [nats] with the provisioning credential).
         #[arg(long, value_enum)]
         backend: Option<BackendChoice>,
         /// Inbox backend. Default: as the ledger.
@@ -154,6 +155,21 @@ Examples:
     },
     /// List teams.
     List,
+    /// Move a team's default body backend and inbox; conversations keep the backend they were
+    /// created with. Moving to jetstream needs the team's streams provisioned.
+    #[command(
+        after_help = "Example:\n  crewbus stream provision --team research\n  crewbus team set-backend research --backend jetstream --inbox jetstream"
+    )]
+    SetBackend {
+        /// Team name or id.
+        team: String,
+        /// Body backend for new conversations.
+        #[arg(long, value_enum)]
+        backend: BackendChoice,
+        /// Inbox backend.
+        #[arg(long, value_enum)]
+        inbox: BackendChoice,
+    },
 }
 
 /// `crewbus agent …`

@@ -116,6 +116,36 @@ pub async fn team(config: Config, cmd: TeamCommand, json: bool) -> BusResult<Exi
                 );
             }
         }
+        TeamCommand::SetBackend {
+            team,
+            backend,
+            inbox,
+        } => {
+            let t = bus.find_team(&team).await?;
+            if backend == crate::cli::BackendChoice::Jetstream
+                || inbox == crate::cli::BackendChoice::Jetstream
+            {
+                // NotProvisioned (with the command that fixes it) when the streams are missing.
+                let admin = crate::compose::stream_admin(&config)?;
+                admin
+                    .check_update(t.id, crewbus_domain::StreamKind::Bodies)
+                    .await?;
+                admin
+                    .check_update(t.id, crewbus_domain::StreamKind::Inbox)
+                    .await?;
+            }
+            let t = bus
+                .set_team_backends(t.id, backend.name(), inbox.name())
+                .await?;
+            if json {
+                println!("{}", team_json(&t));
+            } else {
+                println!(
+                    "team {}: new conversations keep bodies on {}, the inbox is {}; existing conversations keep theirs",
+                    t.name, t.body_backend, t.inbox
+                );
+            }
+        }
         TeamCommand::List => {
             let teams = bus.ports().ledger.teams().await?;
             if json {

@@ -88,7 +88,7 @@ pub async fn postgres_with_pool(
     if config.database.as_ref().is_none_or(|d| d.migrate_on_start) {
         crewbus_postgres::migrate(&pool).await?;
     }
-    let settings = BusSettings::from_config(&config.bus);
+    let mut settings = BusSettings::from_config(&config.bus);
     let ledger = PostgresLedger::new(pool.clone(), config.tenant.clone());
     let journal: Arc<dyn Journal> = Arc::new(ledger.journal());
     let postgres = PostgresBackends::new(
@@ -102,6 +102,7 @@ pub async fn postgres_with_pool(
     );
     let mut registries: Vec<Arc<dyn Backends>> = vec![Arc::new(postgres)];
     let broker = add_jetstream(config, &settings, &mut registries)?;
+    settings.backends = registries.iter().map(|r| r.name().to_owned()).collect();
     let ports = Ports {
         ledger: Arc::new(ledger) as Arc<dyn Ledger>,
         backends: Arc::new(CombinedBackends::new(registries)),
@@ -142,17 +143,18 @@ pub fn memory_with(
     clock: Arc<dyn Clock>,
     memory: MemoryConfig,
 ) -> BusResult<(Composed, MemoryParts)> {
-    let settings = BusSettings::from_config(&config.bus);
+    let mut settings = BusSettings::from_config(&config.bus);
     let ledger = MemoryLedger::new(config.tenant.clone());
     let registry = MemoryBackends::new(memory, clock.clone())?;
     let journal: Arc<dyn Journal> = Arc::new(ledger.journal());
-    let backends: Arc<dyn Backends> =
-        Arc::new(CombinedBackends::new(vec![Arc::new(registry.clone())]));
+    let mut registries: Vec<Arc<dyn Backends>> = vec![Arc::new(registry.clone())];
+    let broker = add_jetstream(config, &settings, &mut registries)?;
+    settings.backends = registries.iter().map(|r| r.name().to_owned()).collect();
     let ports = Ports {
         ledger: Arc::new(ledger.clone()) as Arc<dyn Ledger>,
-        backends,
+        backends: Arc::new(CombinedBackends::new(registries)),
         clock,
-        broker: None,
+        broker,
     };
     Ok((
         Composed {
