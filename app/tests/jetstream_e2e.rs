@@ -63,3 +63,78 @@ async fn health_reports_the_broker_and_bodies_are_stored_by_the_relay() {
     assert_eq!(h["messages"][0]["body"], "via jetstream");
     app.finish_test().await;
 }
+
+#[tokio::test]
+async fn a_broker_outage_queues_sends_and_they_are_stored_after_it_returns() {
+    let mut nats = crewbus_conformance::nats::NatsServer::start();
+    let app = TestApp::postgres_private_jetstream("js_outage", &["alice", "bob"], &nats).await;
+    let [alice, bob] = &app.agents[..] else {
+        unreachable!()
+    };
+    let conv = crewbus::client::uuid_of(
+        &alice
+            .client
+            .create_conversation("c", &[bob.id])
+            .await
+            .unwrap()["id"],
+    );
+    // A 1 MiB body fits a server with max_payload 2 MB.
+    let max = "m".repeat(1024 * 1024);
+    alice.client.send(conv, "big", &max).await.unwrap();
+    let got = fetch_n(bob, 1).await;
+    assert_eq!(got[0]["body"].as_str().unwrap().len(), 1024 * 1024);
+    bob.client.confirm(&delivery_ids(&got)).await.unwrap();
+
+    nats.kill();
+    for k in 0..3 {
+        let v = alice
+            .client
+            .send(
+                conv,
+                &format!("during-{k}"),
+                &format!("sent during the outage {k}"),
+            )
+            .await
+            .unwrap();
+        assert_eq!(v["message"]["publication"], "pending_publication");
+    }
+    let health = app.bus.health().await;
+    assert_eq!((health.status, health.broker), ("ok", "unreachable"));
+    eventually("a failed relay attempt", 15, || async {
+        (app.bus
+            .metrics()
+            .relay_retried
+            .load(std::sync::atomic::Ordering::Relaxed)
+            > 0)
+        .then_some(())
+    })
+    .await;
+
+    nats.restart();
+    let mut bodies = std::collections::HashSet::new();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while bodies.len() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "only {} queued sends arrived after the broker returned",
+            bodies.len()
+        );
+        app.advance(std::time::Duration::from_secs(5)); // past the relay's backoff
+        let got = bob.client.fetch(10).await.unwrap();
+        if got.is_empty() {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            continue;
+        }
+        for d in &got {
+            assert!(
+                bodies.insert(d["body"].as_str().unwrap().to_owned()),
+                "delivered twice"
+            );
+        }
+        bob.client.confirm(&delivery_ids(&got)).await.unwrap();
+    }
+    let h = bob.client.history(conv, 0, 10).await.unwrap();
+    assert_eq!(h["next_after_seq"], 4, "{h}");
+    assert_eq!(app.bus.health().await.broker, "ok");
+    app.finish_test().await;
+}

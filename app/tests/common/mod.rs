@@ -78,19 +78,62 @@ impl TestApp {
     /// nats://127.0.0.1:4222), the team's streams provisioned for the test and removed after.
     /// The inbox's ack wait is 2 s of real time (the server's clock).
     pub async fn postgres_jetstream(label: &str, agents: &[&str]) -> TestApp {
+        let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
+        Self::postgres_nats(
+            label,
+            agents,
+            crewbus::config::NatsConfig {
+                servers: vec![url],
+                body_max_bytes: 64 << 20,
+                inbox_max_bytes: 16 << 20,
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    /// Postgres ledger + JetStream on a private `nats-server` of the conformance fixture
+    /// (`max_payload` 2 MB), the server using the runtime credential and provisioning done
+    /// with the provisioning credential.
+    pub async fn postgres_private_jetstream(
+        label: &str,
+        agents: &[&str],
+        server: &crewbus_conformance::nats::NatsServer,
+    ) -> TestApp {
+        use crewbus_conformance::nats::{provisioning_user, runtime_user};
+        let cred = |u: crewbus_conformance::nats::UserPassword| crewbus::config::NatsCredential {
+            user: Some(u.user),
+            password: Some(crewbus_domain::Secret::new(u.password)),
+            ..Default::default()
+        };
+        Self::postgres_nats(
+            label,
+            agents,
+            crewbus::config::NatsConfig {
+                servers: vec![server.url()],
+                runtime: cred(runtime_user()),
+                provisioning: cred(provisioning_user()),
+                body_max_bytes: 64 << 20,
+                inbox_max_bytes: 16 << 20,
+                request_timeout_ms: 1_000,
+                ..Default::default()
+            },
+        )
+        .await
+    }
+
+    async fn postgres_nats(
+        label: &str,
+        agents: &[&str],
+        nats: crewbus::config::NatsConfig,
+    ) -> TestApp {
         let db = TestDatabase::create(label, |pool| async move {
             crewbus_postgres::migrate(&pool).await
         })
         .await;
         let mut config = test_config();
         config.bus.handout_grace_ms = 2_000;
-        let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
-        config.nats = Some(crewbus::config::NatsConfig {
-            servers: vec![url],
-            body_max_bytes: 64 << 20,
-            inbox_max_bytes: 16 << 20,
-            ..Default::default()
-        });
+        config.nats = Some(nats);
         let clock = ManualClock::new(chrono::Utc::now());
         let composed = postgres_with_pool(&config, db.pool().clone(), Arc::new(clock.clone()))
             .await
