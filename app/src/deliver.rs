@@ -21,6 +21,10 @@ use futures_util::future::join_all;
 use crate::bus::{Bus, before};
 use crate::metrics::Metrics;
 
+/// Body backends looked up during one request, by name (a failed lookup or a backend found
+/// down is kept as its error).
+pub(crate) type BodyBackends = HashMap<String, BusResult<Arc<dyn MessagingBackend>>>;
+
 /// One message handed to an agent.
 #[derive(Debug, Clone)]
 pub struct Delivery {
@@ -181,7 +185,7 @@ impl Bus {
         }
 
         // 4. Bodies.
-        let mut backends: HashMap<String, Option<Arc<dyn MessagingBackend>>> = HashMap::new();
+        let mut backends = BodyBackends::new();
         let mut deliveries = Vec::with_capacity(issued.len());
         for hand_out in issued {
             let message = ledger.message(team.id, hand_out.message).await?;
@@ -204,30 +208,13 @@ impl Bus {
     }
 
     /// Reads a stored message's body, caching the backend per name. `None` when it cannot be
-    /// read now (logged).
+    /// read now (logged); the hand-out lapses and the message comes back.
     pub(crate) async fn body_of(
         &self,
         message: &Message,
-        backends: &mut HashMap<String, Option<Arc<dyn MessagingBackend>>>,
+        backends: &mut BodyBackends,
     ) -> Option<String> {
-        let locator = message.locator.as_ref()?;
-        if !backends.contains_key(&message.backend) {
-            let b = match self
-                .ports
-                .backends
-                .body_backend(message.team, &message.backend)
-                .await
-            {
-                Ok(b) => Some(b),
-                Err(error) => {
-                    tracing::warn!(backend = %message.backend, code = error.code(), error = ?error, "body backend unavailable");
-                    None
-                }
-            };
-            backends.insert(message.backend.clone(), b);
-        }
-        let backend = backends.get(&message.backend)?.as_ref()?;
-        match backend.fetch(locator, message.id).await {
+        match self.read_body(message, backends).await {
             Ok(Some(body)) => Some(body),
             Ok(None) => {
                 tracing::warn!(message = %message.id, "body not found at its locator");
@@ -238,6 +225,39 @@ impl Bus {
                 None
             }
         }
+    }
+
+    /// Reads a stored message's body: `Ok(None)` when the backend does not hold it. A backend
+    /// that failed with a retryable error is remembered as down for the rest of `backends`'
+    /// life (one page or one fetch), so a broker outage costs one timeout, not one per message.
+    pub(crate) async fn read_body(
+        &self,
+        message: &Message,
+        backends: &mut BodyBackends,
+    ) -> BusResult<Option<String>> {
+        let Some(locator) = message.locator.as_ref() else {
+            return Ok(None);
+        };
+        if !backends.contains_key(&message.backend) {
+            let b = self
+                .ports
+                .backends
+                .body_backend(message.team, &message.backend)
+                .await;
+            backends.insert(message.backend.clone(), b);
+        }
+        let backend = match backends.get(&message.backend) {
+            Some(Ok(b)) => b.clone(),
+            Some(Err(e)) => return Err(e.clone()),
+            None => return Err(BusError::unavailable("body backend")),
+        };
+        let result = backend.fetch(locator, message.id).await;
+        if let Err(e) = &result
+            && e.is_retryable()
+        {
+            backends.insert(message.backend.clone(), Err(e.clone()));
+        }
+        result
     }
 
     /// Confirms deliveries by id: the ledger commits the receipts first (one transaction), THEN

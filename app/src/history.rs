@@ -1,10 +1,9 @@
 //! History: a conversation's messages by `seq`, with bodies read back from their backends.
 
-use std::collections::HashMap;
-
-use crewbus_domain::{Absence, Agent, BusResult, Message, Uuid};
+use crewbus_domain::{Absence, Agent, BusError, BusResult, Message, Uuid};
 
 use crate::bus::Bus;
+use crate::deliver::BodyBackends;
 
 /// One message of a history page.
 #[derive(Debug, Clone)]
@@ -45,26 +44,21 @@ impl Bus {
             .ledger
             .history(agent.team, conversation, after_seq, limit)
             .await?;
-        let mut backends = HashMap::new();
+        let mut backends = BodyBackends::new();
         let mut entries = Vec::with_capacity(page.items.len());
         for item in page.items {
             let (body, absence) = match item.absence {
                 Some(a) => (None, Some(a)),
-                None => {
-                    let reachable = self
-                        .ports
-                        .backends
-                        .body_backend(item.message.team, &item.message.backend)
-                        .await
-                        .is_ok();
-                    match self.body_of(&item.message, &mut backends).await {
-                        Some(body) => (Some(body), None),
-                        None if reachable => {
-                            (None, Some(self.classify_missing(&item.message).await))
-                        }
-                        None => (None, Some(Absence::Unavailable)),
+                None => match self.read_body(&item.message, &mut backends).await {
+                    Ok(Some(body)) => (Some(body), None),
+                    Ok(None) => (None, Some(Absence::Missing)),
+                    Err(e) if e.is_retryable() => (None, Some(Absence::Unavailable)),
+                    Err(BusError::NotProvisioned { .. }) => (None, Some(Absence::Unavailable)),
+                    Err(error) => {
+                        tracing::warn!(message = %item.message.id, code = error.code(), error = ?error, "history: body refused");
+                        (None, Some(Absence::Missing))
                     }
-                }
+                },
             };
             entries.push(HistoryEntry {
                 message: item.message,
@@ -76,25 +70,5 @@ impl Bus {
             entries,
             next_after_seq: page.next_after_seq,
         })
-    }
-
-    /// Tells "the backend did not answer" from "the backend does not hold it".
-    async fn classify_missing(&self, message: &Message) -> Absence {
-        let Some(locator) = &message.locator else {
-            return Absence::Missing;
-        };
-        match self
-            .ports
-            .backends
-            .body_backend(message.team, &message.backend)
-            .await
-        {
-            Ok(b) => match b.fetch(locator, message.id).await {
-                Ok(_) => Absence::Missing,
-                Err(e) if e.is_retryable() => Absence::Unavailable,
-                Err(_) => Absence::Missing,
-            },
-            Err(_) => Absence::Unavailable,
-        }
     }
 }

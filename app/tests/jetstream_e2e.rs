@@ -110,6 +110,15 @@ async fn a_broker_outage_queues_sends_and_they_are_stored_after_it_returns() {
     })
     .await;
 
+    // History during the outage: the stored body is an explained absence, never a failed page,
+    // and the page stops at the first pending message.
+    let h = bob.client.history(conv, 0, 10).await.unwrap();
+    let items = h["messages"].as_array().unwrap();
+    assert_eq!(items[0]["absence"], "unavailable", "{h}");
+    assert!(items[0]["body"].is_null());
+    assert_eq!(items[1]["absence"], "pending");
+    assert_eq!(h["next_after_seq"], 1);
+
     nats.restart();
     let mut bodies = std::collections::HashSet::new();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
