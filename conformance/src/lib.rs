@@ -68,6 +68,7 @@ mod ledger_scene;
 pub mod ledger_time;
 pub mod nats;
 pub mod postgres;
+pub mod push_store;
 pub mod samples;
 pub mod wait;
 
@@ -75,7 +76,10 @@ pub use capabilities::{Capabilities, Capability};
 pub use fixture::{
     BodyFixture, FixtureError, FixtureFactory, InboxFixture, Namespace, TeamFixture,
 };
-pub use harness::{Behaviour, BehaviourFn, Port, behaviours, runtime, trials};
+pub use harness::{Behaviour, BehaviourFn, Port, behaviours, run_task, runtime, trials};
 pub use journal::journal_behaviours;
 pub use ledger::ledger_behaviours;
 pub use ledger_fixture::{BehaviourFuture, LedgerBehaviour, LedgerFixture};
+pub use push_store::{
+    PushStoreFactory, PushStoreFixture, push_store_behaviours, push_store_trials,
+};

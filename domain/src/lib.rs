@@ -19,6 +19,8 @@ mod locator;
 mod message;
 mod outbox;
 mod published;
+mod push;
+mod push_transport;
 mod quota;
 mod receipt;
 mod secret;
@@ -44,6 +46,10 @@ pub use message::{
 };
 pub use outbox::{LeasedSlot, SettleOutcome, Settlement, SlotOutcome};
 pub use published::Published;
+pub use push::{
+    DataKey, Destination, PushAuthentication, PushConfig, PushRegistration, WrappedKey, redact_url,
+};
+pub use push_transport::{PushRequest, PushResponse, TransportError};
 pub use quota::{Provisioned, QuotaChange, Quotas, StorageAccount, StreamKind};
 pub use receipt::Receipt;
 pub use secret::Secret;

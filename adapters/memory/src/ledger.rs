@@ -1007,3 +1007,66 @@ impl Ledger for MemoryLedger {
         Ok(counts)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crewbus_ports::Journal;
+
+    fn block_on<F: std::future::Future>(f: F) -> F::Output {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(f)
+    }
+
+    #[test]
+    fn an_injected_outage_is_retryable_and_writes_nothing() {
+        block_on(async {
+            let ledger = MemoryLedger::new(TenantId::default());
+            let journal = ledger.journal();
+            let now = Utc::now();
+            ledger.set_unavailable(true);
+            let err = ledger
+                .create_team("t", "memory", "memory", now)
+                .await
+                .unwrap_err();
+            assert!(matches!(err, BusError::Unavailable { .. }) && err.is_retryable());
+            let err = journal
+                .admit(Uuid::new_v4(), Uuid::new_v4(), now)
+                .await
+                .unwrap_err();
+            assert!(matches!(
+                err,
+                crewbus_domain::StoreError::Unavailable { .. }
+            ));
+            ledger.set_unavailable(false);
+            assert!(ledger.teams().await.unwrap().is_empty());
+            ledger
+                .create_team("t", "memory", "memory", now)
+                .await
+                .unwrap();
+        });
+    }
+
+    #[test]
+    fn clones_and_journals_share_one_state() {
+        block_on(async {
+            let ledger = MemoryLedger::new(TenantId::default());
+            let clone = ledger.clone();
+            let now = Utc::now();
+            let team = ledger
+                .create_team("t", "memory", "memory", now)
+                .await
+                .unwrap();
+            assert_eq!(clone.team(team.id).await.unwrap(), team);
+            let run = ledger
+                .journal()
+                .admit(team.id, Uuid::new_v4(), now)
+                .await
+                .unwrap();
+            assert!(clone.journal().run(run).await.is_ok());
+            assert_eq!(ledger.journal().tenant(), ledger.tenant());
+        });
+    }
+}
