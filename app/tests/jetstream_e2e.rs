@@ -1,5 +1,5 @@
 //! End to end on Postgres ledger + JetStream bodies and inbox, on real servers (`DATABASE_URL`,
-//! and `NATS_URL` or nats://127.0.0.1:4222). The team's streams are provisioned per test (named
+//! and `NATS_URL` or a private nats-server per test). The team's streams are provisioned per test (named
 //! after its random team id) and removed afterwards.
 
 mod common;

@@ -33,6 +33,8 @@ pub struct TestApp {
     pub bus: Bus,
     pub parts: MemoryParts,
     pub db: Option<TestDatabase>,
+    /// A private nats-server kept alive for the test, when one was spawned.
+    pub nats: Option<crewbus_conformance::nats::NatsServer>,
     pub clock: ManualClock,
     pub team: Team,
     pub agents: Vec<TestAgent>,
@@ -75,7 +77,8 @@ impl TestApp {
     }
 
     /// Postgres ledger, journal; JetStream bodies and inbox on the server of `NATS_URL` (default
-    /// nats://127.0.0.1:4222), the team's streams provisioned for the test and removed after.
+    /// a private `nats-server` spawned for the test from `NATS_SERVER_BIN` or `PATH`), the team's
+    /// streams provisioned for the test and removed after.
     /// The inbox's ack wait is 2 s of real time (the server's clock).
     pub async fn postgres_jetstream(label: &str, agents: &[&str]) -> TestApp {
         let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
@@ -211,6 +214,7 @@ impl TestApp {
             bus,
             parts,
             db,
+            nats: None,
             clock,
             team,
             agents: list,
