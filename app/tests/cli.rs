@@ -116,3 +116,42 @@ fn serve_answers_health_and_stops_gracefully_on_sigterm() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+#[test]
+fn demo_runs_on_the_embedded_default_and_proves_exactly_once() {
+    let out = crewbus().args(["--json", "demo"]).output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &v["summary"];
+    assert_eq!(s["exactly_once"], true, "{s}");
+    assert_eq!(s["messages"], 62);
+    assert!(
+        s["redeliveries"].as_u64().unwrap() >= 1,
+        "the unconfirmed fetch came back"
+    );
+    assert_eq!(s["confirmed"], 124);
+    assert!(s["latency_p50_ms"].as_f64().unwrap() > 0.0);
+    let transcript = v["transcript"].as_array().unwrap();
+    assert!(
+        transcript
+            .iter()
+            .any(|l| l["what"].as_str().unwrap().contains("(redelivered)"))
+    );
+    let human = crewbus().arg("demo").output().unwrap();
+    let text = String::from_utf8(human.stdout).unwrap();
+    for needle in [
+        "alice",
+        "bob",
+        "carol",
+        "summary",
+        "p50",
+        "p99",
+        "exactly once",
+    ] {
+        assert!(text.contains(needle), "demo output lacks {needle}");
+    }
+}
