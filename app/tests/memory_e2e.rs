@@ -334,3 +334,10 @@ async fn one_teams_unsendable_messages_never_block_another_team() {
     assert!(bob.client.fetch(10).await.unwrap().is_empty());
     app.finish_test().await;
 }
+
+#[tokio::test]
+async fn runs_get_the_bus_records_of_send_confirm_and_acknowledge() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    scenarios::runs_get_the_bus_records_of_send_confirm_and_acknowledge(&app).await;
+    app.finish_test().await;
+}

@@ -63,3 +63,10 @@ async fn sends_are_stored_in_the_send_transaction_and_history_reads_them_back() 
     assert_eq!(got[0]["body"], "stored at once");
     app.finish_test().await;
 }
+
+#[tokio::test]
+async fn runs_get_the_bus_records_of_send_confirm_and_acknowledge() {
+    let app = TestApp::postgres("pg_runs", &["alice", "bob"]).await;
+    scenarios::runs_get_the_bus_records_of_send_confirm_and_acknowledge(&app).await;
+    app.finish_test().await;
+}

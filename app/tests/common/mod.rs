@@ -31,6 +31,7 @@ pub mod scenarios;
 pub struct TestApp {
     pub server: Server,
     pub bus: Bus,
+    pub journal: Arc<dyn crewbus_ports::Journal>,
     pub parts: MemoryParts,
     pub db: Option<TestDatabase>,
     /// A private nats-server kept alive for the test, when one was spawned.
@@ -73,7 +74,7 @@ impl TestApp {
         // Unused on Postgres, kept so scenarios share one type.
         let (_, parts) =
             memory_with(&config, Arc::new(clock.clone()), memory_config(&config)).unwrap();
-        Self::finish(config, composed.bus, parts, Some(db), clock, agents, None).await
+        Self::finish(config, composed, parts, Some(db), clock, agents, None).await
     }
 
     /// Postgres ledger, journal; JetStream bodies and inbox on the server of `NATS_URL` (default
@@ -145,7 +146,7 @@ impl TestApp {
             memory_with(&config, Arc::new(clock.clone()), memory_config(&config)).unwrap();
         Self::finish(
             config,
-            composed.bus,
+            composed,
             parts,
             Some(db),
             clock,
@@ -177,18 +178,20 @@ impl TestApp {
     pub async fn start_with(config: Config, memory: MemoryConfig, agents: &[&str]) -> MemoryApp {
         let clock = ManualClock::new(chrono::Utc::now());
         let (composed, parts) = memory_with(&config, Arc::new(clock.clone()), memory).unwrap();
-        Self::finish(config, composed.bus, parts, None, clock, agents, None).await
+        Self::finish(config, composed, parts, None, clock, agents, None).await
     }
 
     async fn finish(
         config: Config,
-        bus: Bus,
+        composed: crewbus::compose::Composed,
         parts: MemoryParts,
         db: Option<TestDatabase>,
         clock: ManualClock,
         agents: &[&str],
         backend: Option<&str>,
     ) -> TestApp {
+        let bus = composed.bus.clone();
+        let journal = composed.journal.clone();
         let team = bus.add_team("team-a", backend, backend).await.unwrap();
         if backend == Some("jetstream") {
             let admin = crewbus::compose::stream_admin(&config).unwrap();
@@ -212,6 +215,7 @@ impl TestApp {
         TestApp {
             server,
             bus,
+            journal,
             parts,
             db,
             nats: None,

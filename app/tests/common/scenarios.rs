@@ -482,3 +482,94 @@ pub async fn bad_input_of_every_kind_gets_a_clear_error(app: &TestApp) {
     )
     .await;
 }
+
+/// `run` is threaded through send, confirm and acknowledge: the run's journal gets the bus's
+/// records; another agent's run is 403, a sealed run 409.
+pub async fn runs_get_the_bus_records_of_send_confirm_and_acknowledge(app: &TestApp) {
+    use crewbus_domain::{RecordKind, RunOutcome, Seq};
+    let [alice, bob] = &app.agents[..] else {
+        unreachable!()
+    };
+    let now = app.bus.ports().clock.now();
+    let alice_run = app.journal.admit(app.team.id, alice.id, now).await.unwrap();
+    let bob_run = app.journal.admit(app.team.id, bob.id, now).await.unwrap();
+    let conv = uuid_of(
+        &alice
+            .client
+            .create_conversation("c", &[bob.id])
+            .await
+            .unwrap()["id"],
+    );
+    let path = format!("/v1/conversations/{conv}/messages");
+    let sent = alice
+        .client
+        .ok(
+            Method::POST,
+            &path,
+            Some(json!({"request_id": "r1", "body": "hi", "run": alice_run})),
+        )
+        .await
+        .unwrap();
+    let message = uuid_of(&sent["message"]["id"]);
+    // Another agent's run is refused.
+    let e = alice
+        .client
+        .ok(
+            Method::POST,
+            &path,
+            Some(json!({"request_id": "r2", "body": "x", "run": bob_run})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!((e.status, e.code.as_str()), (403, "forbidden"));
+    let got = fetch_n(bob, 1).await;
+    let r = bob
+        .client
+        .ok(
+            Method::POST,
+            "/v1/inbox/confirm",
+            Some(json!({"deliveries": delivery_ids(&got), "run": bob_run})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(r["results"][0]["outcome"], "confirmed");
+    bob.client
+        .ok(
+            Method::POST,
+            &format!("/v1/messages/{message}/acknowledge"),
+            Some(json!({"run": bob_run})),
+        )
+        .await
+        .unwrap();
+    let kinds = |records: Vec<crewbus_domain::Record>| -> Vec<&'static str> {
+        records
+            .into_iter()
+            .map(|r| match r.kind {
+                RecordKind::RunAdmitted { .. } => "admitted",
+                RecordKind::MessageSent { .. } => "sent",
+                RecordKind::MessageDelivered { .. } => "delivered",
+                RecordKind::MessageAcknowledged { .. } => "acknowledged",
+                _ => "other",
+            })
+            .collect()
+    };
+    let a = app.journal.read(alice_run, Seq::FIRST, 100).await.unwrap();
+    assert_eq!(kinds(a), vec!["admitted", "sent"]);
+    let b = app.journal.read(bob_run, Seq::FIRST, 100).await.unwrap();
+    assert_eq!(kinds(b), vec!["admitted", "delivered", "acknowledged"]);
+    // A sealed run is a conflict.
+    app.journal
+        .seal(alice_run, RunOutcome::Succeeded, "done", now)
+        .await
+        .unwrap();
+    let e = alice
+        .client
+        .ok(
+            Method::POST,
+            &path,
+            Some(json!({"request_id": "r3", "body": "late", "run": alice_run})),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!((e.status, e.code.as_str()), (409, "conflict"));
+}
