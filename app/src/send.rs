@@ -6,7 +6,44 @@ use crewbus_domain::{Agent, BusError, BusResult, Publication, RunId, SendRequest
 use crate::bus::Bus;
 use crate::metrics::Metrics;
 
+/// Bodies up to this size (bytes) are below every backend's effective maximum; larger ones are
+/// checked against the conversation's backend before they are recorded.
+const CHECK_BACKEND_LIMIT_ABOVE: u64 = 64 * 1024;
+
 impl Bus {
+    /// Refuses a body above the effective maximum of the conversation's body backend (e.g.
+    /// JetStream on a server whose `max_payload` is 1 MB) with `TooLarge`, so it never becomes a
+    /// failed message. A conversation or backend that cannot be looked up now is left to the
+    /// ledger and the relay.
+    async fn check_backend_limit(
+        &self,
+        sender: &Agent,
+        conversation: Uuid,
+        size: u64,
+    ) -> BusResult<()> {
+        let Ok(c) = self
+            .ports
+            .ledger
+            .conversation(sender.team, conversation)
+            .await
+        else {
+            return Ok(());
+        };
+        let Ok(backend) = self
+            .ports
+            .backends
+            .body_backend(sender.team, &c.backend)
+            .await
+        else {
+            return Ok(());
+        };
+        let limit = backend.max_body_bytes();
+        if size > limit {
+            return Err(BusError::TooLarge { size, limit });
+        }
+        Ok(())
+    }
+
     /// Sends `body` from `sender` into `conversation`, idempotent on `request_id`.
     ///
     /// Returns the message as it stands (`created: false` for a repeat). Errors: a body above
@@ -27,6 +64,9 @@ impl Bus {
                 size,
                 limit: self.settings.max_body_bytes,
             });
+        }
+        if size > CHECK_BACKEND_LIMIT_ABOVE {
+            self.check_backend_limit(sender, conversation, size).await?;
         }
         let request = SendRequest {
             team: sender.team,

@@ -147,3 +147,48 @@ async fn a_broker_outage_queues_sends_and_they_are_stored_after_it_returns() {
     assert_eq!(app.bus.health().await.broker, "ok");
     app.finish_test().await;
 }
+
+#[tokio::test]
+async fn a_body_above_the_servers_effective_limit_is_413_not_a_failed_message() {
+    let nats = crewbus_conformance::nats::NatsServer::start_with(
+        &crewbus_conformance::nats::NatsOptions {
+            max_payload: Some("1MB".into()),
+            ..Default::default()
+        },
+    );
+    let app = TestApp::postgres_private_jetstream("js_payload", &["alice", "bob"], &nats).await;
+    let [alice, bob] = &app.agents[..] else {
+        unreachable!()
+    };
+    let conv = crewbus::client::uuid_of(
+        &alice
+            .client
+            .create_conversation("c", &[bob.id])
+            .await
+            .unwrap()["id"],
+    );
+    // 1 MiB fits the bus contract but not a server with max_payload 1 MB plus headers.
+    let e = alice
+        .client
+        .send(conv, "big", &"x".repeat(1024 * 1024))
+        .await
+        .unwrap_err();
+    assert_eq!(
+        (e.status, e.code.as_str()),
+        (413, "too_large"),
+        "{}",
+        e.message
+    );
+    // A body that fits is stored and delivered.
+    let fits = "y".repeat(512 * 1024);
+    alice.client.send(conv, "fits", &fits).await.unwrap();
+    let got = fetch_n(bob, 1).await;
+    assert_eq!(got[0]["body"].as_str().unwrap().len(), fits.len());
+    let h = bob.client.history(conv, 0, 10).await.unwrap();
+    assert_eq!(
+        h["messages"].as_array().unwrap().len(),
+        1,
+        "nothing recorded for the 413"
+    );
+    app.finish_test().await;
+}

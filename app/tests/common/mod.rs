@@ -82,18 +82,23 @@ impl TestApp {
     /// streams provisioned for the test and removed after.
     /// The inbox's ack wait is 2 s of real time (the server's clock).
     pub async fn postgres_jetstream(label: &str, agents: &[&str]) -> TestApp {
-        let url = std::env::var("NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into());
-        Self::postgres_nats(
-            label,
-            agents,
-            crewbus::config::NatsConfig {
-                servers: vec![url],
-                body_max_bytes: 64 << 20,
-                inbox_max_bytes: 16 << 20,
-                ..Default::default()
-            },
-        )
-        .await
+        if let Some(url) = crewbus_conformance::nats::external_url() {
+            return Self::postgres_nats(
+                label,
+                agents,
+                crewbus::config::NatsConfig {
+                    servers: vec![url],
+                    body_max_bytes: 64 << 20,
+                    inbox_max_bytes: 16 << 20,
+                    ..Default::default()
+                },
+            )
+            .await;
+        }
+        let server = crewbus_conformance::nats::NatsServer::start();
+        let mut app = Self::postgres_private_jetstream(label, agents, &server).await;
+        app.nats = Some(server);
+        app
     }
 
     /// Postgres ledger + JetStream on a private `nats-server` of the conformance fixture

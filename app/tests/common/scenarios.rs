@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crewbus::client::uuid_of;
 use crewbus_domain::{DeliveryId, Uuid};
+use crewbus_ports::Backends;
 use reqwest::Method;
 use serde_json::json;
 
@@ -383,10 +384,20 @@ pub async fn bad_input_of_every_kind_gets_a_clear_error(app: &TestApp) {
         "invalid",
     )
     .await;
-    // Oversize body: 1 MiB + 1 is 413; exactly 1 MiB is accepted.
-    let big = "x".repeat(1024 * 1024 + 1);
+    // Oversize body: the backend's effective maximum (1 MiB, lower on a JetStream server whose
+    // max_payload cannot carry it) is accepted, one byte more is 413.
+    let limit = app
+        .bus
+        .ports()
+        .backends
+        .body_backend(app.team.id, &app.team.body_backend)
+        .await
+        .unwrap()
+        .max_body_bytes()
+        .min(1024 * 1024) as usize;
+    let big = "x".repeat(limit + 1);
     expect(alice.client.send(conv, "big", &big).await, 413, "too_large").await;
-    let max = "y".repeat(1024 * 1024);
+    let max = "y".repeat(limit);
     assert_eq!(
         alice.client.send(conv, "max", &max).await.unwrap()["created"],
         true
