@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use crewbus::client::uuid_of;
 use crewbus_domain::{DeliveryId, Uuid};
-use crewbus_ports::Backends;
 use reqwest::Method;
 use serde_json::json;
 
