@@ -192,3 +192,121 @@ async fn a_body_above_the_servers_effective_limit_is_413_not_a_failed_message() 
     );
     app.finish_test().await;
 }
+
+#[tokio::test]
+async fn an_overflowed_inbox_stream_is_topped_up_from_the_ledger() {
+    let nats = crewbus_conformance::nats::NatsServer::start();
+    let app = TestApp::postgres_private_jetstream_with(
+        "js_overflow",
+        &["alice", "bob"],
+        &nats,
+        |n| n.inbox_max_messages = 3, // discard-old beyond 3 references
+    )
+    .await;
+    let [alice, bob] = &app.agents[..] else {
+        unreachable!()
+    };
+    let conv = crewbus::client::uuid_of(
+        &alice
+            .client
+            .create_conversation("c", &[bob.id])
+            .await
+            .unwrap()["id"],
+    );
+    for k in 0..10 {
+        alice
+            .client
+            .send(conv, &format!("r{k}"), &format!("m{k}"))
+            .await
+            .unwrap();
+    }
+    eventually(
+        "every body stored and every reference published",
+        20,
+        || async {
+            let h = app.bus.health().await;
+            (h.publication_pending == Some(0) && h.inbox_events_pending == Some(0)).then_some(())
+        },
+    )
+    .await;
+    let inbox =
+        crewbus_ports::Backends::inbox(&*app.bus.ports().backends, app.team.id, "jetstream")
+            .await
+            .unwrap();
+    let status = inbox.inbox_status(&bob.recipient_key).await.unwrap();
+    assert!(
+        status.pending <= 3,
+        "the inbox stream keeps at most 3: {status:?}"
+    );
+    app.advance(std::time::Duration::from_secs(3)); // past the top-up delay
+    let got = fetch_n(bob, 10).await;
+    let bodies: std::collections::HashSet<_> = got
+        .iter()
+        .map(|d| d["body"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(bodies.len(), 10, "every message exactly once");
+    bob.client.confirm(&delivery_ids(&got)).await.unwrap();
+    app.advance(std::time::Duration::from_secs(120));
+    assert!(bob.client.fetch(100).await.unwrap().is_empty());
+    app.finish_test().await;
+}
+
+#[tokio::test]
+async fn a_deleted_consumer_is_reported_absent_and_rebuilt() {
+    let nats = crewbus_conformance::nats::NatsServer::start();
+    let app =
+        TestApp::postgres_private_jetstream("js_deleted_consumer", &["alice", "bob"], &nats).await;
+    let [alice, bob] = &app.agents[..] else {
+        unreachable!()
+    };
+    let conv = crewbus::client::uuid_of(
+        &alice
+            .client
+            .create_conversation("c", &[bob.id])
+            .await
+            .unwrap()["id"],
+    );
+    alice.client.send(conv, "r0", "before").await.unwrap();
+    let got = fetch_n(bob, 1).await; // creates bob's consumer
+    bob.client.confirm(&delivery_ids(&got)).await.unwrap();
+    for k in 1..=3 {
+        alice
+            .client
+            .send(conv, &format!("r{k}"), "after")
+            .await
+            .unwrap();
+    }
+    eventually("references published", 20, || async {
+        (app.bus.health().await.inbox_events_pending == Some(0)).then_some(())
+    })
+    .await;
+    // An operator (or an accident) deletes bob's consumer.
+    let admin = crewbus_conformance::nats::provisioning_user();
+    let client = async_nats::ConnectOptions::with_user_and_password(admin.user, admin.password)
+        .connect(nats.url())
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(client);
+    let stream = format!("CREWBUS_I_{}", app.team.id.simple());
+    js.get_stream(&stream)
+        .await
+        .unwrap()
+        .delete_consumer(&bob.recipient_key)
+        .await
+        .unwrap();
+    let (status, v) = bob
+        .client
+        .call(reqwest::Method::GET, "/v1/inbox/status", None)
+        .await
+        .unwrap();
+    assert_eq!((status, v["present"].as_bool()), (200, Some(false)), "{v}");
+    // Fetching rebuilds it; every message arrives exactly once.
+    app.advance(std::time::Duration::from_secs(3));
+    let got = fetch_n(bob, 3).await;
+    let ids: std::collections::HashSet<_> = message_ids(&got).into_iter().collect();
+    assert_eq!(ids.len(), 3);
+    bob.client.confirm(&delivery_ids(&got)).await.unwrap();
+    app.advance(std::time::Duration::from_secs(120));
+    assert!(bob.client.fetch(100).await.unwrap().is_empty());
+    app.finish_test().await;
+}

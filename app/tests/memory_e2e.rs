@@ -341,3 +341,45 @@ async fn runs_get_the_bus_records_of_send_confirm_and_acknowledge() {
     scenarios::runs_get_the_bus_records_of_send_confirm_and_acknowledge(&app).await;
     app.finish_test().await;
 }
+
+#[tokio::test]
+async fn retention_removes_old_bodies_and_history_explains_them() {
+    let mut config = test_config();
+    config.bus.retention_days = 1;
+    let memory = crewbus::compose::memory_config(&config);
+    let app = MemoryApp::start_with(config, memory, &["alice", "bob"]).await;
+    let [alice, bob] = &app.agents[..] else {
+        unreachable!()
+    };
+    let conv = uuid_of(
+        &alice
+            .client
+            .create_conversation("c", &[bob.id])
+            .await
+            .unwrap()["id"],
+    );
+    alice.client.send(conv, "old", "old news").await.unwrap();
+    eventually("stored", 10, || async {
+        (app.bus.health().await.publication_pending == Some(0)).then_some(())
+    })
+    .await;
+    app.advance(Duration::from_secs(2 * 86_400));
+    alice.client.send(conv, "new", "fresh").await.unwrap();
+    eventually("stored", 10, || async {
+        (app.bus.health().await.publication_pending == Some(0)).then_some(())
+    })
+    .await;
+    let run = app.bus.retention_run().await.unwrap();
+    assert_eq!((run.removed, run.marked, run.failed), (1, 1, 0));
+    let h = bob.client.history(conv, 0, 10).await.unwrap();
+    assert_eq!(h["messages"][0]["absence"], "retained");
+    assert!(h["messages"][0]["body"].is_null());
+    assert_eq!(h["messages"][1]["body"], "fresh");
+    assert_eq!(
+        h["next_after_seq"], 2,
+        "retained messages do not stop the cursor"
+    );
+    // A second run removes nothing.
+    assert_eq!(app.bus.retention_run().await.unwrap().removed, 0);
+    app.finish_test().await;
+}

@@ -109,26 +109,33 @@ impl TestApp {
         agents: &[&str],
         server: &crewbus_conformance::nats::NatsServer,
     ) -> TestApp {
+        Self::postgres_private_jetstream_with(label, agents, server, |_| {}).await
+    }
+
+    /// [`TestApp::postgres_private_jetstream`] with the NATS settings adjusted by `adjust`.
+    pub async fn postgres_private_jetstream_with(
+        label: &str,
+        agents: &[&str],
+        server: &crewbus_conformance::nats::NatsServer,
+        adjust: impl FnOnce(&mut crewbus::config::NatsConfig),
+    ) -> TestApp {
         use crewbus_conformance::nats::{provisioning_user, runtime_user};
         let cred = |u: crewbus_conformance::nats::UserPassword| crewbus::config::NatsCredential {
             user: Some(u.user),
             password: Some(crewbus_domain::Secret::new(u.password)),
             ..Default::default()
         };
-        Self::postgres_nats(
-            label,
-            agents,
-            crewbus::config::NatsConfig {
-                servers: vec![server.url()],
-                runtime: cred(runtime_user()),
-                provisioning: cred(provisioning_user()),
-                body_max_bytes: 64 << 20,
-                inbox_max_bytes: 16 << 20,
-                request_timeout_ms: 1_000,
-                ..Default::default()
-            },
-        )
-        .await
+        let mut nats = crewbus::config::NatsConfig {
+            servers: vec![server.url()],
+            runtime: cred(runtime_user()),
+            provisioning: cred(provisioning_user()),
+            body_max_bytes: 64 << 20,
+            inbox_max_bytes: 16 << 20,
+            request_timeout_ms: 1_000,
+            ..Default::default()
+        };
+        adjust(&mut nats);
+        Self::postgres_nats(label, agents, nats).await
     }
 
     async fn postgres_nats(
