@@ -13,7 +13,8 @@ use std::sync::Arc;
 
 use crewbus_domain::{
     Agent, BusError, BusResult, ConfirmOutcome, DeliveryId, HandOut, HandOutOutcome,
-    HandOutRequest, HandOutSource, InboxAck, InboxStatus, Message, ReferencePayload, RunId, Uuid,
+    HandOutRequest, HandOutSource, InboxAck, InboxStatus, Message, Publication, ReferencePayload,
+    RunId, Uuid,
 };
 use crewbus_ports::{Inbox, MessagingBackend};
 use futures_util::future::join_all;
@@ -109,7 +110,15 @@ impl Bus {
             }
         }
 
+        // Bodies are read BEFORE a hand-out is recorded: a body that cannot be read now is not
+        // handed out (its reference comes back), so a transient failure never holds a message
+        // for a whole grace period.
+        let mut backends = BodyBackends::new();
+        let mut readable: HashMap<Uuid, (Message, String)> = HashMap::new();
         let mut issued: Vec<HandOut> = Vec::new();
+        let requests = self
+            .readable_only(team.id, requests, &mut backends, &mut readable)
+            .await?;
         if !requests.is_empty() {
             let outcomes = ledger
                 .hand_out(
@@ -146,14 +155,17 @@ impl Bus {
             let ids = ledger
                 .undelivered(team.id, agent.id, stored_before, now, limit - issued.len())
                 .await?;
-            if !ids.is_empty() {
-                let requests: Vec<HandOutRequest> = ids
-                    .into_iter()
-                    .map(|message| HandOutRequest {
-                        message,
-                        source: HandOutSource::Ledger,
-                    })
-                    .collect();
+            let requests: Vec<HandOutRequest> = ids
+                .into_iter()
+                .map(|message| HandOutRequest {
+                    message,
+                    source: HandOutSource::Ledger,
+                })
+                .collect();
+            let requests = self
+                .readable_only(team.id, requests, &mut backends, &mut readable)
+                .await?;
+            if !requests.is_empty() {
                 let outcomes = ledger
                     .hand_out(
                         team.id,
@@ -184,12 +196,10 @@ impl Bus {
             }
         }
 
-        // 4. Bodies.
-        let mut backends = BodyBackends::new();
+        // 4. The deliveries, with the bodies read above.
         let mut deliveries = Vec::with_capacity(issued.len());
         for hand_out in issued {
-            let message = ledger.message(team.id, hand_out.message).await?;
-            let Some(body) = self.body_of(&message, &mut backends).await else {
+            let Some((message, body)) = readable.get(&hand_out.message).cloned() else {
                 continue;
             };
             Metrics::inc(&self.metrics.deliveries_handed_out);
@@ -205,6 +215,42 @@ impl Bus {
             });
         }
         Ok(deliveries)
+    }
+
+    /// Keeps the requests whose body can be read now (reading it into `readable`), and those the
+    /// ledger will answer `Unknown` for (unknown or not stored: their references are then
+    /// acknowledged away). Errors: the ledger failing.
+    async fn readable_only(
+        &self,
+        team: Uuid,
+        requests: Vec<HandOutRequest>,
+        backends: &mut BodyBackends,
+        readable: &mut HashMap<Uuid, (Message, String)>,
+    ) -> BusResult<Vec<HandOutRequest>> {
+        let mut keep = Vec::with_capacity(requests.len());
+        for request in requests {
+            if readable.contains_key(&request.message) {
+                keep.push(request);
+                continue;
+            }
+            let message = match self.ports.ledger.message(team, request.message).await {
+                Ok(m) => m,
+                Err(BusError::NotFound { .. }) => {
+                    keep.push(request);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if message.publication != Publication::Stored || message.locator.is_none() {
+                keep.push(request);
+                continue;
+            }
+            if let Some(body) = self.body_of(&message, backends).await {
+                readable.insert(message.id, (message, body));
+                keep.push(request);
+            }
+        }
+        Ok(keep)
     }
 
     /// Reads a stored message's body, caching the backend per name. `None` when it cannot be

@@ -529,3 +529,34 @@ async fn retention_removes_bodies_then_marks_the_ledger_and_isolates_failures() 
     let run = b.retention_run().await.unwrap();
     assert_eq!((run.removed, run.marked, run.failed), (3, 3, 1));
 }
+
+#[tokio::test]
+async fn a_body_that_cannot_be_read_is_not_handed_out() {
+    let team_id = Uuid::new_v4();
+    let a = agent(team_id);
+    let m = Uuid::new_v4();
+    let mut ledger = MockLedger::new();
+    ledger.expect_team().returning(move |_| Ok(team(team_id)));
+    ledger
+        .expect_message()
+        .returning(move |_, id| Ok(message(team_id, id)));
+    ledger.expect_hand_out().times(0); // nothing readable: no hand-out recorded
+    ledger
+        .expect_undelivered()
+        .returning(|_, _, _, _, _| Ok(vec![]));
+    let mut inbox = MockInbox::new();
+    inbox
+        .expect_fetch_references()
+        .returning(move |_, _| Ok(vec![reference(m, "a-1")]));
+    inbox.expect_ack_reference().times(0); // the reference comes back after its ack wait
+    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
+    let mut body = MockMessagingBackend::new();
+    body.expect_fetch()
+        .returning(|_, _| Err(BusError::timeout("broker")));
+    let mut backends = backends_with(body);
+    backends
+        .expect_inbox()
+        .returning(move |_, _| Ok(inbox.clone()));
+    let out = bus(ledger, backends).fetch(&a, 5).await.unwrap();
+    assert!(out.is_empty());
+}
