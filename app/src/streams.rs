@@ -293,3 +293,96 @@ async fn refuse_while_in_use(bus: &Bus, team: Uuid) -> BusResult<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crewbus_domain::Quotas;
+    use crewbus_ports::MockStreamAdmin;
+    use mockall::Sequence;
+
+    fn change(kind: StreamKind, current: u64, wanted: u64) -> QuotaChange {
+        QuotaChange {
+            name: format!("S_{}", kind.as_str()),
+            kind,
+            current: Quotas {
+                max_messages: 10,
+                max_bytes: current,
+            },
+            wanted: Quotas {
+                max_messages: 10,
+                max_bytes: wanted,
+            },
+            messages: 0,
+            bytes: 0,
+            replicas: 1,
+        }
+    }
+
+    fn provisioned(c: &QuotaChange) -> Provisioned {
+        Provisioned {
+            name: c.name.clone(),
+            kind: c.kind,
+            created: false,
+            limits: c.wanted,
+            messages: 0,
+            bytes: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn update_restores_applied_changes_when_a_later_one_fails() {
+        let team = Uuid::new_v4();
+        let mut admin = MockStreamAdmin::new();
+        admin
+            .expect_check_update()
+            .returning(|_, kind| Ok(change(kind, 4 << 20, 8 << 20)));
+        let mut seq = Sequence::new();
+        admin
+            .expect_apply_update()
+            .withf(|_, kind, c| *kind == StreamKind::Bodies && c.wanted.max_bytes == 8 << 20)
+            .times(1)
+            .in_sequence(&mut seq)
+            .returning(|_, _, c| Ok(provisioned(c)));
+        admin
+            .expect_apply_update()
+            .withf(|_, kind, _| *kind == StreamKind::Inbox)
+            .times(1)
+            .in_sequence(&mut seq)
+            .returning(|_, _, _| Err(BusError::timeout("broker")));
+        // the rollback: the bodies stream back to its earlier limits
+        admin
+            .expect_apply_update()
+            .withf(|_, kind, c| {
+                *kind == StreamKind::Bodies
+                    && c.wanted.max_bytes == 4 << 20
+                    && c.current.max_bytes == 8 << 20
+            })
+            .times(1)
+            .in_sequence(&mut seq)
+            .returning(|_, _, c| Ok(provisioned(c)));
+        let err = update_all(&admin, team, &[StreamKind::Bodies, StreamKind::Inbox], true)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, BusError::Timeout { .. }));
+    }
+
+    #[tokio::test]
+    async fn update_refuses_before_applying_anything_when_a_check_refuses() {
+        let mut admin = MockStreamAdmin::new();
+        admin.expect_check_update().returning(|_, kind| match kind {
+            StreamKind::Bodies => Ok(change(kind, 4 << 20, 8 << 20)),
+            StreamKind::Inbox => Err(BusError::conflict("holds more than the new ceiling")),
+        });
+        admin.expect_apply_update().times(0);
+        let err = update_all(
+            &admin,
+            Uuid::new_v4(),
+            &[StreamKind::Bodies, StreamKind::Inbox],
+            true,
+        )
+        .await
+        .unwrap_err();
+        assert!(matches!(err, BusError::Conflict { .. }));
+    }
+}
