@@ -48,6 +48,7 @@ pub fn router(bus: Bus) -> Router {
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))
         .fallback(ops::not_found)
+        .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(extract::REQUEST_LIMIT_BYTES))
         .with_state(AppState { bus })
 }

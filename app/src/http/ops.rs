@@ -44,3 +44,15 @@ pub async fn openapi() -> impl IntoResponse {
 pub async fn not_found() -> ApiError {
     ApiError(BusError::not_found("no such route"))
 }
+
+/// A known path with another method: `405` with the API's JSON error (`invalid`).
+pub async fn method_not_allowed() -> impl IntoResponse {
+    let ApiError(e) = ApiError(BusError::invalid("method not allowed on this path"));
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        Json(super::error::ErrorBody {
+            code: e.code().to_owned(),
+            message: e.to_string(),
+        }),
+    )
+}

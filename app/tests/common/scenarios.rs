@@ -471,6 +471,16 @@ pub async fn bad_input_of_every_kind_gets_a_clear_error(app: &TestApp) {
         "conflict",
     )
     .await;
+    // Wrong method on a known path.
+    expect(
+        alice
+            .client
+            .ok(Method::DELETE, "/v1/inbox/fetch", None)
+            .await,
+        405,
+        "invalid",
+    )
+    .await;
     // Unknown routes.
     expect(
         alice.client.ok(Method::GET, "/v1/nope", None).await,
