@@ -1,8 +1,8 @@
 //! The relay: publishes pending bodies from the outbox to their body backends.
 //!
 //! One pass leases a batch of due slots in one transaction (generation bumped, lease set),
-//! publishes them concurrently with no transaction open, then settles the whole batch in one
-//! transaction. Settling is fenced by the ledger on generation and an unexpired lease: a pass
+//! publishes them concurrently with no transaction open, then settles each team's slots in one
+//! transaction as soon as that team's attempts are done. Settling is fenced by the ledger on generation and an unexpired lease: a pass
 //! whose lease expired writes nothing. A slot whose last attempt was unanswered (`uncertain`) is
 //! reconciled before it is published again; before giving up on a retryable failure the relay
 //! reconciles once more. Each slot backs off on its own schedule, so one team's unsendable
@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use crewbus_domain::{
-    BusError, BusResult, LeasedSlot, Published, SettleOutcome, Settlement, SlotOutcome,
+    BusError, BusResult, LeasedSlot, Published, SettleOutcome, Settlement, SlotOutcome, Uuid,
 };
 use futures_util::future::join_all;
 
@@ -49,13 +49,61 @@ impl Bus {
         if slots.is_empty() {
             return Ok(RelayPass::default());
         }
-        let settlements: Vec<Settlement> =
-            join_all(slots.iter().map(|slot| self.attempt(slot))).await;
-        let outcomes = self.ports.ledger.settle(&settlements, self.now()).await?;
+        // Slots are grouped by team; each group publishes concurrently and settles in its own
+        // transaction as soon as its attempts are done, so a slow team's broker never delays
+        // another team's bodies being recorded as stored.
+        let mut groups: Vec<(Uuid, Vec<&LeasedSlot>)> = Vec::new();
+        for slot in &slots {
+            match groups.iter_mut().find(|(t, _)| *t == slot.envelope.team_id) {
+                Some((_, g)) => g.push(slot),
+                None => groups.push((slot.envelope.team_id, vec![slot])),
+            }
+        }
+        let results = join_all(
+            groups
+                .into_iter()
+                .map(|(_, group)| self.publish_and_settle(group)),
+        )
+        .await;
         let mut pass = RelayPass {
             leased: slots.len(),
             ..RelayPass::default()
         };
+        let mut first_error = None;
+        for result in results {
+            match result {
+                Ok(p) => {
+                    pass.confirmed += p.confirmed;
+                    pass.retried += p.retried;
+                    pass.failed += p.failed;
+                    pass.stale += p.stale;
+                }
+                // Unsettled: leased again once the lease expires.
+                Err(e) => first_error = first_error.or(Some(e)),
+            }
+        }
+        Metrics::add(&self.metrics.relay_published, pass.confirmed as u64);
+        Metrics::add(&self.metrics.relay_retried, pass.retried as u64);
+        Metrics::add(&self.metrics.relay_failed, pass.failed as u64);
+        if pass.confirmed > 0 {
+            self.wakers.references.notify_one();
+        }
+        match first_error {
+            Some(e) if pass.confirmed + pass.retried + pass.failed + pass.stale == 0 => Err(e),
+            Some(e) => {
+                tracing::warn!(code = e.code(), error = ?e, "relay: a team's batch could not be settled; it is leased again when its lease expires");
+                Ok(pass)
+            }
+            None => Ok(pass),
+        }
+    }
+
+    /// Publishes one team's leased slots concurrently, then settles them in one transaction.
+    async fn publish_and_settle(&self, group: Vec<&LeasedSlot>) -> BusResult<RelayPass> {
+        let settlements: Vec<Settlement> =
+            join_all(group.iter().map(|slot| self.attempt(slot))).await;
+        let outcomes = self.ports.ledger.settle(&settlements, self.now()).await?;
+        let mut pass = RelayPass::default();
         for (settlement, outcome) in settlements.iter().zip(&outcomes) {
             if *outcome != SettleOutcome::Applied {
                 pass.stale += 1;
@@ -70,12 +118,6 @@ impl Bus {
                 }
                 _ => pass.retried += 1,
             }
-        }
-        Metrics::add(&self.metrics.relay_published, pass.confirmed as u64);
-        Metrics::add(&self.metrics.relay_retried, pass.retried as u64);
-        Metrics::add(&self.metrics.relay_failed, pass.failed as u64);
-        if pass.confirmed > 0 {
-            self.wakers.references.notify_one();
         }
         Ok(pass)
     }

@@ -560,3 +560,34 @@ async fn a_body_that_cannot_be_read_is_not_handed_out() {
     let out = bus(ledger, backends).fetch(&a, 5).await.unwrap();
     assert!(out.is_empty());
 }
+
+#[tokio::test]
+async fn relay_settles_each_team_on_its_own() {
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    let slots = vec![slot(a, 0, false), slot(b, 0, false), slot(a, 0, false)];
+    let mut ledger = MockLedger::new();
+    let leased = slots.clone();
+    ledger
+        .expect_lease_slots()
+        .returning(move |_, _, _| Ok(leased.clone()));
+    // team a's two slots in one transaction, team b's in another; b's settle fails
+    ledger
+        .expect_settle()
+        .withf(move |s, _| s.len() == 2)
+        .times(1)
+        .returning(|s, _| Ok(vec![SettleOutcome::Applied; s.len()]));
+    ledger
+        .expect_settle()
+        .withf(move |s, _| s.len() == 1)
+        .times(1)
+        .returning(|_, _| Err(BusError::unavailable("ledger")));
+    let mut body = MockMessagingBackend::new();
+    body.expect_publish()
+        .times(3)
+        .returning(|_| Published::Confirmed {
+            locator: Locator::new("memory", "1"),
+            duplicate: false,
+        });
+    let pass = bus(ledger, backends_with(body)).relay_pass().await.unwrap();
+    assert_eq!((pass.leased, pass.confirmed), (3, 2));
+}
