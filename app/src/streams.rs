@@ -264,7 +264,7 @@ async fn update_all(
     Ok(applied.into_iter().map(|(_, p)| p).collect())
 }
 
-/// Refuses while the team records JetStream as its body backend or inbox, or any of its agents'
+/// Refuses while the team records JetStream as its body backend or inbox, or any of its
 /// conversations was created on JetStream.
 async fn refuse_while_in_use(bus: &Bus, team: Uuid) -> BusResult<()> {
     let t = bus.ports().ledger.team(team).await?;
@@ -274,20 +274,17 @@ async fn refuse_while_in_use(bus: &Bus, team: Uuid) -> BusResult<()> {
             t.name, t.body_backend, t.inbox
         )));
     }
-    let mut in_use = 0usize;
-    for agent in bus.ports().ledger.agents(team).await? {
-        in_use += bus
-            .ports()
-            .ledger
-            .conversations_for(team, agent.id)
-            .await?
-            .iter()
-            .filter(|c| c.backend == "jetstream")
-            .count();
-    }
+    let in_use = bus
+        .ports()
+        .ledger
+        .conversations(team)
+        .await?
+        .iter()
+        .filter(|c| c.backend == "jetstream")
+        .count();
     if in_use > 0 {
         return Err(BusError::conflict(format!(
-            "conversations of team {} still keep their bodies on jetstream",
+            "{in_use} conversation(s) of team {} still keep their bodies on jetstream",
             t.name
         )));
     }
