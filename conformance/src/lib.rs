@@ -1,5 +1,6 @@
 //! crewbus conformance suite: one async function per behaviour of the bus ports, generic over
-//! the adapter, and the harness that turns them into tests.
+//! the adapter, the harness that turns them into tests, and the real-server fixtures
+//! ([`nats`]: a spawned `nats-server`, restartable, with a 3-node cluster variant).
 //!
 //! # The behaviours
 //!
@@ -81,6 +82,7 @@ mod ledger_fixture;
 mod ledger_harness;
 mod ledger_scene;
 pub mod ledger_time;
+pub mod nats;
 pub mod postgres;
 pub mod push_store;
 pub mod samples;

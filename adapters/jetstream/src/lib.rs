@@ -1,2 +1,36 @@
-//! crewbus JetStream adapter (`JetStreamBackend`): one team's body stream and inbox stream over
-//! async-nats, and stream provisioning. Built in the JetStream issue; nothing is exported yet.
+//! crewbus JetStream adapter: one team's body stream and inbox stream over async-nats, stream
+//! provisioning and quota changes, the registry and the stream administration port.
+//!
+//! - [`JetStreamBackend`]: a connected adapter for one team; implements
+//!   [`MessagingBackend`](crewbus_ports::MessagingBackend) (bodies) and
+//!   [`Inbox`](crewbus_ports::Inbox) (references), and carries the provisioning associated
+//!   functions (`provision`, `check_update`, `storage_account`, …) that take a [`Config`].
+//! - [`JetStreamRegistry`]: [`Backends`](crewbus_ports::Backends), one shared connection.
+//! - [`JetStreamAdmin`]: [`StreamAdmin`](crewbus_ports::StreamAdmin) with a provisioning config.
+//!
+//! Layout on the broker (names from the team UUID in hex): body stream `<PREFIX>_B_<team>` on
+//! `<prefix>.<team>.b.<conversation>.<message>` (one body per subject, discard new per subject),
+//! inbox stream `<PREFIX>_I_<team>` on `<prefix>.<team>.i.<recipient>` (work queue, discard old,
+//! one durable pull consumer per recipient).
+//!
+//! Operations note: each retained body holds per-subject state in the server, so server memory
+//! and restart time grow with the number of retained bodies. R3 streams need a server with the
+//! per-subject-discard replication fix (the current line, 2.10.x late-2025 releases and later);
+//! 2.9.x is supported for R1 only.
+#![warn(missing_docs)]
+
+mod admin;
+mod backend;
+mod bodies;
+mod config;
+mod connection;
+mod errors;
+mod inbox;
+mod provision;
+mod registry;
+
+pub use admin::JetStreamAdmin;
+pub use backend::{HEADER_ALLOWANCE, JetStreamBackend};
+pub use config::{Config, Credential};
+pub use provision::{BODY_STREAM_MAX_MESSAGE_SIZE, INBOX_STREAM_MAX_MESSAGE_SIZE};
+pub use registry::{JetStreamRegistry, REVALIDATE_AFTER};

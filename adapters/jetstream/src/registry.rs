@@ -1,0 +1,183 @@
+//! The JetStream registry: per-team adapters over one shared connection.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_nats::Client;
+use async_trait::async_trait;
+use crewbus_domain::{BusError, BusResult, StreamKind, Uuid};
+use crewbus_ports::{Backends, Inbox, MessagingBackend};
+
+use crate::backend::JetStreamBackend;
+use crate::config::Config;
+use crate::connection;
+use crate::errors::{Failure, Op, bus_error};
+
+/// How long a cached team adapter is served before its streams are checked again.
+pub const REVALIDATE_AFTER: Duration = Duration::from_secs(5);
+
+struct Cached {
+    backend: JetStreamBackend,
+    checked: Instant,
+}
+
+/// Hands out each team's [`JetStreamBackend`] (answers for the name `"jetstream"`).
+///
+/// One registry holds one [`Config`], so one (servers, credential) pair: it opens ONE connection,
+/// lazily, and every team's adapter shares it — thousands of teams never open thousands of
+/// connections. Adapters are cached per team; a cached team's streams are checked again at most
+/// every [`REVALIDATE_AFTER`] (configurable), and a team whose streams vanished is evicted and reported
+/// (`NotProvisioned`, logged), never served stale.
+pub struct JetStreamRegistry {
+    config: Config,
+    revalidate_after: Duration,
+    connection: tokio::sync::Mutex<Option<Client>>,
+    connections_opened: AtomicU64,
+    teams: Mutex<HashMap<Uuid, Cached>>,
+}
+
+impl fmt::Debug for JetStreamRegistry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JetStreamRegistry")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl JetStreamRegistry {
+    /// A registry for `config` (validated now; nothing is contacted until the first lookup).
+    /// Errors: `Invalid` config.
+    pub fn new(config: Config) -> BusResult<Self> {
+        Self::with_revalidation(config, REVALIDATE_AFTER)
+    }
+
+    /// [`JetStreamRegistry::new`] with another revalidation interval (`Duration::ZERO` checks
+    /// the team's streams on every lookup).
+    pub fn with_revalidation(config: Config, revalidate_after: Duration) -> BusResult<Self> {
+        config.validate()?;
+        Ok(JetStreamRegistry {
+            config,
+            revalidate_after,
+            connection: tokio::sync::Mutex::new(None),
+            connections_opened: AtomicU64::new(0),
+            teams: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// How many connections this registry has opened (1 after the first lookup, whatever the
+    /// number of teams; more only if opening failed and was retried).
+    pub fn connections_opened(&self) -> u64 {
+        self.connections_opened.load(Ordering::Relaxed)
+    }
+
+    /// How many team adapters are cached.
+    pub fn cached_teams(&self) -> usize {
+        self.teams.lock().expect("registry cache").len()
+    }
+
+    async fn client(&self) -> BusResult<Client> {
+        let mut slot = self.connection.lock().await;
+        if let Some(client) = slot.as_ref() {
+            return Ok(client.clone());
+        }
+        let client = connection::open(&self.config).await?;
+        self.connections_opened.fetch_add(1, Ordering::Relaxed);
+        *slot = Some(client.clone());
+        Ok(client)
+    }
+
+    /// Whether `kind`'s stream of `team` exists; errors other than "not found" propagate.
+    async fn stream_exists(
+        &self,
+        client: &Client,
+        team: Uuid,
+        kind: StreamKind,
+    ) -> BusResult<bool> {
+        let js = connection::context(client.clone(), &self.config);
+        match js.get_stream(self.config.stream_name(team, kind)).await {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                let failure = Failure::from(e);
+                if failure.is_not_found() {
+                    Ok(false)
+                } else {
+                    Err(bus_error(Op::Request, "stream lookup", failure))
+                }
+            }
+        }
+    }
+
+    /// The team's adapter: cached, or connected over the shared connection. A team is served
+    /// while both its streams exist; they are checked on first use and again once the cache
+    /// entry is older than the revalidation interval.
+    async fn team(&self, team: Uuid) -> BusResult<JetStreamBackend> {
+        let client = self.client().await?;
+        let cached = {
+            let teams = self.teams.lock().expect("registry cache");
+            teams.get(&team).map(|c| {
+                (
+                    c.backend.clone(),
+                    c.checked.elapsed() < self.revalidate_after,
+                )
+            })
+        };
+        let backend = match cached {
+            Some((backend, true)) => return Ok(backend),
+            Some((backend, false)) => backend,
+            None => JetStreamBackend::connect_with(client.clone(), &self.config, team).await?,
+        };
+        for kind in [StreamKind::Bodies, StreamKind::Inbox] {
+            if !self.stream_exists(&client, team, kind).await? {
+                let evicted = self
+                    .teams
+                    .lock()
+                    .expect("registry cache")
+                    .remove(&team)
+                    .is_some();
+                let name = self.config.stream_name(team, kind);
+                if evicted {
+                    tracing::warn!(team = %team, stream = %name, "team stream vanished: adapter evicted");
+                }
+                return Err(BusError::NotProvisioned {
+                    what: format!("{kind} stream {name}"),
+                    remedy: Config::provision_command(team),
+                });
+            }
+        }
+        self.teams.lock().expect("registry cache").insert(
+            team,
+            Cached {
+                backend: backend.clone(),
+                checked: Instant::now(),
+            },
+        );
+        Ok(backend)
+    }
+
+    fn check_name(name: &str) -> BusResult<()> {
+        if name != JetStreamBackend::NAME {
+            return Err(BusError::not_found(format!("body backend `{name}`")));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Backends for JetStreamRegistry {
+    fn name(&self) -> &'static str {
+        JetStreamBackend::NAME
+    }
+
+    async fn body_backend(&self, team: Uuid, name: &str) -> BusResult<Arc<dyn MessagingBackend>> {
+        Self::check_name(name)?;
+        Ok(Arc::new(self.team(team).await?))
+    }
+
+    async fn inbox(&self, team: Uuid, name: &str) -> BusResult<Arc<dyn Inbox>> {
+        Self::check_name(name)?;
+        Ok(Arc::new(self.team(team).await?))
+    }
+}
