@@ -85,6 +85,15 @@ Examples:
 
     /// Ask a running server for /health and print the answer. Exit code 1 when unhealthy.
     Health(HealthArgs),
+
+    /// Drive running servers with simulated agents over HTTP; report throughput, latency and a
+    /// zero-loss check (exit code 1 when it fails).
+    #[command(after_help = "\
+Examples:
+  crewbus --config crewbus.toml load --url http://127.0.0.1:7700 --teams 2 --messages 5000
+  crewbus --config crewbus.toml load --backend jetstream --rate 500 --members 4
+  crewbus --json load --url http://127.0.0.1:7700 --tokens-file tokens.txt")]
+    Load(crate::load::LoadArgs),
 }
 
 /// `crewbus serve` options.

@@ -14,6 +14,7 @@ pub mod config;
 pub mod conversations;
 pub mod deliver;
 pub mod health;
+pub mod load;
 pub mod history;
 pub mod http;
 pub mod metrics;
