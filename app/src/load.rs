@@ -101,6 +101,9 @@ pub struct LoadArgs {
     /// No progress line on stderr.
     #[arg(long)]
     pub quiet: bool,
+    /// Agents start fetching only after every send was answered (a backlog builds up).
+    #[arg(long)]
+    pub receive_after_send: bool,
 }
 
 /// One simulated agent: where it talks and with what token.
@@ -153,6 +156,9 @@ pub struct LoadPlan {
     pub drain_timeout: Duration,
     /// Print a progress line on stderr about once a second.
     pub progress: bool,
+    /// Agents start fetching only once every send was answered (builds a backlog, e.g. to
+    /// overflow inboxes).
+    pub receive_after_send: bool,
 }
 
 impl LoadPlan {
@@ -172,6 +178,7 @@ impl LoadPlan {
             retry_for: Duration::from_secs(a.retry_for),
             drain_timeout: Duration::from_secs(a.drain_timeout),
             progress: !a.quiet,
+            receive_after_send: a.receive_after_send,
         }
     }
 }
@@ -253,6 +260,18 @@ pub struct ZeroLoss {
     pub messages_checked: u64,
     /// Receipts checked.
     pub receipts_checked: u64,
+    /// Accepted messages the ledger marks `failed` (an explained loss: the send was accepted,
+    /// the body backend refused it for good, e.g. a stream at its quota), by failure code.
+    pub failed: HashMap<String, u64>,
+    /// Accepted messages missing from history, or stored but not confirmed by every recipient
+    /// (failed ones excepted): silent losses.
+    pub lost: u64,
+    /// Messages stored twice, `confirmed` twice for one recipient, or handed to an agent again
+    /// after it knew the message was confirmed.
+    pub duplicated: u64,
+    /// Messages where the ledger's receipts and the agents' confirmations disagree (failed ones
+    /// excepted).
+    pub disagreements: u64,
     /// The first problems found (at most 20), each a sentence.
     pub problems: Vec<String>,
     /// How many problems there were in all.
@@ -537,10 +556,14 @@ fn print_report(r: &LoadReport) {
     }
     let z = &r.zero_loss;
     println!(
-        "  zero-loss check: {} ({} messages, {} receipts checked)",
+        "  zero-loss check: {} ({} messages, {} receipts checked; lost {}, duplicated {}, disagreements {}, failed {:?})",
         if z.passed { "PASSED" } else { "FAILED" },
         z.messages_checked,
-        z.receipts_checked
+        z.receipts_checked,
+        z.lost,
+        z.duplicated,
+        z.disagreements,
+        z.failed
     );
     for problem in &z.problems {
         println!("    - {problem}");
@@ -780,6 +803,12 @@ async fn send_loop(shared: Arc<Shared>, ti: usize, next: Arc<AtomicU64>) {
 
 async fn receive(shared: Arc<Shared>, ti: usize, ai: usize, log: Arc<Mutex<AgentLog>>) {
     let agent = &shared.teams[ti].agents[ai];
+    while shared.plan.receive_after_send
+        && !shared.progress.sending_done.load(Ordering::SeqCst)
+        && !shared.stop_receivers.load(Ordering::SeqCst)
+    {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
     let mut idle = Duration::from_millis(2);
     let fetch = json!({"limit": shared.plan.fetch_limit});
     while !shared.stop_receivers.load(Ordering::SeqCst) {
@@ -880,6 +909,9 @@ async fn print_progress(shared: Arc<Shared>) {
 /// The zero-loss check (see the module docs).
 async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -> ZeroLoss {
     let mut problems: Vec<String> = Vec::new();
+    let (mut lost, mut duplicated, mut disagreements) = (0u64, 0u64, 0u64);
+    let mut failed: HashMap<String, u64> = HashMap::new();
+    let mut failed_ids: HashSet<Uuid> = HashSet::new();
     let accepted: Vec<(String, Accepted)> = shared
         .accepted
         .lock()
@@ -889,6 +921,7 @@ async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -> ZeroLoss 
         .collect();
     let by_message: HashMap<Uuid, &Accepted> = accepted.iter().map(|(_, a)| (a.message, a)).collect();
     if by_message.len() != accepted.len() {
+        duplicated += 1;
         problems.push("two accepted request ids were answered with the same message".into());
     }
 
@@ -921,10 +954,12 @@ async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -> ZeroLoss 
                 let id = uuid_of(&m["id"]);
                 messages_checked += 1;
                 if !in_history.insert(id) {
+                    duplicated += 1;
                     problems.push(format!("message {id} appears twice in history"));
                 }
                 let rid = m["request_id"].as_str().unwrap_or("").to_owned();
                 if !request_ids.insert(rid.clone()) {
+                    duplicated += 1;
                     problems.push(format!("request id {rid} was stored twice"));
                 }
                 match by_message.get(&id) {
@@ -933,6 +968,12 @@ async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -> ZeroLoss 
                     None => problems.push(format!(
                         "message {id} ({rid}) is in history but was never accepted"
                     )),
+                }
+                if m["publication"] == "failed" {
+                    failed_ids.insert(id);
+                    *failed
+                        .entry(m["failure"].as_str().unwrap_or("unknown").to_owned())
+                        .or_default() += 1;
                 }
                 if m["publication"] != "stored" {
                     problems.push(format!(
@@ -967,6 +1008,7 @@ async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -> ZeroLoss 
     }
     for (rid, a) in &accepted {
         if !in_history.contains(&a.message) {
+            lost += 1;
             problems.push(format!("accepted message {} ({rid}) is not in history", a.message));
         }
     }
@@ -979,10 +1021,12 @@ async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -> ZeroLoss 
             let agent = shared.teams[ti].agents[ai].id;
             for (m, n) in &log.confirmed {
                 if *n > 1 {
+                    duplicated += 1;
                     problems.push(format!("agent {agent} got `confirmed` {n} times for {m}"));
                 }
             }
             for m in &log.after_confirm {
+                duplicated += 1;
                 problems.push(format!(
                     "agent {agent} was handed message {m} again after confirming it"
                 ));
@@ -1002,7 +1046,9 @@ async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -> ZeroLoss 
             .filter(|id| *id != a.sender)
             .collect();
         let got = confirmed_by.remove(&a.message).unwrap_or_default();
-        if got != want {
+        if got != want && !failed_ids.contains(&a.message) {
+            lost += u64::from(!want.is_subset(&got));
+            duplicated += u64::from(!got.is_subset(&want));
             let missing = want.difference(&got).count();
             let extra = got.difference(&want).count();
             problems.push(format!(
@@ -1012,6 +1058,7 @@ async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -> ZeroLoss 
         }
     }
     for (m, agents) in confirmed_by {
+        duplicated += 1;
         problems.push(format!(
             "{} agent(s) confirmed message {m} that was never accepted",
             agents.len()
@@ -1052,7 +1099,10 @@ async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -> ZeroLoss 
                     .filter(|r| !r["delivered_at"].is_null())
                     .map(|r| uuid_of(&r["recipient"]))
                     .collect();
-                if receipts.len() != want.len() || delivered != want {
+                if (receipts.len() != want.len() || delivered != want)
+                    && !failed_ids.contains(&m)
+                {
+                    disagreements += 1;
                     problems.push(format!(
                         "message {m} ({rid}): the ledger has {} receipt(s), {} delivered, for {} recipient(s)",
                         receipts.len(),
@@ -1061,10 +1111,13 @@ async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -> ZeroLoss 
                     ));
                 }
             }
-            Err(f) => problems.push(format!(
-                "receipts of {m} could not be read: {} {}",
-                f.status, f.code
-            )),
+            Err(f) => {
+                disagreements += 1;
+                problems.push(format!(
+                    "receipts of {m} could not be read: {} {}",
+                    f.status, f.code
+                ))
+            }
         }
     }
     let problem_count = problems.len() as u64;
@@ -1073,6 +1126,10 @@ async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -> ZeroLoss 
         passed: problem_count == 0,
         messages_checked,
         receipts_checked,
+        failed,
+        lost,
+        duplicated,
+        disagreements,
         problems,
         problem_count,
     };
