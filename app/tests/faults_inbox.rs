@@ -42,6 +42,7 @@ async fn consumer_and_inbox_stream_deleted_mid_load_lose_nothing() {
     let settings = StackSettings::new(&url, Some(&nats));
     let server = CrewbusProcess::start(dir.path(), &settings).await;
     let mut args = load_args(&[server.url()], 1, 500, 100.0);
+    args.drain_timeout = 30;
     args.backend = Some(BackendChoice::Jetstream);
     let (progress, load, teams) = start_load(&server.config(), &args).await;
     let (team, key) = team_and_key(&db, teams[0].agents[1].id).await;
@@ -60,6 +61,21 @@ async fn consumer_and_inbox_stream_deleted_mid_load_lose_nothing() {
     );
     accepted_at_least(&progress, 250).await;
     assert!(js.delete_stream(&stream_name).await.unwrap().success);
+    // The runtime credential cannot create streams: the operator provisions the inbox again
+    // (`crewbus stream provision`). Until then deliveries wait (found: body reads of the team
+    // fail `not_provisioned` too while its inbox stream is missing).
+    accepted_at_least(&progress, 350).await;
+    let (status, v) = teams[0].agents[1]
+        .client
+        .call(reqwest::Method::GET, "/v1/inbox/status", None)
+        .await
+        .unwrap();
+    assert_eq!((status, v["present"].as_bool()), (200, Some(false)), "{v}");
+    crewbus::compose::stream_admin(&server.config())
+        .unwrap()
+        .provision_inbox(team)
+        .await
+        .unwrap();
     let report = load.await.unwrap();
     assert_no_loss(&report, 500);
     drop((server, nats));

@@ -223,6 +223,11 @@ impl CrewbusProcess {
 impl Drop for CrewbusProcess {
     fn drop(&mut self) {
         self.kill9();
+        if std::thread::panicking() {
+            let log = self.log_text();
+            let tail: String = log.chars().skip(log.chars().count().saturating_sub(4000)).collect();
+            eprintln!("--- crewbus on port {} (log tail) ---\n{tail}", self.port);
+        }
     }
 }
 
