@@ -44,7 +44,11 @@ use crate::config::Config;
 #[derive(Debug, Clone, Args)]
 pub struct LoadArgs {
     /// Base URL of the server (repeatable: agents are spread round-robin over the servers).
-    #[arg(long = "url", value_name = "URL", default_value = "http://127.0.0.1:7700")]
+    #[arg(
+        long = "url",
+        value_name = "URL",
+        default_value = "http://127.0.0.1:7700"
+    )]
     pub urls: Vec<String>,
     /// Create this many teams through the ledger (needs [database]), named
     /// `<team-prefix>-<n>-<random>`. Ignored when tokens are given.
@@ -919,7 +923,8 @@ async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -> ZeroLoss 
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    let by_message: HashMap<Uuid, &Accepted> = accepted.iter().map(|(_, a)| (a.message, a)).collect();
+    let by_message: HashMap<Uuid, &Accepted> =
+        accepted.iter().map(|(_, a)| (a.message, a)).collect();
     if by_message.len() != accepted.len() {
         duplicated += 1;
         problems.push("two accepted request ids were answered with the same message".into());
@@ -989,7 +994,8 @@ async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -> ZeroLoss 
                         .as_str()
                         .and_then(|s| s.parse::<chrono::DateTime<chrono::Utc>>().ok()),
                 ) {
-                    stored_latency.push((stored - sent).num_microseconds().unwrap_or(0) as f64 / 1e3);
+                    stored_latency
+                        .push((stored - sent).num_microseconds().unwrap_or(0) as f64 / 1e3);
                 }
             }
             let next = page["next_after_seq"].as_u64().unwrap_or(after);
@@ -1009,7 +1015,10 @@ async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -> ZeroLoss 
     for (rid, a) in &accepted {
         if !in_history.contains(&a.message) {
             lost += 1;
-            problems.push(format!("accepted message {} ({rid}) is not in history", a.message));
+            problems.push(format!(
+                "accepted message {} ({rid}) is not in history",
+                a.message
+            ));
         }
     }
 
@@ -1099,9 +1108,7 @@ async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -> ZeroLoss 
                     .filter(|r| !r["delivered_at"].is_null())
                     .map(|r| uuid_of(&r["recipient"]))
                     .collect();
-                if (receipts.len() != want.len() || delivered != want)
-                    && !failed_ids.contains(&m)
-                {
+                if (receipts.len() != want.len() || delivered != want) && !failed_ids.contains(&m) {
                     disagreements += 1;
                     problems.push(format!(
                         "message {m} ({rid}): the ledger has {} receipt(s), {} delivered, for {} recipient(s)",
@@ -1170,7 +1177,10 @@ fn report(
                 messages_per_second: per_sec(n, ends[ti]),
                 deliveries_per_second: per_sec(delivered[ti].0, delivered[ti].1),
                 send_to_delivered: Percentiles::of(
-                    lat.iter().filter(|(t, _)| *t == ti).map(|(_, l)| *l).collect(),
+                    lat.iter()
+                        .filter(|(t, _)| *t == ti)
+                        .map(|(_, l)| *l)
+                        .collect(),
                 ),
             }
         })

@@ -6,7 +6,6 @@
 
 mod fault_support;
 
-
 use crewbus::cli::BackendChoice;
 use crewbus::load::{LoadPlan, LoadProgress};
 use crewbus_conformance::nats::{NatsServer, provisioning_user};
@@ -23,7 +22,10 @@ async fn jetstream(nats: &NatsServer) -> async_nats::jetstream::Context {
 }
 
 /// The team of agent `agent` (its id) as the ledger of `url` knows it, and its recipient key.
-async fn team_and_key(db: &crewbus_conformance::postgres::TestDatabase, agent: crewbus_domain::Uuid) -> (crewbus_domain::Uuid, String) {
+async fn team_and_key(
+    db: &crewbus_conformance::postgres::TestDatabase,
+    agent: crewbus_domain::Uuid,
+) -> (crewbus_domain::Uuid, String) {
     sqlx::query_as::<_, (crewbus_domain::Uuid, String)>(
         "SELECT team_id, recipient_key FROM agents WHERE id = $1",
     )
@@ -152,7 +154,10 @@ async fn a_team_at_its_body_quota_does_not_stop_another_team() {
     // absence in history); nothing silently lost, nothing twice.
     let z = &full.zero_loss;
     assert!(!z.passed);
-    assert!(z.failed.get("quota_exceeded").copied().unwrap_or(0) > 0, "{z:#?}");
+    assert!(
+        z.failed.get("quota_exceeded").copied().unwrap_or(0) > 0,
+        "{z:#?}"
+    );
     assert_eq!((z.lost, z.duplicated, z.disagreements), (0, 0, 0), "{z:#?}");
     assert!(full.accepted as f64 * 60_000.0 > (2 << 20) as f64);
     drop((server, nats));

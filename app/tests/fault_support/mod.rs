@@ -183,7 +183,11 @@ impl CrewbusProcess {
             {
                 return;
             }
-            if let Some(status) = self.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) {
+            if let Some(status) = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten())
+            {
                 panic!("crewbus exited ({status}):\n{}", self.log_text());
             }
             assert!(
@@ -225,7 +229,10 @@ impl Drop for CrewbusProcess {
         self.kill9();
         if std::thread::panicking() {
             let log = self.log_text();
-            let tail: String = log.chars().skip(log.chars().count().saturating_sub(4000)).collect();
+            let tail: String = log
+                .chars()
+                .skip(log.chars().count().saturating_sub(4000))
+                .collect();
             eprintln!("--- crewbus on port {} (log tail) ---\n{tail}", self.port);
         }
     }
