@@ -17,6 +17,7 @@ use bytes::Bytes;
 use crewbus_conformance::nats::{
     self, NatsCluster, NatsOptions, NatsServer, UserPassword, parse_version,
 };
+use crewbus_conformance::stream_admin::{self, AdminFixture, AdminFixtureFactory};
 use crewbus_conformance::{
     BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, Namespace, TeamFixture,
 };
@@ -1415,6 +1416,50 @@ impl InboxFixture for JetStreamFixture {
 }
 
 // ---------------------------------------------------------------------------------------------
+// StreamAdmin behaviours: a server of its own per test (exact account arithmetic)
+// ---------------------------------------------------------------------------------------------
+
+struct JetStreamAdminFactory;
+
+struct JetStreamAdminFixture {
+    server: NatsServer,
+}
+
+#[async_trait]
+impl AdminFixtureFactory for JetStreamAdminFactory {
+    async fn fixture(&self) -> Result<Box<dyn AdminFixture>, FixtureError> {
+        let server = tokio::task::spawn_blocking(|| {
+            NatsServer::start_with(&NatsOptions {
+                account_max_file: Some(stream_admin::ADMIN_BUDGET),
+                ..NatsOptions::default()
+            })
+        })
+        .await?;
+        Ok(Box::new(JetStreamAdminFixture { server }))
+    }
+}
+
+#[async_trait]
+impl AdminFixture for JetStreamAdminFixture {
+    fn admin(&self, bodies: Quotas, inbox: Quotas) -> Arc<dyn StreamAdmin> {
+        let mut prov = prov_for(&self.server.url());
+        prov.body_quotas = bodies;
+        prov.inbox_quotas = inbox;
+        Arc::new(JetStreamAdmin::new(prov))
+    }
+    async fn bodies(&self, team: Uuid) -> Arc<dyn MessagingBackend> {
+        Arc::new(
+            JetStreamBackend::connect(&rt_for(&self.server.url()), team)
+                .await
+                .expect("connect"),
+        )
+    }
+    fn replicas(&self) -> u32 {
+        1
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
 // Registration
 // ---------------------------------------------------------------------------------------------
 
@@ -1519,6 +1564,14 @@ fn main() {
         factory,
         &suite_runtime,
     ));
+    let admin_trials =
+        stream_admin::admin_trials("jetstream", Arc::new(JetStreamAdminFactory), &suite_runtime);
+    // Each admin behaviour needs a server of its own: none under NATS_URL.
+    trials.extend(
+        admin_trials
+            .into_iter()
+            .map(|t| t.with_ignored_flag(!harness.fixture)),
+    );
     let conclusion = libtest_mimic::run(&args, trials);
     drop(harness);
     conclusion.exit();

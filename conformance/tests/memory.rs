@@ -14,12 +14,16 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use crewbus_conformance::stream_admin::{self, AdminFixture, AdminFixtureFactory};
 use crewbus_conformance::{
     BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, Namespace, TeamFixture,
 };
 use crewbus_domain::{BusError, BusResult, MAX_BODY_BYTES, Quotas};
-use crewbus_memory::{BodiesConfig, InboxConfig, ManualClock, MemoryBackends, MemoryConfig};
-use crewbus_ports::{Backends, Clock, Inbox, MessagingBackend};
+use crewbus_memory::{
+    BodiesConfig, InboxConfig, ManualClock, MemoryAdminConfig, MemoryBackends, MemoryConfig,
+    MemoryStreamAdmin,
+};
+use crewbus_ports::{Backends, Clock, Inbox, MessagingBackend, StreamAdmin};
 use uuid::Uuid;
 
 /// Builds a registry with its own manual clock per test.
@@ -176,6 +180,48 @@ impl InboxFixture for MemoryFixture {
     }
 }
 
+/// A fresh memory deployment per `StreamAdmin` test: a registry and an admin with a budget.
+struct MemoryAdminFactory;
+
+struct MemoryAdminFixture {
+    registry: MemoryBackends,
+    admin: MemoryStreamAdmin,
+}
+
+#[async_trait]
+impl AdminFixtureFactory for MemoryAdminFactory {
+    async fn fixture(&self) -> Result<Box<dyn AdminFixture>, FixtureError> {
+        let registry =
+            MemoryBackends::new(MemoryConfig::default(), Arc::new(ManualClock::default()))?;
+        let admin = MemoryStreamAdmin::new(
+            registry.clone(),
+            MemoryAdminConfig {
+                body_quotas: stream_admin::BODY_QUOTAS,
+                inbox_quotas: stream_admin::INBOX_QUOTAS,
+                replicas: 1,
+                budget: Some(stream_admin::ADMIN_BUDGET),
+            },
+        )?;
+        Ok(Box::new(MemoryAdminFixture { registry, admin }))
+    }
+}
+
+#[async_trait]
+impl AdminFixture for MemoryAdminFixture {
+    fn admin(&self, bodies: Quotas, inbox: Quotas) -> Arc<dyn StreamAdmin> {
+        Arc::new(self.admin.asking(bodies, inbox).expect("valid quotas"))
+    }
+    async fn bodies(&self, team: Uuid) -> Arc<dyn MessagingBackend> {
+        self.registry
+            .body_backend(team, MemoryBackends::NAME)
+            .await
+            .expect("memory body backend")
+    }
+    fn replicas(&self) -> u32 {
+        1
+    }
+}
+
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let runtime = crewbus_conformance::runtime();
@@ -184,6 +230,11 @@ fn main() {
     trials.extend(crewbus_conformance::trials(
         "memory_windowed",
         Arc::new(MemoryFactory::windowed()),
+        &runtime,
+    ));
+    trials.extend(stream_admin::admin_trials(
+        "memory",
+        Arc::new(MemoryAdminFactory),
         &runtime,
     ));
     libtest_mimic::run(&args, trials).exit();

@@ -33,6 +33,7 @@ mod config;
 mod faults;
 mod inbox;
 mod locator;
+mod stream_admin;
 
 pub use backends::MemoryBackends;
 pub use bodies::MemoryBodies;
@@ -40,3 +41,4 @@ pub use clock::ManualClock;
 pub use config::{BodiesConfig, InboxConfig, MemoryConfig};
 pub use faults::Faults;
 pub use inbox::MemoryInbox;
+pub use stream_admin::{MemoryAdminConfig, MemoryStreamAdmin};
