@@ -63,26 +63,35 @@ async fn setup() -> Setup {
             .expect("provision");
     }
     let adapter = JetStreamBackend::connect(&rt, team).await.expect("connect");
-    let client = async_nats::ConnectOptions::new()
-        .user_and_password("provisioner".into(), nats::provisioning_user().password)
-        .connect(url.as_str())
+    // The raw side publishes with the runtime credential too (the server checks the same
+    // publish permissions); the provisioning one only creates the plain stream.
+    let connect = |user: nats::UserPassword| {
+        let url = url.clone();
+        async move {
+            async_nats::ConnectOptions::new()
+                .user_and_password(user.user, user.password)
+                .connect(url.as_str())
+                .await
+                .expect("raw connect")
+        }
+    };
+    let admin = jetstream::new(connect(nats::provisioning_user()).await);
+    let js = jetstream::new(connect(nats::runtime_user()).await);
+    let plain_subject = format!("crewbus.plain.{}", raw_team.simple());
+    admin
+        .create_stream(jetstream::stream::Config {
+            name: format!("PLAIN_{}", raw_team.simple()),
+            subjects: vec![plain_subject.clone()],
+            storage: jetstream::stream::StorageType::File,
+            num_replicas: 1,
+            duplicate_window: prov.duplicate_window,
+            max_messages: 1_000_000,
+            max_bytes: 1024 * 1024 * 1024,
+            discard: jetstream::stream::DiscardPolicy::New,
+            ..Default::default()
+        })
         .await
-        .expect("raw connect");
-    let js = jetstream::new(client);
-    let plain_subject = format!("plain.{}", raw_team.simple());
-    js.create_stream(jetstream::stream::Config {
-        name: format!("PLAIN_{}", raw_team.simple()),
-        subjects: vec![plain_subject.clone()],
-        storage: jetstream::stream::StorageType::File,
-        num_replicas: 1,
-        duplicate_window: prov.duplicate_window,
-        max_messages: 1_000_000,
-        max_bytes: 1024 * 1024 * 1024,
-        discard: jetstream::stream::DiscardPolicy::New,
-        ..Default::default()
-    })
-    .await
-    .expect("plain stream");
+        .expect("plain stream");
     eprintln!(
         "nats-server {} at {url}",
         nats::server_version(&nats::server_binary())
@@ -287,11 +296,45 @@ fn bench(c: &mut Criterion) {
     }
 }
 
+/// Alternates short rounds of every target so drift and neighbours' load hit all alike, and
+/// prints the ratios of the summed rates. `--bench` runs 20 rounds of 300 messages per target
+/// and mode; test mode (`cargo test --benches`) one round of 20.
+fn interleaved_ratios(_c: &mut Criterion) {
+    let full = std::env::args().any(|a| a == "--bench");
+    let (rounds, per_round) = if full { (20, 300) } else { (1, 20) };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let s = setup().await;
+        let totals: Totals = Arc::default();
+        for (mode, pipelined) in [("one_at_a_time", false), ("pipelined_256", true)] {
+            for _ in 0..rounds {
+                for target in [Target::RawSameWork, Target::Adapter, Target::RawPlain] {
+                    let took = if pipelined {
+                        run_pipelined(&s, target, per_round).await
+                    } else {
+                        run_sequential(&s, target, per_round).await
+                    };
+                    totals
+                        .lock()
+                        .expect("totals")
+                        .push((mode, target.name(), per_round, took));
+                }
+            }
+            eprint!("interleaved ");
+            print_ratios(mode, &totals);
+        }
+    });
+}
+
 criterion_group! {
     name = benches;
     config = Criterion::default()
         .warm_up_time(Duration::from_secs(1))
         .measurement_time(Duration::from_secs(5));
-    targets = bench
+    targets = bench, interleaved_ratios
 }
 criterion_main!(benches);

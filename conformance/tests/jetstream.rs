@@ -650,6 +650,14 @@ async fn references_are_deduplicated_redelivered_and_double_acked(h: Arc<Harness
     assert_eq!(first[0].event_id, event);
     assert_eq!(first[0].deliveries, 1);
     assert_eq!(first[0].payload, r#"{"m":1}"#);
+    // Both server lines issue the 9-token form `$JS.ACK.<stream>.<consumer>.…` (BUS.md §3).
+    assert!(
+        first[0]
+            .ack_subject
+            .starts_with(&format!("$JS.ACK.{}.alice.", b.inbox_stream())),
+        "{}",
+        first[0].ack_subject
+    );
     let status = b.inbox_status("alice").await.expect("status");
     assert!(status.present);
     assert_eq!(status.awaiting_ack, 1);
@@ -1054,6 +1062,25 @@ async fn account_budget_refuses_a_stream_that_does_not_fit(_h: Arc<Harness>) {
         JetStreamBackend::connect(&prov, t3).await,
         Err(BusError::NotProvisioned { .. })
     ));
+    // What the broker itself answers to a reservation beyond the budget: error code 10047,
+    // the code the adapter maps to InsufficientStorage.
+    let (_, js) = raw(&server.url(), &nats::provisioning_user()).await;
+    let refused = js
+        .create_stream(jetstream::stream::Config {
+            name: format!("TOO_BIG_{}", t3.simple()),
+            subjects: vec![format!("too-big.{}", t3.simple())],
+            max_bytes: 64 * MIB as i64,
+            storage: jetstream::stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .expect_err("beyond the account budget");
+    match refused.kind() {
+        jetstream::context::CreateStreamErrorKind::JetStream(e) => {
+            assert_eq!(e.error_code().0, 10047, "{e}")
+        }
+        other => panic!("expected a JetStream API error, got {other:?}"),
+    }
     // A raise the account cannot reserve is refused by check_update and update_quotas alike.
     let mut raise = prov.clone();
     raise.body_quotas.max_bytes = 16 * MIB;
