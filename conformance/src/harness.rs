@@ -238,14 +238,24 @@ fn run_one(
     factory: Arc<dyn FixtureFactory>,
     run: BehaviourFn,
 ) -> Result<(), Failed> {
-    let task = runtime.spawn(async move {
+    run_task(runtime, async move {
         let fixture = factory
             .fixture()
             .await
             .map_err(|e| Failed::from(format!("fixture failed: {e}")))?;
         run(&*fixture).await;
         Ok::<(), Failed>(())
-    });
+    })
+}
+
+/// Runs one trial's future as a task on `runtime`: a panic (a failed assertion) becomes a
+/// failure with its message, and the trial fails after [`TRIAL_TIMEOUT`]. Every trial builder of
+/// the suite goes through here.
+pub fn run_task<F>(runtime: &Runtime, trial: F) -> Result<(), Failed>
+where
+    F: Future<Output = Result<(), Failed>> + Send + 'static,
+{
+    let task = runtime.spawn(trial);
     runtime.block_on(async move {
         let abort = task.abort_handle();
         match tokio::time::timeout(TRIAL_TIMEOUT, task).await {

@@ -47,6 +47,15 @@
 //! (missing capability: inbox_dedup_for_life)`. Each trial runs as a task on the shared
 //! multi-thread [`runtime`], bounded by [`harness::TRIAL_TIMEOUT`].
 //!
+//! # The ledger and journal behaviours
+//!
+//! [`ledger`] and [`journal`] hold the `Ledger` and `Journal` behaviours (BUS.md §5, PUSH.md
+//! §1), listed by [`ledger_behaviours`] and [`journal_behaviours`]. They take a
+//! [`LedgerFixture`] (a fresh, empty ledger and the journal sharing its store) and pass their own
+//! instants ([`ledger_time`]) since both ports take the time from the caller. A test target
+//! implements [`LedgerFixtureFactory`] and adds `ledger_trials("<target>", factory, &runtime)`
+//! to its trials: `<target>::ledger::<behaviour>` and `<target>::journal::<behaviour>`.
+//!
 //! # Time
 //!
 //! Memory and Postgres read time from an injected clock: their fixtures hold a manual clock per
@@ -63,7 +72,14 @@ mod fixture;
 pub mod harness;
 pub mod idempotency;
 pub mod inbox;
+pub mod journal;
+pub mod ledger;
+mod ledger_fixture;
+mod ledger_harness;
+mod ledger_scene;
+pub mod ledger_time;
 pub mod nats;
+pub mod push_store;
 pub mod samples;
 pub mod stream_admin;
 pub mod wait;
@@ -72,4 +88,11 @@ pub use capabilities::{Capabilities, Capability};
 pub use fixture::{
     BodyFixture, FixtureError, FixtureFactory, InboxFixture, Namespace, TeamFixture,
 };
-pub use harness::{Behaviour, BehaviourFn, Port, behaviours, runtime, trials};
+pub use harness::{Behaviour, BehaviourFn, Port, behaviours, run_task, runtime, trials};
+pub use journal::journal_behaviours;
+pub use ledger::ledger_behaviours;
+pub use ledger_fixture::{LedgerBehaviour, LedgerFixture, LedgerFixtureFactory};
+pub use ledger_harness::ledger_trials;
+pub use push_store::{
+    PushStoreFactory, PushStoreFixture, push_store_behaviours, push_store_trials,
+};

@@ -20,7 +20,6 @@ use tokio::runtime::Runtime;
 use uuid::Uuid;
 
 use crate::FixtureError;
-use crate::harness::TRIAL_TIMEOUT;
 use crate::samples::envelope;
 
 const MIB: u64 = 1024 * 1024;
@@ -443,7 +442,8 @@ pub fn admin_behaviours() -> Vec<(&'static str, AdminFn)> {
 }
 
 /// Every admin behaviour as its own trial `<target>::stream_admin::<behaviour>`, each on a fresh
-/// fixture from `factory`, run on `runtime`, bounded by [`TRIAL_TIMEOUT`].
+/// fixture from `factory`, run on `runtime`, bounded by
+/// [`TRIAL_TIMEOUT`](crate::harness::TRIAL_TIMEOUT).
 pub fn admin_trials(
     target: &str,
     factory: Arc<dyn AdminFixtureFactory>,
@@ -466,26 +466,12 @@ fn run_one(
     factory: Arc<dyn AdminFixtureFactory>,
     run: AdminFn,
 ) -> Result<(), Failed> {
-    let task = runtime.spawn(async move {
+    crate::run_task(runtime, async move {
         let fixture = factory
             .fixture()
             .await
             .map_err(|e| Failed::from(format!("fixture failed: {e}")))?;
         run(&*fixture).await;
-        Ok::<(), Failed>(())
-    });
-    runtime.block_on(async move {
-        let abort = task.abort_handle();
-        match tokio::time::timeout(TRIAL_TIMEOUT, task).await {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(join)) if join.is_panic() => {
-                Err(crate::harness::panic_message(join.into_panic()).into())
-            }
-            Ok(Err(join)) => Err(format!("behaviour task ended: {join}").into()),
-            Err(_) => {
-                abort.abort();
-                Err(format!("timed out after {TRIAL_TIMEOUT:?}").into())
-            }
-        }
+        Ok(())
     })
 }

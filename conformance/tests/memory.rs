@@ -8,6 +8,8 @@
 //! - `memory_windowed::…` — configured like a JetStream deployment: a lower body limit, an inbox
 //!   duplicate window, a short ack wait and `max_deliver` of 2. It exercises the window code and
 //!   lacks `inbox_dedup_for_life`, so that behaviour is reported as ignored with its capability.
+//! - `memory::ledger::…`, `memory::journal::…` — the `Ledger` and `Journal` behaviours on a fresh
+//!   `MemoryLedger` and its journal per test, as `Arc<dyn Ledger>` / `Arc<dyn Journal>`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,14 +18,15 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_conformance::stream_admin::{self, AdminFixture, AdminFixtureFactory};
 use crewbus_conformance::{
-    BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, Namespace, TeamFixture,
+    BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, LedgerFixture,
+    LedgerFixtureFactory, Namespace, TeamFixture,
 };
-use crewbus_domain::{BusError, BusResult, MAX_BODY_BYTES, Quotas};
+use crewbus_domain::{BusError, BusResult, MAX_BODY_BYTES, Quotas, TenantId};
 use crewbus_memory::{
     BodiesConfig, InboxConfig, ManualClock, MemoryAdminConfig, MemoryBackends, MemoryConfig,
-    MemoryStreamAdmin,
+    MemoryLedger, MemoryStreamAdmin,
 };
-use crewbus_ports::{Backends, Clock, Inbox, MessagingBackend, StreamAdmin};
+use crewbus_ports::{Backends, Clock, Inbox, Journal, Ledger, MessagingBackend, StreamAdmin};
 use uuid::Uuid;
 
 /// Builds a registry with its own manual clock per test.
@@ -222,6 +225,29 @@ impl AdminFixture for MemoryAdminFixture {
     }
 }
 
+/// A fresh memory ledger (and the journal sharing its state) per test.
+struct MemoryLedgerFactory;
+
+struct MemoryLedgerFixture(MemoryLedger);
+
+#[async_trait]
+impl LedgerFixtureFactory for MemoryLedgerFactory {
+    async fn fixture(&self) -> Result<Box<dyn LedgerFixture>, FixtureError> {
+        Ok(Box::new(MemoryLedgerFixture(MemoryLedger::new(
+            TenantId::default(),
+        ))))
+    }
+}
+
+impl LedgerFixture for MemoryLedgerFixture {
+    fn ledger(&self) -> Arc<dyn Ledger> {
+        Arc::new(self.0.clone())
+    }
+    fn journal(&self) -> Arc<dyn Journal> {
+        Arc::new(self.0.journal())
+    }
+}
+
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let runtime = crewbus_conformance::runtime();
@@ -235,6 +261,11 @@ fn main() {
     trials.extend(stream_admin::admin_trials(
         "memory",
         Arc::new(MemoryAdminFactory),
+        &runtime,
+    ));
+    trials.extend(crewbus_conformance::ledger_trials(
+        "memory",
+        Arc::new(MemoryLedgerFactory),
         &runtime,
     ));
     libtest_mimic::run(&args, trials).exit();

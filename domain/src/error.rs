@@ -24,7 +24,9 @@ pub type BusResult<T> = Result<T, BusError>;
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
 pub enum BusError {
-    /// The thing asked for does not exist (a conversation, a message, a registration).
+    /// The thing asked for does not exist (a conversation, a message, a registration, a backend
+    /// name a registry does not serve). A stored body that is gone is not an error: `fetch`
+    /// answers `Ok(None)`.
     #[error("not found: {what}")]
     NotFound {
         /// What was looked up, e.g. `conversation 0b6f…`.
@@ -45,14 +47,16 @@ pub enum BusError {
         reason: String,
     },
     /// The request contradicts what is already recorded (the same message id under another
-    /// publish key, the same request id with another body, a ceiling below the contents).
+    /// publish key, a publish key held by another message, the same request id with another
+    /// body, a ceiling below the contents).
     #[error("conflict: {reason}")]
     Conflict {
         /// What was already there.
         reason: String,
     },
-    /// The item belongs to another team, stream or message (a forged or foreign locator, a
-    /// foreign ack subject, another agent's run).
+    /// The item belongs to another team, stream or message (an envelope of another team, a
+    /// forged or foreign locator, an inbox locator handed to a body store, a foreign or
+    /// malformed ack subject, another agent's run).
     #[error("forbidden: {reason}")]
     Forbidden {
         /// Why access was refused.
@@ -68,10 +72,11 @@ pub enum BusError {
         /// Which stream or store is full.
         what: String,
     },
-    /// A body above the backend's effective maximum.
+    /// A body (or payload) above the backend's effective maximum. Fatal: the same request can
+    /// never fit.
     #[error("too large: {size} bytes exceeds the limit of {limit} bytes")]
     TooLarge {
-        /// Size of the refused item, in bytes.
+        /// Size of the refused item, in bytes (for a body, [`crate::Envelope::body_len`]).
         size: u64,
         /// Effective maximum, in bytes.
         limit: u64,

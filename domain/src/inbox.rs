@@ -10,15 +10,20 @@ use crate::{BusError, BusResult};
 pub struct InboxRef {
     /// The ledger's inbox event this reference carries (the dedup key).
     pub event_id: Uuid,
-    /// JSON naming the message (ids only; never a body).
+    /// JSON naming the message (ids only; never a body), exactly as published.
     pub payload: String,
     /// Opaque token, meaningful only to the inbox that issued it, that acknowledges this
-    /// reference. Kept server-side: never shown to an agent.
+    /// reference (`Inbox::ack_reference`); it names the team's inbox, so another team's inbox
+    /// refuses it with [`BusError::Forbidden`]. Use the one of the latest hand-out: whether an
+    /// earlier hand-out's token still acknowledges is adapter-specific. Kept server-side: never
+    /// shown to an agent.
     pub ack_subject: String,
-    /// The reference's position in the team's inbox stream (or queue table).
+    /// The reference's position in the team's inbox stream (or queue table): ≥ 1, growing in
+    /// publish order across every recipient of the team, never reused.
     pub stream_seq: u64,
-    /// How many times this reference has been handed out, this time included (≥ 1);
-    /// `deliveries > 1` is a redelivery.
+    /// How many times the recipient's current consumer has handed this reference out, this
+    /// time included (≥ 1; a recreated consumer counts from 1 again); `deliveries > 1` is a
+    /// redelivery. Never above the inbox's max deliver.
     pub deliveries: u64,
 }
 
@@ -29,17 +34,22 @@ impl InboxRef {
     }
 }
 
-/// What an inbox says about one recipient's consumer.
+/// What an inbox says about one recipient's consumer (counts, as JetStream consumer info
+/// reports them: `num_pending`, `num_ack_pending`, `num_redelivered`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct InboxStatus {
     /// `false` when the recipient's consumer (or the inbox stream) does not exist — a fact, not
-    /// an empty inbox.
+    /// an empty inbox; every count is then 0, whatever is stored for the recipient.
     pub present: bool,
-    /// References stored for the recipient and not yet handed out.
+    /// References stored for the recipient and not yet handed out by its current consumer
+    /// (count).
     pub pending: u64,
-    /// References handed out and not yet acknowledged (still eligible for redelivery).
+    /// References handed out and not yet acknowledged, whether or not their ack wait has
+    /// elapsed, excluding those retired by max deliver (count). A broker may drop a retired one
+    /// from this count only at the consumer's next fetch.
     pub awaiting_ack: u64,
-    /// Of `awaiting_ack`, how many have been handed out more than once.
+    /// Of `awaiting_ack`, how many have been handed out more than once (count). nats-server
+    /// 2.9.10 keeps counting a reference retired by max deliver here.
     pub redelivered: u64,
 }
 

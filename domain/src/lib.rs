@@ -5,24 +5,56 @@
 #![warn(missing_docs)]
 
 mod backoff;
+mod conversation;
+mod delivery;
 mod envelope;
 mod error;
+mod history;
 mod ids;
 mod inbox;
+mod inbox_event;
+mod journal;
+mod ledger_counts;
 mod locator;
+mod message;
+mod outbox;
 mod published;
+mod push;
+mod push_transport;
 mod quota;
+mod receipt;
 mod secret;
+mod store_error;
+mod team;
 
 pub use backoff::Backoff;
+pub use conversation::{Conversation, Member};
+pub use delivery::{
+    ConfirmOutcome, DeliveryId, HandOut, HandOutOutcome, HandOutRequest, HandOutSource, InboxAck,
+};
 pub use envelope::Envelope;
 pub use error::{BusError, BusResult, Source};
+pub use history::{Absence, HistoryItem, HistoryPage, MAX_PAGE, validate_limit};
 pub use ids::{RunId, Seq, TenantId};
 pub use inbox::{InboxRef, InboxStatus, MAX_RECIPIENT_KEY_LEN, validate_recipient_key};
+pub use inbox_event::{InboxEvent, ReferencePayload};
+pub use journal::{MAX_NOTE_LEN, Record, RecordKind, Run, RunOutcome};
+pub use ledger_counts::{LedgerCounts, RetentionTarget};
 pub use locator::Locator;
+pub use message::{
+    MAX_REQUEST_ID_LEN, Message, Publication, SendRequest, Sent, body_sha256, validate_request_id,
+};
+pub use outbox::{LeasedSlot, SettleOutcome, Settlement, SlotOutcome};
 pub use published::Published;
+pub use push::{
+    DataKey, Destination, PushAuthentication, PushConfig, PushRegistration, WrappedKey, redact_url,
+};
+pub use push_transport::{PushRequest, PushResponse, TransportError};
 pub use quota::{Provisioned, QuotaChange, Quotas, StorageAccount, StreamKind};
+pub use receipt::Receipt;
 pub use secret::Secret;
+pub use store_error::StoreError;
+pub use team::{Agent, MAX_NAME_LEN, Team, TokenHash, recipient_key_for, validate_name};
 
 /// Re-exported so adapters and the app agree on one id and time type.
 pub use chrono::{DateTime, Utc};

@@ -13,15 +13,18 @@ use crate::{BusError, BusResult};
 /// `fetch` re-checks the team and the message id against what is stored.
 ///
 /// How adapters answer a locator: wrong scheme or unparsable rest → [`BusError::Invalid`]; right
-/// scheme but another stream, team or message → [`BusError::Forbidden`]; unknown position →
-/// `Ok(None)`. Never a panic.
+/// scheme but another stream, team or message (including the locator an inbox confirmed a
+/// reference with) → [`BusError::Forbidden`]; unknown position → `Ok(None)`. Never a panic.
+/// By convention the scheme is the issuing backend's name (`memory`, `postgres`, `jetstream`).
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(transparent)]
 pub struct Locator(pub String);
 
 impl Locator {
-    /// Builds `<scheme>:<rest>`. `scheme` must be non-empty and contain no `:`; this is the
-    /// issuing adapter's responsibility (checked in debug builds).
+    /// Builds `<scheme>:<rest>`. `scheme` must be what [`Locator::split`] accepts (non-empty,
+    /// ASCII letters, digits and `-` only); this is the issuing adapter's responsibility. Debug
+    /// builds check only that it is non-empty and has no `:`. `rest` may be anything, `:`
+    /// included.
     pub fn new(scheme: &str, rest: &str) -> Self {
         debug_assert!(!scheme.is_empty() && !scheme.contains(':'));
         Locator(format!("{scheme}:{rest}"))

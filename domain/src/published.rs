@@ -6,12 +6,17 @@ use crate::{BusError, Locator};
 ///
 /// Only `Confirmed` means stored. Whether an error is `Retryable` or `Fatal` is decided by
 /// [`BusError::is_retryable`], one rule for every adapter (use [`Published::from_error`]).
+/// `Retryable` and `Fatal` store nothing and consume nothing (the publish key, message id or
+/// event id stays free); `Uncertain` is the only outcome that leaves the store unknown.
 #[derive(Debug, Clone)]
 pub enum Published {
-    /// Stored. `duplicate` is true whenever the item was already stored before this call (a
-    /// PubAck marked duplicate, or found stored after the duplicate window) — on every adapter.
+    /// Stored. `duplicate` is true whenever the item was already accepted before this call (a
+    /// PubAck marked duplicate, or found stored after the duplicate window) — on every adapter —
+    /// and this call stored nothing. For a body that means it is still held (retention forgets
+    /// the key); for an inbox reference it means the event id was seen, though the reference
+    /// may since have been acked or discarded.
     Confirmed {
-        /// Where the item is kept.
+        /// Where the item is kept: for a repeat, the locator of the first confirmation.
         locator: Locator,
         /// Whether it was already stored.
         duplicate: bool,
@@ -21,7 +26,9 @@ pub enum Published {
     /// Known not stored; retrying the same call cannot succeed (too large, conflict, forbidden).
     Fatal(BusError),
     /// The request left but no answer came (ack timeout, connection lost after sending): it may
-    /// or may not have been stored. Settle it with `MessagingBackend::reconcile`.
+    /// or may not have been stored. The error is `Timeout` or `Unavailable`. Settle a body with
+    /// `MessagingBackend::reconcile`; an inbox reference by publishing the same event id again
+    /// (deduplicated).
     Uncertain(BusError),
 }
 

@@ -8,13 +8,23 @@
 mod backends;
 mod clock;
 mod inbox;
+mod journal;
+mod key_ring;
+mod ledger;
 mod messaging;
+mod push_store;
+mod push_transport;
 mod stream_admin;
 
 pub use backends::Backends;
 pub use clock::{Clock, SystemClock};
 pub use inbox::Inbox;
+pub use journal::Journal;
+pub use key_ring::KeyRing;
+pub use ledger::Ledger;
 pub use messaging::MessagingBackend;
+pub use push_store::PushStore;
+pub use push_transport::PushTransport;
 pub use stream_admin::StreamAdmin;
 
 #[cfg(feature = "mock")]
@@ -24,6 +34,16 @@ pub use clock::MockClock;
 #[cfg(feature = "mock")]
 pub use inbox::MockInbox;
 #[cfg(feature = "mock")]
+pub use journal::MockJournal;
+#[cfg(feature = "mock")]
+pub use key_ring::MockKeyRing;
+#[cfg(feature = "mock")]
+pub use ledger::MockLedger;
+#[cfg(feature = "mock")]
 pub use messaging::MockMessagingBackend;
+#[cfg(feature = "mock")]
+pub use push_store::MockPushStore;
+#[cfg(feature = "mock")]
+pub use push_transport::MockPushTransport;
 #[cfg(feature = "mock")]
 pub use stream_admin::MockStreamAdmin;

@@ -1,6 +1,7 @@
 //! crewbus memory adapters: in-process implementations of the bus ports with the real
 //! semantics (idempotent bodies, discard-new quotas, redelivery, max deliver, discard-old
-//! overflow, deduplication), a manual clock, and fault injection for tests.
+//! overflow, deduplication), the ledger and journal, a manual clock, and fault injection for
+//! tests.
 //!
 //! Memory adapters never read a clock of their own: every time-dependent decision (ack waits,
 //! store times for retention, duplicate windows) reads the injected `Arc<dyn Clock>`, so tests
@@ -32,8 +33,14 @@ mod clock;
 mod config;
 mod faults;
 mod inbox;
+mod journal;
+mod key_ring;
+mod ledger;
+mod ledger_state;
 mod locator;
+mod push_store;
 mod stream_admin;
+mod transport;
 
 pub use backends::MemoryBackends;
 pub use bodies::MemoryBodies;
@@ -41,4 +48,9 @@ pub use clock::ManualClock;
 pub use config::{BodiesConfig, InboxConfig, MemoryConfig};
 pub use faults::Faults;
 pub use inbox::MemoryInbox;
+pub use journal::MemoryJournal;
+pub use key_ring::TestKeyRing;
+pub use ledger::MemoryLedger;
+pub use push_store::MemoryPushStore;
 pub use stream_admin::{MemoryAdminConfig, MemoryStreamAdmin};
+pub use transport::RecordingTransport;

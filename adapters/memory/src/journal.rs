@@ -1,0 +1,158 @@
+//! The memory journal: runs and their records, sharing the memory ledger's state.
+
+use std::fmt;
+use std::sync::MutexGuard;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use crewbus_domain::{
+    MAX_NOTE_LEN, MAX_PAGE, Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
+};
+use crewbus_ports::Journal;
+use uuid::Uuid;
+
+use crate::ledger_state::{RunRow, Shared, State};
+
+/// The in-process [`Journal`]. Made by [`crate::MemoryLedger::journal`], it shares the ledger's
+/// state, so the records the ledger writes (`MessageSent`, …) take their place in the same
+/// gap-free numbering. Clones share the state. Never reads a clock.
+#[derive(Clone)]
+pub struct MemoryJournal {
+    tenant: TenantId,
+    shared: Shared,
+}
+
+impl fmt::Debug for MemoryJournal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryJournal")
+            .field("tenant", &self.tenant)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MemoryJournal {
+    pub(crate) fn new(tenant: TenantId, shared: Shared) -> Self {
+        MemoryJournal { tenant, shared }
+    }
+
+    fn state(&self) -> Result<MutexGuard<'_, State>, StoreError> {
+        self.shared
+            .lock()
+            .ok_or_else(|| StoreError::unavailable("memory journal (outage injected)"))
+    }
+}
+
+fn open_run(st: &mut State, run: RunId) -> Result<&mut RunRow, StoreError> {
+    let row = st
+        .runs
+        .get_mut(&run)
+        .ok_or_else(|| StoreError::not_found(format!("run {run}")))?;
+    if row.run.is_sealed() {
+        return Err(StoreError::conflict(format!("run {run} is sealed")));
+    }
+    Ok(row)
+}
+
+fn check_text(what: &str, text: &str) -> Result<(), StoreError> {
+    if text.len() > MAX_NOTE_LEN {
+        return Err(StoreError::invalid(format!(
+            "{what} is longer than {MAX_NOTE_LEN} bytes"
+        )));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl Journal for MemoryJournal {
+    fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    async fn admit(&self, team: Uuid, agent: Uuid, at: DateTime<Utc>) -> Result<RunId, StoreError> {
+        let mut st = self.state()?;
+        let id = RunId::new();
+        let mut row = RunRow {
+            run: Run {
+                id,
+                team,
+                agent,
+                admitted_at: at,
+                last_seq: Seq(0),
+                sealed: None,
+            },
+            records: Vec::new(),
+        };
+        row.append(at, RecordKind::RunAdmitted { team, agent });
+        st.runs.insert(id, row);
+        Ok(id)
+    }
+
+    async fn resume(&self, run: RunId, at: DateTime<Utc>) -> Result<Seq, StoreError> {
+        let mut st = self.state()?;
+        Ok(open_run(&mut st, run)?.append(at, RecordKind::RunResumed))
+    }
+
+    async fn note(&self, run: RunId, text: &str, at: DateTime<Utc>) -> Result<Seq, StoreError> {
+        check_text("note", text)?;
+        let mut st = self.state()?;
+        Ok(open_run(&mut st, run)?.append(
+            at,
+            RecordKind::Note {
+                text: text.to_owned(),
+            },
+        ))
+    }
+
+    async fn seal(
+        &self,
+        run: RunId,
+        outcome: RunOutcome,
+        reason: &str,
+        at: DateTime<Utc>,
+    ) -> Result<Seq, StoreError> {
+        check_text("reason", reason)?;
+        let mut st = self.state()?;
+        Ok(open_run(&mut st, run)?.append(
+            at,
+            RecordKind::RunSealed {
+                outcome,
+                reason: reason.to_owned(),
+            },
+        ))
+    }
+
+    async fn read(
+        &self,
+        run: RunId,
+        from_seq: Seq,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(StoreError::invalid(format!(
+                "limit must be between 1 and {MAX_PAGE}"
+            )));
+        }
+        let st = self.state()?;
+        let row = st
+            .runs
+            .get(&run)
+            .ok_or_else(|| StoreError::not_found(format!("run {run}")))?;
+        // Records are stored in seq order from 1: record n sits at index n − 1.
+        let start = usize::try_from(from_seq.0.max(1) - 1).unwrap_or(usize::MAX);
+        Ok(row
+            .records
+            .iter()
+            .skip(start)
+            .take(limit)
+            .cloned()
+            .collect())
+    }
+
+    async fn run(&self, run: RunId) -> Result<Run, StoreError> {
+        let st = self.state()?;
+        st.runs
+            .get(&run)
+            .map(|r| r.run.clone())
+            .ok_or_else(|| StoreError::not_found(format!("run {run}")))
+    }
+}

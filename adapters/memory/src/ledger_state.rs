@@ -1,0 +1,173 @@
+//! The tables behind the memory ledger and journal: one state under one lock, so the ledger
+//! writes the bus's journal records in the same critical section (the memory "transaction") as
+//! the change they describe.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use chrono::{DateTime, Utc};
+use crewbus_domain::{
+    Agent, BusError, BusResult, Conversation, DeliveryId, Envelope, HandOut, InboxAck, InboxEvent,
+    Message, Receipt, Record, RecordKind, Run, RunId, Seq, Team, TokenHash,
+};
+use uuid::Uuid;
+
+/// Shared by a [`crate::MemoryLedger`] and every [`crate::MemoryJournal`] made from it.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct Shared {
+    state: Arc<Mutex<State>>,
+}
+
+impl Shared {
+    /// The state, or `None` while an outage is injected.
+    pub(crate) fn lock(&self) -> Option<MutexGuard<'_, State>> {
+        // A panic while holding the lock can only come from a bug in this crate; the tables are
+        // written after every check, so the state is still consistent: keep serving it.
+        let guard = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        if guard.unavailable { None } else { Some(guard) }
+    }
+
+    /// Injects or clears an outage.
+    pub(crate) fn set_unavailable(&self, unavailable: bool) {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .unavailable = unavailable;
+    }
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub(crate) unavailable: bool,
+    /// Monotonic insertion counter: "oldest first" tie-breaks.
+    pub(crate) order: u64,
+    pub(crate) teams: HashMap<Uuid, Team>,
+    pub(crate) agents: HashMap<Uuid, Agent>,
+    pub(crate) tokens: HashMap<TokenHash, Uuid>,
+    pub(crate) conversations: HashMap<Uuid, ConversationRow>,
+    pub(crate) messages: HashMap<Uuid, Message>,
+    /// (message, recipient) → receipt.
+    pub(crate) receipts: HashMap<(Uuid, Uuid), Receipt>,
+    /// message → recipients, in snapshot order.
+    pub(crate) recipients: HashMap<Uuid, Vec<Uuid>>,
+    /// recipient → messages with a receipt for it.
+    pub(crate) by_recipient: HashMap<Uuid, Vec<Uuid>>,
+    pub(crate) slots: HashMap<Uuid, Slot>,
+    pub(crate) events: HashMap<Uuid, EventRow>,
+    pub(crate) hand_outs: HashMap<DeliveryId, HandOutRow>,
+    /// (message, recipient) → its hand-outs, oldest first.
+    pub(crate) hand_outs_by_pair: HashMap<(Uuid, Uuid), Vec<DeliveryId>>,
+    pub(crate) runs: HashMap<RunId, RunRow>,
+}
+
+#[derive(Debug)]
+pub(crate) struct ConversationRow {
+    pub(crate) conversation: Conversation,
+    pub(crate) order: u64,
+    /// seq → message id.
+    pub(crate) messages: BTreeMap<u64, Uuid>,
+    /// request id → message id.
+    pub(crate) requests: HashMap<String, Uuid>,
+}
+
+#[derive(Debug)]
+pub(crate) struct Slot {
+    pub(crate) id: Uuid,
+    pub(crate) order: u64,
+    pub(crate) backend: String,
+    pub(crate) envelope: Envelope,
+    pub(crate) generation: u64,
+    pub(crate) attempts: u32,
+    pub(crate) uncertain: bool,
+    pub(crate) failed: bool,
+    pub(crate) next_attempt_at: DateTime<Utc>,
+    pub(crate) leased_until: Option<DateTime<Utc>>,
+    pub(crate) last_error: Option<String>,
+}
+
+#[derive(Debug)]
+pub(crate) struct EventRow {
+    pub(crate) event: InboxEvent,
+    pub(crate) order: u64,
+    pub(crate) leased_until: Option<DateTime<Utc>>,
+    pub(crate) published_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct HandOutRow {
+    pub(crate) team: Uuid,
+    pub(crate) hand_out: HandOut,
+    pub(crate) ack: Option<InboxAck>,
+    pub(crate) confirmed_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct RunRow {
+    pub(crate) run: Run,
+    pub(crate) records: Vec<Record>,
+}
+
+impl RunRow {
+    /// Appends a record with the next seq and returns that seq.
+    pub(crate) fn append(&mut self, at: DateTime<Utc>, kind: RecordKind) -> Seq {
+        let seq = self.run.last_seq.next();
+        if let RecordKind::RunSealed { outcome, .. } = &kind {
+            self.run.sealed = Some((at, *outcome));
+        }
+        self.records.push(Record {
+            run: self.run.id,
+            seq,
+            at,
+            kind,
+        });
+        self.run.last_seq = seq;
+        seq
+    }
+}
+
+impl State {
+    pub(crate) fn next_order(&mut self) -> u64 {
+        self.order += 1;
+        self.order
+    }
+
+    /// The run rules of the ledger, without the seal: unknown → `NotFound`, another agent's →
+    /// `Forbidden`.
+    pub(crate) fn check_run_owner(&self, run: Option<RunId>, agent: Uuid) -> BusResult<()> {
+        let Some(run) = run else { return Ok(()) };
+        let row = self
+            .runs
+            .get(&run)
+            .ok_or_else(|| BusError::not_found(format!("run {run}")))?;
+        if row.run.agent != agent {
+            return Err(BusError::forbidden(format!(
+                "run {run} belongs to another agent"
+            )));
+        }
+        Ok(())
+    }
+
+    /// A sealed run → `Conflict`.
+    pub(crate) fn check_run_open(&self, run: Option<RunId>) -> BusResult<()> {
+        let Some(run) = run else { return Ok(()) };
+        match self.runs.get(&run) {
+            Some(row) if row.run.is_sealed() => {
+                Err(BusError::conflict(format!("run {run} is sealed")))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Every run rule.
+    pub(crate) fn check_run(&self, run: Option<RunId>, agent: Uuid) -> BusResult<()> {
+        self.check_run_owner(run, agent)?;
+        self.check_run_open(run)
+    }
+
+    /// Appends to a run already checked with [`State::check_run`].
+    pub(crate) fn record(&mut self, run: Option<RunId>, at: DateTime<Utc>, kind: RecordKind) {
+        if let Some(row) = run.and_then(|r| self.runs.get_mut(&r)) {
+            row.append(at, kind);
+        }
+    }
+}

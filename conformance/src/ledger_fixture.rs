@@ -1,0 +1,51 @@
+//! The fixture of the ledger and journal behaviours, its factory, and how behaviours are listed.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use crewbus_ports::{Journal, Ledger};
+
+use crate::FixtureError;
+use crate::harness::BehaviourFuture;
+
+/// A fresh, empty ledger and its journal for one behaviour.
+///
+/// Nothing is visible from another test (a fresh memory state; a fresh Postgres database with
+/// migrations applied): behaviours lease "every due slot" and count the whole ledger. The journal
+/// must share the ledger's store, so the ledger's bus records land in the journal's runs.
+///
+/// Time is the behaviour's own: ledger and journal take `at` from their caller, so behaviours
+/// pass instants they choose ([`crate::ledger_time`]), never the wall clock; no clock hook is
+/// needed.
+pub trait LedgerFixture: Send + Sync {
+    /// The ledger under test, as a trait object.
+    fn ledger(&self) -> Arc<dyn Ledger>;
+
+    /// The journal sharing the ledger's store.
+    fn journal(&self) -> Arc<dyn Journal>;
+}
+
+/// Builds a fresh [`LedgerFixture`] per test for one adapter. Shared resources (a server, an
+/// admin pool) live in the factory; per-test ones (the database) in the fixture, dropped with it.
+#[async_trait]
+pub trait LedgerFixtureFactory: Send + Sync + 'static {
+    /// A fresh, empty ledger and journal. Errors fail the trial, naming the cause (never a skip).
+    async fn fixture(&self) -> Result<Box<dyn LedgerFixture>, FixtureError>;
+}
+
+/// One ledger or journal behaviour, type-erased: runs on a fresh fixture and panics on a failed
+/// assertion.
+pub type LedgerBehaviour = for<'a> fn(&'a dyn LedgerFixture) -> BehaviourFuture<'a>;
+
+/// Lists behaviours as `(name, fn)` pairs, each wrapped to take `&dyn LedgerFixture`.
+macro_rules! ledger_list {
+    ($($name:ident),* $(,)?) => {
+        vec![$(
+            (
+                stringify!($name),
+                (|fx| Box::pin($name(fx))) as $crate::LedgerBehaviour,
+            ),
+        )*]
+    };
+}
+pub(crate) use ledger_list;

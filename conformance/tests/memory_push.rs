@@ -1,0 +1,44 @@
+//! The `PushStore` conformance behaviours on the memory push store, every behaviour its own test.
+//!
+//! Each test gets a fresh backing state with two tenants over it, as two tenants share one
+//! database in production.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use crewbus_conformance::{FixtureError, PushStoreFactory, PushStoreFixture, push_store_trials};
+use crewbus_domain::TenantId;
+use crewbus_memory::MemoryPushStore;
+use crewbus_ports::PushStore;
+
+struct Fixture {
+    mine: MemoryPushStore,
+    theirs: MemoryPushStore,
+}
+
+impl PushStoreFixture for Fixture {
+    fn store(&self) -> Arc<dyn PushStore> {
+        Arc::new(self.mine.clone())
+    }
+    fn other_tenant(&self) -> Arc<dyn PushStore> {
+        Arc::new(self.theirs.clone())
+    }
+}
+
+struct Factory;
+
+#[async_trait]
+impl PushStoreFactory for Factory {
+    async fn fixture(&self) -> Result<Box<dyn PushStoreFixture>, FixtureError> {
+        let mine = MemoryPushStore::new(TenantId::new("acme")?);
+        let theirs = mine.for_tenant(TenantId::new("globex")?);
+        Ok(Box::new(Fixture { mine, theirs }))
+    }
+}
+
+fn main() {
+    let args = libtest_mimic::Arguments::from_args();
+    let runtime = crewbus_conformance::runtime();
+    let trials = push_store_trials("memory", Arc::new(Factory), &runtime);
+    libtest_mimic::run(&args, trials).exit();
+}

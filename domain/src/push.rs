@@ -1,0 +1,267 @@
+//! Operator push destinations, their per-run registrations, and the keys that seal credentials.
+
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use zeroize::Zeroize;
+
+use crate::{BusError, BusResult, RunId, Secret, Seq};
+
+/// How a push request authenticates: sent as `Authorization: <scheme> <credentials>`.
+///
+/// The credential is written to the push store (the delivery worker reads it back), so it is
+/// sealed at rest; `Debug` never prints it.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+pub struct PushAuthentication {
+    /// The authorization scheme, e.g. `Bearer` (a single token, no whitespace).
+    pub scheme: String,
+    /// The credential after the scheme.
+    pub credentials: Secret,
+}
+
+impl fmt::Debug for PushAuthentication {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PushAuthentication")
+            .field("scheme", &self.scheme)
+            .field("credentials", &self.credentials)
+            .finish()
+    }
+}
+
+/// An operator's webhook: where every run's history is pushed.
+///
+/// Signing keys (Standard Webhooks: HMAC-SHA256 over `id.timestamp.body`, several during a
+/// rotation) stay with the sender and are never written to a store. `Debug` prints the URL without
+/// userinfo or query and never a credential.
+#[derive(Clone, PartialEq, Eq, Deserialize)]
+pub struct Destination {
+    /// Unique, non-blank name; the registration id is `operator:<name>`.
+    pub name: String,
+    /// Absolute `http` or `https` URL the events are POSTed to.
+    pub url: String,
+    /// Optional `Authorization` header.
+    #[serde(default)]
+    pub authentication: Option<PushAuthentication>,
+    /// Standard Webhooks signing secrets (each sent as one `v1,` signature).
+    #[serde(default)]
+    pub signing_keys: Vec<Secret>,
+}
+
+impl Destination {
+    /// The registration id this destination gets on every run: `operator:<name>` (trimmed).
+    pub fn registration_id(&self) -> String {
+        format!("operator:{}", self.name.trim())
+    }
+
+    /// Checks the destination: a non-blank name without control characters, an absolute `http`
+    /// or `https` URL with a host, a single-token authentication scheme, non-empty credentials and
+    /// signing keys. Errors: [`BusError::Invalid`] naming the rule (never the secret).
+    pub fn validate(&self) -> BusResult<()> {
+        let name = self.name.trim();
+        if name.is_empty() {
+            return Err(BusError::invalid("destination name is blank"));
+        }
+        if name.chars().any(char::is_control) {
+            return Err(BusError::invalid(
+                "destination name contains a control character",
+            ));
+        }
+        let parsed = url::Url::parse(&self.url).map_err(|_| {
+            BusError::invalid(format!("destination {name}: the URL does not parse"))
+        })?;
+        if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+            return Err(BusError::invalid(format!(
+                "destination {name}: the URL must be absolute http(s) with a host"
+            )));
+        }
+        if let Some(auth) = &self.authentication {
+            if auth.scheme.is_empty() || auth.scheme.chars().any(|c| c.is_whitespace()) {
+                return Err(BusError::invalid(format!(
+                    "destination {name}: the authentication scheme must be one token"
+                )));
+            }
+            if auth.credentials.is_empty() {
+                return Err(BusError::invalid(format!(
+                    "destination {name}: the authentication credentials are empty"
+                )));
+            }
+        }
+        if self.signing_keys.iter().any(Secret::is_empty) {
+            return Err(BusError::invalid(format!(
+                "destination {name}: a signing key is empty"
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for Destination {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Destination")
+            .field("name", &self.name)
+            .field("url", &redact_url(&self.url))
+            .field("authentication", &self.authentication)
+            .field("signing_keys", &self.signing_keys.len())
+            .finish()
+    }
+}
+
+/// A URL fit for logs and output: userinfo and query (and fragment) removed. An unparsable URL
+/// prints as `<unparsable url>` rather than risking a secret.
+pub fn redact_url(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.set_fragment(None);
+            u.to_string()
+        }
+        Err(_) => "<unparsable url>".to_owned(),
+    }
+}
+
+/// What the push store holds for one registration of one run.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PushConfig {
+    /// Registration id: `operator:<name>` for operator destinations.
+    pub id: String,
+    /// The run whose journal is pushed.
+    pub run: RunId,
+    /// Where to POST (stored in clear: the store queries on it).
+    pub url: String,
+    /// Optional authorization; sealed at rest by `SealedPush`.
+    pub authentication: Option<PushAuthentication>,
+}
+
+impl fmt::Debug for PushConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PushConfig")
+            .field("id", &self.id)
+            .field("run", &self.run)
+            .field("url", &redact_url(&self.url))
+            .field("authentication", &self.authentication)
+            .finish()
+    }
+}
+
+/// A registration with its delivery state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushRegistration {
+    /// What to deliver where.
+    pub config: PushConfig,
+    /// The cursor: the first journal record not yet acknowledged by the receiver.
+    pub next_seq: Seq,
+    /// Failed attempts since the last advance (count).
+    pub attempts: u32,
+    /// When the registration is next due.
+    pub next_attempt_at: DateTime<Utc>,
+    /// Why the last attempt failed (bus-written text; never a credential).
+    pub last_error: Option<String>,
+    /// Parked (dead-lettered): left out of `due` until un-parked.
+    pub parked: bool,
+}
+
+/// A 32-byte data key that seals one value. Zeroized on drop; never printed.
+#[derive(Clone, PartialEq, Eq)]
+pub struct DataKey(pub [u8; 32]);
+
+impl DataKey {
+    /// Length of every data key, in bytes.
+    pub const LEN: usize = 32;
+
+    /// The key bytes. Use only to seal or open.
+    pub fn expose(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl Drop for DataKey {
+    fn drop(&mut self) {
+        self.0.zeroize();
+    }
+}
+
+impl fmt::Debug for DataKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("DataKey([redacted])")
+    }
+}
+
+/// A data key wrapped (encrypted) under a scope's key by a key ring; safe to store beside the
+/// value it seals.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WrappedKey {
+    /// The key ring scope, e.g. `<tenant>/push`.
+    pub scope: String,
+    /// The key ring's identifier of the wrapping key (a version or a key name).
+    pub key_id: String,
+    /// The wrapped data key (ciphertext).
+    pub ciphertext: Vec<u8>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dest(name: &str, url: &str) -> Destination {
+        Destination {
+            name: name.into(),
+            url: url.into(),
+            authentication: Some(PushAuthentication {
+                scheme: "Bearer".into(),
+                credentials: Secret::new("tok-123"),
+            }),
+            signing_keys: vec![Secret::new("whsec_abc")],
+        }
+    }
+
+    #[test]
+    fn validate_rules() {
+        assert!(
+            dest("ops", "https://hooks.example.com/x")
+                .validate()
+                .is_ok()
+        );
+        for (n, u) in [
+            (" ", "https://a.example/x"),
+            ("ops", "not a url"),
+            ("ops", "ftp://a.example/x"),
+            ("ops", "/relative"),
+            ("o\u{7}ps", "https://a.example/x"),
+        ] {
+            assert!(
+                matches!(dest(n, u).validate(), Err(BusError::Invalid { .. })),
+                "{n:?} {u:?}"
+            );
+        }
+        let mut d = dest("ops", "https://a.example/x");
+        d.signing_keys.push(Secret::new(""));
+        assert!(d.validate().is_err());
+        let mut d = dest("ops", "https://a.example/x");
+        d.authentication.as_mut().unwrap().scheme = "Bea rer".into();
+        assert!(d.validate().is_err());
+    }
+
+    #[test]
+    fn debug_hides_secrets_userinfo_and_query() {
+        let d = dest("ops", "https://user:pw@hooks.example.com/x?token=q1#frag");
+        let text = format!("{d:?}");
+        for leak in ["tok-123", "whsec_abc", "pw@", "user", "q1", "frag"] {
+            assert!(!text.contains(leak), "{text} leaks {leak}");
+        }
+        assert!(text.contains("hooks.example.com/x"));
+        assert_eq!(redact_url("::"), "<unparsable url>");
+        let k = DataKey([7; 32]);
+        assert!(!format!("{k:?}").contains('7'));
+    }
+
+    #[test]
+    fn registration_id_is_trimmed_name() {
+        assert_eq!(
+            dest(" ops ", "https://a.example").registration_id(),
+            "operator:ops"
+        );
+    }
+}

@@ -1,0 +1,324 @@
+//! The ledger port: the bus's authority.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use crewbus_domain::{
+    Agent, BusResult, ConfirmOutcome, Conversation, DeliveryId, HandOutOutcome, HandOutRequest,
+    HistoryPage, InboxEvent, LeasedSlot, LedgerCounts, Message, Receipt, RetentionTarget, RunId,
+    SendRequest, Sent, SettleOutcome, Settlement, Team, TenantId, TokenHash,
+};
+use uuid::Uuid;
+
+/// The authority of the bus for one tenant: teams, agents, conversations, messages, receipts,
+/// outbox slots, inbox events, hand-outs, history, retention and the counts health reports.
+///
+/// Implemented by memory and Postgres; both pass the same conformance functions
+/// (`crewbus_conformance::ledger`).
+///
+/// # Common rules
+/// - **Time comes from the caller** (`at`); an implementation never reads a clock. Durations are
+///   `std::time::Duration`.
+/// - **Every method is one transaction**: it either writes everything it describes or nothing.
+/// - **Team scoping**: every id a caller passes together with `team` must belong to that team;
+///   another team's conversation, message or agent is `NotFound` (never `Forbidden`: ids of
+///   other teams are not revealed).
+/// - **Runs**: `send`, `confirm` and `acknowledge` take the acting run. `Some(run)` gets the
+///   bus's journal record (`MessageSent`, `MessageDelivered`, `MessageAcknowledged`) in the same
+///   transaction. An unknown run → `NotFound`; a run of another agent → `Forbidden`; a sealed run
+///   → `Conflict`; none of these writes anything.
+/// - **Limits**: every `limit` is 1 to [`crewbus_domain::MAX_PAGE`], and every batch (members,
+///   settlements, event ids, hand-out requests, delivery ids) holds at most `MAX_PAGE` items,
+///   else `Invalid`. An empty batch is answered with an empty result.
+/// - **Errors** common to every method: the store unreachable or restarting → `Unavailable` or
+///   `Timeout` (retryable; nothing or everything was written — an idempotent repeat is safe for
+///   `send`, `settle`, `confirm`, `acknowledge`, `mark_published`, `mark_retained`).
+#[cfg_attr(feature = "mock", mockall::automock)]
+#[async_trait]
+pub trait Ledger: Send + Sync {
+    /// The tenant this ledger serves.
+    fn tenant(&self) -> &TenantId;
+
+    /// The body backend whose bodies this ledger stores itself, in the send transaction
+    /// (`Some("postgres")` for Postgres; `None` for memory, whose bodies go through the outbox
+    /// like every other backend's).
+    fn local_backend(&self) -> Option<&'static str>;
+
+    // ---- teams -------------------------------------------------------------------------------
+
+    /// Creates a team with its default body backend and inbox names.
+    ///
+    /// Errors: a bad name (see `validate_name`) or an empty backend/inbox name → `Invalid`; the
+    /// name is taken in this tenant → `Conflict`.
+    async fn create_team(
+        &self,
+        name: &str,
+        body_backend: &str,
+        inbox: &str,
+        at: DateTime<Utc>,
+    ) -> BusResult<Team>;
+
+    /// One team. Errors: unknown → `NotFound`.
+    async fn team(&self, team: Uuid) -> BusResult<Team>;
+
+    /// Every team of the tenant, by name.
+    async fn teams(&self) -> BusResult<Vec<Team>>;
+
+    /// Changes a team's default body backend and inbox (an operator command). Existing
+    /// conversations keep their backend; inbox events already enqueued keep their inbox.
+    /// Errors: unknown → `NotFound`; an empty name → `Invalid`.
+    async fn set_team_backends(
+        &self,
+        team: Uuid,
+        body_backend: &str,
+        inbox: &str,
+    ) -> BusResult<Team>;
+
+    // ---- agents ------------------------------------------------------------------------------
+
+    /// Creates an agent of `team` with the hash of its bearer token (never the token). Its
+    /// recipient key is `recipient_key_for(id)`.
+    ///
+    /// Errors: unknown team → `NotFound`; a bad name → `Invalid`; the name taken in the team, or
+    /// the token hash already used by any agent → `Conflict`.
+    async fn create_agent(
+        &self,
+        team: Uuid,
+        name: &str,
+        token_hash: TokenHash,
+        at: DateTime<Utc>,
+    ) -> BusResult<Agent>;
+
+    /// One agent of `team`. Errors: unknown or another team's → `NotFound`.
+    async fn agent(&self, team: Uuid, agent: Uuid) -> BusResult<Agent>;
+
+    /// The agent holding this token hash: how the app authenticates a request.
+    /// Errors: no agent, or a revoked one → `Unauthenticated`.
+    async fn agent_by_token(&self, token_hash: &TokenHash) -> BusResult<Agent>;
+
+    /// Every agent of `team` (revoked ones included), by name. Errors: unknown team → `NotFound`.
+    async fn agents(&self, team: Uuid) -> BusResult<Vec<Agent>>;
+
+    /// Revokes an agent: it never authenticates again and cannot send. Idempotent (a second
+    /// revoke keeps the first `revoked_at`). Its receipts stay. Errors: unknown → `NotFound`.
+    async fn revoke_agent(&self, team: Uuid, agent: Uuid, at: DateTime<Utc>) -> BusResult<Agent>;
+
+    // ---- conversations -----------------------------------------------------------------------
+
+    /// Creates a conversation of `team` with `creator` and `members` (duplicates and the creator
+    /// listed again are ignored), all joined at `at`. Its backend is the team's default body
+    /// backend now, for life.
+    ///
+    /// Errors: unknown team → `NotFound`; a bad title → `Invalid`; the creator or a member
+    /// unknown, of another team, or revoked → `Invalid` (naming it).
+    async fn create_conversation(
+        &self,
+        team: Uuid,
+        creator: Uuid,
+        title: &str,
+        members: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> BusResult<Conversation>;
+
+    /// One conversation of `team`, with its members. Errors: unknown or another team's →
+    /// `NotFound`.
+    async fn conversation(&self, team: Uuid, conversation: Uuid) -> BusResult<Conversation>;
+
+    /// Every conversation of `team`, oldest first (operator tools: e.g. whether a body backend
+    /// is still used before its streams are removed). Errors: unknown team → `NotFound`.
+    async fn conversations(&self, team: Uuid) -> BusResult<Vec<Conversation>>;
+
+    /// The conversations `agent` is a member of, oldest first. Errors: unknown agent →
+    /// `NotFound`.
+    async fn conversations_for(&self, team: Uuid, agent: Uuid) -> BusResult<Vec<Conversation>>;
+
+    // ---- send --------------------------------------------------------------------------------
+
+    /// Records a message, in one transaction: membership check, the conversation's next gap-free
+    /// `seq`, the message (`body_sha256`, the conversation's backend), one receipt per member
+    /// other than the sender (recipients snapshotted now), the run's `MessageSent` record, and:
+    /// - backend ≠ [`Ledger::local_backend`]: an outbox slot with a fresh `publish_key`, the
+    ///   message `PendingPublication`;
+    /// - backend = `local_backend()`: the body itself and one inbox event per recipient; the
+    ///   message is `Stored` at once, with its locator and `stored_at = at`.
+    ///
+    /// Idempotent on `(conversation, request_id)`: a repeat with the same body returns the
+    /// original message as it stands now (`created: false`) and writes nothing (no record either,
+    /// even when the run has since been sealed); with another body → `Conflict`. Concurrent
+    /// identical requests create one message.
+    ///
+    /// Order of checks: bad `request_id` → `Invalid`; unknown conversation (or another team's) →
+    /// `NotFound`; sender not a member, or revoked → `Forbidden`; run unknown → `NotFound`,
+    /// another agent's → `Forbidden`; the repeat rule; run sealed → `Conflict`.
+    async fn send(&self, request: SendRequest, at: DateTime<Utc>) -> BusResult<Sent>;
+
+    /// One message of `team` as it stands. Errors: unknown or another team's → `NotFound`.
+    async fn message(&self, team: Uuid, message: Uuid) -> BusResult<Message>;
+
+    // ---- relay: outbox slots -----------------------------------------------------------------
+
+    /// Leases up to `limit` due slots, oldest due first: slots not failed, with
+    /// `next_attempt_at <= at`, and no lease or an expired one (`leased_until <= at`). Each
+    /// leased slot's `generation` is bumped and `leased_until` set to `at + lease_for`; two
+    /// concurrent callers never lease the same slot (Postgres: `FOR UPDATE SKIP LOCKED`), and a
+    /// slot committed after a later one is never skipped for good.
+    ///
+    /// Errors: `limit` out of range or `lease_for` zero → `Invalid`.
+    async fn lease_slots(
+        &self,
+        at: DateTime<Utc>,
+        lease_for: Duration,
+        limit: usize,
+    ) -> BusResult<Vec<LeasedSlot>>;
+
+    /// Settles leased attempts, one outcome per settlement in order, in one transaction.
+    ///
+    /// A settlement is applied only when its `generation` is the slot's current one and the
+    /// lease is unexpired (`at < leased_until`); otherwise — or for an unknown, deleted or failed
+    /// slot — it is `Stale` and writes nothing. Applied:
+    /// - `Confirmed` → message `Stored` with the locator and `stored_at = at` (receipts' too),
+    ///   slot deleted, one inbox event per recipient;
+    /// - `Retryable` → attempts + 1, due at `next_attempt_at`, uncertain cleared, lease released;
+    /// - `Fatal` → message `Failed` with the error's code, slot kept (never leased again);
+    /// - `Uncertain` → attempts + 1, slot marked uncertain, due at `next_attempt_at`, lease
+    ///   released; the message stays pending.
+    ///
+    /// The same slot twice in one call: the first applies and releases the lease, so the second
+    /// is `Stale`.
+    async fn settle(
+        &self,
+        settlements: &[Settlement],
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<SettleOutcome>>;
+
+    // ---- reference worker: inbox events ------------------------------------------------------
+
+    /// Leases up to `limit` inbox events not yet published, oldest first, whose lease (if any)
+    /// expired: each is hidden from other callers until `at + lease_for`. Publishing a reference
+    /// is idempotent on the event id, so a lease that expires only causes a harmless repeat.
+    /// Errors: `limit` out of range or `lease_for` zero → `Invalid`.
+    async fn lease_inbox_events(
+        &self,
+        at: DateTime<Utc>,
+        lease_for: Duration,
+        limit: usize,
+    ) -> BusResult<Vec<InboxEvent>>;
+
+    /// Marks events published (after `Inbox::publish_reference` confirmed them); they are never
+    /// leased again. Returns how many changed; unknown or already published ids are ignored.
+    async fn mark_published(&self, events: &[Uuid], at: DateTime<Utc>) -> BusResult<u64>;
+
+    // ---- delivery: hand-outs, receipts -------------------------------------------------------
+
+    /// Records hand-outs of candidate messages to `recipient`, one outcome per request in order
+    /// (see [`HandOutOutcome`]):
+    /// - message unknown, of another team, not `Stored`, or `recipient` not among its receipts →
+    ///   `Unknown`;
+    /// - receipt already delivered → `AlreadyDelivered`;
+    /// - a hand-out of it to `recipient` unconfirmed with `held_until > at`, or the same message
+    ///   earlier in this batch → `Held` (an inbox candidate's ack replaces the live hand-out's);
+    /// - otherwise → `Issued` with a fresh [`DeliveryId`], `held_until = at + grace`,
+    ///   `redelivered` when an earlier hand-out of the message to `recipient` exists or the
+    ///   inbox's delivery count is above 1. An inbox candidate's ack is kept with the hand-out.
+    ///
+    /// Errors: unknown recipient → `NotFound`; more than `MAX_PAGE` requests → `Invalid`.
+    async fn hand_out(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        requests: &[HandOutRequest],
+        grace: Duration,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<HandOutOutcome>>;
+
+    /// The top-up query: up to `limit` messages `Stored` before `stored_before` whose receipt
+    /// for `recipient` is not delivered and that have no live hand-out to `recipient`
+    /// (unconfirmed with `held_until > at`), oldest stored first (then conversation, seq).
+    /// Hand them out with `HandOutSource::Ledger`. Errors: unknown recipient → `NotFound`.
+    async fn undelivered(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        stored_before: DateTime<Utc>,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<Uuid>>;
+
+    /// Confirms hand-outs of `recipient` by delivery id, one outcome per id in order, in one
+    /// transaction: the first confirmation of a (message, recipient) sets `delivered_at = at`
+    /// and writes `MessageDelivered` to the run → `Confirmed`; any later one, by the same or
+    /// another delivery id → `AlreadyConfirmed` (nothing written); an id not issued to
+    /// `recipient` → `Unknown`. Both confirmed outcomes carry the inbox ack to send after the
+    /// commit. Errors: run rules (see the trait docs); more than `MAX_PAGE` ids → `Invalid`.
+    async fn confirm(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        deliveries: &[DeliveryId],
+        run: Option<RunId>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<ConfirmOutcome>>;
+
+    /// A recipient says it has read a message: sets `acknowledged_at = at` once and writes
+    /// `MessageAcknowledged` to the run; never touches the inbox. A repeat returns the receipt
+    /// unchanged (the first time kept) and writes nothing (no record either, even when the run
+    /// has since been sealed).
+    ///
+    /// Order of checks: message unknown or another team's → `NotFound`; `agent` not a
+    /// recipient → `Forbidden`; run unknown → `NotFound`, another agent's → `Forbidden`; the
+    /// repeat rule; not yet delivered → `Conflict`; run sealed → `Conflict`.
+    async fn acknowledge(
+        &self,
+        team: Uuid,
+        agent: Uuid,
+        message: Uuid,
+        run: Option<RunId>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Receipt>;
+
+    /// The receipts of a message, by recipient key. Errors: unknown or another team's message →
+    /// `NotFound`.
+    async fn receipts(&self, team: Uuid, message: Uuid) -> BusResult<Vec<Receipt>>;
+
+    // ---- history -----------------------------------------------------------------------------
+
+    /// A page of the conversation's messages with `seq > after_seq`, by `HistoryPage::build`:
+    /// at most `limit` items, up to and including the first pending message (next cursor
+    /// `seq − 1`); failed and retained messages are explained absences that do not stop it.
+    /// Errors: unknown or another team's conversation → `NotFound`; bad `limit` → `Invalid`.
+    async fn history(
+        &self,
+        team: Uuid,
+        conversation: Uuid,
+        after_seq: u64,
+        limit: usize,
+    ) -> BusResult<HistoryPage>;
+
+    // ---- retention ---------------------------------------------------------------------------
+
+    /// Which (team, body backend) pairs hold `Stored`, not yet retained messages stored before
+    /// `before`, with their counts; up to `limit` pairs, by team then backend. The caller runs
+    /// `MessagingBackend::retain(before)` on each, then [`Ledger::mark_retained`].
+    async fn retention_due(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<RetentionTarget>>;
+
+    /// Marks the team's `Stored` messages on `backend` stored before `before` as retained
+    /// (`retained_at = at`; history shows them as `Retained`). Returns how many changed;
+    /// idempotent. Errors: unknown team → `NotFound`.
+    async fn mark_retained(
+        &self,
+        team: Uuid,
+        backend: &str,
+        before: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> BusResult<u64>;
+
+    // ---- health and metrics ------------------------------------------------------------------
+
+    /// Counts for health and metrics, taken at `at` (ages are measured from it).
+    async fn counts(&self, at: DateTime<Utc>) -> BusResult<LedgerCounts>;
+}
