@@ -50,6 +50,9 @@ enum Needs {
     Cluster,
 }
 
+/// Held by the tests that spawn servers of their own, so they run one at a time.
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 type TestFn = fn(Arc<Harness>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
 fn runtime() -> tokio::runtime::Runtime {
@@ -1578,6 +1581,12 @@ fn main() {
                 if let Some(reason) = skip {
                     return Ok(Completion::ignored_with(reason));
                 }
+                // Servers of their own (restart, cluster) run one at a time.
+                let _heavy = matches!(needs, Needs::OwnServer | Needs::Cluster).then(|| {
+                    HEAVY
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                });
                 runtime().block_on(f(h));
                 Ok(Completion::Completed)
             })
