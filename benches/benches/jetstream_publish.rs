@@ -297,11 +297,17 @@ fn bench(c: &mut Criterion) {
 }
 
 /// Alternates short rounds of every target so drift and neighbours' load hit all alike, and
-/// prints the ratios of the summed rates. `--bench` runs 20 rounds of 300 messages per target
-/// and mode; test mode (`cargo test --benches`) one round of 20.
+/// prints the ratios of the summed rates. `--bench` runs 20 rounds per target and mode (1 000
+/// messages one at a time, 5 000 pipelined per round); test mode (`cargo test --benches`) one
+/// short round.
 fn interleaved_ratios(_c: &mut Criterion) {
     let full = std::env::args().any(|a| a == "--bench");
-    let (rounds, per_round) = if full { (20, 300) } else { (1, 20) };
+    // Rounds long enough (≈ 0.15 s) that scheduling jitter does not dominate one round.
+    let (rounds, sequential, pipelined_n) = if full {
+        (20, 1_000, 5_000)
+    } else {
+        (1, 20, 50)
+    };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -311,6 +317,7 @@ fn interleaved_ratios(_c: &mut Criterion) {
         let s = setup().await;
         let totals: Totals = Arc::default();
         for (mode, pipelined) in [("one_at_a_time", false), ("pipelined_256", true)] {
+            let per_round = if pipelined { pipelined_n } else { sequential };
             for _ in 0..rounds {
                 for target in [Target::RawSameWork, Target::Adapter, Target::RawPlain] {
                     let took = if pipelined {
