@@ -1322,6 +1322,8 @@ const SUITE_INBOX_QUOTA: Quotas = Quotas {
     max_bytes: MIB,
 };
 const SUITE_MAX_DELIVER: u32 = 3;
+/// Added to every `advance` on the real-time server (see `JetStreamFixture::advance`).
+const ADVANCE_MARGIN: Duration = Duration::from_millis(250);
 
 impl JetStreamFactory {
     async fn start(h: &Harness) -> JetStreamFactory {
@@ -1410,9 +1412,12 @@ impl Namespace for JetStreamFixture {
     fn other_team(&self) -> Uuid {
         self.other_team
     }
-    /// The server's timers are the behaviour under test: wait the real duration.
+    /// The server's timers are the behaviour under test: wait the real duration, plus a margin
+    /// for the server's timer to fire on a loaded machine (its ack-wait check runs on its own
+    /// schedule; without the margin a fetch right at `ack_wait` may still see the reference as
+    /// in flight).
     async fn advance(&self, by: Duration) {
-        tokio::time::sleep(by).await;
+        tokio::time::sleep(by + ADVANCE_MARGIN).await;
     }
     async fn now(&self) -> chrono::DateTime<chrono::Utc> {
         chrono::Utc::now()
