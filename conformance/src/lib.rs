@@ -63,6 +63,12 @@
 //! duplicate window run on the server: its fixture configures short windows (ack wait ≈ 1 s,
 //! duplicate window ≈ 2 s) and `advance` waits the real duration; behaviours call `advance` only
 //! where such a window is the behaviour under test.
+//!
+//! # Real servers
+//!
+//! [`postgres`] holds the Postgres fixtures: a fresh migrated database per test
+//! (`DATABASE_URL`), kept for inspection when the test fails, and a private throwaway cluster for
+//! restart tests.
 #![warn(missing_docs)]
 
 pub mod ack_after_commit;
@@ -79,6 +85,7 @@ mod ledger_harness;
 mod ledger_scene;
 pub mod ledger_time;
 pub mod nats;
+pub mod postgres;
 pub mod push_store;
 pub mod samples;
 pub mod stream_admin;

@@ -1,2 +1,58 @@
-//! crewbus Postgres adapter: the ledger, the journal, an inbox (queue table), a body backend and
-//! its registry, over sqlx. Built in the Postgres issue; nothing is exported yet.
+//! crewbus Postgres adapter, over sqlx: the schema and its migrations ([`migrate`]), the ledger
+//! ([`PostgresLedger`]) and journal ([`PostgresJournal`]), a body backend ([`PostgresBackend`]),
+//! an inbox as a queue table ([`PostgresInbox`]) and their registry ([`PostgresBackends`]).
+//!
+//! Every statement binds its time from the caller or an injected `Clock` (never `now()` in SQL),
+//! and every database error is mapped to a `BusError` in one function, by SQLSTATE and sqlx
+//! error kind.
+#![warn(missing_docs)]
+
+mod body;
+mod connect;
+mod error;
+mod inbox;
+mod journal;
+mod ledger;
+mod ledger_rows;
+mod push_store;
+mod registry;
+mod settings;
+
+pub use body::PostgresBackend;
+pub use connect::{PostgresConfig, connect};
+pub use inbox::PostgresInbox;
+pub use journal::PostgresJournal;
+pub use ledger::PostgresLedger;
+pub use push_store::PostgresPushStore;
+pub use registry::PostgresBackends;
+pub use settings::PostgresSettings;
+
+use crewbus_domain::{BusError, BusResult};
+use sqlx::PgPool;
+
+/// The backend name Postgres answers for (`MessagingBackend::name`, `Backends::name`, the
+/// scheme of its locators).
+pub const NAME: &str = body::SCHEME;
+
+/// The embedded migrations (`adapters/postgres/migrations`).
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations");
+
+/// Applies every pending migration to the database behind `pool`; the app calls it at start-up.
+///
+/// Idempotent (applied migrations are skipped) and safe to run from several processes at once
+/// (sqlx takes an advisory lock). Errors: the database unreachable → `Unavailable`; a migration
+/// refused or an applied migration changed since → `Conflict` (the schema needs an operator);
+/// the cause is kept as the source and logged.
+pub async fn migrate(pool: &PgPool) -> BusResult<()> {
+    use sqlx::migrate::MigrateError;
+    match MIGRATOR.run(pool).await {
+        Ok(()) => Ok(()),
+        Err(MigrateError::Execute(e)) => Err(error::bus_error(e, "migrations")),
+        Err(e) => {
+            tracing::error!(error = %e, "postgres migrations refused");
+            Err(BusError::conflict(
+                "postgres schema: migrations could not be applied",
+            ))
+        }
+    }
+}

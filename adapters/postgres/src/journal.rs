@@ -1,0 +1,305 @@
+//! `PostgresJournal`: runs and their records in `runs` and `journal_records`.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use crewbus_domain::{
+    MAX_NOTE_LEN, MAX_PAGE, Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
+};
+use crewbus_ports::Journal;
+use sqlx::{PgConnection, PgPool, Row};
+use uuid::Uuid;
+
+use crate::error::store_error;
+
+/// One tenant's runs and journals in Postgres.
+///
+/// Each append locks the run's row (`SELECT … FOR NO KEY UPDATE`: foreign-key checks of inserted records are not blocked), refuses a sealed run, and takes
+/// `last_seq + 1` in the same transaction as the record, so seqs are gap-free from 1 under any
+/// concurrency, and nothing follows `RunSealed`. The ledger appends the bus's own records through
+/// the same function inside its transactions. Record kinds are stored as JSON text (a note may
+/// hold U+0000, which `jsonb` would refuse). Time comes from the caller.
+#[derive(Clone)]
+pub struct PostgresJournal {
+    pool: PgPool,
+    tenant: TenantId,
+}
+
+impl std::fmt::Debug for PostgresJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresJournal")
+            .field("tenant", &self.tenant)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A run row as locked for an append.
+pub(crate) struct LockedRun {
+    pub(crate) agent: Uuid,
+    pub(crate) sealed: bool,
+}
+
+/// Locks `run` of `tenant` for an append; `None` when it does not exist.
+pub(crate) async fn lock_run(
+    conn: &mut PgConnection,
+    tenant: &TenantId,
+    run: RunId,
+) -> Result<Option<LockedRun>, sqlx::Error> {
+    let row: Option<(Uuid, bool)> = sqlx::query_as(
+        "SELECT agent_id, sealed_at IS NOT NULL FROM runs
+         WHERE id = $1 AND tenant = $2 FOR NO KEY UPDATE",
+    )
+    .bind(run.0)
+    .bind(tenant.as_str())
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(row.map(|(agent, sealed)| LockedRun { agent, sealed }))
+}
+
+/// Appends `kind` at `at` to a run locked with [`lock_run`] (and checked open) and returns its
+/// seq. A `RunSealed` record seals the run.
+pub(crate) async fn append(
+    conn: &mut PgConnection,
+    run: RunId,
+    at: DateTime<Utc>,
+    kind: &RecordKind,
+) -> Result<Seq, sqlx::Error> {
+    let (sealed_at, outcome) = match kind {
+        RecordKind::RunSealed { outcome, .. } => (Some(at), Some(outcome.as_str())),
+        _ => (None, None),
+    };
+    let seq: i64 = sqlx::query_scalar(
+        "UPDATE runs SET last_seq = last_seq + 1,
+                         sealed_at = COALESCE($2, sealed_at),
+                         outcome = COALESCE($3, outcome)
+         WHERE id = $1 RETURNING last_seq",
+    )
+    .bind(run.0)
+    .bind(sealed_at)
+    .bind(outcome)
+    .fetch_one(&mut *conn)
+    .await?;
+    insert_record(conn, run, seq, at, kind).await?;
+    Ok(Seq(seq as u64))
+}
+
+async fn insert_record(
+    conn: &mut PgConnection,
+    run: RunId,
+    seq: i64,
+    at: DateTime<Utc>,
+    kind: &RecordKind,
+) -> Result<(), sqlx::Error> {
+    let json = serde_json::to_string(kind).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    sqlx::query("INSERT INTO journal_records (run_id, seq, at, kind) VALUES ($1, $2, $3, $4)")
+        .bind(run.0)
+        .bind(seq)
+        .bind(at)
+        .bind(json)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+fn check_text(what: &str, text: &str) -> Result<(), StoreError> {
+    if text.len() > MAX_NOTE_LEN {
+        return Err(StoreError::invalid(format!(
+            "{what} is longer than {MAX_NOTE_LEN} bytes"
+        )));
+    }
+    Ok(())
+}
+
+fn outcome_of(name: &str) -> Option<RunOutcome> {
+    [
+        RunOutcome::Succeeded,
+        RunOutcome::Failed,
+        RunOutcome::Cancelled,
+    ]
+    .into_iter()
+    .find(|o| o.as_str() == name)
+}
+
+impl PostgresJournal {
+    /// The journal of `tenant` over `pool` (migrated: [`crate::migrate`]).
+    pub fn new(pool: PgPool, tenant: TenantId) -> Self {
+        PostgresJournal { pool, tenant }
+    }
+
+    /// Appends to an open run in one transaction.
+    async fn append_open(
+        &self,
+        run: RunId,
+        at: DateTime<Utc>,
+        kind: RecordKind,
+    ) -> Result<Seq, StoreError> {
+        let what = "journal append";
+        let mut tx = self.pool.begin().await.map_err(|e| store_error(e, what))?;
+        match lock_run(&mut tx, &self.tenant, run)
+            .await
+            .map_err(|e| store_error(e, what))?
+        {
+            None => return Err(StoreError::not_found(format!("run {run}"))),
+            Some(r) if r.sealed => {
+                return Err(StoreError::conflict(format!("run {run} is sealed")));
+            }
+            Some(_) => {}
+        }
+        let seq = append(&mut tx, run, at, &kind)
+            .await
+            .map_err(|e| store_error(e, what))?;
+        tx.commit().await.map_err(|e| store_error(e, what))?;
+        Ok(seq)
+    }
+}
+
+#[async_trait]
+impl Journal for PostgresJournal {
+    fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    async fn admit(&self, team: Uuid, agent: Uuid, at: DateTime<Utc>) -> Result<RunId, StoreError> {
+        let what = "journal admit";
+        let run = RunId::new();
+        let mut tx = self.pool.begin().await.map_err(|e| store_error(e, what))?;
+        sqlx::query(
+            "INSERT INTO runs (id, tenant, team_id, agent_id, admitted_at, last_seq)
+             VALUES ($1, $2, $3, $4, $5, 1)",
+        )
+        .bind(run.0)
+        .bind(self.tenant.as_str())
+        .bind(team)
+        .bind(agent)
+        .bind(at)
+        .execute(&mut *tx)
+        .await
+        .map_err(|e| store_error(e, what))?;
+        insert_record(
+            &mut tx,
+            run,
+            1,
+            at,
+            &RecordKind::RunAdmitted { team, agent },
+        )
+        .await
+        .map_err(|e| store_error(e, what))?;
+        tx.commit().await.map_err(|e| store_error(e, what))?;
+        Ok(run)
+    }
+
+    async fn resume(&self, run: RunId, at: DateTime<Utc>) -> Result<Seq, StoreError> {
+        self.append_open(run, at, RecordKind::RunResumed).await
+    }
+
+    async fn note(&self, run: RunId, text: &str, at: DateTime<Utc>) -> Result<Seq, StoreError> {
+        check_text("note", text)?;
+        let kind = RecordKind::Note {
+            text: text.to_owned(),
+        };
+        self.append_open(run, at, kind).await
+    }
+
+    async fn seal(
+        &self,
+        run: RunId,
+        outcome: RunOutcome,
+        reason: &str,
+        at: DateTime<Utc>,
+    ) -> Result<Seq, StoreError> {
+        check_text("reason", reason)?;
+        let kind = RecordKind::RunSealed {
+            outcome,
+            reason: reason.to_owned(),
+        };
+        self.append_open(run, at, kind).await
+    }
+
+    async fn read(
+        &self,
+        run: RunId,
+        from_seq: Seq,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(StoreError::invalid(format!(
+                "limit must be between 1 and {MAX_PAGE}"
+            )));
+        }
+        let what = "journal read";
+        // One statement, one snapshot: the run's existence and its records agree.
+        let rows = sqlx::query(
+            "SELECT r.id, j.seq, j.at, j.kind
+             FROM runs r LEFT JOIN LATERAL (
+                 SELECT seq, at, kind FROM journal_records
+                 WHERE run_id = r.id AND seq >= $3
+                 ORDER BY seq LIMIT $4) j ON true
+             WHERE r.id = $1 AND r.tenant = $2
+             ORDER BY j.seq",
+        )
+        .bind(run.0)
+        .bind(self.tenant.as_str())
+        .bind(i64::try_from(from_seq.0).unwrap_or(i64::MAX))
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| store_error(e, what))?;
+        if rows.is_empty() {
+            return Err(StoreError::not_found(format!("run {run}")));
+        }
+        let mut records = Vec::with_capacity(rows.len());
+        for row in rows {
+            let Some(seq) = row
+                .try_get::<Option<i64>, _>(1)
+                .map_err(|e| store_error(e, what))?
+            else {
+                continue;
+            };
+            let at: DateTime<Utc> = row.try_get(2).map_err(|e| store_error(e, what))?;
+            let kind: String = row.try_get(3).map_err(|e| store_error(e, what))?;
+            let kind = serde_json::from_str(&kind).map_err(|e| StoreError::Backend {
+                what: format!("journal record {run}/{seq} is unreadable"),
+                source: Some(std::sync::Arc::new(e)),
+            })?;
+            records.push(Record {
+                run,
+                seq: Seq(seq as u64),
+                at,
+                kind,
+            });
+        }
+        Ok(records)
+    }
+
+    async fn run(&self, run: RunId) -> Result<Run, StoreError> {
+        let row: Option<(
+            Uuid,
+            Uuid,
+            DateTime<Utc>,
+            i64,
+            Option<DateTime<Utc>>,
+            Option<String>,
+        )> = sqlx::query_as(
+            "SELECT team_id, agent_id, admitted_at, last_seq, sealed_at, outcome
+                 FROM runs WHERE id = $1 AND tenant = $2",
+        )
+        .bind(run.0)
+        .bind(self.tenant.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| store_error(e, "journal run"))?;
+        let (team, agent, admitted_at, last_seq, sealed_at, outcome) =
+            row.ok_or_else(|| StoreError::not_found(format!("run {run}")))?;
+        let sealed = match (sealed_at, outcome.as_deref().and_then(outcome_of)) {
+            (Some(at), Some(outcome)) => Some((at, outcome)),
+            _ => None,
+        };
+        Ok(Run {
+            id: run,
+            team,
+            agent,
+            admitted_at,
+            last_seq: Seq(last_seq as u64),
+            sealed,
+        })
+    }
+}

@@ -1,0 +1,1528 @@
+//! `PostgresLedger`: the bus's authority in Postgres.
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use crewbus_domain::{
+    Agent, BusError, BusResult, ConfirmOutcome, Conversation, DeliveryId, Envelope, HandOut,
+    HandOutOutcome, HandOutRequest, HandOutSource, HistoryPage, InboxAck, InboxEvent, LeasedSlot,
+    LedgerCounts, MAX_PAGE, Member, Message, Publication, Receipt, RecordKind, ReferencePayload,
+    RetentionTarget, RunId, SendRequest, Sent, SettleOutcome, Settlement, SlotOutcome, Team,
+    TenantId, TokenHash, body_sha256, recipient_key_for, validate_limit, validate_name,
+    validate_request_id,
+};
+use crewbus_ports::Ledger;
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use uuid::Uuid;
+
+use crate::body::{SCHEME, locator_for, store_body};
+use crate::error::bus_error;
+use crate::journal::{PostgresJournal, append, lock_run};
+use crate::ledger_rows::{
+    AGENT_COLUMNS, AgentRow, MESSAGE_COLUMNS, MemberRow, MessageRow, RECEIPT_COLUMNS, ReceiptRow,
+    TEAM_COLUMNS, TeamRow, db_i64, from_db,
+};
+
+/// One tenant's ledger in Postgres.
+///
+/// Every method is one transaction. Invariants are also enforced by the schema (unique
+/// `(conversation, seq)` and `(conversation, request_id)`, one receipt per (message, recipient),
+/// one inbox event per (kind, message, recipient), non-negative counters). In particular:
+///
+/// - **send** locks the conversation row (`SELECT … FOR NO KEY UPDATE`), so concurrent senders are
+///   serialised per conversation: `seq` comes from the row's counter, gap-free (a rolled-back
+///   send gives its number back), and a concurrent duplicate request waits and then finds the
+///   first one's message. For Postgres conversations ([`Ledger::local_backend`] is
+///   `Some("postgres")`) the body is written to the table [`crate::PostgresBackend`] reads and
+///   the inbox events are enqueued in the same transaction; other backends get an outbox slot
+///   holding the body.
+/// - **lease_slots** / **lease_inbox_events** take rows with `FOR UPDATE SKIP LOCKED`, so
+///   concurrent relays never lease the same row, and scan every due row each time (no cursor),
+///   so a slot whose send committed after a later one is never skipped.
+/// - **settle** re-reads each slot under a row lock and applies a settlement only with the
+///   current generation before `leased_until`.
+/// - Time is always the caller's `at`, bound as a parameter (never `now()` in SQL). Postgres
+///   keeps timestamps to the microsecond: times read back are the caller's truncated to µs.
+#[derive(Clone)]
+pub struct PostgresLedger {
+    pool: PgPool,
+    tenant: TenantId,
+}
+
+impl std::fmt::Debug for PostgresLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresLedger")
+            .field("tenant", &self.tenant)
+            .finish_non_exhaustive()
+    }
+}
+
+type Tx = Transaction<'static, Postgres>;
+
+/// One `hand_out` call's parameters and the hand-outs it issued so far (message → delivery and
+/// hold), so the same message later in the batch is `Held`.
+struct HandOutBatch {
+    team: Uuid,
+    recipient: Uuid,
+    held_until: DateTime<Utc>,
+    at: DateTime<Utc>,
+    in_batch: HashMap<Uuid, (DeliveryId, DateTime<Utc>)>,
+}
+
+fn span(d: Duration) -> BusResult<chrono::Duration> {
+    chrono::Duration::from_std(d).map_err(|_| BusError::invalid("duration is out of range"))
+}
+
+fn positive_span(d: Duration, what: &str) -> BusResult<chrono::Duration> {
+    if d.is_zero() {
+        return Err(BusError::invalid(format!("{what} must be positive")));
+    }
+    span(d)
+}
+
+fn validate_backend_name(what: &str, name: &str) -> BusResult<()> {
+    if name.trim().is_empty() {
+        return Err(BusError::invalid(format!("{what} name is empty")));
+    }
+    Ok(())
+}
+
+fn validate_batch(len: usize) -> BusResult<()> {
+    if len > MAX_PAGE {
+        return Err(BusError::invalid(format!(
+            "a batch holds at most {MAX_PAGE} items"
+        )));
+    }
+    Ok(())
+}
+
+/// `|e| bus_error(e, what)`.
+fn db(what: &'static str) -> impl Fn(sqlx::Error) -> BusError {
+    move |e| bus_error(e, what)
+}
+
+impl PostgresLedger {
+    /// The ledger of `tenant` over `pool` (migrated: [`crate::migrate`]).
+    pub fn new(pool: PgPool, tenant: TenantId) -> Self {
+        PostgresLedger { pool, tenant }
+    }
+
+    /// The journal over the same database and tenant: the runs this ledger checks and writes the
+    /// bus's records to.
+    pub fn journal(&self) -> PostgresJournal {
+        PostgresJournal::new(self.pool.clone(), self.tenant.clone())
+    }
+
+    async fn begin(&self, what: &'static str) -> BusResult<Tx> {
+        self.pool.begin().await.map_err(db(what))
+    }
+
+    async fn commit(tx: Tx, what: &'static str) -> BusResult<()> {
+        tx.commit().await.map_err(db(what))
+    }
+
+    /// `NotFound` unless `team` is a team of this tenant.
+    async fn require_team(&self, conn: &mut PgConnection, team: Uuid) -> BusResult<()> {
+        let found: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM teams WHERE id = $1 AND tenant = $2")
+                .bind(team)
+                .bind(self.tenant.as_str())
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(db("team lookup"))?;
+        found
+            .map(|_| ())
+            .ok_or_else(|| BusError::not_found(format!("team {team}")))
+    }
+
+    async fn team_row(&self, conn: &mut PgConnection, team: Uuid) -> BusResult<Team> {
+        let row: Option<TeamRow> = sqlx::query_as(&format!(
+            "SELECT {TEAM_COLUMNS} FROM teams WHERE id = $1 AND tenant = $2"
+        ))
+        .bind(team)
+        .bind(self.tenant.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db("team lookup"))?;
+        row.map(Team::from)
+            .ok_or_else(|| BusError::not_found(format!("team {team}")))
+    }
+
+    async fn agent_row(
+        &self,
+        conn: &mut PgConnection,
+        team: Uuid,
+        agent: Uuid,
+    ) -> BusResult<Agent> {
+        let row: Option<AgentRow> = sqlx::query_as(&format!(
+            "SELECT {AGENT_COLUMNS} FROM agents a JOIN teams t ON t.id = a.team_id
+             WHERE a.id = $1 AND a.team_id = $2 AND t.tenant = $3"
+        ))
+        .bind(agent)
+        .bind(team)
+        .bind(self.tenant.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db("agent lookup"))?;
+        row.ok_or_else(|| BusError::not_found(format!("agent {agent}")))?
+            .try_into()
+    }
+
+    async fn message_row(
+        &self,
+        conn: &mut PgConnection,
+        team: Uuid,
+        message: Uuid,
+    ) -> BusResult<Message> {
+        let row: Option<MessageRow> = sqlx::query_as(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages m JOIN teams t ON t.id = m.team_id
+             WHERE m.id = $1 AND m.team_id = $2 AND t.tenant = $3"
+        ))
+        .bind(message)
+        .bind(team)
+        .bind(self.tenant.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db("message lookup"))?;
+        row.ok_or_else(|| BusError::not_found(format!("message {message}")))?
+            .try_into()
+    }
+
+    async fn members_of(
+        conn: &mut PgConnection,
+        conversations: &[Uuid],
+    ) -> BusResult<HashMap<Uuid, Vec<Member>>> {
+        let rows: Vec<MemberRow> = sqlx::query_as(
+            "SELECT conversation_id, agent_id, recipient_key, joined_at FROM members
+             WHERE conversation_id = ANY($1) ORDER BY joined_at, agent_id",
+        )
+        .bind(conversations)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db("members"))?;
+        let mut by_conversation: HashMap<Uuid, Vec<Member>> = HashMap::new();
+        for row in rows {
+            by_conversation
+                .entry(row.conversation_id)
+                .or_default()
+                .push(row.into());
+        }
+        Ok(by_conversation)
+    }
+
+    /// Completes conversation rows with their members and commits.
+    async fn conversations_with_members(
+        mut tx: Tx,
+        team: Uuid,
+        rows: Vec<(Uuid, String, String, DateTime<Utc>)>,
+    ) -> BusResult<Vec<Conversation>> {
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.0).collect();
+        let mut members = Self::members_of(&mut tx, &ids).await?;
+        Self::commit(tx, "conversations").await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, title, backend, created_at)| Conversation {
+                id,
+                team,
+                title,
+                backend,
+                created_at,
+                members: members.remove(&id).unwrap_or_default(),
+            })
+            .collect())
+    }
+
+    /// The run rules without the seal: unknown → `NotFound`, another agent's → `Forbidden`.
+    /// Locks the run row; returns whether it is sealed (`false` without a run).
+    async fn check_run_owner(
+        &self,
+        conn: &mut PgConnection,
+        run: Option<RunId>,
+        agent: Uuid,
+    ) -> BusResult<bool> {
+        let Some(run) = run else { return Ok(false) };
+        let locked = lock_run(conn, &self.tenant, run)
+            .await
+            .map_err(db("run lookup"))?
+            .ok_or_else(|| BusError::not_found(format!("run {run}")))?;
+        if locked.agent != agent {
+            return Err(BusError::forbidden(format!(
+                "run {run} belongs to another agent"
+            )));
+        }
+        Ok(locked.sealed)
+    }
+
+    /// Enqueues one inbox event per receipt of `message` (the team's inbox now), payload naming
+    /// the message.
+    async fn enqueue_inbox_events(
+        &self,
+        conn: &mut PgConnection,
+        team: Uuid,
+        message: Uuid,
+        conversation: Uuid,
+        seq: u64,
+        at: DateTime<Utc>,
+    ) -> BusResult<()> {
+        let payload = ReferencePayload {
+            message,
+            conversation,
+            seq,
+        }
+        .to_json();
+        sqlx::query(
+            "INSERT INTO inbox_events
+                 (id, tenant, team_id, message_id, recipient_id, recipient_key, inbox, payload,
+                  created_at)
+             SELECT gen_random_uuid(), $1, $2, r.message_id, r.recipient_id, r.recipient_key,
+                    t.inbox, $4, $5
+             FROM receipts r JOIN teams t ON t.id = $2
+             WHERE r.message_id = $3
+             ORDER BY r.recipient_key",
+        )
+        .bind(self.tenant.as_str())
+        .bind(team)
+        .bind(message)
+        .bind(payload)
+        .bind(at)
+        .execute(&mut *conn)
+        .await
+        .map_err(db("inbox events"))?;
+        Ok(())
+    }
+
+    async fn settle_one(
+        &self,
+        conn: &mut PgConnection,
+        s: &Settlement,
+        at: DateTime<Utc>,
+    ) -> BusResult<SettleOutcome> {
+        let what = "settle";
+        let Ok(generation) = i64::try_from(s.generation) else {
+            return Ok(SettleOutcome::Stale);
+        };
+        let live: Option<(Uuid, Uuid)> = sqlx::query_as(
+            "SELECT message_id, team_id FROM outbox_slots
+             WHERE id = $1 AND tenant = $2 AND NOT failed AND generation = $3
+               AND leased_until > $4
+             FOR UPDATE",
+        )
+        .bind(s.slot)
+        .bind(self.tenant.as_str())
+        .bind(generation)
+        .bind(at)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db(what))?;
+        let Some((message, team)) = live else {
+            return Ok(SettleOutcome::Stale);
+        };
+        match &s.outcome {
+            SlotOutcome::Confirmed { locator } => {
+                let (conversation, seq): (Uuid, i64) = sqlx::query_as(
+                    "UPDATE messages SET publication = 'stored', locator = $2, stored_at = $3
+                     WHERE id = $1 RETURNING conversation_id, seq",
+                )
+                .bind(message)
+                .bind(locator.as_str())
+                .bind(at)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(db(what))?;
+                sqlx::query("UPDATE receipts SET stored_at = $2 WHERE message_id = $1")
+                    .bind(message)
+                    .bind(at)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(db(what))?;
+                self.enqueue_inbox_events(conn, team, message, conversation, from_db(seq), at)
+                    .await?;
+                sqlx::query("DELETE FROM outbox_slots WHERE id = $1")
+                    .bind(s.slot)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(db(what))?;
+            }
+            SlotOutcome::Retryable {
+                error,
+                next_attempt_at,
+            }
+            | SlotOutcome::Uncertain {
+                error,
+                next_attempt_at,
+            } => {
+                let uncertain = matches!(s.outcome, SlotOutcome::Uncertain { .. });
+                sqlx::query(
+                    "UPDATE outbox_slots
+                     SET attempts = LEAST(attempts::bigint + 1, 2147483647)::integer,
+                         uncertain = $2, next_attempt_at = $3, leased_until = NULL,
+                         last_error = $4
+                     WHERE id = $1",
+                )
+                .bind(s.slot)
+                .bind(uncertain)
+                .bind(next_attempt_at)
+                .bind(error.code())
+                .execute(&mut *conn)
+                .await
+                .map_err(db(what))?;
+            }
+            SlotOutcome::Fatal { error } => {
+                sqlx::query(
+                    "UPDATE outbox_slots SET failed = true, leased_until = NULL, last_error = $2
+                     WHERE id = $1",
+                )
+                .bind(s.slot)
+                .bind(error.code())
+                .execute(&mut *conn)
+                .await
+                .map_err(db(what))?;
+                sqlx::query(
+                    "UPDATE messages SET publication = 'failed', failure = $2 WHERE id = $1",
+                )
+                .bind(message)
+                .bind(error.code())
+                .execute(&mut *conn)
+                .await
+                .map_err(db(what))?;
+            }
+        }
+        Ok(SettleOutcome::Applied)
+    }
+
+    async fn hand_out_one(
+        conn: &mut PgConnection,
+        batch: &mut HandOutBatch,
+        request: &HandOutRequest,
+    ) -> BusResult<HandOutOutcome> {
+        let what = "hand-out";
+        let HandOutBatch {
+            team,
+            recipient,
+            held_until,
+            at,
+            ref mut in_batch,
+        } = *batch;
+        let message = request.message;
+        // The receipt row is locked: concurrent hand-outs of one message to one recipient are
+        // serialised, so a second one sees the first's live hand-out.
+        let found: Option<(Uuid, i64, bool)> = sqlx::query_as(
+            "SELECT m.conversation_id, m.seq, r.delivered_at IS NOT NULL
+             FROM messages m JOIN receipts r ON r.message_id = m.id AND r.recipient_id = $2
+             WHERE m.id = $1 AND m.team_id = $3 AND m.publication = 'stored'
+             FOR NO KEY UPDATE OF r",
+        )
+        .bind(message)
+        .bind(recipient)
+        .bind(team)
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db(what))?;
+        let Some((conversation, seq, delivered)) = found else {
+            return Ok(HandOutOutcome::Unknown { message });
+        };
+        if delivered {
+            return Ok(HandOutOutcome::AlreadyDelivered { message });
+        }
+        let holding = match in_batch.get(&message) {
+            Some(h) => Some(*h),
+            None => {
+                let live: Option<(Uuid, DateTime<Utc>)> = sqlx::query_as(
+                    "SELECT delivery_id, held_until FROM hand_outs
+                     WHERE message_id = $1 AND recipient_id = $2 AND confirmed_at IS NULL
+                       AND held_until > $3
+                     ORDER BY ord DESC LIMIT 1",
+                )
+                .bind(message)
+                .bind(recipient)
+                .bind(at)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(db(what))?;
+                live.map(|(d, until)| (DeliveryId(d), until))
+            }
+        };
+        if let Some((delivery, until)) = holding {
+            if let HandOutSource::Inbox { ack, .. } = &request.source {
+                sqlx::query(
+                    "UPDATE hand_outs SET ack_inbox = $2, ack_subject = $3 WHERE delivery_id = $1",
+                )
+                .bind(delivery.0)
+                .bind(&ack.inbox)
+                .bind(&ack.ack_subject)
+                .execute(&mut *conn)
+                .await
+                .map_err(db(what))?;
+            }
+            return Ok(HandOutOutcome::Held { message, until });
+        }
+        let earlier: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM hand_outs WHERE message_id = $1 AND recipient_id = $2)",
+        )
+        .bind(message)
+        .bind(recipient)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(db(what))?;
+        let (ack, deliveries) = match &request.source {
+            HandOutSource::Inbox {
+                ack, deliveries, ..
+            } => (Some(ack), *deliveries),
+            HandOutSource::Ledger => (None, 1),
+        };
+        let hand_out = HandOut {
+            delivery: DeliveryId(Uuid::new_v4()),
+            message,
+            conversation,
+            seq: from_db(seq),
+            recipient,
+            redelivered: earlier || deliveries > 1,
+            issued_at: at,
+            held_until,
+        };
+        sqlx::query(
+            "INSERT INTO hand_outs
+                 (delivery_id, team_id, message_id, recipient_id, conversation_id, seq,
+                  redelivered, issued_at, held_until, ack_inbox, ack_subject)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        )
+        .bind(hand_out.delivery.0)
+        .bind(team)
+        .bind(message)
+        .bind(recipient)
+        .bind(conversation)
+        .bind(seq)
+        .bind(hand_out.redelivered)
+        .bind(at)
+        .bind(held_until)
+        .bind(ack.map(|a| a.inbox.as_str()))
+        .bind(ack.map(|a| a.ack_subject.as_str()))
+        .execute(&mut *conn)
+        .await
+        .map_err(db(what))?;
+        in_batch.insert(message, (hand_out.delivery, held_until));
+        Ok(HandOutOutcome::Issued(hand_out))
+    }
+}
+
+#[async_trait]
+impl Ledger for PostgresLedger {
+    fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    fn local_backend(&self) -> Option<&'static str> {
+        Some(SCHEME)
+    }
+
+    async fn create_team(
+        &self,
+        name: &str,
+        body_backend: &str,
+        inbox: &str,
+        at: DateTime<Utc>,
+    ) -> BusResult<Team> {
+        validate_name("team name", name)?;
+        validate_backend_name("body backend", body_backend)?;
+        validate_backend_name("inbox", inbox)?;
+        let row: TeamRow = sqlx::query_as(&format!(
+            "INSERT INTO teams (id, tenant, name, body_backend, inbox, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {TEAM_COLUMNS}"
+        ))
+        .bind(Uuid::new_v4())
+        .bind(self.tenant.as_str())
+        .bind(name)
+        .bind(body_backend)
+        .bind(inbox)
+        .bind(at)
+        .fetch_one(&self.pool)
+        .await
+        .map_err(|e| match bus_error(e, "create team") {
+            BusError::Conflict { .. } => BusError::conflict(format!("team name {name:?} is taken")),
+            other => other,
+        })?;
+        Ok(row.into())
+    }
+
+    async fn team(&self, team: Uuid) -> BusResult<Team> {
+        let mut conn = self.pool.acquire().await.map_err(db("team lookup"))?;
+        self.team_row(&mut conn, team).await
+    }
+
+    async fn teams(&self) -> BusResult<Vec<Team>> {
+        let rows: Vec<TeamRow> = sqlx::query_as(&format!(
+            "SELECT {TEAM_COLUMNS} FROM teams WHERE tenant = $1 ORDER BY name COLLATE \"C\""
+        ))
+        .bind(self.tenant.as_str())
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db("teams"))?;
+        Ok(rows.into_iter().map(Team::from).collect())
+    }
+
+    async fn set_team_backends(
+        &self,
+        team: Uuid,
+        body_backend: &str,
+        inbox: &str,
+    ) -> BusResult<Team> {
+        validate_backend_name("body backend", body_backend)?;
+        validate_backend_name("inbox", inbox)?;
+        let row: Option<TeamRow> = sqlx::query_as(&format!(
+            "UPDATE teams SET body_backend = $3, inbox = $4 WHERE id = $1 AND tenant = $2
+             RETURNING {TEAM_COLUMNS}"
+        ))
+        .bind(team)
+        .bind(self.tenant.as_str())
+        .bind(body_backend)
+        .bind(inbox)
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db("set team backends"))?;
+        row.map(Team::from)
+            .ok_or_else(|| BusError::not_found(format!("team {team}")))
+    }
+
+    async fn create_agent(
+        &self,
+        team: Uuid,
+        name: &str,
+        token_hash: TokenHash,
+        at: DateTime<Utc>,
+    ) -> BusResult<Agent> {
+        validate_name("agent name", name)?;
+        let what = "create agent";
+        let mut tx = self.begin(what).await?;
+        self.require_team(&mut tx, team).await?;
+        let id = Uuid::new_v4();
+        let row: AgentRow = sqlx::query_as(&format!(
+            "INSERT INTO agents AS a (id, team_id, name, recipient_key, token_hash, created_at)
+             VALUES ($1, $2, $3, $4, $5, $6) RETURNING {AGENT_COLUMNS}"
+        ))
+        .bind(id)
+        .bind(team)
+        .bind(name)
+        .bind(recipient_key_for(id))
+        .bind(&token_hash.0[..])
+        .bind(at)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(|e| match bus_error(e, what) {
+            BusError::Conflict { .. } => {
+                BusError::conflict("the agent name or token hash is already in use")
+            }
+            other => other,
+        })?;
+        Self::commit(tx, what).await?;
+        row.try_into()
+    }
+
+    async fn agent(&self, team: Uuid, agent: Uuid) -> BusResult<Agent> {
+        let mut conn = self.pool.acquire().await.map_err(db("agent lookup"))?;
+        self.agent_row(&mut conn, team, agent).await
+    }
+
+    async fn agent_by_token(&self, token_hash: &TokenHash) -> BusResult<Agent> {
+        let row: Option<AgentRow> = sqlx::query_as(&format!(
+            "SELECT {AGENT_COLUMNS} FROM agents a JOIN teams t ON t.id = a.team_id
+             WHERE a.token_hash = $1 AND t.tenant = $2 AND a.revoked_at IS NULL"
+        ))
+        .bind(&token_hash.0[..])
+        .bind(self.tenant.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db("authenticate"))?;
+        row.ok_or(BusError::Unauthenticated)?.try_into()
+    }
+
+    async fn agents(&self, team: Uuid) -> BusResult<Vec<Agent>> {
+        let what = "agents";
+        let mut conn = self.pool.acquire().await.map_err(db(what))?;
+        self.require_team(&mut conn, team).await?;
+        let rows: Vec<AgentRow> = sqlx::query_as(&format!(
+            "SELECT {AGENT_COLUMNS} FROM agents a WHERE a.team_id = $1
+             ORDER BY a.name COLLATE \"C\""
+        ))
+        .bind(team)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db(what))?;
+        rows.into_iter().map(Agent::try_from).collect()
+    }
+
+    async fn revoke_agent(&self, team: Uuid, agent: Uuid, at: DateTime<Utc>) -> BusResult<Agent> {
+        let row: Option<AgentRow> = sqlx::query_as(&format!(
+            "UPDATE agents AS a SET revoked_at = COALESCE(a.revoked_at, $3)
+             FROM teams t
+             WHERE a.id = $1 AND a.team_id = $2 AND t.id = a.team_id AND t.tenant = $4
+             RETURNING {AGENT_COLUMNS}"
+        ))
+        .bind(agent)
+        .bind(team)
+        .bind(at)
+        .bind(self.tenant.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db("revoke agent"))?;
+        row.ok_or_else(|| BusError::not_found(format!("agent {agent}")))?
+            .try_into()
+    }
+
+    async fn create_conversation(
+        &self,
+        team: Uuid,
+        creator: Uuid,
+        title: &str,
+        members: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> BusResult<Conversation> {
+        validate_name("conversation title", title)?;
+        validate_batch(members.len())?;
+        let what = "create conversation";
+        let mut tx = self.begin(what).await?;
+        let backend = self.team_row(&mut tx, team).await?.body_backend;
+        let mut seen = HashSet::new();
+        let ids: Vec<Uuid> = std::iter::once(creator)
+            .chain(members.iter().copied())
+            .filter(|id| seen.insert(*id))
+            .collect();
+        // Lock the agents so none is revoked between the check and the insert.
+        let active: Vec<(Uuid, String)> = sqlx::query_as(
+            "SELECT id, recipient_key FROM agents
+             WHERE id = ANY($1) AND team_id = $2 AND revoked_at IS NULL
+             FOR SHARE",
+        )
+        .bind(&ids)
+        .bind(team)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        let keys: HashMap<Uuid, String> = active.into_iter().collect();
+        if let Some(missing) = ids.iter().find(|id| !keys.contains_key(id)) {
+            return Err(BusError::invalid(format!(
+                "agent {missing} is not an active agent of the team"
+            )));
+        }
+        let id = Uuid::new_v4();
+        sqlx::query(
+            "INSERT INTO conversations (id, team_id, title, backend, created_at)
+             VALUES ($1, $2, $3, $4, $5)",
+        )
+        .bind(id)
+        .bind(team)
+        .bind(title)
+        .bind(&backend)
+        .bind(at)
+        .execute(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        let key_list: Vec<&str> = ids.iter().map(|i| keys[i].as_str()).collect();
+        sqlx::query(
+            "INSERT INTO members (conversation_id, agent_id, recipient_key, joined_at)
+             SELECT $1, agent, key, $4 FROM unnest($2::uuid[], $3::text[]) AS u(agent, key)",
+        )
+        .bind(id)
+        .bind(&ids)
+        .bind(&key_list)
+        .bind(at)
+        .execute(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        Self::commit(tx, what).await?;
+        let mut list: Vec<Member> = ids
+            .iter()
+            .map(|a| Member {
+                agent: *a,
+                recipient_key: keys[a].clone(),
+                joined_at: at,
+            })
+            .collect();
+        list.sort_by_key(|m| (m.joined_at, m.agent));
+        Ok(Conversation {
+            id,
+            team,
+            title: title.to_owned(),
+            backend,
+            created_at: at,
+            members: list,
+        })
+    }
+
+    async fn conversation(&self, team: Uuid, conversation: Uuid) -> BusResult<Conversation> {
+        let what = "conversation";
+        let mut conn = self.pool.acquire().await.map_err(db(what))?;
+        let row: Option<(String, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT c.title, c.backend, c.created_at FROM conversations c
+             JOIN teams t ON t.id = c.team_id
+             WHERE c.id = $1 AND c.team_id = $2 AND t.tenant = $3",
+        )
+        .bind(conversation)
+        .bind(team)
+        .bind(self.tenant.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db(what))?;
+        let (title, backend, created_at) =
+            row.ok_or_else(|| BusError::not_found(format!("conversation {conversation}")))?;
+        let mut members = Self::members_of(&mut conn, &[conversation]).await?;
+        Ok(Conversation {
+            id: conversation,
+            team,
+            title,
+            backend,
+            created_at,
+            members: members.remove(&conversation).unwrap_or_default(),
+        })
+    }
+
+    async fn conversations(&self, team: Uuid) -> BusResult<Vec<Conversation>> {
+        let what = "conversations";
+        let mut tx = self.begin(what).await?;
+        self.require_team(&mut tx, team).await?;
+        let rows: Vec<(Uuid, String, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT c.id, c.title, c.backend, c.created_at FROM conversations c
+             WHERE c.team_id = $1 ORDER BY c.ord",
+        )
+        .bind(team)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        Self::conversations_with_members(tx, team, rows).await
+    }
+
+    async fn conversations_for(&self, team: Uuid, agent: Uuid) -> BusResult<Vec<Conversation>> {
+        let what = "conversations";
+        let mut tx = self.begin(what).await?;
+        self.agent_row(&mut tx, team, agent).await?;
+        let rows: Vec<(Uuid, String, String, DateTime<Utc>)> = sqlx::query_as(
+            "SELECT c.id, c.title, c.backend, c.created_at FROM conversations c
+             JOIN members m ON m.conversation_id = c.id AND m.agent_id = $2
+             WHERE c.team_id = $1 ORDER BY c.ord",
+        )
+        .bind(team)
+        .bind(agent)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        Self::conversations_with_members(tx, team, rows).await
+    }
+    async fn send(&self, request: SendRequest, at: DateTime<Utc>) -> BusResult<Sent> {
+        validate_request_id(&request.request_id)?;
+        let what = "send";
+        let mut tx = self.begin(what).await?;
+        // The conversation row is the per-conversation lock: seq allocation, the duplicate check
+        // and the insert happen under it.
+        let conv: Option<(String, i64)> = sqlx::query_as(
+            "SELECT c.backend, c.next_seq FROM conversations c JOIN teams t ON t.id = c.team_id
+             WHERE c.id = $1 AND c.team_id = $2 AND t.tenant = $3
+             FOR NO KEY UPDATE OF c",
+        )
+        .bind(request.conversation)
+        .bind(request.team)
+        .bind(self.tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        let (backend, next_seq) = conv
+            .ok_or_else(|| BusError::not_found(format!("conversation {}", request.conversation)))?;
+        let sender_ok: bool = sqlx::query_scalar(
+            "SELECT EXISTS (
+                 SELECT 1 FROM members m JOIN agents a ON a.id = m.agent_id
+                 WHERE m.conversation_id = $1 AND m.agent_id = $2 AND a.team_id = $3
+                   AND a.revoked_at IS NULL)",
+        )
+        .bind(request.conversation)
+        .bind(request.sender)
+        .bind(request.team)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        if !sender_ok {
+            return Err(BusError::forbidden(
+                "the sender is not an active member of the conversation",
+            ));
+        }
+        let sealed = self
+            .check_run_owner(&mut tx, request.run, request.sender)
+            .await?;
+        let sha = body_sha256(&request.body);
+        let existing: Option<MessageRow> = sqlx::query_as(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages m
+             WHERE m.conversation_id = $1 AND m.request_id = $2"
+        ))
+        .bind(request.conversation)
+        .bind(&request.request_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        if let Some(existing) = existing {
+            let message = Message::try_from(existing)?;
+            if message.body_sha256 != sha {
+                return Err(BusError::conflict(
+                    "request id was already used with another body",
+                ));
+            }
+            return Ok(Sent {
+                message,
+                created: false,
+            });
+        }
+        if sealed {
+            return Err(BusError::conflict(format!(
+                "run {} is sealed",
+                request.run.map(|r| r.to_string()).unwrap_or_default()
+            )));
+        }
+        sqlx::query("UPDATE conversations SET next_seq = next_seq + 1 WHERE id = $1")
+            .bind(request.conversation)
+            .execute(&mut *tx)
+            .await
+            .map_err(db(what))?;
+        let seq = from_db(next_seq);
+        let id = Uuid::new_v4();
+        let local = backend == SCHEME;
+        let mut message = Message {
+            id,
+            team: request.team,
+            conversation: request.conversation,
+            seq,
+            sender: request.sender,
+            request_id: request.request_id.clone(),
+            body_sha256: sha,
+            body_len: request.body.len() as u64,
+            backend: backend.clone(),
+            locator: None,
+            publication: Publication::PendingPublication,
+            sent_at: at,
+            stored_at: None,
+            retained_at: None,
+            failure: None,
+        };
+        if local {
+            message.publication = Publication::Stored;
+            message.locator = Some(locator_for(id));
+            message.stored_at = Some(at);
+        }
+        sqlx::query(
+            "INSERT INTO messages
+                 (id, team_id, conversation_id, seq, sender_id, request_id, body_sha256,
+                  body_len, backend, publication, locator, sent_at, stored_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+        )
+        .bind(id)
+        .bind(request.team)
+        .bind(request.conversation)
+        .bind(next_seq)
+        .bind(request.sender)
+        .bind(&request.request_id)
+        .bind(&message.body_sha256)
+        .bind(db_i64(message.body_len))
+        .bind(&backend)
+        .bind(message.publication.as_str())
+        .bind(message.locator.as_ref().map(|l| l.as_str()))
+        .bind(at)
+        .bind(message.stored_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        sqlx::query(
+            "INSERT INTO receipts (message_id, recipient_id, recipient_key, stored_at)
+             SELECT $1, agent_id, recipient_key, $4 FROM members
+             WHERE conversation_id = $2 AND agent_id <> $3",
+        )
+        .bind(id)
+        .bind(request.conversation)
+        .bind(request.sender)
+        .bind(message.stored_at)
+        .execute(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        let envelope = Envelope {
+            message_id: id,
+            conversation_id: request.conversation,
+            team_id: request.team,
+            body: request.body,
+            publish_key: Uuid::new_v4(),
+        };
+        if local {
+            match store_body(&mut tx, &envelope, at).await {
+                Ok(_) => {}
+                Err(Ok(refused)) => return Err(refused),
+                Err(Err(e)) => return Err(bus_error(e, what)),
+            }
+            self.enqueue_inbox_events(&mut tx, request.team, id, request.conversation, seq, at)
+                .await?;
+        } else {
+            sqlx::query(
+                "INSERT INTO outbox_slots
+                     (id, tenant, message_id, team_id, conversation_id, backend, publish_key,
+                      body, next_attempt_at)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+            )
+            .bind(Uuid::new_v4())
+            .bind(self.tenant.as_str())
+            .bind(id)
+            .bind(request.team)
+            .bind(request.conversation)
+            .bind(&backend)
+            .bind(envelope.publish_key)
+            .bind(envelope.body.as_bytes())
+            .bind(at)
+            .execute(&mut *tx)
+            .await
+            .map_err(db(what))?;
+        }
+        if let Some(run) = request.run {
+            let kind = RecordKind::MessageSent {
+                conversation: request.conversation,
+                message: id,
+                seq,
+            };
+            append(&mut tx, run, at, &kind).await.map_err(db(what))?;
+        }
+        Self::commit(tx, what).await?;
+        Ok(Sent {
+            message,
+            created: true,
+        })
+    }
+
+    async fn message(&self, team: Uuid, message: Uuid) -> BusResult<Message> {
+        let mut conn = self.pool.acquire().await.map_err(db("message lookup"))?;
+        self.message_row(&mut conn, team, message).await
+    }
+
+    async fn lease_slots(
+        &self,
+        at: DateTime<Utc>,
+        lease_for: Duration,
+        limit: usize,
+    ) -> BusResult<Vec<LeasedSlot>> {
+        validate_limit(limit)?;
+        let until = at + positive_span(lease_for, "lease_for")?;
+        #[derive(sqlx::FromRow)]
+        struct Row {
+            id: Uuid,
+            generation: i64,
+            backend: String,
+            message_id: Uuid,
+            conversation_id: Uuid,
+            team_id: Uuid,
+            body: Vec<u8>,
+            publish_key: Uuid,
+            attempts: i32,
+            uncertain: bool,
+            next_attempt_at: DateTime<Utc>,
+            ord: i64,
+        }
+        let mut rows: Vec<Row> = sqlx::query_as(
+            "WITH due AS (
+                 SELECT id FROM outbox_slots
+                 WHERE tenant = $1 AND NOT failed AND next_attempt_at <= $2
+                   AND (leased_until IS NULL OR leased_until <= $2)
+                 ORDER BY next_attempt_at, ord
+                 LIMIT $3
+                 FOR UPDATE SKIP LOCKED)
+             UPDATE outbox_slots s SET generation = s.generation + 1, leased_until = $4
+             FROM due WHERE s.id = due.id
+             RETURNING s.id, s.generation, s.backend, s.message_id, s.conversation_id,
+                       s.team_id, s.body, s.publish_key, s.attempts, s.uncertain,
+                       s.next_attempt_at, s.ord",
+        )
+        .bind(self.tenant.as_str())
+        .bind(at)
+        .bind(limit as i64)
+        .bind(until)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db("lease slots"))?;
+        rows.sort_by_key(|r| (r.next_attempt_at, r.ord));
+        rows.into_iter()
+            .map(|r| {
+                let body = String::from_utf8(r.body)
+                    .map_err(|_| BusError::invalid("a slot's stored body is not UTF-8"))?;
+                Ok(LeasedSlot {
+                    slot: r.id,
+                    generation: from_db(r.generation),
+                    backend: r.backend,
+                    envelope: Envelope {
+                        message_id: r.message_id,
+                        conversation_id: r.conversation_id,
+                        team_id: r.team_id,
+                        body,
+                        publish_key: r.publish_key,
+                    },
+                    attempts: u32::try_from(r.attempts).unwrap_or(0),
+                    uncertain: r.uncertain,
+                    leased_until: until,
+                })
+            })
+            .collect()
+    }
+
+    async fn settle(
+        &self,
+        settlements: &[Settlement],
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<SettleOutcome>> {
+        validate_batch(settlements.len())?;
+        let what = "settle";
+        let mut tx = self.begin(what).await?;
+        let mut outcomes = Vec::with_capacity(settlements.len());
+        for s in settlements {
+            outcomes.push(self.settle_one(&mut tx, s, at).await?);
+        }
+        Self::commit(tx, what).await?;
+        Ok(outcomes)
+    }
+
+    async fn lease_inbox_events(
+        &self,
+        at: DateTime<Utc>,
+        lease_for: Duration,
+        limit: usize,
+    ) -> BusResult<Vec<InboxEvent>> {
+        validate_limit(limit)?;
+        let until = at + positive_span(lease_for, "lease_for")?;
+        #[derive(sqlx::FromRow)]
+        struct Row {
+            id: Uuid,
+            team_id: Uuid,
+            inbox: String,
+            message_id: Uuid,
+            recipient_id: Uuid,
+            recipient_key: String,
+            payload: String,
+            created_at: DateTime<Utc>,
+            ord: i64,
+        }
+        let mut rows: Vec<Row> = sqlx::query_as(
+            "WITH due AS (
+                 SELECT id FROM inbox_events
+                 WHERE tenant = $1 AND published_at IS NULL
+                   AND (leased_until IS NULL OR leased_until <= $2)
+                 ORDER BY ord
+                 LIMIT $3
+                 FOR UPDATE SKIP LOCKED)
+             UPDATE inbox_events e SET leased_until = $4
+             FROM due WHERE e.id = due.id
+             RETURNING e.id, e.team_id, e.inbox, e.message_id, e.recipient_id,
+                       e.recipient_key, e.payload, e.created_at, e.ord",
+        )
+        .bind(self.tenant.as_str())
+        .bind(at)
+        .bind(limit as i64)
+        .bind(until)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db("lease inbox events"))?;
+        rows.sort_by_key(|r| r.ord);
+        Ok(rows
+            .into_iter()
+            .map(|r| InboxEvent {
+                id: r.id,
+                team: r.team_id,
+                inbox: r.inbox,
+                message: r.message_id,
+                recipient: r.recipient_id,
+                recipient_key: r.recipient_key,
+                payload: r.payload,
+                created_at: r.created_at,
+            })
+            .collect())
+    }
+
+    async fn mark_published(&self, events: &[Uuid], at: DateTime<Utc>) -> BusResult<u64> {
+        validate_batch(events.len())?;
+        let done = sqlx::query(
+            "UPDATE inbox_events SET published_at = $2
+             WHERE id = ANY($1) AND tenant = $3 AND published_at IS NULL",
+        )
+        .bind(events)
+        .bind(at)
+        .bind(self.tenant.as_str())
+        .execute(&self.pool)
+        .await
+        .map_err(db("mark published"))?;
+        Ok(done.rows_affected())
+    }
+
+    async fn hand_out(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        requests: &[HandOutRequest],
+        grace: Duration,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<HandOutOutcome>> {
+        validate_batch(requests.len())?;
+        let held_until = at + span(grace)?;
+        let what = "hand-out";
+        let mut tx = self.begin(what).await?;
+        self.agent_row(&mut tx, team, recipient).await?;
+        let mut batch = HandOutBatch {
+            team,
+            recipient,
+            held_until,
+            at,
+            in_batch: HashMap::new(),
+        };
+        let mut outcomes = Vec::with_capacity(requests.len());
+        for request in requests {
+            outcomes.push(Self::hand_out_one(&mut tx, &mut batch, request).await?);
+        }
+        Self::commit(tx, what).await?;
+        Ok(outcomes)
+    }
+
+    async fn undelivered(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        stored_before: DateTime<Utc>,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<Uuid>> {
+        validate_limit(limit)?;
+        let what = "undelivered";
+        let mut conn = self.pool.acquire().await.map_err(db(what))?;
+        self.agent_row(&mut conn, team, recipient).await?;
+        let ids: Vec<Uuid> = sqlx::query_scalar(
+            "SELECT m.id FROM receipts r JOIN messages m ON m.id = r.message_id
+             WHERE r.recipient_id = $1 AND r.delivered_at IS NULL AND m.team_id = $2
+               AND m.publication = 'stored' AND m.stored_at < $3
+               AND NOT EXISTS (
+                   SELECT 1 FROM hand_outs h
+                   WHERE h.message_id = m.id AND h.recipient_id = $1
+                     AND h.confirmed_at IS NULL AND h.held_until > $4)
+             ORDER BY m.stored_at, m.conversation_id, m.seq
+             LIMIT $5",
+        )
+        .bind(recipient)
+        .bind(team)
+        .bind(stored_before)
+        .bind(at)
+        .bind(limit as i64)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db(what))?;
+        Ok(ids)
+    }
+
+    async fn confirm(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        deliveries: &[DeliveryId],
+        run: Option<RunId>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<ConfirmOutcome>> {
+        validate_batch(deliveries.len())?;
+        let what = "confirm";
+        let mut tx = self.begin(what).await?;
+        self.agent_row(&mut tx, team, recipient).await?;
+        if self.check_run_owner(&mut tx, run, recipient).await? {
+            return Err(BusError::conflict("the run is sealed"));
+        }
+        let mut outcomes = Vec::with_capacity(deliveries.len());
+        for delivery in deliveries {
+            let found: Option<(Uuid, Uuid, Option<String>, Option<String>)> = sqlx::query_as(
+                "SELECT message_id, conversation_id, ack_inbox, ack_subject FROM hand_outs
+                 WHERE delivery_id = $1 AND team_id = $2 AND recipient_id = $3",
+            )
+            .bind(delivery.0)
+            .bind(team)
+            .bind(recipient)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db(what))?;
+            let Some((message, conversation, ack_inbox, ack_subject)) = found else {
+                outcomes.push(ConfirmOutcome::Unknown);
+                continue;
+            };
+            let ack = match (ack_inbox, ack_subject) {
+                (Some(inbox), Some(ack_subject)) => Some(InboxAck { inbox, ack_subject }),
+                _ => None,
+            };
+            let delivered: bool = sqlx::query_scalar(
+                "SELECT delivered_at IS NOT NULL FROM receipts
+                 WHERE message_id = $1 AND recipient_id = $2 FOR NO KEY UPDATE",
+            )
+            .bind(message)
+            .bind(recipient)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db(what))?;
+            if delivered {
+                outcomes.push(ConfirmOutcome::AlreadyConfirmed { message, ack });
+                continue;
+            }
+            sqlx::query(
+                "UPDATE receipts SET delivered_at = $3 WHERE message_id = $1 AND recipient_id = $2",
+            )
+            .bind(message)
+            .bind(recipient)
+            .bind(at)
+            .execute(&mut *tx)
+            .await
+            .map_err(db(what))?;
+            sqlx::query("UPDATE hand_outs SET confirmed_at = $2 WHERE delivery_id = $1")
+                .bind(delivery.0)
+                .bind(at)
+                .execute(&mut *tx)
+                .await
+                .map_err(db(what))?;
+            if let Some(run) = run {
+                let kind = RecordKind::MessageDelivered {
+                    conversation,
+                    message,
+                };
+                append(&mut tx, run, at, &kind).await.map_err(db(what))?;
+            }
+            outcomes.push(ConfirmOutcome::Confirmed { message, ack });
+        }
+        Self::commit(tx, what).await?;
+        Ok(outcomes)
+    }
+
+    async fn acknowledge(
+        &self,
+        team: Uuid,
+        agent: Uuid,
+        message: Uuid,
+        run: Option<RunId>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Receipt> {
+        let what = "acknowledge";
+        let mut tx = self.begin(what).await?;
+        let conversation = self.message_row(&mut tx, team, message).await?.conversation;
+        let is_recipient: bool = sqlx::query_scalar(
+            "SELECT EXISTS (SELECT 1 FROM receipts WHERE message_id = $1 AND recipient_id = $2)",
+        )
+        .bind(message)
+        .bind(agent)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        if !is_recipient {
+            return Err(BusError::forbidden(
+                "only a recipient acknowledges a message",
+            ));
+        }
+        // Lock order everywhere: run, then receipt (as `confirm`), so the two never deadlock.
+        let sealed = self.check_run_owner(&mut tx, run, agent).await?;
+        let receipt: ReceiptRow = sqlx::query_as(&format!(
+            "SELECT {RECEIPT_COLUMNS} FROM receipts
+             WHERE message_id = $1 AND recipient_id = $2 FOR NO KEY UPDATE"
+        ))
+        .bind(message)
+        .bind(agent)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        let receipt = Receipt::from(receipt);
+        if receipt.acknowledged_at.is_some() {
+            return Ok(receipt);
+        }
+        if receipt.delivered_at.is_none() {
+            return Err(BusError::conflict(
+                "the message has not been delivered to this recipient yet",
+            ));
+        }
+        if sealed {
+            return Err(BusError::conflict("the run is sealed"));
+        }
+        sqlx::query(
+            "UPDATE receipts SET acknowledged_at = $3 WHERE message_id = $1 AND recipient_id = $2",
+        )
+        .bind(message)
+        .bind(agent)
+        .bind(at)
+        .execute(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        if let Some(run) = run {
+            let kind = RecordKind::MessageAcknowledged {
+                conversation,
+                message,
+            };
+            append(&mut tx, run, at, &kind).await.map_err(db(what))?;
+        }
+        Self::commit(tx, what).await?;
+        Ok(Receipt {
+            acknowledged_at: Some(at),
+            ..receipt
+        })
+    }
+
+    async fn receipts(&self, team: Uuid, message: Uuid) -> BusResult<Vec<Receipt>> {
+        let what = "receipts";
+        let mut conn = self.pool.acquire().await.map_err(db(what))?;
+        self.message_row(&mut conn, team, message).await?;
+        let rows: Vec<ReceiptRow> = sqlx::query_as(&format!(
+            "SELECT {RECEIPT_COLUMNS} FROM receipts WHERE message_id = $1
+             ORDER BY recipient_key COLLATE \"C\""
+        ))
+        .bind(message)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db(what))?;
+        Ok(rows.into_iter().map(Receipt::from).collect())
+    }
+
+    async fn history(
+        &self,
+        team: Uuid,
+        conversation: Uuid,
+        after_seq: u64,
+        limit: usize,
+    ) -> BusResult<HistoryPage> {
+        validate_limit(limit)?;
+        let what = "history";
+        let mut conn = self.pool.acquire().await.map_err(db(what))?;
+        let found: Option<i32> = sqlx::query_scalar(
+            "SELECT 1 FROM conversations c JOIN teams t ON t.id = c.team_id
+             WHERE c.id = $1 AND c.team_id = $2 AND t.tenant = $3",
+        )
+        .bind(conversation)
+        .bind(team)
+        .bind(self.tenant.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db(what))?;
+        if found.is_none() {
+            return Err(BusError::not_found(format!("conversation {conversation}")));
+        }
+        let rows: Vec<MessageRow> = sqlx::query_as(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages m
+             WHERE m.conversation_id = $1 AND m.seq > $2 ORDER BY m.seq LIMIT $3"
+        ))
+        .bind(conversation)
+        .bind(db_i64(after_seq))
+        .bind(limit as i64)
+        .fetch_all(&mut *conn)
+        .await
+        .map_err(db(what))?;
+        let messages = rows
+            .into_iter()
+            .map(Message::try_from)
+            .collect::<BusResult<Vec<_>>>()?;
+        Ok(HistoryPage::build(after_seq, messages))
+    }
+
+    async fn retention_due(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<RetentionTarget>> {
+        validate_limit(limit)?;
+        let rows: Vec<(Uuid, String, i64)> = sqlx::query_as(
+            "SELECT m.team_id, m.backend, count(*) FROM messages m
+             JOIN teams t ON t.id = m.team_id
+             WHERE t.tenant = $1 AND m.publication = 'stored' AND m.retained_at IS NULL
+               AND m.stored_at < $2
+             GROUP BY m.team_id, m.backend
+             ORDER BY m.team_id, m.backend COLLATE \"C\"
+             LIMIT $3",
+        )
+        .bind(self.tenant.as_str())
+        .bind(before)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db("retention due"))?;
+        Ok(rows
+            .into_iter()
+            .map(|(team, backend, messages)| RetentionTarget {
+                team,
+                backend,
+                messages: from_db(messages),
+            })
+            .collect())
+    }
+
+    async fn mark_retained(
+        &self,
+        team: Uuid,
+        backend: &str,
+        before: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> BusResult<u64> {
+        let what = "mark retained";
+        let mut tx = self.begin(what).await?;
+        self.require_team(&mut tx, team).await?;
+        let done = sqlx::query(
+            "UPDATE messages SET retained_at = $4
+             WHERE team_id = $1 AND backend = $2 AND publication = 'stored'
+               AND retained_at IS NULL AND stored_at < $3",
+        )
+        .bind(team)
+        .bind(backend)
+        .bind(before)
+        .bind(at)
+        .execute(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        Self::commit(tx, what).await?;
+        Ok(done.rows_affected())
+    }
+
+    async fn counts(&self, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
+        let what = "counts";
+        // One transaction at REPEATABLE READ: every count sees the same snapshot.
+        let mut tx = self.begin(what).await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            .execute(&mut *tx)
+            .await
+            .map_err(db(what))?;
+        let tenant = self.tenant.as_str();
+        let (pending, failed, oldest): (i64, i64, Option<DateTime<Utc>>) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE m.publication = 'pending_publication'),
+                    count(*) FILTER (WHERE m.publication = 'failed'),
+                    min(m.sent_at) FILTER (WHERE m.publication = 'pending_publication')
+             FROM messages m JOIN teams t ON t.id = m.team_id
+             WHERE t.tenant = $1 AND m.publication <> 'stored'",
+        )
+        .bind(tenant)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        let uncertain: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM outbox_slots WHERE tenant = $1 AND NOT failed AND uncertain",
+        )
+        .bind(tenant)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        let events: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM inbox_events WHERE tenant = $1 AND published_at IS NULL",
+        )
+        .bind(tenant)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        let (deliveries, undelivered): (i64, i64) = sqlx::query_as(
+            "SELECT count(*) FILTER (WHERE r.delivered_at IS NOT NULL),
+                    count(*) FILTER (WHERE r.delivered_at IS NULL AND m.publication = 'stored')
+             FROM receipts r JOIN messages m ON m.id = r.message_id
+             JOIN teams t ON t.id = m.team_id
+             WHERE t.tenant = $1",
+        )
+        .bind(tenant)
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db(what))?;
+        Self::commit(tx, what).await?;
+        Ok(LedgerCounts {
+            pending_publications: from_db(pending),
+            uncertain_publications: from_db(uncertain),
+            failed_publications: from_db(failed),
+            oldest_pending_age: oldest.map(|o| (at - o).to_std().unwrap_or(Duration::ZERO)),
+            pending_inbox_events: from_db(events),
+            deliveries: from_db(deliveries),
+            undelivered: from_db(undelivered),
+        })
+    }
+}

@@ -1,0 +1,462 @@
+//! `DeliveryWorker`: pushes every run's journal to its registrations (PUSH.md §6).
+//!
+//! One turn of one registration: read at most a page of records from its cursor
+//! (`Journal::read`), and for each, in journal order, project it to an event, sign it (Standard
+//! Webhooks) and POST it. Only a 2xx to the original POST acknowledges. The cursor is saved
+//! (`PushStore::advance` to the last acknowledged seq + 1) only after the POSTs it covers were
+//! answered, so a crash repeats events (same `webhook-id`) rather than losing them.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use crewbus_domain::{
+    Backoff, MAX_PAGE, PushRegistration, PushRequest, Secret, Seq, StoreError, TenantId,
+    TransportError, redact_url,
+};
+use crewbus_ports::{Clock, Journal, PushStore, PushTransport};
+use futures_util::StreamExt;
+use sha2::{Digest, Sha256};
+use tokio::task::JoinSet;
+
+use super::outbox::Outbox;
+use super::payload::{CloudEvents, Projection};
+use super::signing::{Signer, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, webhook_id};
+
+/// How the delivery worker paces itself.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeliverySettings {
+    /// Registrations served at once (count, ≥ 1). One slow destination holds one slot.
+    pub concurrency: usize,
+    /// Records read per registration per turn (count, 1 to `MAX_PAGE`).
+    pub page: usize,
+    /// How long a claimed registration is reserved for this worker. Must exceed the time a turn
+    /// can take (`page` × transport timeout in the worst case), else another worker may serve the
+    /// same row too (duplicates, never loss).
+    pub lease: Duration,
+    /// How long a registration with no new records rests before it is looked at again.
+    pub idle: Duration,
+    /// Retry schedule after a failed POST; `max_attempts` failures in a row park the row.
+    pub backoff: Backoff,
+}
+
+impl Default for DeliverySettings {
+    /// 16 at once, pages of 100 records, 5 minute leases, 1 s idle rest, the default backoff
+    /// (500 ms doubling to 60 s, 12 attempts).
+    fn default() -> Self {
+        DeliverySettings {
+            concurrency: 16,
+            page: 100,
+            lease: Duration::from_secs(300),
+            idle: Duration::from_secs(1),
+            backoff: Backoff::default(),
+        }
+    }
+}
+
+/// What one sweep ([`DeliveryWorker::run_once`]) did, in counts.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Sweep {
+    /// Registrations claimed from `due`.
+    pub claimed: usize,
+    /// Events acknowledged by a 2xx.
+    pub delivered: usize,
+    /// Registrations whose cursor advanced and which stay registered.
+    pub advanced: usize,
+    /// Registrations with no new records, rested for `idle`.
+    pub deferred: usize,
+    /// Registrations that failed and will retry after a backoff.
+    pub retried: usize,
+    /// Registrations parked (410, configuration error, attempts used up).
+    pub parked: usize,
+    /// Registrations deleted after their terminal record was acknowledged.
+    pub deleted: usize,
+    /// Registrations left as they were because the store, journal or key ring failed (their
+    /// claim runs out and they are served again).
+    pub failed: usize,
+}
+
+/// How one registration's turn ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Turn {
+    Advanced,
+    Deferred,
+    Retried,
+    Parked,
+    Deleted,
+    Failed,
+}
+
+impl Sweep {
+    fn add(&mut self, turn: Turn, delivered: usize) {
+        self.delivered += delivered;
+        match turn {
+            Turn::Advanced => self.advanced += 1,
+            Turn::Deferred => self.deferred += 1,
+            Turn::Retried => self.retried += 1,
+            Turn::Parked => self.parked += 1,
+            Turn::Deleted => self.deleted += 1,
+            Turn::Failed => self.failed += 1,
+        }
+    }
+}
+
+/// Why a turn stopped before the end of its page.
+enum Failure {
+    /// Park at once (410 Gone, a request that cannot be sent, an unknown destination).
+    Park(String),
+    /// Retry after a backoff (honouring the receiver's `Retry-After`, within the cap).
+    Retry {
+        error: String,
+        retry_after: Option<Duration>,
+    },
+}
+
+/// Serves due push registrations: reads their records, signs and POSTs them, and moves cursors.
+///
+/// Built from the (sealed) [`Outbox`], so it reads registrations through the same store the
+/// outbox writes and gets credentials back opened. It never reads a clock of its own: the time of
+/// a sweep is the caller's (`run_once(at, …)`), or the injected clock's in [`DeliveryWorker::run`].
+/// Several workers may run on one store: `due` claims rows and `advance` never moves a cursor
+/// back, so the worst case is a repeated event, never a lost one. Cheap to clone.
+#[derive(Clone)]
+pub struct DeliveryWorker {
+    store: Arc<dyn PushStore>,
+    journal: Arc<dyn Journal>,
+    transport: Arc<dyn PushTransport>,
+    projection: Arc<dyn Projection>,
+    signers: Arc<HashMap<String, Signer>>,
+    settings: DeliverySettings,
+}
+
+impl fmt::Debug for DeliveryWorker {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeliveryWorker")
+            .field("tenant", self.store.tenant())
+            .field("destinations", &self.signers.len())
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A stable per-row seed for the backoff jitter: the first 8 bytes of sha256(run ‖ id).
+fn seed_of(registration: &PushRegistration) -> u64 {
+    let mut hasher = Sha256::new();
+    hasher.update(registration.config.run.0.as_bytes());
+    hasher.update(registration.config.id.as_bytes());
+    let digest = hasher.finalize();
+    u64::from_be_bytes(digest[..8].try_into().expect("sha256 has 32 bytes"))
+}
+
+fn later(at: DateTime<Utc>, by: Duration) -> DateTime<Utc> {
+    at + chrono::Duration::from_std(by).unwrap_or(chrono::Duration::MAX)
+}
+
+impl DeliveryWorker {
+    /// A worker for `outbox`'s registrations, reading records from `journal` and POSTing them
+    /// through `transport`, with [`DeliverySettings::default`] and the [`CloudEvents`] projection.
+    ///
+    /// # Panics
+    /// If `journal` serves another tenant than the outbox's store.
+    pub fn new(
+        outbox: &Outbox,
+        journal: Arc<dyn Journal>,
+        transport: Arc<dyn PushTransport>,
+    ) -> Self {
+        assert!(
+            journal.tenant() == outbox.tenant(),
+            "DeliveryWorker: the journal serves tenant {} but the outbox serves {}",
+            journal.tenant(),
+            outbox.tenant()
+        );
+        let signers = outbox
+            .destinations()
+            .iter()
+            .map(|d| {
+                let signer = Signer::new(&d.signing_keys).expect("checked by Outbox::new");
+                (d.registration_id(), signer)
+            })
+            .collect();
+        DeliveryWorker {
+            store: Arc::clone(outbox.store()),
+            journal,
+            transport,
+            projection: Arc::new(CloudEvents),
+            signers: Arc::new(signers),
+            settings: DeliverySettings::default(),
+        }
+    }
+
+    /// The same worker with other settings.
+    ///
+    /// # Panics
+    /// If `concurrency` is 0 or `page` is not within 1 to `MAX_PAGE`.
+    pub fn with_settings(self, settings: DeliverySettings) -> Self {
+        assert!(settings.concurrency >= 1, "concurrency must be at least 1");
+        assert!(
+            (1..=MAX_PAGE).contains(&settings.page),
+            "page must be within 1 to {MAX_PAGE}"
+        );
+        DeliveryWorker { settings, ..self }
+    }
+
+    /// The same worker with another projection (what a record becomes on the wire).
+    pub fn with_projection(self, projection: Arc<dyn Projection>) -> Self {
+        DeliveryWorker { projection, ..self }
+    }
+
+    /// The settings in force.
+    pub fn settings(&self) -> &DeliverySettings {
+        &self.settings
+    }
+
+    fn tenant(&self) -> &TenantId {
+        self.store.tenant()
+    }
+
+    /// One sweep at time `at`: claims up to `limit` due registrations (until `at + lease`) and
+    /// serves them, at most `concurrency` at once (each turn a tokio task, so call it inside a
+    /// tokio runtime), each strictly in journal order, then returns what happened. A registration's own failures (receiver, journal, store) are handled per
+    /// row and counted in the [`Sweep`]. Errors: only the claim itself (`PushStore::due`).
+    pub async fn run_once(&self, at: DateTime<Utc>, limit: usize) -> Result<Sweep, StoreError> {
+        let due = self
+            .store
+            .due(at, limit, later(at, self.settings.lease))
+            .await?;
+        let mut sweep = Sweep {
+            claimed: due.len(),
+            ..Sweep::default()
+        };
+        // Each turn is its own task (so turns use every core), spawned lazily: at most
+        // `concurrency` exist at once.
+        let turns: Vec<_> = futures_util::stream::iter(due)
+            .map(|registration| {
+                let worker = self.clone();
+                tokio::spawn(async move { worker.serve(registration, at).await })
+            })
+            .buffer_unordered(self.settings.concurrency)
+            .collect()
+            .await;
+        for turn in turns {
+            match turn {
+                Ok((turn, delivered)) => sweep.add(turn, delivered),
+                Err(error) => {
+                    tracing::error!(%error, "push: a delivery turn panicked or was cancelled");
+                    sweep.add(Turn::Failed, 0);
+                }
+            }
+        }
+        Ok(sweep)
+    }
+
+    /// Serves until `shutdown` completes: keeps up to `concurrency` registrations in flight,
+    /// claiming more as soon as a slot frees (so a hanging destination holds one slot, not the
+    /// sweep), and otherwise looks for due rows every `poll`. Time comes from `clock`. On shutdown
+    /// the turns in flight are dropped: their cursors were not saved, so those events are sent
+    /// again later (duplicates, never loss).
+    pub async fn run(
+        &self,
+        clock: Arc<dyn Clock>,
+        poll: Duration,
+        shutdown: impl Future<Output = ()> + Send,
+    ) {
+        let mut shutdown = std::pin::pin!(shutdown);
+        let mut in_flight = JoinSet::new();
+        loop {
+            let free = self.settings.concurrency.saturating_sub(in_flight.len());
+            if free > 0 {
+                let at = clock.now();
+                match self
+                    .store
+                    .due(at, free, later(at, self.settings.lease))
+                    .await
+                {
+                    Ok(due) => {
+                        for registration in due {
+                            let worker = self.clone();
+                            in_flight.spawn(async move { worker.serve(registration, at).await });
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(tenant = %self.tenant(), %error, "push: claiming due registrations failed");
+                    }
+                }
+            }
+            tokio::select! {
+                () = &mut shutdown => break,
+                Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
+                    if let Err(error) = done {
+                        tracing::error!(%error, "push: a delivery turn panicked");
+                    }
+                }
+                () = tokio::time::sleep(poll) => {}
+            }
+        }
+        in_flight.shutdown().await;
+    }
+
+    /// One turn of one registration. Returns how it ended and how many events were acknowledged.
+    async fn serve(&self, registration: PushRegistration, at: DateTime<Utc>) -> (Turn, usize) {
+        let run = registration.config.run;
+        let id = registration.config.id.clone();
+        let mut delivered = 0;
+        match self.turn(&registration, at, &mut delivered).await {
+            Ok(turn) => (turn, delivered),
+            Err(error) => {
+                tracing::warn!(%run, %id, %error, "push: a store failed; the registration is served again after its claim");
+                (Turn::Failed, delivered)
+            }
+        }
+    }
+
+    async fn turn(
+        &self,
+        registration: &PushRegistration,
+        at: DateTime<Utc>,
+        delivered: &mut usize,
+    ) -> Result<Turn, StoreError> {
+        let config = &registration.config;
+        let (run, id) = (config.run, config.id.as_str());
+        let Some(signer) = self.signers.get(id) else {
+            let error = "no configured destination has this registration id";
+            self.store.park(run, id, error).await?;
+            tracing::warn!(%run, %id, error, "push: registration parked");
+            return Ok(Turn::Parked);
+        };
+        let records = match self
+            .journal
+            .read(run, registration.next_seq, self.settings.page)
+            .await
+        {
+            Ok(records) => records,
+            Err(StoreError::NotFound { .. }) => {
+                let error = "the run is not in the journal";
+                self.store.park(run, id, error).await?;
+                tracing::warn!(%run, %id, error, "push: registration parked");
+                return Ok(Turn::Parked);
+            }
+            Err(error) => return Err(error),
+        };
+        if records.is_empty() {
+            self.store
+                .defer(run, id, later(at, self.settings.idle))
+                .await?;
+            return Ok(Turn::Deferred);
+        }
+
+        let authorization = config
+            .authentication
+            .as_ref()
+            .map(|a| Secret::new(format!("{} {}", a.scheme, a.credentials.expose())));
+        let timestamp = at.timestamp();
+        let mut acked: Option<Seq> = None;
+        let mut terminal = false;
+        let mut failure = None;
+        for record in records {
+            if record.seq < registration.next_seq {
+                continue;
+            }
+            if let Some(event) = self.projection.project(self.tenant(), &record) {
+                let message_id = webhook_id(run, id, record.seq);
+                let mut headers = vec![
+                    ("content-type".to_owned(), event.content_type.to_owned()),
+                    (WEBHOOK_ID.to_owned(), message_id.clone()),
+                    (WEBHOOK_TIMESTAMP.to_owned(), timestamp.to_string()),
+                ];
+                if !signer.is_empty() {
+                    let signature = signer.sign(&message_id, timestamp, &event.body);
+                    headers.push((WEBHOOK_SIGNATURE.to_owned(), signature));
+                }
+                let request = PushRequest {
+                    url: config.url.clone(),
+                    headers,
+                    authorization: authorization.clone(),
+                    body: event.body,
+                };
+                let seq = record.seq;
+                match self.transport.deliver(request).await {
+                    Ok(response) if response.acknowledged() => {
+                        tracing::debug!(%run, %id, %seq, status = response.status, url = %redact_url(&config.url), "push: event acknowledged");
+                        *delivered += 1;
+                    }
+                    Ok(response) if response.status == 410 => {
+                        failure = Some(Failure::Park(format!(
+                            "the receiver answered 410 Gone to seq {seq}"
+                        )));
+                        break;
+                    }
+                    Ok(response) => {
+                        failure = Some(Failure::Retry {
+                            error: format!(
+                                "the receiver answered {} to seq {seq}",
+                                response.status
+                            ),
+                            retry_after: response.retry_after,
+                        });
+                        break;
+                    }
+                    Err(TransportError::Invalid(reason)) => {
+                        failure = Some(Failure::Park(format!(
+                            "the request for seq {seq} cannot be sent: {reason}"
+                        )));
+                        break;
+                    }
+                    Err(error) => {
+                        failure = Some(Failure::Retry {
+                            error: format!("{error} (seq {seq})"),
+                            retry_after: None,
+                        });
+                        break;
+                    }
+                }
+            }
+            acked = Some(record.seq);
+            if record.kind.is_terminal() {
+                terminal = true;
+                break;
+            }
+        }
+
+        if terminal {
+            self.store.delete(run, id).await?;
+            tracing::debug!(%run, %id, "push: terminal record acknowledged; registration deleted");
+            return Ok(Turn::Deleted);
+        }
+        let progressed = acked.is_some();
+        if let Some(last) = acked {
+            self.store.advance(run, id, last.next(), at).await?;
+        }
+        let turn = match failure {
+            None => Turn::Advanced,
+            Some(Failure::Park(error)) => {
+                self.store.park(run, id, &error).await?;
+                tracing::warn!(%run, %id, url = %redact_url(&config.url), %error, "push: registration parked");
+                Turn::Parked
+            }
+            Some(Failure::Retry { error, retry_after }) => {
+                let attempts = if progressed {
+                    1
+                } else {
+                    registration.attempts.saturating_add(1)
+                };
+                let backoff = &self.settings.backoff;
+                if backoff.exhausted(attempts) {
+                    let error = format!("{error}; gave up after {attempts} attempts");
+                    self.store.park(run, id, &error).await?;
+                    tracing::warn!(%run, %id, url = %redact_url(&config.url), %error, "push: registration parked");
+                    Turn::Parked
+                } else {
+                    let delay =
+                        backoff.delay_with_hint(attempts, seed_of(registration), retry_after);
+                    self.store.retry(run, id, later(at, delay), &error).await?;
+                    tracing::debug!(%run, %id, url = %redact_url(&config.url), %error, attempts, delay_ms = delay.as_millis() as u64, "push: delivery failed; will retry");
+                    Turn::Retried
+                }
+            }
+        };
+        Ok(turn)
+    }
+}

@@ -1,0 +1,233 @@
+//! The Postgres adapter against a real server: every test gets its own database (DATABASE_URL)
+//! with the migrations applied; restart tests get a private cluster.
+//!
+//! - `postgres::<port>::<behaviour>` — the shared MessagingBackend and Inbox behaviours
+//!   (idempotency and ack-after-commit included) through the `PostgresBackends` registry;
+//! - `postgres::ledger::…`, `postgres::journal::…` — the shared Ledger and Journal behaviours on
+//!   `PostgresLedger` and its journal;
+//! - the rest — Postgres-specific tests (concurrency, fencing, U+0000, restarts, errors).
+use std::future::Future;
+use std::pin::Pin;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use crewbus_conformance::postgres::TestDatabase;
+use crewbus_conformance::{
+    BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, LedgerFixture,
+    LedgerFixtureFactory, Namespace, TeamFixture,
+};
+use crewbus_domain::{BusError, BusResult, TenantId};
+use crewbus_memory::ManualClock;
+use crewbus_ports::{Backends, Clock, Inbox, Journal, Ledger, MessagingBackend};
+use crewbus_postgres::{PostgresBackends, PostgresInbox, PostgresLedger, PostgresSettings};
+use libtest_mimic::{Arguments, Failed, Trial};
+use uuid::Uuid;
+
+/// `tests![f, g]`: each async fn registered under its own name.
+macro_rules! tests {
+    ($($f:ident),* $(,)?) => {
+        &[$((stringify!($f), || Box::pin($f()) as _)),*]
+    };
+}
+
+#[path = "postgres/body.rs"]
+mod body;
+#[path = "postgres/errors.rs"]
+mod errors;
+#[path = "postgres/inbox.rs"]
+mod inbox;
+#[path = "postgres/ledger.rs"]
+mod ledger;
+#[path = "postgres/restart.rs"]
+mod restart;
+#[path = "postgres/support.rs"]
+mod support;
+
+pub(crate) type TestFn = fn() -> Pin<Box<dyn Future<Output = Result<(), Failed>> + Send>>;
+
+/// The shared MessagingBackend and Inbox behaviours on Postgres: one fresh migrated database
+/// per trial (kept when the behaviour panics), adapters from the `PostgresBackends` registry as
+/// trait objects, time from a manual clock.
+struct PgFactory {
+    settings: PostgresSettings,
+    capabilities: Capabilities,
+}
+
+impl PgFactory {
+    fn new() -> Self {
+        let settings = PostgresSettings {
+            max_body_bytes: crewbus_domain::MAX_BODY_BYTES,
+            ack_wait: Duration::from_secs(30),
+            max_deliver: 4,
+        };
+        let capabilities = Capabilities {
+            backend_name: crewbus_postgres::NAME,
+            body_limit_bytes: settings.max_body_bytes,
+            body_quota: None,
+            body_duplicate_window: None,
+            ack_wait: settings.ack_wait,
+            max_deliver: Some(settings.max_deliver),
+            inbox_overflow_limit: None,
+            inbox_dedup_for_life: true,
+            inbox_duplicate_window: None,
+            delete_consumer: true,
+            instant_advance: true,
+            settle_timeout: Duration::from_secs(5),
+        };
+        PgFactory {
+            settings,
+            capabilities,
+        }
+    }
+}
+
+#[async_trait]
+impl FixtureFactory for PgFactory {
+    fn capabilities(&self) -> Capabilities {
+        self.capabilities.clone()
+    }
+
+    async fn fixture(&self) -> Result<Box<dyn TeamFixture>, FixtureError> {
+        let db = support::database("postgres::conformance")
+            .await
+            .drop_unless_panicking();
+        let clock = ManualClock::default();
+        let registry = PostgresBackends::new(
+            db.pool().clone(),
+            Arc::new(clock.clone()),
+            self.settings.clone(),
+        );
+        let (team, other_team) = (Uuid::new_v4(), Uuid::new_v4());
+        let name = crewbus_postgres::NAME;
+        Ok(Box::new(PgFixture {
+            capabilities: self.capabilities.clone(),
+            team,
+            other_team,
+            bodies: registry.body_backend(team, name).await?,
+            other_bodies: registry.body_backend(other_team, name).await?,
+            inbox: registry.inbox(team, name).await?,
+            other_inbox: registry.inbox(other_team, name).await?,
+            concrete_inbox: registry.team_inbox(team),
+            clock,
+            _db: db,
+        }))
+    }
+}
+
+/// One trial's namespace: its own database, clock and two teams' ports.
+struct PgFixture {
+    capabilities: Capabilities,
+    team: Uuid,
+    other_team: Uuid,
+    bodies: Arc<dyn MessagingBackend>,
+    other_bodies: Arc<dyn MessagingBackend>,
+    inbox: Arc<dyn Inbox>,
+    other_inbox: Arc<dyn Inbox>,
+    concrete_inbox: Arc<PostgresInbox>,
+    clock: ManualClock,
+    _db: TestDatabase,
+}
+
+#[async_trait]
+impl Namespace for PgFixture {
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+    fn team(&self) -> Uuid {
+        self.team
+    }
+    fn other_team(&self) -> Uuid {
+        self.other_team
+    }
+    async fn advance(&self, by: Duration) {
+        self.clock.advance(by);
+    }
+    async fn now(&self) -> DateTime<Utc> {
+        Clock::now(&self.clock)
+    }
+}
+
+impl BodyFixture for PgFixture {
+    fn bodies(&self) -> Arc<dyn MessagingBackend> {
+        Arc::clone(&self.bodies)
+    }
+    fn other_bodies(&self) -> Arc<dyn MessagingBackend> {
+        Arc::clone(&self.other_bodies)
+    }
+}
+
+#[async_trait]
+impl InboxFixture for PgFixture {
+    fn inbox(&self) -> Arc<dyn Inbox> {
+        Arc::clone(&self.inbox)
+    }
+    fn other_inbox(&self) -> Arc<dyn Inbox> {
+        Arc::clone(&self.other_inbox)
+    }
+    async fn delete_consumer(&self, recipient: &str) -> BusResult<()> {
+        if self.concrete_inbox.delete_consumer(recipient).await? {
+            Ok(())
+        } else {
+            Err(BusError::not_found(format!("consumer of {recipient}")))
+        }
+    }
+}
+
+/// The ledger and journal under test: one fresh migrated database per behaviour (kept when it
+/// panics).
+struct PgLedgerFactory;
+
+#[async_trait]
+impl LedgerFixtureFactory for PgLedgerFactory {
+    async fn fixture(&self) -> Result<Box<dyn LedgerFixture>, FixtureError> {
+        let db = support::database("postgres::ledger")
+            .await
+            .drop_unless_panicking();
+        let ledger = PostgresLedger::new(db.pool().clone(), TenantId::default());
+        Ok(Box::new(PgLedger { ledger, _db: db }))
+    }
+}
+
+struct PgLedger {
+    ledger: PostgresLedger,
+    _db: TestDatabase,
+}
+
+impl LedgerFixture for PgLedger {
+    fn ledger(&self) -> Arc<dyn Ledger> {
+        Arc::new(self.ledger.clone())
+    }
+    fn journal(&self) -> Arc<dyn Journal> {
+        Arc::new(self.ledger.journal())
+    }
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
+}
+
+fn main() {
+    let args = Arguments::from_args();
+    let shared = crewbus_conformance::runtime();
+    let conformance = crewbus_conformance::trials("postgres", Arc::new(PgFactory::new()), &shared);
+    let own = [
+        body::TESTS,
+        inbox::TESTS,
+        errors::TESTS,
+        restart::TESTS,
+        ledger::TESTS,
+    ]
+    .concat()
+    .into_iter()
+    .map(|(name, f)| Trial::test(name, move || runtime().block_on(f())));
+    let ledger = crewbus_conformance::ledger_trials("postgres", Arc::new(PgLedgerFactory), &shared);
+    let trials = conformance.into_iter().chain(ledger).chain(own).collect();
+    libtest_mimic::run(&args, trials).exit();
+}
