@@ -1,3 +1,37 @@
-//! crewbus application: use cases, workers, HTTP API, CLI and the composition root. Built in the
-//! bus application issue; nothing is exported yet.
+//! crewbus application: use cases, workers, HTTP API, CLI, configuration and the composition
+//! root.
+//!
+//! Use cases take ports only (`Arc<dyn Ledger>`, `Arc<dyn Backends>`, `Arc<dyn Clock>`); the
+//! composition root ([`compose`]) is the only module that names adapters.
+#![warn(missing_docs)]
+
+pub mod acknowledge;
+pub mod admin;
+pub mod backends;
+pub mod bus;
+pub mod cli;
+pub mod config;
+pub mod conversations;
+pub mod deliver;
+pub mod health;
+pub mod history;
+pub mod http;
+pub mod metrics;
 pub mod push;
+pub mod references;
+pub mod relay;
+pub mod retention;
+pub mod send;
+pub mod shutdown;
+pub mod token;
+pub mod workers;
+
+pub mod client;
+pub mod commands;
+pub mod compose;
+pub mod demo;
+pub mod logging;
+pub mod server;
+pub mod streams;
+#[cfg(test)]
+mod usecase_tests;

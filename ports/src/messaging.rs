@@ -47,6 +47,15 @@ pub trait MessagingBackend: Send + Sync {
     /// team and constant for the life of the value.
     fn name(&self) -> &'static str;
 
+    /// The effective maximum body size in bytes: a body of exactly this size is stored, one byte
+    /// more is `Fatal(TooLarge)`. The application refuses larger bodies at the API (413) before
+    /// they reach the outbox. Default: the bus contract, [`crewbus_domain::MAX_BODY_BYTES`];
+    /// adapters whose effective maximum is lower (JetStream, bounded by the server's
+    /// `max_payload`, or a lower configured limit) override it.
+    fn max_body_bytes(&self) -> u64 {
+        crewbus_domain::MAX_BODY_BYTES
+    }
+
     /// Persists `envelope.body`.
     ///
     /// Contract, checked in this order (the first that applies answers):

@@ -176,6 +176,10 @@ impl MessagingBackend for JetStreamBackend {
         Self::NAME
     }
 
+    fn max_body_bytes(&self) -> u64 {
+        self.body_limit()
+    }
+
     async fn publish(&self, envelope: Envelope) -> Published {
         self.publish_body(&envelope).await
     }

@@ -1,0 +1,149 @@
+//! Operator use cases: teams and agents, and authenticating an agent's token.
+
+use crewbus_domain::{Agent, BusError, BusResult, Team, TokenHash, Uuid, validate_recipient_key};
+
+use crate::bus::Bus;
+use crate::token::new_token;
+
+/// An agent just created, with its token: the only time the token exists in clear.
+#[derive(Clone)]
+pub struct NewAgent {
+    /// The agent as recorded.
+    pub agent: Agent,
+    /// The bearer token. Show it once; it is not stored.
+    pub token: String,
+}
+
+impl std::fmt::Debug for NewAgent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NewAgent")
+            .field("agent", &self.agent)
+            .field("token", &"[redacted]")
+            .finish()
+    }
+}
+
+impl Bus {
+    /// The body backend and inbox a new team gets when the operator names none: the ledger's
+    /// co-located backend (`postgres` with a database), else `memory`.
+    pub fn default_backend(&self) -> &'static str {
+        self.ports.ledger.local_backend().unwrap_or("memory")
+    }
+
+    /// Creates a team. `backend`/`inbox` default to [`Bus::default_backend`]. Errors: as
+    /// `Ledger::create_team` (`Invalid`, `Conflict` for a taken name).
+    pub async fn add_team(
+        &self,
+        name: &str,
+        backend: Option<&str>,
+        inbox: Option<&str>,
+    ) -> BusResult<Team> {
+        let default = self.default_backend();
+        for name in [backend, inbox].into_iter().flatten() {
+            self.check_backend(name)?;
+        }
+        self.ports
+            .ledger
+            .create_team(
+                name,
+                backend.unwrap_or(default),
+                inbox.unwrap_or(default),
+                self.now(),
+            )
+            .await
+    }
+
+    /// Errors: `name` is not a backend this deployment serves → `Invalid` naming those it does.
+    pub fn check_backend(&self, name: &str) -> BusResult<()> {
+        if self.settings.backends.iter().any(|b| b == name) {
+            return Ok(());
+        }
+        Err(BusError::invalid(format!(
+            "backend `{name}` is not configured in this deployment (available: {})",
+            self.settings.backends.join(", ")
+        )))
+    }
+
+    /// Moves a team's default body backend and inbox (existing conversations keep theirs).
+    /// Errors: a backend this deployment does not serve → `Invalid`; unknown team → `NotFound`.
+    pub async fn set_team_backends(
+        &self,
+        team: Uuid,
+        backend: &str,
+        inbox: &str,
+    ) -> BusResult<Team> {
+        self.check_backend(backend)?;
+        self.check_backend(inbox)?;
+        self.ports
+            .ledger
+            .set_team_backends(team, backend, inbox)
+            .await
+    }
+
+    /// A team by id or by name. Errors: none matches → `NotFound`.
+    pub async fn find_team(&self, name_or_id: &str) -> BusResult<Team> {
+        if let Ok(id) = name_or_id.parse::<Uuid>() {
+            return self.ports.ledger.team(id).await;
+        }
+        self.ports
+            .ledger
+            .teams()
+            .await?
+            .into_iter()
+            .find(|t| t.name == name_or_id)
+            .ok_or_else(|| BusError::not_found(format!("team `{name_or_id}`")))
+    }
+
+    /// Creates an agent with a fresh token (returned once, stored as its SHA-256 hash).
+    /// Errors: as `Ledger::create_agent`; a name that is not a recipient-key-safe token →
+    /// `Invalid`.
+    pub async fn add_agent(&self, team: Uuid, name: &str) -> BusResult<NewAgent> {
+        validate_recipient_key(name).map_err(|_| {
+            BusError::invalid("agent name may hold only letters, digits, `_` and `-`")
+        })?;
+        let token = new_token();
+        let agent = self
+            .ports
+            .ledger
+            .create_agent(team, name, TokenHash::of(&token), self.now())
+            .await?;
+        Ok(NewAgent { agent, token })
+    }
+
+    /// An agent of `team` by id or name. Errors: none matches → `NotFound`.
+    pub async fn find_agent(&self, team: Uuid, name_or_id: &str) -> BusResult<Agent> {
+        if let Ok(id) = name_or_id.parse::<Uuid>() {
+            return self.ports.ledger.agent(team, id).await;
+        }
+        self.ports
+            .ledger
+            .agents(team)
+            .await?
+            .into_iter()
+            .find(|a| a.name == name_or_id)
+            .ok_or_else(|| BusError::not_found(format!("agent `{name_or_id}`")))
+    }
+
+    /// The agent presenting `token`. Errors: unknown or revoked → `Unauthenticated`.
+    pub async fn authenticate(&self, token: &str) -> BusResult<Agent> {
+        if token.is_empty() {
+            return Err(BusError::Unauthenticated);
+        }
+        let agent = self
+            .ports
+            .ledger
+            .agent_by_token(&TokenHash::of(token))
+            .await?;
+        if agent.revoked() {
+            return Err(BusError::Unauthenticated);
+        }
+        Ok(agent)
+    }
+}
+
+impl Bus {
+    /// The agents of `agent`'s team, by name.
+    pub async fn team_agents(&self, agent: &Agent) -> BusResult<Vec<Agent>> {
+        self.ports.ledger.agents(agent.team).await
+    }
+}

@@ -1,0 +1,64 @@
+//! The `crewbus` binary: parses the command line, loads the configuration and runs the command.
+
+use std::process::ExitCode;
+
+use anyhow::Context as _;
+use clap::Parser;
+use crewbus::cli::{Cli, Command};
+use crewbus::config::Config;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let config = match Config::load(cli.config.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("crewbus: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    crewbus::logging::init(&config.log);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("crewbus: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli, config)) {
+        Ok(code) => code,
+        Err(e) => {
+            if cli_json_requested() {
+                let code = e
+                    .downcast_ref::<crewbus_domain::BusError>()
+                    .map_or("internal", crewbus_domain::BusError::code);
+                println!(
+                    "{}",
+                    serde_json::json!({"error": {"code": code, "message": format!("{e:#}")}})
+                );
+            } else {
+                eprintln!("crewbus: {e:#}");
+            }
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn cli_json_requested() -> bool {
+    std::env::args().any(|a| a == "--json")
+}
+
+async fn run(cli: Cli, config: Config) -> anyhow::Result<ExitCode> {
+    let json = cli.json;
+    match cli.command {
+        Command::Serve(args) => Ok(crewbus::commands::serve(config, args, json).await?),
+        Command::Demo => crewbus::demo::run(config, json).await.context("demo"),
+        Command::Migrate => Ok(crewbus::commands::migrate(config, json).await?),
+        Command::Team(cmd) => Ok(crewbus::commands::team(config, cmd, json).await?),
+        Command::Agent(cmd) => Ok(crewbus::commands::agent(config, cmd, json).await?),
+        Command::Stream(cmd) => Ok(crewbus::commands::stream(config, cmd, json).await?),
+        Command::Health(args) => Ok(crewbus::commands::health(config, args, json).await?),
+    }
+}

@@ -1,0 +1,152 @@
+//! The use-case facade: the ports the use cases need, their settings, metrics and the wake-ups
+//! that keep workers responsive.
+//!
+//! Each use case lives in its own module (`send`, `relay`, `references`, `deliver`,
+//! `acknowledge`, `history`, `retention`, `health`) as methods of [`Bus`]. `Bus` holds ports
+//! only — never an adapter type.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crewbus_domain::{Backoff, DateTime, Utc};
+use crewbus_ports::{Backends, Clock, Ledger, StreamAdmin};
+use tokio::sync::Notify;
+
+use crate::config::BusConfig;
+use crate::metrics::Metrics;
+
+/// The ports the use cases run on.
+#[derive(Clone)]
+pub struct Ports {
+    /// The authority.
+    pub ledger: Arc<dyn Ledger>,
+    /// Body backends and inboxes by name, per team.
+    pub backends: Arc<dyn Backends>,
+    /// Time.
+    pub clock: Arc<dyn Clock>,
+    /// The broker, when one is configured: health reports whether it answers.
+    pub broker: Option<Arc<dyn StreamAdmin>>,
+}
+
+/// Use-case settings, derived from [`BusConfig`]. Durations are `std::time::Duration`.
+#[derive(Debug, Clone)]
+pub struct BusSettings {
+    /// Largest message body, bytes.
+    pub max_body_bytes: u64,
+    /// Slots leased and settled per relay transaction.
+    pub relay_batch: usize,
+    /// Relay lease length.
+    pub relay_lease: Duration,
+    /// Inbox events leased per reference-worker pass.
+    pub reference_batch: usize,
+    /// Reference-worker lease length (a lease that lapses only repeats a deduplicated publish).
+    pub reference_lease: Duration,
+    /// Relay retry schedule.
+    pub backoff: Backoff,
+    /// A hand-out not confirmed within this is handed out again.
+    pub handout_grace: Duration,
+    /// Top-up from the ledger hands out messages stored longer ago than this without a
+    /// reference in the inbox (gives the reference worker time to publish first).
+    pub topup_after: Duration,
+    /// Largest number of deliveries one fetch returns.
+    pub max_fetch: usize,
+    /// How long an idle worker waits before polling again (it is woken earlier by new work).
+    pub idle_poll: Duration,
+    /// Keep bodies this long; `None` keeps them forever.
+    pub retention: Option<Duration>,
+    /// How often the retention job runs.
+    pub retention_interval: Duration,
+    /// The body backend and inbox names this deployment serves (set by the composition root).
+    pub backends: Vec<String>,
+}
+
+impl BusSettings {
+    /// Settings from the configuration.
+    pub fn from_config(c: &BusConfig) -> Self {
+        BusSettings {
+            max_body_bytes: c.max_body_bytes,
+            relay_batch: c.relay_batch.min(crewbus_domain::MAX_PAGE),
+            relay_lease: Duration::from_millis(c.relay_lease_ms),
+            reference_batch: c.reference_batch.min(crewbus_domain::MAX_PAGE),
+            reference_lease: Duration::from_millis(c.relay_lease_ms),
+            backoff: c.backoff(),
+            handout_grace: Duration::from_millis(c.handout_grace_ms),
+            topup_after: Duration::from_millis(c.topup_after_ms),
+            max_fetch: c.max_fetch.min(crewbus_domain::MAX_PAGE),
+            idle_poll: Duration::from_millis(c.idle_poll_ms),
+            retention: (c.retention_days > 0)
+                .then(|| Duration::from_secs(c.retention_days.saturating_mul(86_400))),
+            retention_interval: Duration::from_secs(c.retention_interval_s.max(1)),
+            backends: vec!["memory".to_owned()],
+        }
+    }
+}
+
+impl Default for BusSettings {
+    fn default() -> Self {
+        Self::from_config(&BusConfig::default())
+    }
+}
+
+/// Wake-ups: `send` wakes the relay, a stored message wakes the reference worker.
+#[derive(Default)]
+pub(crate) struct Wakers {
+    pub(crate) relay: Notify,
+    pub(crate) references: Notify,
+}
+
+/// The use cases over the ports. Cheap to clone (everything is shared).
+#[derive(Clone)]
+pub struct Bus {
+    pub(crate) ports: Ports,
+    pub(crate) settings: Arc<BusSettings>,
+    pub(crate) metrics: Arc<Metrics>,
+    pub(crate) wakers: Arc<Wakers>,
+}
+
+impl Bus {
+    /// A bus over `ports` with `settings`.
+    pub fn new(ports: Ports, settings: BusSettings) -> Self {
+        Bus {
+            ports,
+            settings: Arc::new(settings),
+            metrics: Arc::new(Metrics::default()),
+            wakers: Arc::new(Wakers::default()),
+        }
+    }
+
+    /// The ports.
+    pub fn ports(&self) -> &Ports {
+        &self.ports
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &BusSettings {
+        &self.settings
+    }
+
+    /// The process's metrics.
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
+    pub(crate) fn now(&self) -> DateTime<Utc> {
+        self.ports.clock.now()
+    }
+}
+
+/// `at + d`, saturating at the far future instead of panicking.
+pub(crate) fn after(at: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| at.checked_add_signed(d))
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
+}
+
+/// `at − d`, saturating at the distant past.
+pub(crate) fn before(at: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
+    chrono::Duration::from_std(d)
+        .ok()
+        .and_then(|d| at.checked_sub_signed(d))
+        .unwrap_or(DateTime::<Utc>::MIN_UTC)
+}

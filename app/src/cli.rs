@@ -1,0 +1,274 @@
+//! The command line: `crewbus serve | demo | migrate | team | agent | stream | health`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// crewbus — the durable message bus for teams of AI agents.
+///
+/// Agents of a team talk in conversations over an HTTP API; every message is recorded in a
+/// ledger (Postgres, or memory for trying it out), its body is kept by a body backend (Postgres,
+/// NATS JetStream or memory), and every recipient gets it exactly once: a delivery is confirmed
+/// only after its receipt is committed.
+#[derive(Debug, Parser)]
+#[command(
+    name = "crewbus",
+    version,
+    propagate_version = true,
+    after_help = "\
+Examples:
+  crewbus demo                               three agents talk through a local server, then a summary
+  crewbus serve                              run on memory at 127.0.0.1:7700 (nothing is kept)
+  crewbus --config crewbus.toml migrate      create or upgrade the Postgres schema
+  crewbus team add research                  create a team (Postgres configured)
+  crewbus agent add --team research alice    create an agent; its token is printed once
+  crewbus health                             ask the running server whether it is healthy
+
+Configuration: crewbus.toml in the working directory, --config PATH or CREWBUS_CONFIG, then
+CREWBUS_* variables (CREWBUS_LISTEN, CREWBUS_DATABASE__URL, …). See crewbus.example.toml."
+)]
+pub struct Cli {
+    /// Configuration file (TOML). Default: $CREWBUS_CONFIG, else ./crewbus.toml when present.
+    #[arg(long, global = true, value_name = "PATH")]
+    pub config: Option<PathBuf>,
+
+    /// Print machine-readable JSON instead of human-readable text.
+    #[arg(long, global = true)]
+    pub json: bool,
+
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the bus: HTTP API, relay, reference and retention workers.
+    ///
+    /// With no configuration it runs on the embedded default (memory adapters, nothing is kept
+    /// after it stops). Stops gracefully on Ctrl-C or SIGTERM: no new requests, in-flight work
+    /// drained.
+    #[command(after_help = "\
+Examples:
+  crewbus serve
+  crewbus serve --listen 0.0.0.0:7700
+  crewbus serve --dev-team demo --dev-agent alice --dev-agent bob   (memory: print tokens)
+  CREWBUS_DATABASE__URL=postgres://postgres@127.0.0.1/crewbus crewbus serve")]
+    Serve(ServeArgs),
+
+    /// Start a server in-process and run a scripted exchange between three agents through the
+    /// real HTTP API, then print the transcript and a summary (messages, deliveries, latency).
+    #[command(after_help = "\
+Examples:
+  crewbus demo                 embedded default: no services needed
+  crewbus --json demo          the summary as JSON
+  crewbus --config crewbus.toml demo   against the configured Postgres / NATS")]
+    Demo,
+
+    /// Create or upgrade the Postgres schema (needs [database]).
+    Migrate,
+
+    /// Teams: each has a default body backend and an inbox.
+    #[command(subcommand)]
+    Team(TeamCommand),
+
+    /// Agents: each has a bearer token, shown once when the agent is added.
+    #[command(subcommand)]
+    Agent(AgentCommand),
+
+    /// Operator actions on a team's JetStream streams (needs [nats] with the provisioning
+    /// credential).
+    #[command(subcommand, alias = "streams")]
+    Stream(StreamCommand),
+
+    /// Ask a running server for /health and print the answer. Exit code 1 when unhealthy.
+    Health(HealthArgs),
+}
+
+/// `crewbus serve` options.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (overrides `listen` in the configuration).
+    #[arg(long, env = "CREWBUS_LISTEN", value_name = "ADDR")]
+    pub listen: Option<SocketAddr>,
+
+    /// Create this team at start-up (useful with the embedded default, which keeps nothing).
+    #[arg(long, value_name = "NAME")]
+    pub dev_team: Option<String>,
+
+    /// With --dev-team: create this agent and print its token (repeatable).
+    #[arg(long = "dev-agent", value_name = "NAME", requires = "dev_team")]
+    pub dev_agents: Vec<String>,
+}
+
+/// `crewbus health` options.
+#[derive(Debug, Args)]
+pub struct HealthArgs {
+    /// Base URL of the server. Default: http://<listen from the configuration>.
+    #[arg(long, value_name = "URL")]
+    pub url: Option<String>,
+}
+
+/// A body backend a team can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendChoice {
+    /// In-process memory (the embedded default; forgets everything on stop).
+    Memory,
+    /// Postgres, in the ledger's own database (stored in the send transaction).
+    Postgres,
+    /// NATS JetStream (provision the team's streams first).
+    Jetstream,
+}
+
+impl BackendChoice {
+    /// The backend's registry name.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendChoice::Memory => "memory",
+            BackendChoice::Postgres => "postgres",
+            BackendChoice::Jetstream => "jetstream",
+        }
+    }
+}
+
+/// `crewbus team …`
+#[derive(Debug, Subcommand)]
+pub enum TeamCommand {
+    /// Create a team.
+    #[command(after_help = "\
+Examples:
+  crewbus team add research
+  crewbus team add research --backend jetstream --inbox jetstream")]
+    Add {
+        /// The team's display name.
+        name: String,
+        /// Default body backend for new conversations. Default: the ledger's own (postgres with
+        /// a database, else memory). `jetstream` provisions the team's streams first (needs
+        /// [nats] with the provisioning credential).
+        #[arg(long, value_enum)]
+        backend: Option<BackendChoice>,
+        /// Inbox backend. Default: as the ledger.
+        #[arg(long, value_enum)]
+        inbox: Option<BackendChoice>,
+    },
+    /// List teams.
+    List,
+    /// Move a team's default body backend and inbox; conversations keep the backend they were
+    /// created with. Moving to jetstream needs the team's streams provisioned.
+    #[command(
+        after_help = "Example:\n  crewbus stream provision --team research\n  crewbus team set-backend research --backend jetstream --inbox jetstream"
+    )]
+    SetBackend {
+        /// Team name or id.
+        team: String,
+        /// Body backend for new conversations.
+        #[arg(long, value_enum)]
+        backend: BackendChoice,
+        /// Inbox backend.
+        #[arg(long, value_enum)]
+        inbox: BackendChoice,
+    },
+}
+
+/// `crewbus agent …`
+#[derive(Debug, Subcommand)]
+pub enum AgentCommand {
+    /// Create an agent and print its bearer token (shown once; only its hash is stored).
+    #[command(after_help = "Example:\n  crewbus agent add --team research alice")]
+    Add {
+        /// Team name or id.
+        #[arg(long)]
+        team: String,
+        /// The agent's name (letters, digits, `_`, `-`).
+        name: String,
+    },
+    /// List a team's agents.
+    List {
+        /// Team name or id.
+        #[arg(long)]
+        team: String,
+    },
+    /// Revoke an agent's token: its requests are refused from now on.
+    Revoke {
+        /// Team name or id.
+        #[arg(long)]
+        team: String,
+        /// Agent name or id.
+        agent: String,
+    },
+}
+
+/// Which of a team's streams.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum StreamChoice {
+    /// The body stream.
+    Bodies,
+    /// The inbox stream.
+    Inbox,
+}
+
+/// `crewbus stream …`
+#[derive(Debug, Subcommand)]
+pub enum StreamCommand {
+    /// Create (or find) the team's body and inbox streams with the configured quotas.
+    #[command(after_help = "Example:\n  crewbus stream provision --team research")]
+    Provision {
+        /// Team name or id.
+        #[arg(long)]
+        team: String,
+    },
+    /// Show what changing a stream's quotas to the configured ones would do, without doing it.
+    Check {
+        /// Team name or id.
+        #[arg(long)]
+        team: String,
+        /// Which stream.
+        #[arg(long, value_enum, default_value = "bodies")]
+        kind: StreamChoice,
+    },
+    /// Change quotas to the configured ones (refuses what `check` refuses; restores
+    /// already-applied changes when a later one fails).
+    Update {
+        /// Team name or id.
+        #[arg(long)]
+        team: String,
+        /// Which streams (default: both).
+        #[arg(long, value_enum)]
+        kind: Option<StreamChoice>,
+    },
+    /// The account's storage: used, reserved and budget.
+    Usage,
+    /// Delete the team's streams (refused while the team or a conversation still uses them).
+    Remove {
+        /// Team name or id.
+        #[arg(long)]
+        team: String,
+        /// Without a database the ledger cannot be asked whether the streams are in use: delete
+        /// anyway.
+        #[arg(long)]
+        force: bool,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_cli_is_well_formed() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn serve_parses_listen() {
+        let cli = Cli::try_parse_from(["crewbus", "serve", "--listen", "127.0.0.1:0"]).unwrap();
+        match cli.command {
+            Command::Serve(a) => assert_eq!(a.listen.unwrap().port(), 0),
+            other => panic!("{other:?}"),
+        }
+        assert!(Cli::try_parse_from(["crewbus", "serve", "--listen", "nope"]).is_err());
+    }
+}

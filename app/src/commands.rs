@@ -1,0 +1,277 @@
+//! The CLI's commands (everything but the demo): each prints human-readable text, or JSON with
+//! `--json`, and returns the process exit code.
+
+use std::process::ExitCode;
+
+use crewbus_domain::{Agent, BusError, BusResult, Team};
+use serde_json::json;
+
+use crate::bus::Bus;
+use crate::cli::{AgentCommand, HealthArgs, ServeArgs, StreamCommand, TeamCommand};
+use crate::compose::compose;
+use crate::config::Config;
+use crate::server::Server;
+use crate::shutdown::Shutdown;
+
+/// `crewbus serve`.
+pub async fn serve(mut config: Config, args: ServeArgs, json: bool) -> BusResult<ExitCode> {
+    if let Some(listen) = args.listen {
+        config.listen = listen;
+    }
+    let composed = compose(&config).await?;
+    tracing::info!(adapters = %composed.description, "composed");
+    let bus = composed.bus;
+    if let Some(team) = &args.dev_team {
+        let team = match bus.find_team(team).await {
+            Ok(t) => t,
+            Err(BusError::NotFound { .. }) => bus.add_team(team, None, None).await?,
+            Err(e) => return Err(e),
+        };
+        for name in &args.dev_agents {
+            let new = bus.add_agent(team.id, name).await?;
+            if json {
+                println!(
+                    "{}",
+                    json!({"team": team.id, "agent": new.agent.id, "name": name, "token": new.token})
+                );
+            } else {
+                println!(
+                    "agent {name} ({}) of team {}: token {}",
+                    new.agent.id, team.name, new.token
+                );
+            }
+        }
+    }
+    let shutdown = Shutdown::new();
+    let server = Server::start(bus, config.listen, shutdown.clone()).await?;
+    tokio::spawn(shutdown.clone().on_signals());
+    if json {
+        println!("{}", json!({"listening": server.url()}));
+    } else {
+        println!(
+            "crewbus listening on {} ({}). Ctrl-C stops it.",
+            server.url(),
+            composed.description
+        );
+    }
+    server.wait().await;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `crewbus migrate`.
+pub async fn migrate(config: Config, json: bool) -> BusResult<ExitCode> {
+    let applied = crate::compose::migrate(&config).await?;
+    if json {
+        println!("{}", json!({"applied": applied}));
+    } else if applied.is_empty() {
+        println!("the schema is up to date");
+    } else {
+        println!(
+            "applied {} migration(s): {}",
+            applied.len(),
+            applied.join(", ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The bus for operator commands: they need a persistent ledger.
+async fn operator_bus(config: &Config) -> BusResult<Bus> {
+    if config.database.is_none() {
+        return Err(BusError::invalid(
+            "this command needs a database: the embedded default keeps teams and agents only \
+             inside a running `crewbus serve`. Configure [database] (CREWBUS_DATABASE__URL), or \
+             try `crewbus serve --dev-team NAME --dev-agent NAME`",
+        ));
+    }
+    Ok(compose(config).await?.bus)
+}
+
+fn team_json(t: &Team) -> serde_json::Value {
+    json!({"id": t.id, "name": t.name, "body_backend": t.body_backend, "inbox": t.inbox, "created_at": t.created_at})
+}
+
+fn agent_json(a: &Agent) -> serde_json::Value {
+    json!({"id": a.id, "team": a.team, "name": a.name, "created_at": a.created_at, "revoked_at": a.revoked_at})
+}
+
+/// `crewbus team add|list`.
+pub async fn team(config: Config, cmd: TeamCommand, json: bool) -> BusResult<ExitCode> {
+    let bus = operator_bus(&config).await?;
+    match cmd {
+        TeamCommand::Add {
+            name,
+            backend,
+            inbox,
+        } => {
+            let t = bus
+                .add_team(&name, backend.map(|b| b.name()), inbox.map(|b| b.name()))
+                .await?;
+            if json {
+                println!("{}", team_json(&t));
+            } else {
+                println!(
+                    "team {} created: id {}, bodies on {}, inbox on {}",
+                    t.name, t.id, t.body_backend, t.inbox
+                );
+            }
+        }
+        TeamCommand::SetBackend {
+            team,
+            backend,
+            inbox,
+        } => {
+            let t = bus.find_team(&team).await?;
+            if backend == crate::cli::BackendChoice::Jetstream
+                || inbox == crate::cli::BackendChoice::Jetstream
+            {
+                // NotProvisioned (with the command that fixes it) when the streams are missing.
+                let admin = crate::compose::stream_admin(&config)?;
+                admin
+                    .check_update(t.id, crewbus_domain::StreamKind::Bodies)
+                    .await?;
+                admin
+                    .check_update(t.id, crewbus_domain::StreamKind::Inbox)
+                    .await?;
+            }
+            let t = bus
+                .set_team_backends(t.id, backend.name(), inbox.name())
+                .await?;
+            if json {
+                println!("{}", team_json(&t));
+            } else {
+                println!(
+                    "team {}: new conversations keep bodies on {}, the inbox is {}; existing conversations keep theirs",
+                    t.name, t.body_backend, t.inbox
+                );
+            }
+        }
+        TeamCommand::List => {
+            let teams = bus.ports().ledger.teams().await?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::Value::Array(teams.iter().map(team_json).collect())
+                );
+            } else if teams.is_empty() {
+                println!("no teams yet: `crewbus team add NAME`");
+            } else {
+                println!(
+                    "{:<24} {:<36} {:<10} {:<10}",
+                    "NAME", "ID", "BODIES", "INBOX"
+                );
+                for t in teams {
+                    println!(
+                        "{:<24} {:<36} {:<10} {:<10}",
+                        t.name, t.id, t.body_backend, t.inbox
+                    );
+                }
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `crewbus agent add|list|revoke`.
+pub async fn agent(config: Config, cmd: AgentCommand, json: bool) -> BusResult<ExitCode> {
+    let bus = operator_bus(&config).await?;
+    match cmd {
+        AgentCommand::Add { team, name } => {
+            let team = bus.find_team(&team).await?;
+            let new = bus.add_agent(team.id, &name).await?;
+            if json {
+                let mut v = agent_json(&new.agent);
+                v["token"] = json!(new.token);
+                println!("{v}");
+            } else {
+                println!(
+                    "agent {} created in team {}: id {}",
+                    name, team.name, new.agent.id
+                );
+                println!("token (shown once, store it now): {}", new.token);
+                println!("use it as: Authorization: Bearer <token>");
+            }
+        }
+        AgentCommand::List { team } => {
+            let team = bus.find_team(&team).await?;
+            let agents = bus.ports().ledger.agents(team.id).await?;
+            if json {
+                println!(
+                    "{}",
+                    serde_json::Value::Array(agents.iter().map(agent_json).collect())
+                );
+            } else {
+                println!("{:<24} {:<36} STATUS", "NAME", "ID");
+                for a in agents {
+                    let status = if a.revoked() { "revoked" } else { "active" };
+                    println!("{:<24} {:<36} {status}", a.name, a.id);
+                }
+            }
+        }
+        AgentCommand::Revoke { team, agent } => {
+            let team = bus.find_team(&team).await?;
+            let a = bus.find_agent(team.id, &agent).await?;
+            let a = bus
+                .ports()
+                .ledger
+                .revoke_agent(team.id, a.id, bus.ports().clock.now())
+                .await?;
+            if json {
+                println!("{}", agent_json(&a));
+            } else {
+                println!("agent {} revoked: its token is refused from now on", a.name);
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `crewbus stream …`.
+pub async fn stream(config: Config, cmd: StreamCommand, json: bool) -> BusResult<ExitCode> {
+    crate::streams::run(config, cmd, json).await
+}
+
+/// `crewbus health`: asks a running server.
+pub async fn health(config: Config, args: HealthArgs, json: bool) -> BusResult<ExitCode> {
+    let base = args
+        .url
+        .unwrap_or_else(|| format!("http://{}", config.listen));
+    let url = format!("{}/health", base.trim_end_matches('/'));
+    let client = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(10))
+        .build()
+        .map_err(|e| BusError::unavailable_from("HTTP client", e))?;
+    let response = client
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| BusError::unavailable_from(format!("no answer from {base}"), e))?;
+    let status = response.status();
+    let body: serde_json::Value = response
+        .json()
+        .await
+        .map_err(|e| BusError::unavailable_from("health answer is not JSON", e))?;
+    if json {
+        println!("{body}");
+    } else {
+        println!(
+            "{base}: {} (ledger {}, broker {})",
+            body["status"].as_str().unwrap_or("?"),
+            body["ledger"].as_str().unwrap_or("?"),
+            body["broker"].as_str().unwrap_or("?"),
+        );
+        if let Some(p) = body["publication_pending"].as_u64() {
+            println!(
+                "  publications pending {p}, failed {}, oldest pending {:.1} s; inbox events pending {}",
+                body["publication_failed"].as_u64().unwrap_or(0),
+                body["oldest_pending_age_seconds"].as_f64().unwrap_or(0.0),
+                body["inbox_events_pending"].as_u64().unwrap_or(0),
+            );
+        }
+    }
+    Ok(if status.is_success() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

@@ -1,0 +1,295 @@
+//! The composition root: the only module that names adapters. It picks them from the
+//! configuration and hands the use cases ports.
+//!
+//! - No `[database]`: memory for every port (the embedded default).
+//! - `[database]`: Postgres ledger, journal, inbox and bodies; a new team's default body backend
+//!   is `postgres`.
+//! - `[nats]`: JetStream bodies and inbox are available by name (`jetstream`) for teams whose
+//!   streams are provisioned; the team's records choose.
+//!
+//! A conversation keeps the backend it was created with: every registry stays reachable by name.
+
+use std::sync::Arc;
+
+use std::time::Duration;
+
+use crewbus_domain::{BusError, BusResult, Quotas};
+use crewbus_jetstream::{Credential, JetStreamAdmin, JetStreamRegistry};
+use crewbus_memory::{BodiesConfig, InboxConfig, MemoryBackends, MemoryConfig, MemoryLedger};
+use crewbus_ports::{Backends, Clock, Journal, Ledger, SystemClock};
+use crewbus_postgres::{PostgresBackends, PostgresLedger, PostgresSettings};
+use sqlx::PgPool;
+use sqlx::postgres::PgPoolOptions;
+
+use crate::backends::CombinedBackends;
+use crate::bus::{Bus, BusSettings, Ports};
+use crate::config::{Config, NatsConfig, NatsCredential};
+
+/// What the composition root built.
+pub struct Composed {
+    /// The use cases over the chosen ports.
+    pub bus: Bus,
+    /// The journal of runs.
+    pub journal: Arc<dyn Journal>,
+    /// A one-line description of the choice (no secrets).
+    pub description: String,
+}
+
+/// The memory adapters of a composition, for tests and tools that need their fault injection.
+#[derive(Clone)]
+pub struct MemoryParts {
+    /// The memory ledger (and journal).
+    pub ledger: MemoryLedger,
+    /// The memory registry (bodies and inbox per team).
+    pub backends: MemoryBackends,
+}
+
+/// Builds the ports the configuration asks for, on the system clock.
+///
+/// Errors: a database or broker that cannot be reached at start-up → `Unavailable`; bad limits →
+/// `Invalid`.
+pub async fn compose(config: &Config) -> BusResult<Composed> {
+    compose_with_clock(config, Arc::new(SystemClock)).await
+}
+
+/// [`compose`] with an injected clock.
+pub async fn compose_with_clock(config: &Config, clock: Arc<dyn Clock>) -> BusResult<Composed> {
+    if config.database.is_some() {
+        let pool = connect(config).await?;
+        return postgres_with_pool(config, pool, clock).await;
+    }
+    let (composed, _) = memory_with_clock(config, clock)?;
+    Ok(composed)
+}
+
+/// Connects the pool `[database]` describes. Errors: no `[database]` → `Invalid`; the database
+/// unreachable → `Unavailable` (the URL is never in the message).
+pub async fn connect(config: &Config) -> BusResult<PgPool> {
+    let db = config
+        .database
+        .as_ref()
+        .ok_or_else(|| BusError::invalid("no [database] configured (CREWBUS_DATABASE__URL)"))?;
+    let what = crate::config::redact_url(db.url.expose());
+    PgPoolOptions::new()
+        .max_connections(db.max_connections)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect(db.url.expose())
+        .await
+        .map_err(|e| BusError::unavailable_from(format!("database {what}"), e))
+}
+
+/// Postgres for the ledger, journal, inbox and bodies over `pool` (migrations applied first
+/// when `database.migrate_on_start`, the default).
+pub async fn postgres_with_pool(
+    config: &Config,
+    pool: PgPool,
+    clock: Arc<dyn Clock>,
+) -> BusResult<Composed> {
+    if config.database.as_ref().is_none_or(|d| d.migrate_on_start) {
+        crewbus_postgres::migrate(&pool).await?;
+    }
+    let mut settings = BusSettings::from_config(&config.bus);
+    let ledger = PostgresLedger::new(pool.clone(), config.tenant.clone());
+    let journal: Arc<dyn Journal> = Arc::new(ledger.journal());
+    let postgres = PostgresBackends::new(
+        pool,
+        clock.clone(),
+        PostgresSettings {
+            max_body_bytes: config.bus.max_body_bytes,
+            ack_wait: settings.handout_grace,
+            ..PostgresSettings::default()
+        },
+    );
+    let mut registries: Vec<Arc<dyn Backends>> = vec![Arc::new(postgres)];
+    let broker = add_jetstream(config, &settings, &mut registries)?;
+    settings.backends = registries.iter().map(|r| r.name().to_owned()).collect();
+    let ports = Ports {
+        ledger: Arc::new(ledger) as Arc<dyn Ledger>,
+        backends: Arc::new(CombinedBackends::new(registries)),
+        clock,
+        broker,
+    };
+    let description = match &config.database {
+        Some(d) => format!(
+            "ledger=postgres inbox=postgres bodies=postgres{} ({})",
+            if config.nats.is_some() {
+                ", jetstream by team"
+            } else {
+                ""
+            },
+            crate::config::redact_url(d.url.expose())
+        ),
+        None => "ledger=postgres inbox=postgres bodies=postgres".to_owned(),
+    };
+    Ok(Composed {
+        bus: Bus::new(ports, settings),
+        journal,
+        description,
+    })
+}
+
+/// The embedded default: memory for every port, limits from `config.bus`.
+pub fn memory_with_clock(
+    config: &Config,
+    clock: Arc<dyn Clock>,
+) -> BusResult<(Composed, MemoryParts)> {
+    memory_with(config, clock, memory_config(config))
+}
+
+/// The embedded default with explicit memory adapter limits (tests shrink the inbox to make it
+/// overflow).
+pub fn memory_with(
+    config: &Config,
+    clock: Arc<dyn Clock>,
+    memory: MemoryConfig,
+) -> BusResult<(Composed, MemoryParts)> {
+    let mut settings = BusSettings::from_config(&config.bus);
+    let ledger = MemoryLedger::new(config.tenant.clone());
+    let registry = MemoryBackends::new(memory, clock.clone())?;
+    let journal: Arc<dyn Journal> = Arc::new(ledger.journal());
+    let mut registries: Vec<Arc<dyn Backends>> = vec![Arc::new(registry.clone())];
+    let broker = add_jetstream(config, &settings, &mut registries)?;
+    settings.backends = registries.iter().map(|r| r.name().to_owned()).collect();
+    let ports = Ports {
+        ledger: Arc::new(ledger.clone()) as Arc<dyn Ledger>,
+        backends: Arc::new(CombinedBackends::new(registries)),
+        clock,
+        broker,
+    };
+    Ok((
+        Composed {
+            bus: Bus::new(ports, settings),
+            journal,
+            description: format!(
+                "ledger=memory inbox=memory bodies=memory{} (embedded default: nothing is kept after it stops)",
+                if config.nats.is_some() {
+                    ", jetstream by team"
+                } else {
+                    ""
+                }
+            ),
+        },
+        MemoryParts {
+            ledger,
+            backends: registry,
+        },
+    ))
+}
+
+/// The memory adapters' limits for `config`: the body limit of `bus.max_body_bytes`, an inbox
+/// whose ack wait is the hand-out grace.
+pub fn memory_config(config: &Config) -> MemoryConfig {
+    let settings = BusSettings::from_config(&config.bus);
+    MemoryConfig {
+        bodies: BodiesConfig {
+            max_body_bytes: config.bus.max_body_bytes,
+            quota: Quotas {
+                max_messages: 1_000_000,
+                max_bytes: 1 << 30,
+            },
+        },
+        inbox: InboxConfig {
+            // The inbox hands a reference out again when the hand-out grace has passed.
+            ack_wait: settings.handout_grace,
+            ..InboxConfig::default()
+        },
+    }
+}
+
+/// With `[nats]`: the JetStream registry (runtime credential) joins `registries` and the broker
+/// is returned for health. Connections open lazily, on a team's first use.
+fn add_jetstream(
+    config: &Config,
+    settings: &BusSettings,
+    registries: &mut Vec<Arc<dyn Backends>>,
+) -> BusResult<Option<Arc<dyn crewbus_ports::StreamAdmin>>> {
+    let Some(nats) = &config.nats else {
+        return Ok(None);
+    };
+    let runtime = jetstream_config(nats, &nats.runtime, config, settings);
+    registries.push(Arc::new(JetStreamRegistry::new(runtime.clone())?));
+    Ok(Some(Arc::new(JetStreamAdmin::new(runtime))))
+}
+
+/// The JetStream adapter's configuration for `credential` (runtime for the server,
+/// provisioning for operator commands).
+pub fn jetstream_config(
+    nats: &NatsConfig,
+    credential: &NatsCredential,
+    config: &Config,
+    settings: &BusSettings,
+) -> crewbus_jetstream::Config {
+    let credential = if let Some(path) = &credential.creds_file {
+        Credential::CredsFile(path.clone())
+    } else if let Some(token) = &credential.token {
+        Credential::Token(token.clone())
+    } else if let (Some(user), Some(password)) = (&credential.user, &credential.password) {
+        Credential::UserPassword {
+            user: user.clone(),
+            password: password.clone(),
+        }
+    } else {
+        Credential::None
+    };
+    crewbus_jetstream::Config {
+        servers: nats.servers.clone(),
+        credential,
+        body_quotas: Quotas {
+            max_messages: nats.body_max_messages,
+            max_bytes: nats.body_max_bytes,
+        },
+        inbox_quotas: Quotas {
+            max_messages: nats.inbox_max_messages,
+            max_bytes: nats.inbox_max_bytes,
+        },
+        replicas: nats.replicas,
+        ack_wait: settings.handout_grace,
+        request_timeout: Duration::from_millis(nats.request_timeout_ms),
+        name_prefix: nats.prefix.clone(),
+        body_limit: config.bus.max_body_bytes,
+        ..crewbus_jetstream::Config::default()
+    }
+}
+
+/// The operator's stream administration (provisioning credential). Errors: no `[nats]` →
+/// `Invalid`.
+pub fn stream_admin(config: &Config) -> BusResult<Arc<dyn crewbus_ports::StreamAdmin>> {
+    let nats = config.nats.as_ref().ok_or_else(|| {
+        BusError::invalid("stream commands need [nats] with the provisioning credential")
+    })?;
+    let settings = BusSettings::from_config(&config.bus);
+    Ok(Arc::new(JetStreamAdmin::new(jetstream_config(
+        nats,
+        &nats.provisioning,
+        config,
+        &settings,
+    ))))
+}
+
+/// Applies pending Postgres migrations; returns the versions applied now (empty when the schema
+/// was up to date). Errors: no `[database]` → `Invalid`; unreachable → `Unavailable`; a refused
+/// migration → `Conflict`.
+pub async fn migrate(config: &Config) -> BusResult<Vec<String>> {
+    let pool = connect(config).await?;
+    let before = applied_versions(&pool).await;
+    crewbus_postgres::migrate(&pool).await?;
+    let after = applied_versions(&pool).await;
+    Ok(after
+        .into_iter()
+        .filter(|v| !before.contains(v))
+        .map(|v| {
+            crewbus_postgres::MIGRATOR
+                .iter()
+                .find(|m| m.version == v)
+                .map_or_else(|| v.to_string(), |m| format!("{v} {}", m.description))
+        })
+        .collect())
+}
+
+/// Versions recorded in sqlx's migrations table (empty when it does not exist yet).
+async fn applied_versions(pool: &PgPool) -> Vec<i64> {
+    sqlx::query_scalar::<_, i64>("SELECT version FROM _sqlx_migrations WHERE success")
+        .fetch_all(pool)
+        .await
+        .unwrap_or_default()
+}

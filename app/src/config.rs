@@ -1,0 +1,543 @@
+//! Configuration: one TOML file plus `CREWBUS_*` environment overrides.
+//!
+//! Sources, later ones winning: the embedded default (memory adapters for every port, listening on
+//! `127.0.0.1:7700`), the TOML file (`--config PATH`, else `CREWBUS_CONFIG`, else `crewbus.toml`
+//! in the working directory when it exists), then environment variables `CREWBUS_<KEY>` where a
+//! nested key is joined with `__` (`CREWBUS_DATABASE__URL`, `CREWBUS_BUS__RELAY_BATCH`).
+//! `crewbus.example.toml` at the repository root documents every key.
+//!
+//! Secrets (the database URL's password, NATS credentials) are [`Secret`]s: `Debug` never prints
+//! them, and URLs are printed with the password replaced by `***`.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crewbus_domain::{BusError, BusResult, MAX_BODY_BYTES, Secret, TenantId};
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use serde::Deserialize;
+
+/// The default listen address of `crewbus serve`.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
+
+/// The whole configuration. Every field has a default; an empty file is the embedded default.
+#[derive(Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address `crewbus serve` listens on (`CREWBUS_LISTEN`). Default `127.0.0.1:7700`.
+    pub listen: SocketAddr,
+    /// The deployment's tenant name. Default `default`.
+    pub tenant: TenantId,
+    /// Postgres: when present, the ledger, journal, inbox and bodies are Postgres.
+    pub database: Option<DatabaseConfig>,
+    /// NATS JetStream: when present, teams may use JetStream bodies and inboxes (opt-in per team,
+    /// once an operator provisioned the team's streams).
+    pub nats: Option<NatsConfig>,
+    /// Bus tuning: body limit, relay, hand-outs, retention.
+    pub bus: BusConfig,
+    /// Logging.
+    pub log: LogConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            listen: DEFAULT_LISTEN
+                .parse()
+                .expect("default listen address parses"),
+            tenant: TenantId::default_tenant(),
+            database: None,
+            nats: None,
+            bus: BusConfig::default(),
+            log: LogConfig::default(),
+        }
+    }
+}
+
+impl fmt::Debug for Config {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Config")
+            .field("listen", &self.listen)
+            .field("tenant", &self.tenant)
+            .field("database", &self.database)
+            .field("nats", &self.nats)
+            .field("bus", &self.bus)
+            .field("log", &self.log)
+            .finish()
+    }
+}
+
+/// Postgres connection settings.
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DatabaseConfig {
+    /// Connection URL, e.g. `postgres://crewbus:PASSWORD@127.0.0.1:5432/crewbus`
+    /// (`CREWBUS_DATABASE__URL`). Never printed with its password.
+    pub url: Secret,
+    /// Largest number of pooled connections. Default 10.
+    #[serde(default = "default_max_connections")]
+    pub max_connections: u32,
+    /// Apply pending migrations when `serve` starts. Default true (`crewbus migrate` applies them
+    /// explicitly).
+    #[serde(default = "yes")]
+    pub migrate_on_start: bool,
+}
+
+fn default_max_connections() -> u32 {
+    10
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl fmt::Debug for DatabaseConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DatabaseConfig")
+            .field("url", &redact_url(self.url.expose()))
+            .field("max_connections", &self.max_connections)
+            .field("migrate_on_start", &self.migrate_on_start)
+            .finish()
+    }
+}
+
+/// NATS JetStream settings. The server uses the runtime credential; operator commands
+/// (`crewbus stream …`) use the provisioning credential.
+#[derive(Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NatsConfig {
+    /// Server URLs. Default `["nats://127.0.0.1:4222"]`.
+    pub servers: Vec<String>,
+    /// The runtime credential (publish, read, consume, ack; never create or delete streams).
+    pub runtime: NatsCredential,
+    /// The provisioning credential (create, update and delete streams); operator commands only.
+    pub provisioning: NatsCredential,
+    /// Stream replicas (1 for a single server, 3 in production). Default 1.
+    pub replicas: u32,
+    /// Body stream quota: largest number of messages. Default 1 000 000.
+    pub body_max_messages: u64,
+    /// Body stream quota in bytes (at least 2 MiB). Default 1 GiB.
+    pub body_max_bytes: u64,
+    /// Inbox stream quota: largest number of references. Default 1 000 000.
+    pub inbox_max_messages: u64,
+    /// Inbox stream quota in bytes (at least 1 MiB). Default 256 MiB.
+    pub inbox_max_bytes: u64,
+    /// Request timeout in milliseconds. Default 5000.
+    pub request_timeout_ms: u64,
+    /// Prefix of stream and subject names. Default `crewbus`.
+    pub prefix: String,
+}
+
+impl Default for NatsConfig {
+    fn default() -> Self {
+        NatsConfig {
+            servers: vec!["nats://127.0.0.1:4222".to_owned()],
+            runtime: NatsCredential::default(),
+            provisioning: NatsCredential::default(),
+            replicas: 1,
+            body_max_messages: 1_000_000,
+            body_max_bytes: 1 << 30,
+            inbox_max_messages: 1_000_000,
+            inbox_max_bytes: 256 << 20,
+            request_timeout_ms: 5_000,
+            prefix: "crewbus".to_owned(),
+        }
+    }
+}
+
+impl fmt::Debug for NatsConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let servers: Vec<String> = self.servers.iter().map(|s| redact_url(s)).collect();
+        f.debug_struct("NatsConfig")
+            .field("servers", &servers)
+            .field("runtime", &self.runtime)
+            .field("provisioning", &self.provisioning)
+            .field("replicas", &self.replicas)
+            .field("body_max_messages", &self.body_max_messages)
+            .field("body_max_bytes", &self.body_max_bytes)
+            .field("inbox_max_messages", &self.inbox_max_messages)
+            .field("inbox_max_bytes", &self.inbox_max_bytes)
+            .field("request_timeout_ms", &self.request_timeout_ms)
+            .field("prefix", &self.prefix)
+            .finish()
+    }
+}
+
+/// One NATS credential: a user and password, a token, or a `.creds` file. All optional (an
+/// unauthenticated server needs none).
+#[derive(Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NatsCredential {
+    /// User name.
+    pub user: Option<String>,
+    /// Password (with `user`).
+    pub password: Option<Secret>,
+    /// Token.
+    pub token: Option<Secret>,
+    /// Path of a `.creds` file (JWT + nkey seed).
+    pub creds_file: Option<PathBuf>,
+}
+
+impl fmt::Debug for NatsCredential {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NatsCredential")
+            .field("user", &self.user)
+            .field("password", &self.password.as_ref().map(|_| "[redacted]"))
+            .field("token", &self.token.as_ref().map(|_| "[redacted]"))
+            .field("creds_file", &self.creds_file)
+            .finish()
+    }
+}
+
+/// Bus tuning. Durations are in milliseconds unless the name says otherwise.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BusConfig {
+    /// Largest message body in bytes (at most the bus contract of 1 MiB). Default 1 048 576.
+    pub max_body_bytes: u64,
+    /// Slots leased per relay transaction. Default 64.
+    pub relay_batch: usize,
+    /// How long a relay lease holds, ms. Default 30 000.
+    pub relay_lease_ms: u64,
+    /// Pause of an idle worker before it looks again, ms. Default 50.
+    pub idle_poll_ms: u64,
+    /// Inbox events published per reference-worker pass. Default 256.
+    pub reference_batch: usize,
+    /// Relay backoff: first delay, ms. Default 500.
+    pub backoff_base_ms: u64,
+    /// Relay backoff: largest delay, ms. Default 60 000.
+    pub backoff_cap_ms: u64,
+    /// Relay attempts before reconcile decides and the message is failed. Default 12.
+    pub backoff_max_attempts: u32,
+    /// A message handed out and not confirmed is not handed out again before this grace, ms.
+    /// Default 30 000.
+    pub handout_grace_ms: u64,
+    /// Top-up from the ledger hands out a stored message without a delivered receipt once it has
+    /// been stored this long (the inbox normally delivers it first), ms. Default 2000.
+    pub topup_after_ms: u64,
+    /// Keep bodies this many days; 0 keeps them forever. Default 0.
+    pub retention_days: u64,
+    /// How often the retention job runs, seconds. Default 3600.
+    pub retention_interval_s: u64,
+    /// Largest inbox fetch per request. Default 100.
+    pub max_fetch: usize,
+}
+
+impl Default for BusConfig {
+    fn default() -> Self {
+        BusConfig {
+            max_body_bytes: MAX_BODY_BYTES,
+            relay_batch: 64,
+            relay_lease_ms: 30_000,
+            idle_poll_ms: 50,
+            reference_batch: 256,
+            backoff_base_ms: 500,
+            backoff_cap_ms: 60_000,
+            backoff_max_attempts: 12,
+            handout_grace_ms: 30_000,
+            topup_after_ms: 2_000,
+            retention_days: 0,
+            retention_interval_s: 3_600,
+            max_fetch: 100,
+        }
+    }
+}
+
+impl BusConfig {
+    /// The relay's retry schedule.
+    pub fn backoff(&self) -> crewbus_domain::Backoff {
+        crewbus_domain::Backoff {
+            base: Duration::from_millis(self.backoff_base_ms),
+            cap: Duration::from_millis(self.backoff_cap_ms),
+            max_attempts: self.backoff_max_attempts,
+        }
+    }
+}
+
+/// Logging.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LogConfig {
+    /// Directives such as `info` or `crewbus=debug,info` (`CREWBUS_LOG__LEVEL`). Default `info`.
+    pub level: String,
+    /// `text` or `json`. Default `text`.
+    pub format: String,
+}
+
+impl Default for LogConfig {
+    fn default() -> Self {
+        LogConfig {
+            level: "info".to_owned(),
+            format: "text".to_owned(),
+        }
+    }
+}
+
+impl Config {
+    /// Loads the configuration: embedded default ← `path` (or `CREWBUS_CONFIG`, or `./crewbus.toml`
+    /// when it exists) ← `CREWBUS_*` variables. Errors: a named file that does not exist, bad
+    /// TOML, an unknown key or a wrong type → `Invalid` naming the key (never a value).
+    pub fn load(path: Option<&Path>) -> BusResult<Config> {
+        let mut figment = Figment::new();
+        let file = path
+            .map(Path::to_path_buf)
+            .or_else(|| std::env::var_os("CREWBUS_CONFIG").map(PathBuf::from));
+        match file {
+            Some(file) => {
+                if !file.exists() {
+                    return Err(BusError::invalid(format!(
+                        "configuration file {} does not exist",
+                        file.display()
+                    )));
+                }
+                figment = figment.merge(Toml::file(file));
+            }
+            None => figment = figment.merge(Toml::file("crewbus.toml")),
+        }
+        figment = figment.merge(
+            Env::prefixed("CREWBUS_")
+                .ignore(&["CONFIG"])
+                .split("__")
+                .lowercase(true),
+        );
+        Self::from_figment(figment)
+    }
+
+    /// Parses a configuration from TOML text alone (no environment), for tests and tools.
+    pub fn from_toml(text: &str) -> BusResult<Config> {
+        Self::from_figment(Figment::new().merge(Toml::string(text)))
+    }
+
+    fn from_figment(figment: Figment) -> BusResult<Config> {
+        let config: Config = figment.extract().map_err(|e| {
+            // figment's message names the key and the expected type; it never echoes a value
+            // for the kinds of error we can get here except an unparsable scalar, so we keep
+            // only the kind and the path.
+            let path = e.path.join(".");
+            BusError::invalid(format!(
+                "configuration: {}{}",
+                describe_figment_kind(&e.kind),
+                if path.is_empty() {
+                    String::new()
+                } else {
+                    format!(" at `{path}`")
+                }
+            ))
+        })?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the values that types alone cannot: body limit within the contract, non-zero
+    /// batches, a database URL that is a Postgres URL.
+    pub fn validate(&self) -> BusResult<()> {
+        if self.bus.max_body_bytes == 0 || self.bus.max_body_bytes > MAX_BODY_BYTES {
+            return Err(BusError::invalid(format!(
+                "bus.max_body_bytes must be between 1 and {MAX_BODY_BYTES}"
+            )));
+        }
+        if self.bus.relay_batch == 0 || self.bus.reference_batch == 0 || self.bus.max_fetch == 0 {
+            return Err(BusError::invalid(
+                "bus.relay_batch, bus.reference_batch and bus.max_fetch must be at least 1",
+            ));
+        }
+        if self.bus.relay_lease_ms == 0 || self.bus.idle_poll_ms == 0 {
+            return Err(BusError::invalid(
+                "bus.relay_lease_ms and bus.idle_poll_ms must be at least 1",
+            ));
+        }
+        if let Some(db) = &self.database {
+            let url = db.url.expose();
+            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
+                return Err(BusError::invalid(
+                    "database.url must start with postgres:// or postgresql://",
+                ));
+            }
+        }
+        if let Some(nats) = &self.nats
+            && nats.servers.is_empty()
+        {
+            return Err(BusError::invalid(
+                "nats.servers must name at least one server",
+            ));
+        }
+        if !matches!(self.log.format.as_str(), "text" | "json") {
+            return Err(BusError::invalid("log.format must be `text` or `json`"));
+        }
+        Ok(())
+    }
+
+    /// A one-line description of which adapters this configuration selects, for logs and the
+    /// CLI (no secrets).
+    pub fn describe(&self) -> String {
+        let ledger = if self.database.is_some() {
+            "postgres"
+        } else {
+            "memory"
+        };
+        let nats = match &self.nats {
+            Some(n) => format!(
+                "jetstream available at {}",
+                n.servers
+                    .iter()
+                    .map(|s| redact_url(s))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+            None => "no jetstream".to_owned(),
+        };
+        format!("ledger={ledger} inbox={ledger} bodies={ledger} ({nats})")
+    }
+}
+
+fn describe_figment_kind(kind: &figment::error::Kind) -> String {
+    use figment::error::Kind;
+    match kind {
+        Kind::Message(m) => m.clone(),
+        Kind::InvalidType(actual, expected) => {
+            format!("expected {expected}, found {}", actual_kind(actual))
+        }
+        Kind::InvalidValue(actual, expected) => {
+            format!("expected {expected}, found {}", actual_kind(actual))
+        }
+        Kind::InvalidLength(len, expected) => format!("length {len}, expected {expected}"),
+        Kind::UnknownVariant(v, expected) => {
+            format!("unknown variant `{v}`, expected one of {expected:?}")
+        }
+        Kind::UnknownField(field, _) => format!("unknown key `{field}`"),
+        Kind::MissingField(field) => format!("missing key `{field}`"),
+        Kind::DuplicateField(field) => format!("duplicate key `{field}`"),
+        Kind::ISizeOutOfRange(_) | Kind::USizeOutOfRange(_) => "number out of range".to_owned(),
+        Kind::Unsupported(actual) => format!("unsupported {}", actual_kind(actual)),
+        Kind::UnsupportedKey(actual, _) => format!("unsupported key {}", actual_kind(actual)),
+    }
+}
+
+/// The kind of a value, never the value itself (it may be a secret).
+fn actual_kind(actual: &figment::error::Actual) -> &'static str {
+    use figment::error::Actual;
+    match actual {
+        Actual::Bool(_) => "a boolean",
+        Actual::Unsigned(_) | Actual::Signed(_) => "an integer",
+        Actual::Float(_) => "a float",
+        Actual::Char(_) | Actual::Str(_) => "a string",
+        Actual::Bytes(_) => "bytes",
+        Actual::Unit => "unit",
+        Actual::Option => "an option",
+        Actual::NewtypeStruct => "a newtype",
+        Actual::Seq => "a list",
+        Actual::Map => "a table",
+        Actual::Enum => "an enum",
+        Actual::UnitVariant => "a unit variant",
+        Actual::NewtypeVariant => "a newtype variant",
+        Actual::TupleVariant => "a tuple variant",
+        Actual::StructVariant => "a struct variant",
+        Actual::Other(_) => "a value",
+    }
+}
+
+/// A URL with its password (and any `password=` query or key-value parameter) replaced by
+/// `***`. Used for every URL that reaches a log or `Debug`.
+pub fn redact_url(url: &str) -> String {
+    let mut out = match url.split_once("://") {
+        Some((scheme, rest)) => {
+            let authority_end = rest.find(['/', '?']).unwrap_or(rest.len());
+            let (authority, tail) = rest.split_at(authority_end);
+            match authority.rsplit_once('@') {
+                Some((userinfo, host)) => {
+                    let user = userinfo.split(':').next().unwrap_or("");
+                    if userinfo.contains(':') {
+                        format!("{scheme}://{user}:***@{host}{tail}")
+                    } else {
+                        format!("{scheme}://{user}@{host}{tail}")
+                    }
+                }
+                None => url.to_owned(),
+            }
+        }
+        None => url.to_owned(),
+    };
+    if let Some(idx) = out.to_ascii_lowercase().find("password=") {
+        let start = idx + "password=".len();
+        let end = out[start..]
+            .find(['&', ' ', ';'])
+            .map_or(out.len(), |e| start + e);
+        out.replace_range(start..end, "***");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_default_is_memory_on_loopback() {
+        let c = Config::from_toml("").unwrap();
+        assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
+        assert!(c.database.is_none() && c.nats.is_none());
+        assert_eq!(c.bus.max_body_bytes, MAX_BODY_BYTES);
+        assert!(c.describe().starts_with("ledger=memory"));
+    }
+
+    #[test]
+    fn the_example_file_parses() {
+        let text = include_str!("../../crewbus.example.toml");
+        let c = Config::from_toml(text).unwrap();
+        assert!(c.database.is_some());
+        assert!(c.nats.is_some());
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_invalid() {
+        assert!(matches!(
+            Config::from_toml("listne = \"x\""),
+            Err(BusError::Invalid { .. })
+        ));
+        assert!(matches!(
+            Config::from_toml("[bus]\nmax_body_bytes = 5000000"),
+            Err(BusError::Invalid { .. })
+        ));
+        assert!(matches!(
+            Config::from_toml("[database]\nurl = \"mysql://x\""),
+            Err(BusError::Invalid { .. })
+        ));
+    }
+
+    #[test]
+    fn a_bad_value_never_echoes_a_secret() {
+        let err = Config::from_toml("[database]\nurl = 17\nmax_connections = \"hunter2\"")
+            .err()
+            .unwrap();
+        assert!(!err.to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn debug_never_prints_passwords() {
+        let c = Config::from_toml(
+            "[database]\nurl = \"postgres://crew:hunter2@db:5432/crewbus?password=hunter3\"\n\
+             [nats]\nservers = [\"nats://u:hunter4@n:4222\"]\n\
+             [nats.runtime]\nuser = \"rt\"\npassword = \"hunter5\"\n\
+             [nats.provisioning]\ntoken = \"hunter6\"\n",
+        )
+        .unwrap();
+        let text = format!("{c:?} {}", c.describe());
+        for secret in ["hunter2", "hunter3", "hunter4", "hunter5", "hunter6"] {
+            assert!(!text.contains(secret), "{secret} leaked: {text}");
+        }
+        assert!(text.contains("crew:***@db:5432"));
+    }
+
+    #[test]
+    fn redaction_keeps_what_is_useful() {
+        assert_eq!(redact_url("postgres://u:p@h/db"), "postgres://u:***@h/db");
+        assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact_url("nats://h:4222"), "nats://h:4222");
+        assert_eq!(
+            redact_url("host=h password=s user=u"),
+            "host=h password=*** user=u"
+        );
+    }
+}

@@ -1,0 +1,385 @@
+//! Delivery: fetch an agent's inbox (with top-up from the ledger), confirm deliveries by id
+//! (receipt committed, THEN inbox ack), and inbox status.
+//!
+//! The ledger is the authority. References from the team's inbox are the fast path; each one
+//! becomes a hand-out with a delivery id (the inbox and ack subject stay server-side with it).
+//! Stored messages whose receipt is not delivered and that have no live hand-out are topped up
+//! from the ledger — references lost to inbox overflow, expiry, a deleted consumer or max
+//! deliver. A reference whose receipt is already committed (a crash between commit and ack) is
+//! recognised and acknowledged, never handed to the agent again.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crewbus_domain::{
+    Agent, BusError, BusResult, ConfirmOutcome, DeliveryId, HandOut, HandOutOutcome,
+    HandOutRequest, HandOutSource, InboxAck, InboxStatus, Message, Publication, ReferencePayload,
+    RunId, Uuid,
+};
+use crewbus_ports::{Inbox, MessagingBackend};
+use futures_util::future::join_all;
+
+use crate::bus::{Bus, before};
+use crate::metrics::Metrics;
+
+/// Body backends looked up during one request, by name (a failed lookup or a backend found
+/// down is kept as its error).
+pub(crate) type BodyBackends = HashMap<String, BusResult<Arc<dyn MessagingBackend>>>;
+
+/// One message handed to an agent.
+#[derive(Debug, Clone)]
+pub struct Delivery {
+    /// The hand-out (delivery id, seq, redelivered, held until).
+    pub hand_out: HandOut,
+    /// The message as recorded.
+    pub message: Message,
+    /// Its body.
+    pub body: String,
+}
+
+/// The agent's inbox as the team's inbox backend reports it.
+#[derive(Debug, Clone)]
+pub struct InboxReport {
+    /// The inbox's backend name.
+    pub inbox: String,
+    /// The consumer's state.
+    pub status: InboxStatus,
+}
+
+impl Bus {
+    /// Hands out up to `limit` messages to `agent`: references from the inbox first, then a
+    /// top-up from the ledger. Never returns one message twice; a message handed out and not
+    /// confirmed comes back (marked `redelivered`) only after the hand-out grace.
+    ///
+    /// An inbox that fails (down, not provisioned) is logged and the ledger tops up everything.
+    /// A message whose body cannot be read right now is left out (its hand-out lapses and it
+    /// comes back). Errors: `limit` 0 or above the maximum → `Invalid`; the ledger failing.
+    pub async fn fetch(&self, agent: &Agent, limit: usize) -> BusResult<Vec<Delivery>> {
+        if limit == 0 || limit > self.settings.max_fetch {
+            return Err(BusError::invalid(format!(
+                "limit must be between 1 and {}",
+                self.settings.max_fetch
+            )));
+        }
+        let team = self.ports.ledger.team(agent.team).await?;
+        let now = self.now();
+        let ledger = &self.ports.ledger;
+
+        // 1. References from the inbox (no ack).
+        let mut inbox_ok = false;
+        let mut inbox: Option<Arc<dyn Inbox>> = None;
+        let mut requests = Vec::new();
+        let mut to_ack: Vec<InboxAck> = Vec::new();
+        match self.ports.backends.inbox(team.id, &team.inbox).await {
+            Ok(i) => {
+                let started = std::time::Instant::now();
+                let fetched = i.fetch_references(&agent.recipient_key, limit).await;
+                self.metrics.inbox_latency.observe(started.elapsed());
+                match fetched {
+                    Ok(refs) => {
+                        inbox_ok = true;
+                        for r in refs {
+                            let ack = InboxAck {
+                                inbox: team.inbox.clone(),
+                                ack_subject: r.ack_subject,
+                            };
+                            match ReferencePayload::from_json(&r.payload) {
+                                Ok(p) => requests.push(HandOutRequest {
+                                    message: p.message,
+                                    source: HandOutSource::Inbox {
+                                        event_id: r.event_id,
+                                        ack,
+                                        deliveries: r.deliveries,
+                                    },
+                                }),
+                                Err(_) => {
+                                    tracing::warn!(event = %r.event_id, "inbox reference is not a bus reference; acknowledging it away");
+                                    to_ack.push(ack);
+                                }
+                            }
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(agent = %agent.id, code = error.code(), error = ?error, "inbox fetch failed; topping up from the ledger");
+                    }
+                }
+                inbox = Some(i);
+            }
+            Err(error) => {
+                tracing::warn!(team = %team.id, code = error.code(), error = ?error, "inbox unavailable; topping up from the ledger");
+            }
+        }
+
+        // Bodies are read BEFORE a hand-out is recorded: a body that cannot be read now is not
+        // handed out (its reference comes back), so a transient failure never holds a message
+        // for a whole grace period.
+        let mut backends = BodyBackends::new();
+        let mut readable: HashMap<Uuid, (Message, String)> = HashMap::new();
+        let mut issued: Vec<HandOut> = Vec::new();
+        let requests = self
+            .readable_only(team.id, requests, &mut backends, &mut readable)
+            .await?;
+        if !requests.is_empty() {
+            let outcomes = ledger
+                .hand_out(
+                    team.id,
+                    agent.id,
+                    &requests,
+                    self.settings.handout_grace,
+                    now,
+                )
+                .await?;
+            for (request, outcome) in requests.into_iter().zip(outcomes) {
+                match outcome {
+                    HandOutOutcome::Issued(h) => issued.push(h),
+                    // Receipt already committed (crash between commit and ack) or not ours:
+                    // recognised, acknowledged, never shown again.
+                    HandOutOutcome::AlreadyDelivered { .. } | HandOutOutcome::Unknown { .. } => {
+                        if let HandOutSource::Inbox { ack, .. } = request.source {
+                            to_ack.push(ack);
+                        }
+                    }
+                    // Handed out and within its grace: the inbox redelivers it later.
+                    _ => {}
+                }
+            }
+        }
+
+        // 2. Top-up from the ledger (the authority).
+        if issued.len() < limit {
+            let stored_before = if inbox_ok {
+                before(now, self.settings.topup_after)
+            } else {
+                now
+            };
+            let ids = ledger
+                .undelivered(team.id, agent.id, stored_before, now, limit - issued.len())
+                .await?;
+            let requests: Vec<HandOutRequest> = ids
+                .into_iter()
+                .map(|message| HandOutRequest {
+                    message,
+                    source: HandOutSource::Ledger,
+                })
+                .collect();
+            let requests = self
+                .readable_only(team.id, requests, &mut backends, &mut readable)
+                .await?;
+            if !requests.is_empty() {
+                let outcomes = ledger
+                    .hand_out(
+                        team.id,
+                        agent.id,
+                        &requests,
+                        self.settings.handout_grace,
+                        now,
+                    )
+                    .await?;
+                issued.extend(outcomes.into_iter().filter_map(|o| match o {
+                    HandOutOutcome::Issued(h) => Some(h),
+                    _ => None,
+                }));
+            }
+        }
+
+        // 3. Acks of recognised redeliveries: their receipts are committed already.
+        if let Some(inbox) = &inbox {
+            let acks = join_all(to_ack.iter().map(|a| inbox.ack_reference(&a.ack_subject))).await;
+            for r in acks {
+                if let Err(error) = r {
+                    Metrics::inc(&self.metrics.inbox_ack_failures);
+                    tracing::info!(
+                        code = error.code(),
+                        "ack of a recognised redelivery failed; it will come back and be recognised again"
+                    );
+                }
+            }
+        }
+
+        // 4. The deliveries, with the bodies read above.
+        let mut deliveries = Vec::with_capacity(issued.len());
+        for hand_out in issued {
+            let Some((message, body)) = readable.get(&hand_out.message).cloned() else {
+                continue;
+            };
+            Metrics::inc(&self.metrics.deliveries_handed_out);
+            if !hand_out.redelivered
+                && let Ok(d) = (hand_out.issued_at - message.sent_at).to_std()
+            {
+                self.metrics.delivery_latency.observe(d);
+            }
+            deliveries.push(Delivery {
+                hand_out,
+                message,
+                body,
+            });
+        }
+        Ok(deliveries)
+    }
+
+    /// Keeps the requests whose body can be read now (reading it into `readable`), and those the
+    /// ledger will answer `Unknown` for (unknown or not stored: their references are then
+    /// acknowledged away). Errors: the ledger failing.
+    async fn readable_only(
+        &self,
+        team: Uuid,
+        requests: Vec<HandOutRequest>,
+        backends: &mut BodyBackends,
+        readable: &mut HashMap<Uuid, (Message, String)>,
+    ) -> BusResult<Vec<HandOutRequest>> {
+        let mut keep = Vec::with_capacity(requests.len());
+        for request in requests {
+            if readable.contains_key(&request.message) {
+                keep.push(request);
+                continue;
+            }
+            let message = match self.ports.ledger.message(team, request.message).await {
+                Ok(m) => m,
+                Err(BusError::NotFound { .. }) => {
+                    keep.push(request);
+                    continue;
+                }
+                Err(e) => return Err(e),
+            };
+            if message.publication != Publication::Stored || message.locator.is_none() {
+                keep.push(request);
+                continue;
+            }
+            if let Some(body) = self.body_of(&message, backends).await {
+                readable.insert(message.id, (message, body));
+                keep.push(request);
+            }
+        }
+        Ok(keep)
+    }
+
+    /// Reads a stored message's body, caching the backend per name. `None` when it cannot be
+    /// read now (logged); the hand-out lapses and the message comes back.
+    pub(crate) async fn body_of(
+        &self,
+        message: &Message,
+        backends: &mut BodyBackends,
+    ) -> Option<String> {
+        match self.read_body(message, backends).await {
+            Ok(Some(body)) => Some(body),
+            Ok(None) => {
+                tracing::warn!(message = %message.id, "body not found at its locator");
+                None
+            }
+            Err(error) => {
+                tracing::warn!(message = %message.id, code = error.code(), error = ?error, "body fetch failed");
+                None
+            }
+        }
+    }
+
+    /// Reads a stored message's body: `Ok(None)` when the backend does not hold it. A backend
+    /// that failed with a retryable error is remembered as down for the rest of `backends`'
+    /// life (one page or one fetch), so a broker outage costs one timeout, not one per message.
+    pub(crate) async fn read_body(
+        &self,
+        message: &Message,
+        backends: &mut BodyBackends,
+    ) -> BusResult<Option<String>> {
+        let Some(locator) = message.locator.as_ref() else {
+            return Ok(None);
+        };
+        if !backends.contains_key(&message.backend) {
+            let b = self
+                .ports
+                .backends
+                .body_backend(message.team, &message.backend)
+                .await;
+            backends.insert(message.backend.clone(), b);
+        }
+        let backend = match backends.get(&message.backend) {
+            Some(Ok(b)) => b.clone(),
+            Some(Err(e)) => return Err(e.clone()),
+            None => return Err(BusError::unavailable("body backend")),
+        };
+        let result = backend.fetch(locator, message.id).await;
+        if let Err(e) = &result
+            && e.is_retryable()
+        {
+            backends.insert(message.backend.clone(), Err(e.clone()));
+        }
+        result
+    }
+
+    /// Confirms deliveries by id: the ledger commits the receipts first (one transaction), THEN
+    /// the inbox references are acknowledged with the ack subjects kept server-side. When the
+    /// commit fails nothing is acknowledged (the references come back and are recognised). An
+    /// ack that fails after the commit is logged and counted; the redelivery it causes is
+    /// recognised by the receipt.
+    ///
+    /// Returns one outcome per id, in order. Errors: an empty list or more than `MAX_PAGE` ids →
+    /// `Invalid`; the ledger failing; run rules (`NotFound`, `Forbidden`, `Conflict`).
+    pub async fn confirm(
+        &self,
+        agent: &Agent,
+        deliveries: &[DeliveryId],
+        run: Option<RunId>,
+    ) -> BusResult<Vec<ConfirmOutcome>> {
+        if deliveries.is_empty() || deliveries.len() > crewbus_domain::MAX_PAGE {
+            return Err(BusError::invalid(format!(
+                "confirm between 1 and {} deliveries",
+                crewbus_domain::MAX_PAGE
+            )));
+        }
+        let outcomes = self
+            .ports
+            .ledger
+            .confirm(agent.team, agent.id, deliveries, run, self.now())
+            .await?;
+        let mut acks: Vec<&InboxAck> = Vec::new();
+        for o in &outcomes {
+            match o {
+                ConfirmOutcome::Confirmed { ack, .. } => {
+                    Metrics::inc(&self.metrics.deliveries_confirmed);
+                    acks.extend(ack.as_ref());
+                }
+                ConfirmOutcome::AlreadyConfirmed { ack, .. } => acks.extend(ack.as_ref()),
+                _ => {}
+            }
+        }
+        self.ack_all(agent.team, &acks).await;
+        Ok(outcomes)
+    }
+
+    async fn ack_all(&self, team: Uuid, acks: &[&InboxAck]) {
+        let mut inboxes: HashMap<&str, Option<Arc<dyn Inbox>>> = HashMap::new();
+        for a in acks {
+            if !inboxes.contains_key(a.inbox.as_str()) {
+                let inbox = self.ports.backends.inbox(team, &a.inbox).await.ok();
+                inboxes.insert(a.inbox.as_str(), inbox);
+            }
+        }
+        let results = join_all(acks.iter().map(|a| {
+            let inbox = inboxes.get(a.inbox.as_str()).cloned().flatten();
+            async move {
+                match inbox {
+                    Some(i) => i.ack_reference(&a.ack_subject).await,
+                    None => Err(BusError::unavailable("inbox")),
+                }
+            }
+        }))
+        .await;
+        for r in results {
+            if let Err(error) = r {
+                Metrics::inc(&self.metrics.inbox_ack_failures);
+                tracing::info!(code = error.code(), error = ?error, "inbox ack failed after the receipt was committed; the redelivery will be recognised");
+            }
+        }
+    }
+
+    /// The agent's inbox status. Errors: the inbox backend failing (never reported as empty).
+    pub async fn inbox_status(&self, agent: &Agent) -> BusResult<InboxReport> {
+        let team = self.ports.ledger.team(agent.team).await?;
+        let inbox = self.ports.backends.inbox(team.id, &team.inbox).await?;
+        let status = inbox.inbox_status(&agent.recipient_key).await?;
+        Ok(InboxReport {
+            inbox: team.inbox,
+            status,
+        })
+    }
+}

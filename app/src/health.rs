@@ -1,0 +1,97 @@
+//! Health: the database decides; the broker is reported but never fails the probe.
+
+use crewbus_domain::LedgerCounts;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+use crate::bus::Bus;
+use crate::metrics::LedgerGauges;
+
+/// The answer of `/health`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct HealthReport {
+    /// `ok` when the ledger answers, else `unavailable` (then the status code is 503).
+    pub status: &'static str,
+    /// The ledger: `ok` or `unavailable`.
+    pub ledger: &'static str,
+    /// The broker: `ok`, `unreachable`, or `not_configured`. Never fails the probe.
+    pub broker: &'static str,
+    /// Messages waiting for the relay.
+    pub publication_pending: Option<u64>,
+    /// Of those, attempts that were unanswered and await reconcile.
+    pub publication_uncertain: Option<u64>,
+    /// Messages the relay gave up on.
+    pub publication_failed: Option<u64>,
+    /// Age of the oldest pending publication, seconds.
+    pub oldest_pending_age_seconds: Option<f64>,
+    /// Inbox events not yet published as references.
+    pub inbox_events_pending: Option<u64>,
+}
+
+impl HealthReport {
+    /// Whether the probe passes.
+    pub fn healthy(&self) -> bool {
+        self.status == "ok"
+    }
+}
+
+impl Bus {
+    /// Checks the ledger (by reading its counts) and, when configured, whether the broker
+    /// answers.
+    pub async fn health(&self) -> HealthReport {
+        let counts = self.ports.ledger.counts(self.now()).await;
+        let broker = match &self.ports.broker {
+            None => "not_configured",
+            Some(b) if b.reachable().await => "ok",
+            Some(_) => "unreachable",
+        };
+        match counts {
+            Ok(c) => HealthReport {
+                status: "ok",
+                ledger: "ok",
+                broker,
+                publication_pending: Some(c.pending_publications),
+                publication_uncertain: Some(c.uncertain_publications),
+                publication_failed: Some(c.failed_publications),
+                oldest_pending_age_seconds: Some(
+                    c.oldest_pending_age.map_or(0.0, |d| d.as_secs_f64()),
+                ),
+                inbox_events_pending: Some(c.pending_inbox_events),
+            },
+            Err(error) => {
+                tracing::warn!(code = error.code(), error = ?error, "health: ledger unavailable");
+                HealthReport {
+                    status: "unavailable",
+                    ledger: "unavailable",
+                    broker,
+                    publication_pending: None,
+                    publication_uncertain: None,
+                    publication_failed: None,
+                    oldest_pending_age_seconds: None,
+                    inbox_events_pending: None,
+                }
+            }
+        }
+    }
+
+    /// The Prometheus exposition, with ledger gauges when the ledger answers.
+    pub async fn metrics_text(&self) -> String {
+        let gauges = self
+            .ports
+            .ledger
+            .counts(self.now())
+            .await
+            .ok()
+            .map(gauges_of);
+        self.metrics.render(gauges)
+    }
+}
+
+fn gauges_of(c: LedgerCounts) -> LedgerGauges {
+    LedgerGauges {
+        publication_pending: c.pending_publications,
+        publication_failed: c.failed_publications,
+        oldest_pending_age_seconds: c.oldest_pending_age.map_or(0.0, |d| d.as_secs_f64()),
+        inbox_events_pending: c.pending_inbox_events,
+    }
+}

@@ -1,0 +1,74 @@
+//! History: a conversation's messages by `seq`, with bodies read back from their backends.
+
+use crewbus_domain::{Absence, Agent, BusError, BusResult, Message, Uuid};
+
+use crate::bus::Bus;
+use crate::deliver::BodyBackends;
+
+/// One message of a history page.
+#[derive(Debug, Clone)]
+pub struct HistoryEntry {
+    /// The message as recorded.
+    pub message: Message,
+    /// Its body, when it could be read.
+    pub body: Option<String>,
+    /// Why there is no body: pending (the page stops here), failed, retained, unavailable (the
+    /// backend did not answer), missing (the backend does not hold it).
+    pub absence: Option<Absence>,
+}
+
+/// A page of history.
+#[derive(Debug, Clone)]
+pub struct History {
+    /// Messages with `seq > after_seq`, in order, up to and including the first pending one.
+    pub entries: Vec<HistoryEntry>,
+    /// The cursor for the next page (`seq − 1` of a pending message, so it is read again).
+    pub next_after_seq: u64,
+}
+
+impl Bus {
+    /// A page of `conversation` after `after_seq`, for a member. An unreachable backend yields an
+    /// explained empty body (`Unavailable`), never a failed page. Errors: not a member, unknown
+    /// or another team's conversation → `NotFound`; bad `limit` → `Invalid`.
+    pub async fn history(
+        &self,
+        agent: &Agent,
+        conversation: Uuid,
+        after_seq: u64,
+        limit: usize,
+    ) -> BusResult<History> {
+        crewbus_domain::validate_limit(limit)?;
+        self.conversation_for(agent, conversation).await?;
+        let page = self
+            .ports
+            .ledger
+            .history(agent.team, conversation, after_seq, limit)
+            .await?;
+        let mut backends = BodyBackends::new();
+        let mut entries = Vec::with_capacity(page.items.len());
+        for item in page.items {
+            let (body, absence) = match item.absence {
+                Some(a) => (None, Some(a)),
+                None => match self.read_body(&item.message, &mut backends).await {
+                    Ok(Some(body)) => (Some(body), None),
+                    Ok(None) => (None, Some(Absence::Missing)),
+                    Err(e) if e.is_retryable() => (None, Some(Absence::Unavailable)),
+                    Err(BusError::NotProvisioned { .. }) => (None, Some(Absence::Unavailable)),
+                    Err(error) => {
+                        tracing::warn!(message = %item.message.id, code = error.code(), error = ?error, "history: body refused");
+                        (None, Some(Absence::Missing))
+                    }
+                },
+            };
+            entries.push(HistoryEntry {
+                message: item.message,
+                body,
+                absence,
+            });
+        }
+        Ok(History {
+            entries,
+            next_after_seq: page.next_after_seq,
+        })
+    }
+}

@@ -1,0 +1,112 @@
+//! Conversations, sending and history.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use crewbus_domain::Uuid;
+
+use super::AppState;
+use super::auth::Authenticated;
+use super::error::{ApiResult, ErrorBody};
+use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::views::{
+    ConversationView, CreateConversation, HistoryQuery, HistoryView, SendMessage, SentView,
+};
+
+/// Create a conversation with members of the caller's team.
+#[utoipa::path(post, path = "/v1/conversations", tag = "conversations",
+    request_body = CreateConversation,
+    responses((status = 201, body = ConversationView),
+        (status = 400, description = "bad title or member", body = ErrorBody),
+        (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn create(
+    State(state): State<AppState>,
+    Authenticated(agent): Authenticated,
+    ApiJson(req): ApiJson<CreateConversation>,
+) -> ApiResult<(StatusCode, Json<ConversationView>)> {
+    let c = state
+        .bus
+        .create_conversation(&agent, &req.title, &req.members)
+        .await?;
+    Ok((StatusCode::CREATED, Json(c.into())))
+}
+
+/// The caller's conversations, oldest first.
+#[utoipa::path(get, path = "/v1/conversations", tag = "conversations",
+    responses((status = 200, body = Vec<ConversationView>), (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn list(
+    State(state): State<AppState>,
+    Authenticated(agent): Authenticated,
+) -> ApiResult<Json<Vec<ConversationView>>> {
+    let cs = state.bus.conversations_for(&agent).await?;
+    Ok(Json(cs.into_iter().map(Into::into).collect()))
+}
+
+/// One conversation the caller is a member of.
+#[utoipa::path(get, path = "/v1/conversations/{id}", tag = "conversations",
+    params(("id" = Uuid, Path, description = "conversation id")),
+    responses((status = 200, body = ConversationView),
+        (status = 400, description = "bad id", body = ErrorBody),
+        (status = 404, description = "unknown, another team's, or not a member", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get(
+    State(state): State<AppState>,
+    Authenticated(agent): Authenticated,
+    ApiPath(id): ApiPath<Uuid>,
+) -> ApiResult<Json<ConversationView>> {
+    Ok(Json(state.bus.conversation_for(&agent, id).await?.into()))
+}
+
+/// Send a message, idempotent on `request_id`. `201` when created, `200` for a repeat.
+#[utoipa::path(post, path = "/v1/conversations/{id}/messages", tag = "messages",
+    params(("id" = Uuid, Path, description = "conversation id")),
+    request_body = SendMessage,
+    responses((status = 201, body = SentView), (status = 200, description = "a repeat", body = SentView),
+        (status = 400, body = ErrorBody), (status = 403, description = "not a member", body = ErrorBody),
+        (status = 404, body = ErrorBody), (status = 409, description = "same request_id, other body", body = ErrorBody),
+        (status = 413, description = "body above the limit", body = ErrorBody),
+        (status = 503, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn send(
+    State(state): State<AppState>,
+    Authenticated(agent): Authenticated,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiJson(req): ApiJson<SendMessage>,
+) -> ApiResult<(StatusCode, Json<SentView>)> {
+    let sent = state
+        .bus
+        .send(&agent, id, req.request_id, req.body, req.run)
+        .await?;
+    let status = if sent.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((
+        status,
+        Json(SentView {
+            created: sent.created,
+            message: sent.message.into(),
+        }),
+    ))
+}
+
+/// History by `seq`. A page stops at the first pending message (shown with `absence:
+/// "pending"`); read again from `next_after_seq`.
+#[utoipa::path(get, path = "/v1/conversations/{id}/messages", tag = "messages",
+    params(("id" = Uuid, Path, description = "conversation id"), HistoryQuery),
+    responses((status = 200, body = HistoryView),
+        (status = 400, description = "bad id or paging", body = ErrorBody),
+        (status = 404, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn history(
+    State(state): State<AppState>,
+    Authenticated(agent): Authenticated,
+    ApiPath(id): ApiPath<Uuid>,
+    ApiQuery(q): ApiQuery<HistoryQuery>,
+) -> ApiResult<Json<HistoryView>> {
+    let h = state.bus.history(&agent, id, q.after_seq, q.limit).await?;
+    Ok(Json(h.into()))
+}

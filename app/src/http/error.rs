@@ -1,0 +1,114 @@
+//! JSON errors: `{"code": "...", "message": "..."}` with a status derived from the variant.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use crewbus_domain::BusError;
+use serde::Serialize;
+use utoipa::ToSchema;
+
+/// The body of every error response.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    /// Stable machine-readable code: `not_found`, `invalid`, `too_large`, `conflict`,
+    /// `unauthenticated`, `forbidden`, `quota_exceeded`, `insufficient_storage`, `unavailable`,
+    /// `timeout`, `not_provisioned`, `internal`.
+    pub code: String,
+    /// A sentence for humans. Never carries broker or database text.
+    pub message: String,
+}
+
+/// A [`BusError`] on its way to an HTTP client.
+#[derive(Debug)]
+pub struct ApiError(pub BusError);
+
+impl From<BusError> for ApiError {
+    fn from(e: BusError) -> Self {
+        ApiError(e)
+    }
+}
+
+/// The HTTP status of each variant. Another team's ids come back from the use cases as
+/// `NotFound` (404), never `Forbidden`.
+pub fn status_for(e: &BusError) -> StatusCode {
+    match e {
+        BusError::NotFound { .. } => StatusCode::NOT_FOUND,
+        BusError::Invalid { .. } => StatusCode::BAD_REQUEST,
+        BusError::Conflict { .. } => StatusCode::CONFLICT,
+        BusError::Forbidden { .. } => StatusCode::FORBIDDEN,
+        BusError::Unauthenticated => StatusCode::UNAUTHORIZED,
+        BusError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+        BusError::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
+        BusError::InsufficientStorage { .. } => StatusCode::INSUFFICIENT_STORAGE,
+        BusError::NotProvisioned { .. }
+        | BusError::Unavailable { .. }
+        | BusError::Timeout { .. } => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = status_for(&self.0);
+        if status.is_server_error() {
+            // The source (backend text) goes to the log only.
+            tracing::warn!(code = self.0.code(), error = ?self.0, "request failed");
+        }
+        let mut response = (
+            status,
+            Json(ErrorBody {
+                code: self.0.code().to_owned(),
+                message: self.0.to_string(),
+            }),
+        )
+            .into_response();
+        if matches!(self.0, BusError::Unauthenticated) {
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static("Bearer"),
+            );
+        }
+        if self.0.is_retryable() {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static("1"),
+            );
+        }
+        response
+    }
+}
+
+/// Result of every handler.
+pub type ApiResult<T> = Result<T, ApiError>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statuses_follow_the_contract() {
+        let cases = [
+            (BusError::TooLarge { size: 2, limit: 1 }, 413),
+            (BusError::not_found("x"), 404),
+            (BusError::invalid("x"), 400),
+            (BusError::Unauthenticated, 401),
+            (BusError::conflict("x"), 409),
+            (BusError::unavailable("x"), 503),
+            (BusError::timeout("x"), 503),
+            (BusError::quota_exceeded("x"), 429),
+            (
+                BusError::InsufficientStorage {
+                    extra: 1,
+                    used: 1,
+                    reserved: 1,
+                    budget: None,
+                    remedy: String::new(),
+                },
+                507,
+            ),
+        ];
+        for (e, status) in cases {
+            assert_eq!(status_for(&e).as_u16(), status, "{e:?}");
+        }
+    }
+}

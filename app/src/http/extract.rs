@@ -1,0 +1,154 @@
+//! Extractors whose rejections are the API's JSON errors (`invalid`, `too_large`) instead of
+//! axum's plain-text ones.
+
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use crewbus_domain::BusError;
+use serde::de::DeserializeOwned;
+
+use super::error::ApiError;
+
+/// `Json<T>` answering malformed JSON with `400 invalid` and an oversize request with
+/// `413 too_large`.
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let declared = req
+            .headers()
+            .get(axum::http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        match axum::Json::<T>::from_request(req, state).await {
+            Ok(axum::Json(v)) => Ok(ApiJson(v)),
+            Err(rejection) => Err(json_rejection(rejection, declared)),
+        }
+    }
+}
+
+fn json_rejection(rejection: JsonRejection, declared: Option<u64>) -> ApiError {
+    if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        return ApiError(BusError::TooLarge {
+            size: declared.unwrap_or(REQUEST_LIMIT_BYTES as u64 + 1),
+            limit: REQUEST_LIMIT_BYTES as u64,
+        });
+    }
+    let reason = match &rejection {
+        JsonRejection::MissingJsonContentType(_) => {
+            "expected `Content-Type: application/json`".to_owned()
+        }
+        JsonRejection::JsonSyntaxError(_) => "request body is not valid JSON".to_owned(),
+        JsonRejection::JsonDataError(e) => format!("request body does not fit: {}", e.body_text()),
+        _ => "request body could not be read".to_owned(),
+    };
+    ApiError(BusError::invalid(reason))
+}
+
+/// Largest HTTP request body, in bytes: room for a 1 MiB message body even when every character
+/// is JSON-escaped (`\u0000` is six bytes). The message body itself is checked against the team
+/// backend's limit after parsing (also 413).
+pub const REQUEST_LIMIT_BYTES: usize = 7 * 1024 * 1024;
+
+/// `Path<T>` answering an unparsable id with `400 invalid`.
+pub struct ApiPath<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiPath<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Send,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(v)) => Ok(ApiPath(v)),
+            Err(rejection) => Err(path_rejection(rejection)),
+        }
+    }
+}
+
+fn path_rejection(rejection: PathRejection) -> ApiError {
+    let reason = match &rejection {
+        PathRejection::FailedToDeserializePathParams(e) => {
+            format!("bad id in the path: {}", e.body_text())
+        }
+        _ => "bad path".to_owned(),
+    };
+    ApiError(BusError::invalid(reason))
+}
+
+/// `Query<T>` answering bad pagination with `400 invalid`.
+pub struct ApiQuery<T>(pub T);
+
+impl<S, T> FromRequestParts<S> for ApiQuery<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Query::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Query(v)) => Ok(ApiQuery(v)),
+            Err(rejection) => Err(query_rejection(rejection)),
+        }
+    }
+}
+
+fn query_rejection(rejection: QueryRejection) -> ApiError {
+    let reason = match &rejection {
+        QueryRejection::FailedToDeserializeQueryString(e) => {
+            format!("bad query: {}", e.body_text())
+        }
+        _ => "bad query".to_owned(),
+    };
+    ApiError(BusError::invalid(reason))
+}
+
+/// A JSON body that may be left out entirely (an empty body is `T::default()`). Malformed JSON
+/// is `400 invalid`; an oversize body `413 too_large`.
+pub struct ApiJsonOrDefault<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJsonOrDefault<T>
+where
+    S: Send + Sync,
+    T: DeserializeOwned + Default,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, ApiError> {
+        let bytes = match axum::body::Bytes::from_request(req, state).await {
+            Ok(b) => b,
+            Err(rejection) => {
+                return Err(if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+                    ApiError(BusError::TooLarge {
+                        size: REQUEST_LIMIT_BYTES as u64 + 1,
+                        limit: REQUEST_LIMIT_BYTES as u64,
+                    })
+                } else {
+                    ApiError(BusError::invalid("request body could not be read"))
+                });
+            }
+        };
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(ApiJsonOrDefault(T::default()));
+        }
+        serde_json::from_slice(&bytes)
+            .map(ApiJsonOrDefault)
+            .map_err(|e| {
+                ApiError(BusError::invalid(if e.is_syntax() || e.is_eof() {
+                    "request body is not valid JSON".to_owned()
+                } else {
+                    format!("request body does not fit: {e}")
+                }))
+            })
+    }
+}

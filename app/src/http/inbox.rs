@@ -1,0 +1,67 @@
+//! The caller's inbox: fetch, confirm, status.
+
+use axum::Json;
+use axum::extract::State;
+use crewbus_domain::DeliveryId;
+
+use super::AppState;
+use super::auth::Authenticated;
+use super::error::{ApiResult, ErrorBody};
+use super::extract::{ApiJson, ApiJsonOrDefault};
+use super::views::{
+    ConfirmItemView, ConfirmRequest, ConfirmView, FetchRequest, FetchView, InboxStatusView,
+};
+
+/// Hand out the caller's next messages. Nothing is confirmed: confirm each delivery id once it is
+/// processed, or it comes back (marked `redelivered`) after the hand-out grace.
+#[utoipa::path(post, path = "/v1/inbox/fetch", tag = "inbox",
+    request_body(content = FetchRequest, description = "optional; limit defaults to 10"),
+    responses((status = 200, body = FetchView), (status = 400, description = "bad limit", body = ErrorBody),
+        (status = 401, body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn fetch(
+    State(state): State<AppState>,
+    Authenticated(agent): Authenticated,
+    ApiJsonOrDefault(req): ApiJsonOrDefault<FetchRequest>,
+) -> ApiResult<Json<FetchView>> {
+    let ds = state.bus.fetch(&agent, req.limit).await?;
+    Ok(Json(FetchView {
+        deliveries: ds.into_iter().map(Into::into).collect(),
+    }))
+}
+
+/// Confirm deliveries by id: the receipt is committed, then the inbox reference acknowledged.
+/// A second confirm changes nothing and says `already_confirmed`.
+#[utoipa::path(post, path = "/v1/inbox/confirm", tag = "inbox",
+    request_body = ConfirmRequest,
+    responses((status = 200, body = ConfirmView), (status = 400, body = ErrorBody),
+        (status = 503, description = "not committed; retry", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn confirm(
+    State(state): State<AppState>,
+    Authenticated(agent): Authenticated,
+    ApiJson(req): ApiJson<ConfirmRequest>,
+) -> ApiResult<Json<ConfirmView>> {
+    let ids: Vec<DeliveryId> = req.deliveries.iter().copied().map(DeliveryId).collect();
+    let outcomes = state.bus.confirm(&agent, &ids, req.run).await?;
+    Ok(Json(ConfirmView {
+        results: req
+            .deliveries
+            .into_iter()
+            .zip(outcomes)
+            .map(|(id, o)| ConfirmItemView::new(id, o))
+            .collect(),
+    }))
+}
+
+/// The caller's inbox as its backend reports it.
+#[utoipa::path(get, path = "/v1/inbox/status", tag = "inbox",
+    responses((status = 200, body = InboxStatusView),
+        (status = 503, description = "the inbox backend did not answer", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn status(
+    State(state): State<AppState>,
+    Authenticated(agent): Authenticated,
+) -> ApiResult<Json<InboxStatusView>> {
+    Ok(Json(state.bus.inbox_status(&agent).await?.into()))
+}

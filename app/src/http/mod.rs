@@ -1,0 +1,54 @@
+//! The HTTP API (axum): agents' routes under `/v1`, `/health`, `/metrics`, `/openapi.json`.
+//! Errors are JSON `{code, message}` (see [`error`]).
+
+use axum::Router;
+use axum::extract::DefaultBodyLimit;
+use axum::routing::{get, post};
+
+use crate::bus::Bus;
+
+mod agents;
+mod auth;
+mod conversations;
+pub mod error;
+pub(crate) mod extract;
+mod inbox;
+mod messages;
+pub mod openapi;
+mod ops;
+pub mod views;
+
+/// What every handler sees.
+#[derive(Clone)]
+pub struct AppState {
+    /// The use cases.
+    pub bus: Bus,
+}
+
+/// The whole API.
+pub fn router(bus: Bus) -> Router {
+    Router::new()
+        .route("/v1/me", get(agents::me))
+        .route("/v1/agents", get(agents::list))
+        .route(
+            "/v1/conversations",
+            post(conversations::create).get(conversations::list),
+        )
+        .route("/v1/conversations/{id}", get(conversations::get))
+        .route(
+            "/v1/conversations/{id}/messages",
+            post(conversations::send).get(conversations::history),
+        )
+        .route("/v1/messages/{id}/receipts", get(messages::receipts))
+        .route("/v1/messages/{id}/acknowledge", post(messages::acknowledge))
+        .route("/v1/inbox/fetch", post(inbox::fetch))
+        .route("/v1/inbox/confirm", post(inbox::confirm))
+        .route("/v1/inbox/status", get(inbox::status))
+        .route("/health", get(ops::health))
+        .route("/metrics", get(ops::metrics))
+        .route("/openapi.json", get(ops::openapi))
+        .fallback(ops::not_found)
+        .method_not_allowed_fallback(ops::method_not_allowed)
+        .layer(DefaultBodyLimit::max(extract::REQUEST_LIMIT_BYTES))
+        .with_state(AppState { bus })
+}

@@ -1,0 +1,58 @@
+//! `/health`, `/metrics`, `/openapi.json`, and the JSON 404.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use crewbus_domain::BusError;
+use utoipa::OpenApi;
+
+use super::AppState;
+use super::error::ApiError;
+use crate::health::HealthReport;
+
+/// Liveness and readiness: `200` when the ledger answers, `503` when it does not. The broker is
+/// reported and never fails the probe.
+#[utoipa::path(get, path = "/health", tag = "operations",
+    responses((status = 200, body = HealthReport), (status = 503, body = HealthReport)))]
+pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
+    let report = state.bus.health().await;
+    let status = if report.healthy() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Json(report))
+}
+
+/// Prometheus metrics (text exposition format 0.0.4).
+#[utoipa::path(get, path = "/metrics", tag = "operations",
+    responses((status = 200, description = "Prometheus text", content_type = "text/plain")))]
+pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        state.bus.metrics_text().await,
+    )
+}
+
+/// This document.
+pub async fn openapi() -> impl IntoResponse {
+    Json(super::openapi::ApiDoc::openapi())
+}
+
+/// Any other path.
+pub async fn not_found() -> ApiError {
+    ApiError(BusError::not_found("no such route"))
+}
+
+/// A known path with another method: `405` with the API's JSON error (`invalid`).
+pub async fn method_not_allowed() -> impl IntoResponse {
+    let ApiError(e) = ApiError(BusError::invalid("method not allowed on this path"));
+    (
+        StatusCode::METHOD_NOT_ALLOWED,
+        Json(super::error::ErrorBody {
+            code: e.code().to_owned(),
+            message: e.to_string(),
+        }),
+    )
+}

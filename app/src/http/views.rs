@@ -1,0 +1,380 @@
+//! The API's request and response bodies (JSON), documented in `/openapi.json`.
+
+use crewbus_domain::{
+    Absence, Agent, ConfirmOutcome, Conversation, DateTime, Message, Receipt, RunId, Utc, Uuid,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::{IntoParams, ToSchema};
+
+use crate::deliver::{Delivery, InboxReport};
+use crate::history::{History, HistoryEntry};
+
+/// An agent (never its token).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct AgentView {
+    /// Agent id.
+    pub id: Uuid,
+    /// Team id.
+    pub team: Uuid,
+    /// Name, unique in the team.
+    pub name: String,
+    /// When it was revoked, if it was.
+    pub revoked_at: Option<DateTime<Utc>>,
+}
+
+impl From<Agent> for AgentView {
+    fn from(a: Agent) -> Self {
+        AgentView {
+            id: a.id,
+            team: a.team,
+            name: a.name,
+            revoked_at: a.revoked_at,
+        }
+    }
+}
+
+/// Create a conversation: the caller is always a member.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateConversation {
+    /// A title (1 to 128 characters, no control characters).
+    pub title: String,
+    /// The other members' agent ids (see `GET /v1/agents`).
+    #[serde(default)]
+    pub members: Vec<Uuid>,
+}
+
+/// A conversation and its members.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConversationView {
+    /// Conversation id.
+    pub id: Uuid,
+    /// Title.
+    pub title: String,
+    /// The body backend it was created with (kept for life).
+    pub backend: String,
+    /// Creation time.
+    pub created_at: DateTime<Utc>,
+    /// Member agent ids.
+    pub members: Vec<Uuid>,
+}
+
+impl From<Conversation> for ConversationView {
+    fn from(c: Conversation) -> Self {
+        ConversationView {
+            id: c.id,
+            title: c.title,
+            backend: c.backend,
+            created_at: c.created_at,
+            members: c.members.into_iter().map(|m| m.agent).collect(),
+        }
+    }
+}
+
+/// Send a message.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SendMessage {
+    /// The caller's idempotency key (1 to 128 visible ASCII characters): the same key with the
+    /// same body returns the original message; with another body it is `409 conflict`.
+    pub request_id: String,
+    /// The body (UTF-8, at most the team backend's limit, 1 MiB by default; larger is 413).
+    pub body: String,
+    /// The acting run, if any (its journal gets `MessageSent`).
+    #[serde(default)]
+    #[schema(value_type = Option<Uuid>)]
+    pub run: Option<RunId>,
+}
+
+/// A message as recorded (no body).
+#[derive(Debug, Serialize, ToSchema)]
+pub struct MessageView {
+    /// Message id.
+    pub id: Uuid,
+    /// Conversation id.
+    pub conversation: Uuid,
+    /// Position in the conversation, gap-free from 1.
+    pub seq: u64,
+    /// Sender agent id.
+    pub sender: Uuid,
+    /// The sender's idempotency key.
+    pub request_id: String,
+    /// Hex SHA-256 of the body.
+    pub body_sha256: String,
+    /// Body length in bytes.
+    pub body_len: u64,
+    /// The body backend.
+    pub backend: String,
+    /// `stored`, `pending_publication` or `failed`.
+    pub publication: String,
+    /// When it was sent.
+    pub sent_at: DateTime<Utc>,
+    /// When the body backend confirmed it.
+    pub stored_at: Option<DateTime<Utc>>,
+    /// Why it failed (an error code), if it did.
+    pub failure: Option<String>,
+}
+
+impl From<Message> for MessageView {
+    fn from(m: Message) -> Self {
+        MessageView {
+            id: m.id,
+            conversation: m.conversation,
+            seq: m.seq,
+            sender: m.sender,
+            request_id: m.request_id,
+            body_sha256: m.body_sha256,
+            body_len: m.body_len,
+            backend: m.backend,
+            publication: m.publication.as_str().to_owned(),
+            sent_at: m.sent_at,
+            stored_at: m.stored_at,
+            failure: m.failure,
+        }
+    }
+}
+
+/// The answer to a send.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SentView {
+    /// `false` when this was a repeat of an earlier request (same `request_id` and body).
+    pub created: bool,
+    /// The message as it stands now.
+    pub message: MessageView,
+}
+
+/// History paging.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct HistoryQuery {
+    /// Return messages with `seq` greater than this. Default 0 (from the start).
+    #[serde(default)]
+    pub after_seq: u64,
+    /// At most this many (1 to 1000). Default 100.
+    #[serde(default = "default_limit")]
+    pub limit: usize,
+}
+
+fn default_limit() -> usize {
+    100
+}
+
+/// One history item.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HistoryItemView {
+    /// The message.
+    pub message: MessageView,
+    /// Its body, when it could be read.
+    pub body: Option<String>,
+    /// Why there is no body: `pending` (the page stops here; read again from `next_after_seq`),
+    /// `failed`, `retained`, `unavailable` (the backend did not answer), `missing`.
+    pub absence: Option<String>,
+}
+
+impl From<HistoryEntry> for HistoryItemView {
+    fn from(e: HistoryEntry) -> Self {
+        HistoryItemView {
+            message: e.message.into(),
+            body: e.body,
+            absence: e.absence.map(absence_name),
+        }
+    }
+}
+
+fn absence_name(a: Absence) -> String {
+    match a {
+        Absence::Pending => "pending",
+        Absence::Failed => "failed",
+        Absence::Retained => "retained",
+        Absence::Unavailable => "unavailable",
+        Absence::Missing => "missing",
+    }
+    .to_owned()
+}
+
+/// A page of history.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct HistoryView {
+    /// Messages in `seq` order.
+    pub messages: Vec<HistoryItemView>,
+    /// Pass as `after_seq` for the next page.
+    pub next_after_seq: u64,
+}
+
+impl From<History> for HistoryView {
+    fn from(h: History) -> Self {
+        HistoryView {
+            messages: h.entries.into_iter().map(Into::into).collect(),
+            next_after_seq: h.next_after_seq,
+        }
+    }
+}
+
+/// Fetch from the inbox.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FetchRequest {
+    /// At most this many deliveries (1 to the server's maximum, 100 by default). Default 10.
+    #[serde(default = "default_fetch")]
+    pub limit: usize,
+}
+
+fn default_fetch() -> usize {
+    10
+}
+
+impl Default for FetchRequest {
+    fn default() -> Self {
+        FetchRequest {
+            limit: default_fetch(),
+        }
+    }
+}
+
+/// One message handed to the caller. Confirm it by `delivery_id` once processed.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DeliveryView {
+    /// Confirm with this id (`POST /v1/inbox/confirm`).
+    pub delivery_id: Uuid,
+    /// The message.
+    pub message: MessageView,
+    /// Its body.
+    pub body: String,
+    /// Handed out before and not confirmed (the caller may have seen it).
+    pub redelivered: bool,
+    /// Not handed out again before this time unless confirmed.
+    pub held_until: DateTime<Utc>,
+}
+
+impl From<Delivery> for DeliveryView {
+    fn from(d: Delivery) -> Self {
+        DeliveryView {
+            delivery_id: d.hand_out.delivery.0,
+            message: d.message.into(),
+            body: d.body,
+            redelivered: d.hand_out.redelivered,
+            held_until: d.hand_out.held_until,
+        }
+    }
+}
+
+/// The answer to a fetch.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct FetchView {
+    /// Up to `limit` deliveries; fewer never means "caught up".
+    pub deliveries: Vec<DeliveryView>,
+}
+
+/// Confirm deliveries.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ConfirmRequest {
+    /// Delivery ids from fetches (1 to 1000).
+    pub deliveries: Vec<Uuid>,
+    /// The acting run, if any (its journal gets `MessageDelivered`).
+    #[serde(default)]
+    #[schema(value_type = Option<Uuid>)]
+    pub run: Option<RunId>,
+}
+
+/// The outcome of one confirmed delivery id.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConfirmItemView {
+    /// The delivery id as given.
+    pub delivery_id: Uuid,
+    /// `confirmed` (the receipt was committed now), `already_confirmed` (nothing changed), or
+    /// `unknown` (not a delivery of the caller).
+    pub outcome: String,
+    /// The message, unless unknown.
+    pub message: Option<Uuid>,
+}
+
+impl ConfirmItemView {
+    /// One outcome.
+    pub fn new(delivery_id: Uuid, o: ConfirmOutcome) -> Self {
+        let (outcome, message) = match o {
+            ConfirmOutcome::Confirmed { message, .. } => ("confirmed", Some(message)),
+            ConfirmOutcome::AlreadyConfirmed { message, .. } => {
+                ("already_confirmed", Some(message))
+            }
+            ConfirmOutcome::Unknown => ("unknown", None),
+        };
+        ConfirmItemView {
+            delivery_id,
+            outcome: outcome.to_owned(),
+            message,
+        }
+    }
+}
+
+/// The answer to a confirm.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ConfirmView {
+    /// One outcome per delivery id, in order.
+    pub results: Vec<ConfirmItemView>,
+}
+
+/// Acknowledge a message (the caller has read it).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcknowledgeRequest {
+    /// The acting run, if any (its journal gets `MessageAcknowledged`).
+    #[serde(default)]
+    #[schema(value_type = Option<Uuid>)]
+    pub run: Option<RunId>,
+}
+
+/// A recipient's receipt of a message.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ReceiptView {
+    /// Message id.
+    pub message: Uuid,
+    /// Recipient agent id.
+    pub recipient: Uuid,
+    /// When the body was stored.
+    pub stored_at: Option<DateTime<Utc>>,
+    /// When the recipient confirmed delivery (set once).
+    pub delivered_at: Option<DateTime<Utc>>,
+    /// When the recipient acknowledged reading it (set once).
+    pub acknowledged_at: Option<DateTime<Utc>>,
+}
+
+impl From<Receipt> for ReceiptView {
+    fn from(r: Receipt) -> Self {
+        ReceiptView {
+            message: r.message,
+            recipient: r.recipient,
+            stored_at: r.stored_at,
+            delivered_at: r.delivered_at,
+            acknowledged_at: r.acknowledged_at,
+        }
+    }
+}
+
+/// The caller's inbox as its backend reports it.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct InboxStatusView {
+    /// The inbox backend.
+    pub inbox: String,
+    /// `false`: the consumer or stream does not exist (a fact, not an empty inbox; the ledger
+    /// still delivers everything).
+    pub present: bool,
+    /// References waiting.
+    pub pending: u64,
+    /// References handed out and not acknowledged.
+    pub awaiting_ack: u64,
+    /// References delivered more than once.
+    pub redelivered: u64,
+}
+
+impl From<InboxReport> for InboxStatusView {
+    fn from(r: InboxReport) -> Self {
+        InboxStatusView {
+            inbox: r.inbox,
+            present: r.status.present,
+            pending: r.status.pending,
+            awaiting_ack: r.status.awaiting_ack,
+            redelivered: r.status.redelivered,
+        }
+    }
+}

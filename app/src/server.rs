@@ -1,0 +1,75 @@
+//! Running the bus: the HTTP server and the workers, with graceful shutdown.
+
+use std::net::SocketAddr;
+
+use crewbus_domain::{BusError, BusResult};
+use tokio::task::JoinHandle;
+
+use crate::bus::Bus;
+use crate::http::router;
+use crate::shutdown::Shutdown;
+use crate::workers::Workers;
+
+/// A running server: HTTP API plus relay, reference and retention workers.
+pub struct Server {
+    addr: SocketAddr,
+    shutdown: Shutdown,
+    task: JoinHandle<()>,
+}
+
+impl Server {
+    /// Binds `listen` (port 0 picks a free port), starts the workers and serves until the
+    /// shutdown fires. Errors: the address cannot be bound → `Unavailable`.
+    pub async fn start(bus: Bus, listen: SocketAddr, shutdown: Shutdown) -> BusResult<Server> {
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .map_err(|e| BusError::unavailable_from(format!("cannot listen on {listen}"), e))?;
+        let addr = listener
+            .local_addr()
+            .map_err(|e| BusError::unavailable_from("listener address", e))?;
+        let workers = Workers::spawn(&bus, &shutdown);
+        let app = router(bus);
+        let s = shutdown.clone();
+        let task = tokio::spawn(async move {
+            let serve =
+                axum::serve(listener, app).with_graceful_shutdown(async move { s.wait().await });
+            if let Err(e) = serve.await {
+                tracing::error!(error = %e, "HTTP server failed");
+            }
+            // Requests have drained; now let the workers finish their passes.
+            workers.join().await;
+            tracing::info!("stopped");
+        });
+        Ok(Server {
+            addr,
+            shutdown,
+            task,
+        })
+    }
+
+    /// The bound address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// `http://<addr>`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    /// The shutdown trigger.
+    pub fn shutdown(&self) -> &Shutdown {
+        &self.shutdown
+    }
+
+    /// Fires the shutdown and waits until requests and worker passes have drained.
+    pub async fn stop(self) {
+        self.shutdown.trigger();
+        let _ = self.task.await;
+    }
+
+    /// Waits until the server stopped (after the shutdown fired elsewhere, e.g. a signal).
+    pub async fn wait(self) {
+        let _ = self.task.await;
+    }
+}

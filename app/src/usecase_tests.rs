@@ -1,0 +1,593 @@
+//! Unit tests of the use cases against mockall mocks of the ports: receipt before ack (and no
+//! ack when the commit fails), relay fencing and outcomes, and the fetch top-up.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::TimeZone;
+use crewbus_domain::{
+    Agent, BusError, ConfirmOutcome, DateTime, DeliveryId, Envelope, HandOut, HandOutOutcome,
+    HandOutSource, InboxAck, InboxRef, LeasedSlot, Locator, Message, Publication, Published,
+    ReferencePayload, SettleOutcome, SlotOutcome, Team, TokenHash, Utc, Uuid,
+};
+use crewbus_ports::{
+    Clock, Inbox, MessagingBackend, MockBackends, MockInbox, MockLedger, MockMessagingBackend,
+};
+use mockall::Sequence;
+use mockall::predicate::eq;
+
+use crate::bus::{Bus, BusSettings, Ports};
+
+struct Fixed(DateTime<Utc>);
+impl Clock for Fixed {
+    fn now(&self) -> DateTime<Utc> {
+        self.0
+    }
+}
+
+fn t0() -> DateTime<Utc> {
+    Utc.with_ymd_and_hms(2026, 1, 1, 12, 0, 0).unwrap()
+}
+
+fn bus(ledger: MockLedger, backends: MockBackends) -> Bus {
+    let mut settings = BusSettings {
+        topup_after: Duration::from_secs(2),
+        ..BusSettings::default()
+    };
+    settings.backoff.max_attempts = 3;
+    Bus::new(
+        Ports {
+            ledger: Arc::new(ledger),
+            backends: Arc::new(backends),
+            clock: Arc::new(Fixed(t0())),
+            broker: None,
+        },
+        settings,
+    )
+}
+
+fn agent(team: Uuid) -> Agent {
+    Agent {
+        id: Uuid::new_v4(),
+        team,
+        name: "alice".into(),
+        recipient_key: "alice".into(),
+        token_hash: TokenHash::of("t"),
+        created_at: t0(),
+        revoked_at: None,
+    }
+}
+
+fn team(id: Uuid) -> Team {
+    Team {
+        id,
+        name: "t".into(),
+        body_backend: "memory".into(),
+        inbox: "memory".into(),
+        created_at: t0(),
+    }
+}
+
+fn ack(subject: &str) -> InboxAck {
+    InboxAck {
+        inbox: "memory".into(),
+        ack_subject: subject.into(),
+    }
+}
+
+// ---- confirm: receipt committed strictly before the ack; no ack when the commit fails ------
+
+#[tokio::test]
+async fn confirm_commits_the_receipt_then_acks() {
+    let team_id = Uuid::new_v4();
+    let a = agent(team_id);
+    let d = DeliveryId(Uuid::new_v4());
+    let mut seq = Sequence::new();
+    let mut ledger = MockLedger::new();
+    let message = Uuid::new_v4();
+    ledger
+        .expect_confirm()
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(move |_, _, _, _, _| {
+            Ok(vec![ConfirmOutcome::Confirmed {
+                message,
+                ack: Some(ack("ack-1")),
+            }])
+        });
+    let mut inbox = MockInbox::new();
+    inbox
+        .expect_ack_reference()
+        .with(eq("ack-1"))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| Ok(()));
+    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
+    let mut backends = MockBackends::new();
+    backends
+        .expect_inbox()
+        .returning(move |_, _| Ok(inbox.clone()));
+    let out = bus(ledger, backends).confirm(&a, &[d], None).await.unwrap();
+    assert!(matches!(out[0], ConfirmOutcome::Confirmed { .. }));
+}
+
+#[tokio::test]
+async fn no_ack_when_the_commit_fails() {
+    let a = agent(Uuid::new_v4());
+    let mut ledger = MockLedger::new();
+    ledger
+        .expect_confirm()
+        .times(1)
+        .returning(|_, _, _, _, _| Err(BusError::unavailable("ledger")));
+    let mut inbox = MockInbox::new();
+    inbox.expect_ack_reference().times(0);
+    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
+    let mut backends = MockBackends::new();
+    backends
+        .expect_inbox()
+        .returning(move |_, _| Ok(inbox.clone()));
+    let err = bus(ledger, backends)
+        .confirm(&a, &[DeliveryId(Uuid::new_v4())], None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BusError::Unavailable { .. }));
+}
+
+#[tokio::test]
+async fn a_second_confirm_acks_again_and_an_ack_failure_does_not_fail_the_confirm() {
+    let a = agent(Uuid::new_v4());
+    let mut ledger = MockLedger::new();
+    let m = Uuid::new_v4();
+    ledger.expect_confirm().returning(move |_, _, ids, _, _| {
+        Ok(ids
+            .iter()
+            .map(|_| ConfirmOutcome::AlreadyConfirmed {
+                message: m,
+                ack: Some(ack("ack-2")),
+            })
+            .collect())
+    });
+    let mut inbox = MockInbox::new();
+    inbox
+        .expect_ack_reference()
+        .times(1)
+        .returning(|_| Err(BusError::timeout("ack")));
+    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
+    let mut backends = MockBackends::new();
+    backends
+        .expect_inbox()
+        .returning(move |_, _| Ok(inbox.clone()));
+    let b = bus(ledger, backends);
+    let out = b
+        .confirm(&a, &[DeliveryId(Uuid::new_v4())], None)
+        .await
+        .unwrap();
+    assert!(matches!(out[0], ConfirmOutcome::AlreadyConfirmed { .. }));
+    assert_eq!(
+        b.metrics()
+            .inbox_ack_failures
+            .load(std::sync::atomic::Ordering::Relaxed),
+        1
+    );
+}
+
+#[tokio::test]
+async fn confirm_refuses_an_empty_list_without_touching_the_ledger() {
+    let ledger = MockLedger::new(); // no expectations: any call panics
+    let err = bus(ledger, MockBackends::new())
+        .confirm(&agent(Uuid::new_v4()), &[], None)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BusError::Invalid { .. }));
+}
+
+// ---- relay --------------------------------------------------------------------------------
+
+fn slot(team: Uuid, attempts: u32, uncertain: bool) -> LeasedSlot {
+    LeasedSlot {
+        slot: Uuid::new_v4(),
+        generation: 7,
+        backend: "memory".into(),
+        envelope: Envelope {
+            message_id: Uuid::new_v4(),
+            conversation_id: Uuid::new_v4(),
+            team_id: team,
+            body: "hi".into(),
+            publish_key: Uuid::new_v4(),
+        },
+        attempts,
+        uncertain,
+        leased_until: t0() + chrono::Duration::seconds(30),
+    }
+}
+
+fn backends_with(body: MockMessagingBackend) -> MockBackends {
+    let body: Arc<dyn MessagingBackend> = Arc::new(body);
+    let mut backends = MockBackends::new();
+    backends
+        .expect_body_backend()
+        .returning(move |_, _| Ok(body.clone()));
+    backends
+}
+
+#[tokio::test]
+async fn relay_settles_with_the_leased_generation_and_counts_stale_settlements() {
+    let team = Uuid::new_v4();
+    let slots = vec![slot(team, 0, false), slot(team, 0, false)];
+    let ids: Vec<Uuid> = slots.iter().map(|s| s.slot).collect();
+    let mut ledger = MockLedger::new();
+    let leased = slots.clone();
+    ledger
+        .expect_lease_slots()
+        .times(1)
+        .returning(move |_, _, _| Ok(leased.clone()));
+    let expected = ids.clone();
+    ledger
+        .expect_settle()
+        .times(1)
+        .withf(move |s, _| {
+            s.len() == 2
+                && s.iter()
+                    .zip(&expected)
+                    .all(|(s, id)| s.slot == *id && s.generation == 7)
+                && s.iter()
+                    .all(|s| matches!(s.outcome, SlotOutcome::Confirmed { .. }))
+        })
+        // the second lease expired meanwhile: the ledger fences it
+        .returning(|_, _| Ok(vec![SettleOutcome::Applied, SettleOutcome::Stale]));
+    let mut body = MockMessagingBackend::new();
+    body.expect_publish()
+        .times(2)
+        .returning(|_| Published::Confirmed {
+            locator: Locator::new("memory", "1"),
+            duplicate: false,
+        });
+    let pass = bus(ledger, backends_with(body)).relay_pass().await.unwrap();
+    assert_eq!((pass.leased, pass.confirmed, pass.stale), (2, 1, 1));
+}
+
+#[tokio::test]
+async fn relay_backs_off_on_retryable_and_reconciles_uncertain_slots() {
+    let team = Uuid::new_v4();
+    let retry = slot(team, 0, false);
+    let unsure = slot(team, 1, true);
+    let unsure_key = unsure.envelope.publish_key;
+    let mut ledger = MockLedger::new();
+    let leased = vec![retry.clone(), unsure.clone()];
+    ledger
+        .expect_lease_slots()
+        .returning(move |_, _, _| Ok(leased.clone()));
+    ledger
+        .expect_settle()
+        .withf(|s, _| {
+            matches!(&s[0].outcome, SlotOutcome::Retryable { next_attempt_at, .. } if *next_attempt_at > t0())
+                && matches!(&s[1].outcome, SlotOutcome::Confirmed { .. })
+        })
+        .returning(|s, _| Ok(vec![SettleOutcome::Applied; s.len()]));
+    let mut body = MockMessagingBackend::new();
+    // only the fresh slot is published; the uncertain one is reconciled instead
+    body.expect_publish()
+        .times(1)
+        .returning(|_| Published::Retryable(BusError::unavailable("broker")));
+    body.expect_reconcile()
+        .times(1)
+        .withf(move |e| e.publish_key == unsure_key)
+        .returning(|_| Ok(Some(Locator::new("memory", "9"))));
+    let pass = bus(ledger, backends_with(body)).relay_pass().await.unwrap();
+    assert_eq!((pass.confirmed, pass.retried, pass.failed), (1, 1, 0));
+}
+
+#[tokio::test]
+async fn relay_reconciles_before_giving_up_and_uncertain_is_never_failed() {
+    let team = Uuid::new_v4();
+    let last = slot(team, 2, false); // max_attempts = 3: this is the last attempt
+    let unanswered = slot(team, 0, false);
+    let mut ledger = MockLedger::new();
+    let leased = vec![last.clone(), unanswered.clone()];
+    ledger
+        .expect_lease_slots()
+        .returning(move |_, _, _| Ok(leased.clone()));
+    ledger
+        .expect_settle()
+        .withf(|s, _| {
+            matches!(
+                &s[0].outcome,
+                SlotOutcome::Fatal {
+                    error: BusError::QuotaExceeded { .. }
+                }
+            ) && matches!(&s[1].outcome, SlotOutcome::Uncertain { .. })
+        })
+        .returning(|s, _| Ok(vec![SettleOutcome::Applied; s.len()]));
+    let last_key = last.envelope.publish_key;
+    let mut body = MockMessagingBackend::new();
+    body.expect_publish().times(2).returning(move |e| {
+        if e.publish_key == last_key {
+            Published::Retryable(BusError::quota_exceeded("bodies"))
+        } else {
+            Published::Uncertain(BusError::timeout("puback"))
+        }
+    });
+    body.expect_reconcile()
+        .times(1)
+        .withf(move |e| e.publish_key == last_key)
+        .returning(|_| Ok(None));
+    let pass = bus(ledger, backends_with(body)).relay_pass().await.unwrap();
+    assert_eq!((pass.failed, pass.retried), (1, 1));
+}
+
+// ---- fetch: hand-outs and top-up ----------------------------------------------------------
+
+fn message(team: Uuid, id: Uuid) -> Message {
+    Message {
+        id,
+        team,
+        conversation: Uuid::new_v4(),
+        seq: 1,
+        sender: Uuid::new_v4(),
+        request_id: "r".into(),
+        body_sha256: String::new(),
+        body_len: 2,
+        backend: "memory".into(),
+        locator: Some(Locator::new("memory", "1")),
+        publication: Publication::Stored,
+        sent_at: t0(),
+        stored_at: Some(t0()),
+        retained_at: None,
+        failure: None,
+    }
+}
+
+fn hand_out(recipient: Uuid, message: Uuid) -> HandOut {
+    HandOut {
+        delivery: DeliveryId(Uuid::new_v4()),
+        message,
+        conversation: Uuid::new_v4(),
+        seq: 1,
+        recipient,
+        redelivered: false,
+        issued_at: t0(),
+        held_until: t0() + chrono::Duration::seconds(30),
+    }
+}
+
+fn reference(message: Uuid, subject: &str) -> InboxRef {
+    InboxRef {
+        event_id: Uuid::new_v4(),
+        payload: ReferencePayload {
+            message,
+            conversation: Uuid::new_v4(),
+            seq: 1,
+        }
+        .to_json(),
+        ack_subject: subject.into(),
+        stream_seq: 1,
+        deliveries: 1,
+    }
+}
+
+#[tokio::test]
+async fn fetch_tops_up_from_the_ledger_and_acks_recognised_redeliveries() {
+    let team_id = Uuid::new_v4();
+    let a = agent(team_id);
+    let fresh = Uuid::new_v4();
+    let delivered = Uuid::new_v4();
+    let lost = Uuid::new_v4();
+    let mut ledger = MockLedger::new();
+    ledger.expect_team().returning(move |_| Ok(team(team_id)));
+    let recipient = a.id;
+    let mut seq = Sequence::new();
+    ledger
+        .expect_hand_out()
+        .times(1)
+        .in_sequence(&mut seq)
+        .withf(|_, _, r, _, _| {
+            r.len() == 2
+                && r.iter()
+                    .all(|r| matches!(r.source, HandOutSource::Inbox { .. }))
+        })
+        .returning(move |_, _, _, _, _| {
+            Ok(vec![
+                HandOutOutcome::Issued(hand_out(recipient, fresh)),
+                HandOutOutcome::AlreadyDelivered { message: delivered },
+            ])
+        });
+    // top-up asks for what is left of the limit, stored before now − topup_after
+    ledger
+        .expect_undelivered()
+        .times(1)
+        .in_sequence(&mut seq)
+        .withf(|_, _, before, at, limit| {
+            *limit == 3 && *at == t0() && *before == t0() - chrono::Duration::seconds(2)
+        })
+        .returning(move |_, _, _, _, _| Ok(vec![lost]));
+    ledger
+        .expect_hand_out()
+        .times(1)
+        .in_sequence(&mut seq)
+        .withf(|_, _, r, _, _| r.len() == 1 && r[0].source == HandOutSource::Ledger)
+        .returning(move |_, _, _, _, _| {
+            Ok(vec![HandOutOutcome::Issued(hand_out(recipient, lost))])
+        });
+    ledger
+        .expect_message()
+        .returning(move |_, id| Ok(message(team_id, id)));
+    let mut inbox = MockInbox::new();
+    inbox.expect_fetch_references().returning(move |_, _| {
+        Ok(vec![
+            reference(fresh, "a-fresh"),
+            reference(delivered, "a-done"),
+        ])
+    });
+    // only the recognised redelivery is acked at fetch time
+    inbox
+        .expect_ack_reference()
+        .with(eq("a-done"))
+        .times(1)
+        .returning(|_| Ok(()));
+    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
+    let mut body = MockMessagingBackend::new();
+    body.expect_fetch().returning(|_, _| Ok(Some("hi".into())));
+    let mut backends = backends_with(body);
+    backends
+        .expect_inbox()
+        .returning(move |_, _| Ok(inbox.clone()));
+    let out = bus(ledger, backends).fetch(&a, 4).await.unwrap();
+    let got: Vec<Uuid> = out.iter().map(|d| d.message.id).collect();
+    assert_eq!(got, vec![fresh, lost]);
+    assert!(out.iter().all(|d| d.body == "hi"));
+}
+
+#[tokio::test]
+async fn fetch_tops_up_everything_at_once_when_the_inbox_is_down() {
+    let team_id = Uuid::new_v4();
+    let a = agent(team_id);
+    let mut ledger = MockLedger::new();
+    ledger.expect_team().returning(move |_| Ok(team(team_id)));
+    ledger
+        .expect_undelivered()
+        .times(1)
+        .withf(|_, _, before, at, limit| *before == t0() && *at == t0() && *limit == 5)
+        .returning(|_, _, _, _, _| Ok(vec![]));
+    ledger.expect_hand_out().times(0);
+    let mut inbox = MockInbox::new();
+    inbox
+        .expect_fetch_references()
+        .returning(|_, _| Err(BusError::unavailable("broker")));
+    inbox.expect_ack_reference().times(0);
+    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
+    let mut backends = MockBackends::new();
+    backends
+        .expect_inbox()
+        .returning(move |_, _| Ok(inbox.clone()));
+    let out = bus(ledger, backends).fetch(&a, 5).await.unwrap();
+    assert!(out.is_empty());
+}
+
+#[tokio::test]
+async fn fetch_refuses_a_bad_limit() {
+    let b = bus(MockLedger::new(), MockBackends::new());
+    for limit in [0, 10_000] {
+        assert!(matches!(
+            b.fetch(&agent(Uuid::new_v4()), limit).await,
+            Err(BusError::Invalid { .. })
+        ));
+    }
+}
+
+// ---- retention ----------------------------------------------------------------------------
+
+#[tokio::test]
+async fn retention_removes_bodies_then_marks_the_ledger_and_isolates_failures() {
+    let team_ok = Uuid::new_v4();
+    let team_down = Uuid::new_v4();
+    let keep = Duration::from_secs(86_400);
+    let cutoff = t0() - chrono::Duration::days(1);
+    let mut ledger = MockLedger::new();
+    ledger
+        .expect_retention_due()
+        .withf(move |before, _| *before == cutoff)
+        .returning(move |_, _| {
+            Ok(vec![
+                crewbus_domain::RetentionTarget {
+                    team: team_down,
+                    backend: "memory".into(),
+                    messages: 1,
+                },
+                crewbus_domain::RetentionTarget {
+                    team: team_ok,
+                    backend: "memory".into(),
+                    messages: 3,
+                },
+            ])
+        });
+    let mut seq = Sequence::new();
+    let mut body = MockMessagingBackend::new();
+    body.expect_retain()
+        .with(eq(cutoff))
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_| Ok(3));
+    ledger
+        .expect_mark_retained()
+        .withf(move |team, backend, before, _| {
+            *team == team_ok && backend == "memory" && *before == cutoff
+        })
+        .times(1)
+        .in_sequence(&mut seq)
+        .returning(|_, _, _, _| Ok(3));
+    let body: Arc<dyn MessagingBackend> = Arc::new(body);
+    let mut backends = MockBackends::new();
+    backends.expect_body_backend().returning(move |team, _| {
+        if team == team_down {
+            Err(BusError::unavailable("broker"))
+        } else {
+            Ok(body.clone())
+        }
+    });
+    let mut b = bus(ledger, backends);
+    Arc::get_mut(&mut b.settings).unwrap().retention = Some(keep);
+    let run = b.retention_run().await.unwrap();
+    assert_eq!((run.removed, run.marked, run.failed), (3, 3, 1));
+}
+
+#[tokio::test]
+async fn a_body_that_cannot_be_read_is_not_handed_out() {
+    let team_id = Uuid::new_v4();
+    let a = agent(team_id);
+    let m = Uuid::new_v4();
+    let mut ledger = MockLedger::new();
+    ledger.expect_team().returning(move |_| Ok(team(team_id)));
+    ledger
+        .expect_message()
+        .returning(move |_, id| Ok(message(team_id, id)));
+    ledger.expect_hand_out().times(0); // nothing readable: no hand-out recorded
+    ledger
+        .expect_undelivered()
+        .returning(|_, _, _, _, _| Ok(vec![]));
+    let mut inbox = MockInbox::new();
+    inbox
+        .expect_fetch_references()
+        .returning(move |_, _| Ok(vec![reference(m, "a-1")]));
+    inbox.expect_ack_reference().times(0); // the reference comes back after its ack wait
+    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
+    let mut body = MockMessagingBackend::new();
+    body.expect_fetch()
+        .returning(|_, _| Err(BusError::timeout("broker")));
+    let mut backends = backends_with(body);
+    backends
+        .expect_inbox()
+        .returning(move |_, _| Ok(inbox.clone()));
+    let out = bus(ledger, backends).fetch(&a, 5).await.unwrap();
+    assert!(out.is_empty());
+}
+
+#[tokio::test]
+async fn relay_settles_each_team_on_its_own() {
+    let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
+    let slots = vec![slot(a, 0, false), slot(b, 0, false), slot(a, 0, false)];
+    let mut ledger = MockLedger::new();
+    let leased = slots.clone();
+    ledger
+        .expect_lease_slots()
+        .returning(move |_, _, _| Ok(leased.clone()));
+    // team a's two slots in one transaction, team b's in another; b's settle fails
+    ledger
+        .expect_settle()
+        .withf(move |s, _| s.len() == 2)
+        .times(1)
+        .returning(|s, _| Ok(vec![SettleOutcome::Applied; s.len()]));
+    ledger
+        .expect_settle()
+        .withf(move |s, _| s.len() == 1)
+        .times(1)
+        .returning(|_, _| Err(BusError::unavailable("ledger")));
+    let mut body = MockMessagingBackend::new();
+    body.expect_publish()
+        .times(3)
+        .returning(|_| Published::Confirmed {
+            locator: Locator::new("memory", "1"),
+            duplicate: false,
+        });
+    let pass = bus(ledger, backends_with(body)).relay_pass().await.unwrap();
+    assert_eq!((pass.leased, pass.confirmed), (3, 2));
+}
