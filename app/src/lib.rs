@@ -21,6 +21,7 @@ pub mod push;
 pub mod references;
 pub mod relay;
 pub mod retention;
+pub mod runs;
 pub mod send;
 pub mod shutdown;
 pub mod token;
