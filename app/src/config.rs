@@ -501,6 +501,33 @@ mod tests {
         let c = Config::from_toml(text).unwrap();
         assert!(c.database.is_some());
         assert!(c.nats.is_some());
+        assert!(!c.push.allow_unsealed);
+        assert_eq!(c.push.poll_ms, 250);
+        // Every [push] key of the example is documented commented-in or out; the commented
+        // destination parses too once uncommented.
+        let uncommented = text
+            .lines()
+            .map(|l| {
+                let t = l.trim_start();
+                if t.starts_with("# [push.key_ring]")
+                    || t.starts_with("# master_key_file")
+                    || t.starts_with("# dir =")
+                    || t.starts_with("# [[push.destinations]]")
+                    || t.starts_with("# name =")
+                    || t.starts_with("# url =")
+                    || t.starts_with("# authentication =")
+                    || t.starts_with("# signing_keys =")
+                {
+                    t.trim_start_matches("# ").to_owned()
+                } else {
+                    l.to_owned()
+                }
+            })
+            .collect::<Vec<_>>()
+            .join("\n");
+        let c = Config::from_toml(&uncommented).unwrap();
+        assert_eq!(c.push.destinations.len(), 1);
+        assert!(c.push.key_ring.is_some());
     }
 
     #[test]

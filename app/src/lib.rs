@@ -18,6 +18,7 @@ pub mod history;
 pub mod http;
 pub mod metrics;
 pub mod push;
+pub mod push_commands;
 pub mod references;
 pub mod relay;
 pub mod retention;
