@@ -32,6 +32,7 @@ pub mod client;
 pub mod commands;
 pub mod compose;
 pub mod demo;
+mod demo_receiver;
 pub mod logging;
 pub mod server;
 pub mod streams;

@@ -124,9 +124,7 @@ pub async fn run_push_command(
             let text = if json {
                 json!({"run": run.0, "id": id, "unparked": found}).to_string()
             } else if found {
-                format!(
-                    "{id} of run {run} un-parked: it is due now and resumes from its cursor"
-                )
+                format!("{id} of run {run} un-parked: it is due now and resumes from its cursor")
             } else {
                 format!("no parked registration {id} for run {run}")
             };
