@@ -156,3 +156,37 @@ impl Bus {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_keep_their_meaning_and_never_their_source_text() {
+        assert!(matches!(
+            bus_error(StoreError::not_found("run")),
+            BusError::NotFound { .. }
+        ));
+        assert!(matches!(
+            bus_error(StoreError::conflict("sealed")),
+            BusError::Conflict { .. }
+        ));
+        assert!(matches!(
+            bus_error(StoreError::invalid("limit")),
+            BusError::Invalid { .. }
+        ));
+        let down = bus_error(StoreError::unavailable("db"));
+        assert!(matches!(down, BusError::Unavailable { .. }) && down.is_retryable());
+        let sealing = bus_error(StoreError::Sealing {
+            what: "scope key".into(),
+            source: Some(std::sync::Arc::new(std::io::Error::other("disk text"))),
+        });
+        assert!(matches!(sealing, BusError::Unavailable { .. }));
+        assert!(!sealing.to_string().contains("disk text"));
+        let backend = bus_error(StoreError::Backend {
+            what: "x".into(),
+            source: None,
+        });
+        assert!(matches!(backend, BusError::Unavailable { .. }));
+    }
+}
