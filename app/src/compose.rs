@@ -247,10 +247,10 @@ fn describe_push(push: Option<&PushRuntime>, store: &str) -> String {
         Some(p) => format!(
             ", push={store} ({} destination(s), {})",
             p.outbox.destinations().len(),
-            if p.outbox.is_sealed() {
-                "credentials sealed"
-            } else {
-                "credentials NOT sealed"
+            match (p.outbox.is_sealed(), store) {
+                (true, _) => "credentials sealed",
+                (false, "memory") => "credentials in memory only",
+                (false, _) => "credentials NOT sealed",
             }
         ),
         None => String::new(),

@@ -136,8 +136,9 @@ pub async fn run(mut config: Config, json: bool) -> BusResult<ExitCode> {
     };
     if !json {
         println!(
-            "crewbus demo — server at {base} ({})\nteam {} with agents alice, bob, carol\n",
-            composed.description, team.name
+            "crewbus demo — server at {base} ({})\nteam {} with agents alice, bob, carol\n\
+             push receiver at {} (every run's journal arrives there as signed CloudEvents)\n",
+            composed.description, team.name, receiver.url
         );
     }
     let stats = Arc::new(Mutex::new(Stats::default()));
