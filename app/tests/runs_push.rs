@@ -301,7 +301,7 @@ async fn admit_records_and_events_arrive(app: TestApp, rx: Receiver) {
     answers.push(serde_json::to_string(&bob_records).unwrap());
     for a in &answers {
         assert!(
-            !a.contains(TOKEN) && !a.contains("4711"),
+            !a.contains(TOKEN) && !a.contains("very-secret"),
             "credential leaked: {a}"
         );
         assert!(!a.contains(&KEY_OLD[6..]), "signing key leaked");
@@ -356,7 +356,7 @@ async fn postgres_admit_records_and_signed_events_arrive_in_order_sealed_at_rest
     .unwrap();
     assert_eq!(url, rx.url("/auth/ops"));
     assert_eq!(scheme, "Bearer");
-    assert!(!credentials.contains(TOKEN) && !credentials.contains("4711"));
+    assert!(!credentials.contains(TOKEN) && !credentials.contains("very-secret"));
     app.agents[0]
         .client
         .seal_run(run, "cancelled", "only checking the store")
@@ -632,7 +632,10 @@ async fn memory_push_parked_and_unpark_through_the_cli_functions() {
         .unwrap();
     for text in [&human.text, &listed.text, &parked.to_string()] {
         assert!(text.contains("operator:ops"), "{text}");
-        assert!(!text.contains(TOKEN) && !text.contains("4711"), "{text}");
+        assert!(
+            !text.contains(TOKEN) && !text.contains("very-secret"),
+            "{text}"
+        );
         assert!(
             !text.contains("query-secret"),
             "URL printed with its query: {text}"
@@ -737,7 +740,7 @@ async fn postgres_push_commands_through_the_binary() {
             String::from_utf8_lossy(&out.stderr)
         );
         assert!(
-            !text.contains(TOKEN) && !text.contains("4711"),
+            !text.contains(TOKEN) && !text.contains("very-secret"),
             "credential printed: {text}"
         );
         assert!(!text.contains("query-secret"), "URL query printed: {text}");
