@@ -60,5 +60,6 @@ async fn run(cli: Cli, config: Config) -> anyhow::Result<ExitCode> {
         Command::Agent(cmd) => Ok(crewbus::commands::agent(config, cmd, json).await?),
         Command::Stream(cmd) => Ok(crewbus::commands::stream(config, cmd, json).await?),
         Command::Health(args) => Ok(crewbus::commands::health(config, args, json).await?),
+        Command::Push(cmd) => Ok(crewbus::push_commands::push(config, cmd, json).await?),
     }
 }
