@@ -9,11 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crewbus_domain::{Backoff, DateTime, Utc};
-use crewbus_ports::{Backends, Clock, Ledger, StreamAdmin};
+use crewbus_ports::{Backends, Clock, Journal, Ledger, StreamAdmin};
 use tokio::sync::Notify;
 
 use crate::config::BusConfig;
 use crate::metrics::Metrics;
+use crate::push::PushRuntime;
 
 /// The ports the use cases run on.
 #[derive(Clone)]
@@ -22,6 +23,8 @@ pub struct Ports {
     pub ledger: Arc<dyn Ledger>,
     /// Body backends and inboxes by name, per team.
     pub backends: Arc<dyn Backends>,
+    /// Runs and their journals (the ledger writes the bus's own records into it).
+    pub journal: Arc<dyn Journal>,
     /// Time.
     pub clock: Arc<dyn Clock>,
     /// The broker, when one is configured: health reports whether it answers.
@@ -102,6 +105,7 @@ pub struct Bus {
     pub(crate) settings: Arc<BusSettings>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) wakers: Arc<Wakers>,
+    pub(crate) push: Option<PushRuntime>,
 }
 
 impl Bus {
@@ -112,7 +116,22 @@ impl Bus {
             settings: Arc::new(settings),
             metrics: Arc::new(Metrics::default()),
             wakers: Arc::new(Wakers::default()),
+            push: None,
         }
+    }
+
+    /// The same bus with the push outbox: admissions and resumes open registrations with
+    /// `push.outbox`, and the server runs `push.worker` beside the other workers.
+    pub fn with_push(self, push: PushRuntime) -> Self {
+        Bus {
+            push: Some(push),
+            ..self
+        }
+    }
+
+    /// The push outbox and its worker, when the deployment has one.
+    pub fn push(&self) -> Option<&PushRuntime> {
+        self.push.as_ref()
     }
 
     /// The ports.

@@ -1,4 +1,4 @@
-//! The command line: `crewbus serve | demo | migrate | team | agent | stream | health`.
+//! The command line: `crewbus serve | demo | migrate | team | agent | stream | health | push`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -24,6 +24,7 @@ Examples:
   crewbus team add research                  create a team (Postgres configured)
   crewbus agent add --team research alice    create an agent; its token is printed once
   crewbus health                             ask the running server whether it is healthy
+  crewbus push parked                        push registrations that stopped (dead letters)
 
 Configuration: crewbus.toml in the working directory, --config PATH or CREWBUS_CONFIG, then
 CREWBUS_* variables (CREWBUS_LISTEN, CREWBUS_DATABASE__URL, …). See crewbus.example.toml."
@@ -94,6 +95,43 @@ Examples:
   crewbus --config crewbus.toml load --backend jetstream --rate 500 --members 4
   crewbus --json load --url http://127.0.0.1:7700 --tokens-file tokens.txt")]
     Load(crate::load::LoadArgs),
+
+    /// The operator push outbox: a run's registrations, the parked (dead-letter) list, un-park
+    /// (needs [database]). Credentials are never printed; URLs without userinfo or query.
+    #[command(subcommand)]
+    Push(PushCommand),
+}
+
+/// `crewbus push …`
+#[derive(Debug, Clone, Subcommand)]
+pub enum PushCommand {
+    /// A run's push registrations (one per destination until it acknowledged the terminal
+    /// record).
+    #[command(after_help = "Example:\n  crewbus push list --run 0190f7a2-…")]
+    List {
+        /// Run id.
+        #[arg(long)]
+        run: uuid::Uuid,
+    },
+    /// Parked registrations (410 from the receiver, a configuration error, or the attempt
+    /// ceiling reached), with cursor, attempts and last error.
+    #[command(after_help = "Example:\n  crewbus push parked --limit 20")]
+    Parked {
+        /// At most this many (1 to 1000).
+        #[arg(long, default_value_t = 100)]
+        limit: usize,
+    },
+    /// Un-park a registration: due now, attempts reset, resuming from its cursor. Exit code 1
+    /// when no such parked registration exists.
+    #[command(after_help = "Example:\n  crewbus push unpark --run 0190f7a2-… --id operator:ops")]
+    Unpark {
+        /// Run id.
+        #[arg(long)]
+        run: uuid::Uuid,
+        /// Registration id (`operator:<destination name>`).
+        #[arg(long)]
+        id: String,
+    },
 }
 
 /// `crewbus serve` options.

@@ -124,12 +124,66 @@ impl ApiClient {
         request_id: &str,
         body: &str,
     ) -> Result<Value, ApiFailure> {
+        self.send_in(conversation, request_id, body, None).await
+    }
+
+    /// `POST /v1/conversations/{id}/messages` acting in `run` (its journal gets `MessageSent`).
+    pub async fn send_in(
+        &self,
+        conversation: Uuid,
+        request_id: &str,
+        body: &str,
+        run: Option<Uuid>,
+    ) -> Result<Value, ApiFailure> {
         self.ok(
             Method::POST,
             &format!("/v1/conversations/{conversation}/messages"),
-            Some(json!({"request_id": request_id, "body": body})),
+            Some(json!({"request_id": request_id, "body": body, "run": run})),
         )
         .await
+    }
+
+    /// `POST /v1/runs`: admits a run for the caller.
+    pub async fn admit_run(&self) -> Result<Value, ApiFailure> {
+        self.ok(Method::POST, "/v1/runs", None).await
+    }
+
+    /// `POST /v1/runs/{id}/resume`.
+    pub async fn resume_run(&self, run: Uuid) -> Result<Value, ApiFailure> {
+        self.ok(Method::POST, &format!("/v1/runs/{run}/resume"), None)
+            .await
+    }
+
+    /// `POST /v1/runs/{id}/seal` with `outcome` (`succeeded`, `failed`, `cancelled`).
+    pub async fn seal_run(
+        &self,
+        run: Uuid,
+        outcome: &str,
+        reason: &str,
+    ) -> Result<Value, ApiFailure> {
+        self.ok(
+            Method::POST,
+            &format!("/v1/runs/{run}/seal"),
+            Some(json!({"outcome": outcome, "reason": reason})),
+        )
+        .await
+    }
+
+    /// `GET /v1/runs/{id}/records?from_seq=&limit=`: the records.
+    pub async fn run_records(
+        &self,
+        run: Uuid,
+        from_seq: u64,
+        limit: usize,
+    ) -> Result<Vec<Value>, ApiFailure> {
+        let v = self
+            .ok(
+                Method::GET,
+                &format!("/v1/runs/{run}/records?from_seq={from_seq}&limit={limit}"),
+                None,
+            )
+            .await?;
+        Ok(v["records"].as_array().cloned().unwrap_or_default())
     }
 
     /// `POST /v1/inbox/fetch`: the deliveries.
@@ -146,11 +200,20 @@ impl ApiClient {
 
     /// `POST /v1/inbox/confirm`: the results.
     pub async fn confirm(&self, deliveries: &[Uuid]) -> Result<Vec<Value>, ApiFailure> {
+        self.confirm_in(deliveries, None).await
+    }
+
+    /// `POST /v1/inbox/confirm` acting in `run` (its journal gets `MessageDelivered`).
+    pub async fn confirm_in(
+        &self,
+        deliveries: &[Uuid],
+        run: Option<Uuid>,
+    ) -> Result<Vec<Value>, ApiFailure> {
         let v = self
             .ok(
                 Method::POST,
                 "/v1/inbox/confirm",
-                Some(json!({"deliveries": deliveries})),
+                Some(json!({"deliveries": deliveries, "run": run})),
             )
             .await?;
         Ok(v["results"].as_array().cloned().unwrap_or_default())
@@ -187,10 +250,20 @@ impl ApiClient {
 
     /// `POST /v1/messages/{id}/acknowledge`.
     pub async fn acknowledge(&self, message: Uuid) -> Result<Value, ApiFailure> {
+        self.acknowledge_in(message, None).await
+    }
+
+    /// `POST /v1/messages/{id}/acknowledge` acting in `run` (its journal gets
+    /// `MessageAcknowledged`).
+    pub async fn acknowledge_in(
+        &self,
+        message: Uuid,
+        run: Option<Uuid>,
+    ) -> Result<Value, ApiFailure> {
         self.ok(
             Method::POST,
             &format!("/v1/messages/{message}/acknowledge"),
-            None,
+            Some(json!({"run": run})),
         )
         .await
     }

@@ -7,6 +7,13 @@
 //! - `[nats]`: JetStream bodies and inbox are available by name (`jetstream`) for teams whose
 //!   streams are provisioned; the team's records choose.
 //!
+//! - `[push]`: the operator push outbox over the push store of the same choice (memory, or
+//!   Postgres with a database), sealed with the local key ring when one is configured — always for
+//!   Postgres: a Postgres push store without `[push.key_ring]` is refused unless
+//!   `push.allow_unsealed`. The delivery worker is built from the sealed outbox over the journal
+//!   the ledger writes into. With neither destinations nor a key ring configured there is no push
+//!   outbox (runs still work; nothing is registered).
+//!
 //! A conversation keeps the backend it was created with: every registry stays reachable by name.
 
 use std::sync::Arc;
@@ -15,15 +22,18 @@ use std::time::Duration;
 
 use crewbus_domain::{BusError, BusResult, Quotas};
 use crewbus_jetstream::{Credential, JetStreamAdmin, JetStreamRegistry};
-use crewbus_memory::{BodiesConfig, InboxConfig, MemoryBackends, MemoryConfig, MemoryLedger};
-use crewbus_ports::{Backends, Clock, Journal, Ledger, SystemClock};
-use crewbus_postgres::{PostgresBackends, PostgresLedger, PostgresSettings};
+use crewbus_memory::{
+    BodiesConfig, InboxConfig, MemoryBackends, MemoryConfig, MemoryLedger, MemoryPushStore,
+};
+use crewbus_ports::{Backends, Clock, Journal, KeyRing, Ledger, PushStore, SystemClock};
+use crewbus_postgres::{PostgresBackends, PostgresLedger, PostgresPushStore, PostgresSettings};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 use crate::backends::CombinedBackends;
 use crate::bus::{Bus, BusSettings, Ports};
 use crate::config::{Config, NatsConfig, NatsCredential};
+use crate::push::{DeliveryWorker, PushRuntime};
 
 /// What the composition root built.
 pub struct Composed {
@@ -31,6 +41,9 @@ pub struct Composed {
     pub bus: Bus,
     /// The journal of runs.
     pub journal: Arc<dyn Journal>,
+    /// The push store operator tools read (`push list|parked|unpark`): the outbox's sealed store
+    /// when the bus has a push outbox, else the bare store (no credential is ever printed).
+    pub push_store: Arc<dyn PushStore>,
     /// A one-line description of the choice (no secrets).
     pub description: String,
 }
@@ -91,6 +104,15 @@ pub async fn postgres_with_pool(
     let mut settings = BusSettings::from_config(&config.bus);
     let ledger = PostgresLedger::new(pool.clone(), config.tenant.clone());
     let journal: Arc<dyn Journal> = Arc::new(ledger.journal());
+    let push_store: Arc<dyn PushStore> =
+        Arc::new(PostgresPushStore::new(pool.clone(), config.tenant.clone()));
+    let push = push_runtime(
+        config,
+        Arc::clone(&push_store),
+        true,
+        Arc::clone(&journal),
+        clock.clone(),
+    )?;
     let postgres = PostgresBackends::new(
         pool,
         clock.clone(),
@@ -106,26 +128,33 @@ pub async fn postgres_with_pool(
     let ports = Ports {
         ledger: Arc::new(ledger) as Arc<dyn Ledger>,
         backends: Arc::new(CombinedBackends::new(registries)),
+        journal: Arc::clone(&journal),
         clock,
         broker,
     };
     let description = match &config.database {
         Some(d) => format!(
-            "ledger=postgres inbox=postgres bodies=postgres{} ({})",
+            "ledger=postgres inbox=postgres bodies=postgres{}{} ({})",
             if config.nats.is_some() {
                 ", jetstream by team"
             } else {
                 ""
             },
+            describe_push(push.as_ref(), "postgres"),
             crate::config::redact_url(d.url.expose())
         ),
-        None => "ledger=postgres inbox=postgres bodies=postgres".to_owned(),
+        None => format!(
+            "ledger=postgres inbox=postgres bodies=postgres{}",
+            describe_push(push.as_ref(), "postgres")
+        ),
     };
-    Ok(Composed {
-        bus: Bus::new(ports, settings),
+    Ok(assemble(
+        Bus::new(ports, settings),
         journal,
+        push_store,
+        push,
         description,
-    })
+    ))
 }
 
 /// The embedded default: memory for every port, limits from `config.bus`.
@@ -147,33 +176,125 @@ pub fn memory_with(
     let ledger = MemoryLedger::new(config.tenant.clone());
     let registry = MemoryBackends::new(memory, clock.clone())?;
     let journal: Arc<dyn Journal> = Arc::new(ledger.journal());
+    let push_store: Arc<dyn PushStore> = Arc::new(MemoryPushStore::new(config.tenant.clone()));
+    let push = push_runtime(
+        config,
+        Arc::clone(&push_store),
+        false,
+        Arc::clone(&journal),
+        clock.clone(),
+    )?;
     let mut registries: Vec<Arc<dyn Backends>> = vec![Arc::new(registry.clone())];
     let broker = add_jetstream(config, &settings, &mut registries)?;
     settings.backends = registries.iter().map(|r| r.name().to_owned()).collect();
     let ports = Ports {
         ledger: Arc::new(ledger.clone()) as Arc<dyn Ledger>,
         backends: Arc::new(CombinedBackends::new(registries)),
+        journal: Arc::clone(&journal),
         clock,
         broker,
     };
-    Ok((
-        Composed {
-            bus: Bus::new(ports, settings),
-            journal,
-            description: format!(
-                "ledger=memory inbox=memory bodies=memory{} (embedded default: nothing is kept after it stops)",
-                if config.nats.is_some() {
-                    ", jetstream by team"
-                } else {
-                    ""
-                }
-            ),
+    let description = format!(
+        "ledger=memory inbox=memory bodies=memory{}{} (embedded default: nothing is kept after it stops)",
+        if config.nats.is_some() {
+            ", jetstream by team"
+        } else {
+            ""
         },
+        describe_push(push.as_ref(), "memory"),
+    );
+    Ok((
+        assemble(
+            Bus::new(ports, settings),
+            journal,
+            push_store,
+            push,
+            description,
+        ),
         MemoryParts {
             ledger,
             backends: registry,
         },
     ))
+}
+
+/// The [`Composed`] of a bus, its journal and its push outbox (when there is one).
+fn assemble(
+    bus: Bus,
+    journal: Arc<dyn Journal>,
+    bare_push_store: Arc<dyn PushStore>,
+    push: Option<PushRuntime>,
+    description: String,
+) -> Composed {
+    match push {
+        Some(push) => Composed {
+            push_store: Arc::clone(push.outbox.store()),
+            bus: bus.with_push(push),
+            journal,
+            description,
+        },
+        None => Composed {
+            bus,
+            journal,
+            push_store: bare_push_store,
+            description,
+        },
+    }
+}
+
+fn describe_push(push: Option<&PushRuntime>, store: &str) -> String {
+    match push {
+        Some(p) => format!(
+            ", push={store} ({} destination(s), {})",
+            p.outbox.destinations().len(),
+            match (p.outbox.is_sealed(), store) {
+                (true, _) => "credentials sealed",
+                (false, "memory") => "credentials in memory only",
+                (false, _) => "credentials NOT sealed",
+            }
+        ),
+        None => String::new(),
+    }
+}
+
+/// The push outbox and its delivery worker over `store` (PUSH.md §4–§6), per `config.push`:
+/// destinations resolved (secrets read from their named variables or files), the store sealed
+/// with the local key ring when one is configured, the worker built from the sealed outbox over
+/// `journal` (the journal the ledger writes into), time from `clock`.
+///
+/// `None` when `[push]` names neither a destination nor a key ring (nothing would be registered).
+/// Errors (`Invalid`, never holding a secret): a `persistent` store without a key ring and
+/// without `push.allow_unsealed`; a secret source that cannot be read; a destination that breaks
+/// a rule (blank or duplicate name, bad URL, bad signing key); a master key or key directory that
+/// cannot be used; an HTTP client that cannot be built.
+pub fn push_runtime(
+    config: &Config,
+    store: Arc<dyn PushStore>,
+    persistent: bool,
+    journal: Arc<dyn Journal>,
+    clock: Arc<dyn Clock>,
+) -> BusResult<Option<PushRuntime>> {
+    let settings = &config.push;
+    if settings.destinations.is_empty() && settings.key_ring.is_none() {
+        return Ok(None);
+    }
+    let setup = |e: crate::push::PushSetupError| BusError::invalid(e.to_string());
+    let keys = settings
+        .key_ring()
+        .map_err(setup)?
+        .map(|k| Arc::new(k) as Arc<dyn KeyRing>);
+    let outbox = settings
+        .outbox(store, persistent, keys, config.tenant.clone())
+        .map_err(setup)?
+        .with_clock(clock);
+    let transport = Arc::new(settings.transport().map_err(setup)?);
+    let worker =
+        DeliveryWorker::new(&outbox, journal, transport).with_settings(settings.delivery());
+    Ok(Some(PushRuntime {
+        outbox,
+        worker,
+        poll: settings.poll(),
+    }))
 }
 
 /// The memory adapters' limits for `config`: the body limit of `bus.max_body_bytes`, an inbox

@@ -6,18 +6,26 @@
 //! back to her marked `redelivered`; everyone then exchanges a burst of messages, each recipient
 //! confirming what it receives; finally receipts and a page of history are shown. The summary
 //! counts messages and deliveries and gives the p50/p99 latency from send to delivery.
+//!
+//! Each agent works in a run (admitted at the start, sealed at the end). The demo starts a small
+//! webhook receiver on 127.0.0.1:0 in-process and configures it as the only push destination
+//! (signed with a fresh Standard Webhooks key), so the runs' journals arrive there as CloudEvents:
+//! the transcript shows the event types received, the summary counts them.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crewbus_domain::{BusError, BusResult, Uuid};
+use base64::Engine as _;
+use crewbus_domain::{BusError, BusResult, Secret, Uuid};
 use serde_json::{Value, json};
 
 use crate::client::{ApiClient, ApiFailure, uuid_of};
 use crate::compose::compose;
 use crate::config::Config;
+use crate::demo_receiver::{DemoReceiver, Received};
+use crate::push::{DestinationSettings, SecretSource, Signer};
 use crate::server::Server;
 use crate::shutdown::Shutdown;
 
@@ -28,6 +36,8 @@ struct DemoAgent {
     name: &'static str,
     id: Uuid,
     client: ApiClient,
+    /// The agent's run (its sends, confirms and acknowledgements are journaled there).
+    run: Option<Uuid>,
 }
 
 /// Shared bookkeeping: when each request was sent, and the latencies and counts observed.
@@ -72,7 +82,38 @@ pub async fn run(mut config: Config, json: bool) -> BusResult<ExitCode> {
     config.bus.handout_grace_ms = 1_000;
     config.bus.topup_after_ms = 500;
     config.bus.idle_poll_ms = config.bus.idle_poll_ms.min(20);
-    let composed = compose(&config).await?;
+
+    // The push destination: a local receiver, signed with a fresh key handed over in a file
+    // (secrets never come inline), removed again once the configuration has read it.
+    let key = format!(
+        "whsec_{}",
+        base64::engine::general_purpose::STANDARD.encode(rand::random::<[u8; 24]>())
+    );
+    let signer = Signer::new(&[Secret::new(key.clone())])
+        .map_err(|_| BusError::invalid("the demo's signing key"))?;
+    let receiver = DemoReceiver::start(signer).await?;
+    let key_file =
+        std::env::temp_dir().join(format!("crewbus-demo-whsec-{}", Uuid::new_v4().simple()));
+    std::fs::write(&key_file, &key)
+        .map_err(|e| BusError::unavailable_from("the demo's signing key file", e))?;
+    config.push.destinations = vec![DestinationSettings {
+        name: "demo-receiver".to_owned(),
+        url: receiver.url.clone(),
+        authentication: None,
+        signing_keys: vec![SecretSource {
+            env: None,
+            file: Some(key_file.clone()),
+        }],
+    }];
+    config.push.poll_ms = 20;
+    config.push.idle_ms = 50;
+    if config.push.key_ring.is_none() {
+        // The demo destination carries no credential: nothing secret is stored.
+        config.push.allow_unsealed = true;
+    }
+    let composed = compose(&config).await;
+    let _ = std::fs::remove_file(&key_file);
+    let composed = composed?;
     let bus = composed.bus.clone();
     let suffix = &Uuid::new_v4().simple().to_string()[..8];
     let team = bus.add_team(&format!("demo-{suffix}"), None, None).await?;
@@ -85,6 +126,7 @@ pub async fn run(mut config: Config, json: bool) -> BusResult<ExitCode> {
             name,
             id: new.agent.id,
             client: ApiClient::new(base.clone(), Some(new.token)),
+            run: None,
         });
     }
     let mut t = Transcript {
@@ -94,14 +136,21 @@ pub async fn run(mut config: Config, json: bool) -> BusResult<ExitCode> {
     };
     if !json {
         println!(
-            "crewbus demo — server at {base} ({})\nteam {} with agents alice, bob, carol\n",
-            composed.description, team.name
+            "crewbus demo — server at {base} ({})\nteam {} with agents alice, bob, carol\n\
+             push receiver at {} (every run's journal arrives there as signed CloudEvents)\n",
+            composed.description, team.name, receiver.url
         );
     }
     let stats = Arc::new(Mutex::new(Stats::default()));
-    let result = script(&agents, &stats, &mut t).await;
+    let result = async {
+        admit_runs(&mut agents, &mut t).await?;
+        script(&agents, &stats, &mut t).await?;
+        let expected = seal_runs(&agents, &mut t).await?;
+        await_push(&receiver, expected, &agents, &mut t).await
+    }
+    .await;
     server.stop().await;
-    result?;
+    let push = result?;
 
     let s = stats.lock().expect("stats lock");
     let expected = 2 * s.messages; // two recipients per message
@@ -130,6 +179,10 @@ pub async fn run(mut config: Config, json: bool) -> BusResult<ExitCode> {
                     "latency_p99_ms": p99.as_secs_f64() * 1e3,
                     "elapsed_ms": elapsed.as_millis(),
                     "adapters": composed.description,
+                    "push_events": push.events,
+                    "push_signatures_verified": push.verified,
+                    "push_in_journal_order": push.in_order,
+                    "push_event_types": push.by_type.iter().map(|(k, n)| json!({"type": k, "count": n})).collect::<Vec<_>>(),
                 }
             })
         );
@@ -146,9 +199,140 @@ pub async fn run(mut config: Config, json: bool) -> BusResult<ExitCode> {
             p99.as_secs_f64() * 1e3,
             lat.len()
         );
+        println!(
+            "  push events           {} received by the local receiver ({} signatures verified, {} runs, {})",
+            push.events,
+            push.verified,
+            agents.len(),
+            if push.in_order {
+                "each run in journal order"
+            } else {
+                "OUT OF ORDER"
+            }
+        );
         println!("  wall time             {:.2} s", elapsed.as_secs_f64());
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What the push receiver got.
+struct PushTally {
+    events: usize,
+    verified: usize,
+    in_order: bool,
+    /// Event type → count, in order of first arrival.
+    by_type: Vec<(String, usize)>,
+}
+
+/// Every agent admits a run through the API; its events start flowing to the receiver.
+async fn admit_runs(agents: &mut [DemoAgent], t: &mut Transcript) -> BusResult<()> {
+    for agent in agents.iter_mut() {
+        let run = agent.client.admit_run().await.map_err(failure)?;
+        let id = uuid_of(&run["id"]);
+        agent.run = Some(id);
+        t.say(
+            agent.name,
+            format!(
+                "admits run {} (the push receiver is registered for it)",
+                &id.simple().to_string()[..8]
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// Every agent seals its run; returns the number of journal records of all runs.
+async fn seal_runs(agents: &[DemoAgent], t: &mut Transcript) -> BusResult<usize> {
+    let mut records = 0;
+    for agent in agents {
+        let Some(run) = agent.run else { continue };
+        let sealed = agent
+            .client
+            .seal_run(run, "succeeded", "demo finished")
+            .await
+            .map_err(failure)?;
+        let last = sealed["last_seq"].as_u64().unwrap_or(0);
+        records += usize::try_from(last).unwrap_or(usize::MAX);
+        t.say(
+            agent.name,
+            format!("seals its run: succeeded after {last} journal records"),
+        );
+    }
+    Ok(records)
+}
+
+/// Waits (at most 20 s) until the receiver holds every record of every run, then shows what
+/// arrived.
+async fn await_push(
+    receiver: &DemoReceiver,
+    expected: usize,
+    agents: &[DemoAgent],
+    t: &mut Transcript,
+) -> BusResult<PushTally> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let received = loop {
+        let got = receiver.received();
+        let distinct: std::collections::HashSet<(&str, u64)> =
+            got.iter().map(|r| (r.source.as_str(), r.seq)).collect();
+        if distinct.len() >= expected {
+            break got;
+        }
+        if Instant::now() > deadline {
+            return Err(BusError::timeout(format!(
+                "the push receiver got {} of {expected} events",
+                distinct.len()
+            )));
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let mut by_type: Vec<(String, usize)> = Vec::new();
+    for r in &received {
+        match by_type.iter_mut().find(|(k, _)| *k == r.kind) {
+            Some((_, n)) => *n += 1,
+            None => by_type.push((r.kind.clone(), 1)),
+        }
+    }
+    let mut last: HashMap<&str, u64> = HashMap::new();
+    let mut in_order = true;
+    for r in &received {
+        let prev = last.insert(r.source.as_str(), r.seq).unwrap_or(0);
+        in_order &= r.seq > prev;
+    }
+    let verified = received.iter().filter(|r| r.signature_ok).count();
+    if let Some(run) = agents.first().and_then(|a| a.run) {
+        let mine: Vec<&Received> = received
+            .iter()
+            .filter(|r| r.source.ends_with(&run.to_string()))
+            .collect();
+        let shown: Vec<&str> = mine.iter().take(6).map(|r| r.kind.as_str()).collect();
+        t.say(
+            "hook",
+            format!(
+                "alice's run arrives in order: {}{} … {}",
+                shown.join(", "),
+                if mine.len() > 6 { "," } else { "" },
+                mine.last().map_or("", |r| r.kind.as_str())
+            ),
+        );
+    }
+    t.say(
+        "hook",
+        format!(
+            "received {} CloudEvents ({verified} signatures verified): {}",
+            received.len(),
+            by_type
+                .iter()
+                .map(|(k, n)| format!("{k}×{n}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    );
+    Ok(PushTally {
+        events: received.len(),
+        verified,
+        in_order,
+        by_type,
+    })
 }
 
 fn percentile(sorted: &[Duration], q: f64) -> Duration {
@@ -173,7 +357,7 @@ async fn send(
         .insert(request_id.to_owned(), Instant::now());
     let v = agent
         .client
-        .send(conversation, request_id, body)
+        .send_in(conversation, request_id, body, agent.run)
         .await
         .map_err(failure)?;
     stats.lock().expect("stats lock").messages += 1;
@@ -245,7 +429,11 @@ async fn confirm(
         .iter()
         .map(|d| uuid_of(&d["delivery_id"]))
         .collect();
-    let results = agent.client.confirm(&ids).await.map_err(failure)?;
+    let results = agent
+        .client
+        .confirm_in(&ids, agent.run)
+        .await
+        .map_err(failure)?;
     let confirmed = results
         .iter()
         .filter(|r| r["outcome"] == "confirmed")
@@ -356,7 +544,11 @@ async fn script(
         .find(|d| d["message"]["seq"] == 1)
         .map(|d| uuid_of(&d["message"]["id"]))
         .ok_or_else(|| BusError::invalid("carol did not get message #1 again"))?;
-    carol.client.acknowledge(first).await.map_err(failure)?;
+    carol
+        .client
+        .acknowledge_in(first, carol.run)
+        .await
+        .map_err(failure)?;
     t.say("carol", "acknowledges reading alice's question (#1)");
 
     // The burst: everyone sends, everyone receives and confirms, concurrently.
@@ -374,6 +566,7 @@ async fn script(
             name: agent.name,
             id: agent.id,
             client,
+            run: agent.run,
         };
         let stats = stats.clone();
         tasks.push(tokio::spawn(async move {

@@ -39,6 +39,7 @@ fn bus(ledger: MockLedger, backends: MockBackends) -> Bus {
         Ports {
             ledger: Arc::new(ledger),
             backends: Arc::new(backends),
+            journal: Arc::new(crewbus_ports::MockJournal::new()),
             clock: Arc::new(Fixed(t0())),
             broker: None,
         },

@@ -1,4 +1,4 @@
-//! The background workers: relay, reference worker and retention job. Each runs passes until
+//! The background workers: relay, reference worker, push delivery worker and retention job. Each runs passes until
 //! shutdown; a pass in progress always completes (in-flight work is drained), then the worker
 //! stops.
 
@@ -16,7 +16,8 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Starts the relay, the reference worker and the retention job.
+    /// Starts the relay, the reference worker, the push delivery worker (when the bus has a push
+    /// outbox) and the retention job.
     pub fn spawn(bus: &Bus, shutdown: &Shutdown) -> Workers {
         let mut handles = Vec::new();
         {
@@ -47,6 +48,14 @@ impl Workers {
                     }
                 },
             )));
+        }
+        if let Some(push) = bus.push.clone() {
+            let s = shutdown.clone();
+            let clock = bus.ports.clock.clone();
+            handles.push(tokio::spawn(async move {
+                push.run(clock, async move { s.wait().await }).await;
+                tracing::debug!(worker = "push", "stopped");
+            }));
         }
         if bus.settings.retention.is_some() {
             let bus = bus.clone();

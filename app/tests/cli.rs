@@ -26,6 +26,7 @@ fn help_teaches_with_examples() {
         "agent",
         "stream",
         "health",
+        "push",
         "Examples:",
         "CREWBUS_",
     ] {
@@ -141,6 +142,26 @@ fn demo_runs_on_the_embedded_default_and_proves_exactly_once() {
             .iter()
             .any(|l| l["what"].as_str().unwrap().contains("(redelivered)"))
     );
+    // The runs' journals arrived at the demo's local receiver, signed and in order.
+    let events = s["push_events"].as_u64().unwrap();
+    assert!(events >= 3 * 2 + 62 + 124, "{s}");
+    assert_eq!(s["push_signatures_verified"], events);
+    assert_eq!(s["push_in_journal_order"], true);
+    let types = s["push_event_types"].as_array().unwrap();
+    let count = |t: &str| {
+        types
+            .iter()
+            .find(|x| x["type"] == t)
+            .and_then(|x| x["count"].as_u64())
+    };
+    assert_eq!(count("run_admitted"), Some(3));
+    assert_eq!(count("run_sealed"), Some(3));
+    assert_eq!(count("message_sent"), Some(62));
+    assert!(
+        transcript
+            .iter()
+            .any(|l| l["who"] == "hook" && l["what"].as_str().unwrap().contains("run_sealed"))
+    );
     let human = crewbus().arg("demo").output().unwrap();
     let text = String::from_utf8(human.stdout).unwrap();
     for needle in [
@@ -151,6 +172,8 @@ fn demo_runs_on_the_embedded_default_and_proves_exactly_once() {
         "p50",
         "p99",
         "exactly once",
+        "push events",
+        "CloudEvents",
     ] {
         assert!(text.contains(needle), "demo output lacks {needle}");
     }

@@ -549,3 +549,62 @@ async fn registrations_of_a_removed_destination_or_a_missing_run_park() {
     assert_eq!(sweep.parked, 2);
     assert!(rx.all_hits().is_empty());
 }
+
+/// `Outbox::open` on a resume replaces the registration and makes it due at once, even while its
+/// turn is in flight: the running worker must not start a second turn of the same registration
+/// (that would send the same events concurrently, out of order).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_registration_while_its_turn_is_in_flight_does_not_start_a_second_turn() {
+    let rx = Receiver::start().await;
+    // The first POST hangs until the transport's 1 s timeout; one failure parks the row, so
+    // nothing is retried and the receiver's count is exactly the number of turns started.
+    let s = scene(
+        vec![destination("slow", &rx.url("/hang/slow"))],
+        Duration::from_secs(1),
+    );
+    let worker = s.worker.clone().with_settings(DeliverySettings {
+        backoff: Backoff {
+            base: Duration::from_secs(3600),
+            cap: Duration::from_secs(3600),
+            max_attempts: 1,
+        },
+        ..settings()
+    });
+    let run = run_with_notes(&s.journal, 1, s.at).await;
+    s.outbox.open(run).await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let clock = Arc::new(ManualClock::new(s.at));
+    let task = tokio::spawn(async move {
+        worker
+            .run(clock, Duration::from_millis(5), async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    eventually(
+        "the first turn is in flight",
+        Duration::from_secs(10),
+        || rx.hits("/hang/slow").len() == 1,
+    )
+    .await;
+    // A resume re-registers: the row is due again now, its turn still hanging.
+    s.outbox.open(run).await.unwrap();
+    let end = tokio::time::Instant::now() + Duration::from_secs(10);
+    while s.store.parked(10).await.unwrap().is_empty() {
+        assert!(
+            tokio::time::Instant::now() < end,
+            "the hanging turn never ended"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        rx.hits("/hang/slow").len(),
+        1,
+        "a second turn of the same registration was started while the first was in flight"
+    );
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+}

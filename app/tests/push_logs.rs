@@ -122,7 +122,7 @@ async fn no_secret_reaches_logs_errors_or_debug() {
     let everything = format!("{logs}\n{}", outputs.join("\n"));
     for leak in [
         TOKEN,
-        "4711",
+        "very-secret",
         KEY_OLD,
         KEY_NEW,
         "C2FVsBQIhrscChlQIMV",

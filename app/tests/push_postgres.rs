@@ -61,7 +61,7 @@ async fn a_sealed_outbox_on_postgres_delivers_a_run_and_keeps_credentials_sealed
     .unwrap();
     assert_eq!(url, rx.url("/auth/ops"));
     assert_eq!(scheme, "Bearer");
-    assert!(!credentials.contains(TOKEN) && !credentials.contains("4711"));
+    assert!(!credentials.contains(TOKEN) && !credentials.contains("very-secret"));
 
     let sweep = worker.run_once(at, 10).await.unwrap();
     assert_eq!((sweep.delivered, sweep.deleted), (3, 1));

@@ -39,7 +39,7 @@ async fn at_rest_the_credential_is_ciphertext_while_url_and_scheme_are_clear() {
     let auth = at_rest.authentication.unwrap();
     assert_eq!(auth.scheme, "Bearer");
     let stored = auth.credentials.expose();
-    assert!(!stored.contains(TOKEN) && !stored.contains("4711"));
+    assert!(!stored.contains(TOKEN) && !stored.contains("very-secret"));
     assert!(
         stored.len() > TOKEN.len() + 40,
         "an envelope, not the token"

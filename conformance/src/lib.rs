@@ -14,7 +14,9 @@
 //! anything that may take a moment to show up is polled against a deadline
 //! ([`wait::Deadline`], [`wait::fetch_at_least`]).
 //!
-//! [`behaviours`] lists them all with the [`Capability`]s they need.
+//! [`behaviours`] lists them all with the [`Capability`]s they need. The `StreamAdmin`
+//! behaviours live in [`stream_admin`] with their own fixture (a fresh deployment per test) and
+//! [`stream_admin::admin_trials`].
 //!
 //! # Plugging an adapter in
 //!
@@ -86,6 +88,7 @@ pub mod nats;
 pub mod postgres;
 pub mod push_store;
 pub mod samples;
+pub mod stream_admin;
 pub mod wait;
 
 pub use capabilities::{Capabilities, Capability};

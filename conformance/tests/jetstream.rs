@@ -17,6 +17,7 @@ use bytes::Bytes;
 use crewbus_conformance::nats::{
     self, NatsCluster, NatsOptions, NatsServer, UserPassword, parse_version,
 };
+use crewbus_conformance::stream_admin::{self, AdminFixture, AdminFixtureFactory};
 use crewbus_conformance::{
     BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, Namespace, TeamFixture,
 };
@@ -48,6 +49,9 @@ enum Needs {
     /// A 3-node cluster on a server line with the R3 per-subject-discard fix.
     Cluster,
 }
+
+/// Held by the tests that spawn servers of their own, so they run one at a time.
+static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 type TestFn = fn(Arc<Harness>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
 
@@ -649,6 +653,14 @@ async fn references_are_deduplicated_redelivered_and_double_acked(h: Arc<Harness
     assert_eq!(first[0].event_id, event);
     assert_eq!(first[0].deliveries, 1);
     assert_eq!(first[0].payload, r#"{"m":1}"#);
+    // Both server lines issue the 9-token form `$JS.ACK.<stream>.<consumer>.…` (BUS.md §3).
+    assert!(
+        first[0]
+            .ack_subject
+            .starts_with(&format!("$JS.ACK.{}.alice.", b.inbox_stream())),
+        "{}",
+        first[0].ack_subject
+    );
     let status = b.inbox_status("alice").await.expect("status");
     assert!(status.present);
     assert_eq!(status.awaiting_ack, 1);
@@ -1053,6 +1065,25 @@ async fn account_budget_refuses_a_stream_that_does_not_fit(_h: Arc<Harness>) {
         JetStreamBackend::connect(&prov, t3).await,
         Err(BusError::NotProvisioned { .. })
     ));
+    // What the broker itself answers to a reservation beyond the budget: error code 10047,
+    // the code the adapter maps to InsufficientStorage.
+    let (_, js) = raw(&server.url(), &nats::provisioning_user()).await;
+    let refused = js
+        .create_stream(jetstream::stream::Config {
+            name: format!("TOO_BIG_{}", t3.simple()),
+            subjects: vec![format!("too-big.{}", t3.simple())],
+            max_bytes: 64 * MIB as i64,
+            storage: jetstream::stream::StorageType::File,
+            ..Default::default()
+        })
+        .await
+        .expect_err("beyond the account budget");
+    match refused.kind() {
+        jetstream::context::CreateStreamErrorKind::JetStream(e) => {
+            assert_eq!(e.error_code().0, 10047, "{e}")
+        }
+        other => panic!("expected a JetStream API error, got {other:?}"),
+    }
     // A raise the account cannot reserve is refused by check_update and update_quotas alike.
     let mut raise = prov.clone();
     raise.body_quotas.max_bytes = 16 * MIB;
@@ -1291,6 +1322,8 @@ const SUITE_INBOX_QUOTA: Quotas = Quotas {
     max_bytes: MIB,
 };
 const SUITE_MAX_DELIVER: u32 = 3;
+/// Added to every `advance` on the real-time server (see `JetStreamFixture::advance`).
+const ADVANCE_MARGIN: Duration = Duration::from_millis(250);
 
 impl JetStreamFactory {
     async fn start(h: &Harness) -> JetStreamFactory {
@@ -1379,9 +1412,12 @@ impl Namespace for JetStreamFixture {
     fn other_team(&self) -> Uuid {
         self.other_team
     }
-    /// The server's timers are the behaviour under test: wait the real duration.
+    /// The server's timers are the behaviour under test: wait the real duration, plus a margin
+    /// for the server's timer to fire on a loaded machine (its ack-wait check runs on its own
+    /// schedule; without the margin a fetch right at `ack_wait` may still see the reference as
+    /// in flight).
     async fn advance(&self, by: Duration) {
-        tokio::time::sleep(by).await;
+        tokio::time::sleep(by + ADVANCE_MARGIN).await;
     }
     async fn now(&self) -> chrono::DateTime<chrono::Utc> {
         chrono::Utc::now()
@@ -1411,6 +1447,50 @@ impl InboxFixture for JetStreamFixture {
             .await
             .map(|_| ())
             .map_err(|e| BusError::unavailable_from("deleting a consumer", e))
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// StreamAdmin behaviours: a server of its own per test (exact account arithmetic)
+// ---------------------------------------------------------------------------------------------
+
+struct JetStreamAdminFactory;
+
+struct JetStreamAdminFixture {
+    server: NatsServer,
+}
+
+#[async_trait]
+impl AdminFixtureFactory for JetStreamAdminFactory {
+    async fn fixture(&self) -> Result<Box<dyn AdminFixture>, FixtureError> {
+        let server = tokio::task::spawn_blocking(|| {
+            NatsServer::start_with(&NatsOptions {
+                account_max_file: Some(stream_admin::ADMIN_BUDGET),
+                ..NatsOptions::default()
+            })
+        })
+        .await?;
+        Ok(Box::new(JetStreamAdminFixture { server }))
+    }
+}
+
+#[async_trait]
+impl AdminFixture for JetStreamAdminFixture {
+    fn admin(&self, bodies: Quotas, inbox: Quotas) -> Arc<dyn StreamAdmin> {
+        let mut prov = prov_for(&self.server.url());
+        prov.body_quotas = bodies;
+        prov.inbox_quotas = inbox;
+        Arc::new(JetStreamAdmin::new(prov))
+    }
+    async fn bodies(&self, team: Uuid) -> Arc<dyn MessagingBackend> {
+        Arc::new(
+            JetStreamBackend::connect(&rt_for(&self.server.url()), team)
+                .await
+                .expect("connect"),
+        )
+    }
+    fn replicas(&self) -> u32 {
+        1
     }
 }
 
@@ -1506,6 +1586,12 @@ fn main() {
                 if let Some(reason) = skip {
                     return Ok(Completion::ignored_with(reason));
                 }
+                // Servers of their own (restart, cluster) run one at a time.
+                let _heavy = matches!(needs, Needs::OwnServer | Needs::Cluster).then(|| {
+                    HEAVY
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                });
                 runtime().block_on(f(h));
                 Ok(Completion::Completed)
             })
@@ -1519,6 +1605,14 @@ fn main() {
         factory,
         &suite_runtime,
     ));
+    let admin_trials =
+        stream_admin::admin_trials("jetstream", Arc::new(JetStreamAdminFactory), &suite_runtime);
+    // Each admin behaviour needs a server of its own: none under NATS_URL.
+    trials.extend(
+        admin_trials
+            .into_iter()
+            .map(|t| t.with_ignored_flag(!harness.fixture)),
+    );
     let conclusion = libtest_mimic::run(&args, trials);
     drop(harness);
     conclusion.exit();

@@ -16,15 +16,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use crewbus_conformance::stream_admin::{self, AdminFixture, AdminFixtureFactory};
 use crewbus_conformance::{
     BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, LedgerFixture,
     LedgerFixtureFactory, Namespace, TeamFixture,
 };
 use crewbus_domain::{BusError, BusResult, MAX_BODY_BYTES, Quotas, TenantId};
 use crewbus_memory::{
-    BodiesConfig, InboxConfig, ManualClock, MemoryBackends, MemoryConfig, MemoryLedger,
+    BodiesConfig, InboxConfig, ManualClock, MemoryAdminConfig, MemoryBackends, MemoryConfig,
+    MemoryLedger, MemoryStreamAdmin,
 };
-use crewbus_ports::{Backends, Clock, Inbox, Journal, Ledger, MessagingBackend};
+use crewbus_ports::{Backends, Clock, Inbox, Journal, Ledger, MessagingBackend, StreamAdmin};
 use uuid::Uuid;
 
 /// Builds a registry with its own manual clock per test.
@@ -181,6 +183,48 @@ impl InboxFixture for MemoryFixture {
     }
 }
 
+/// A fresh memory deployment per `StreamAdmin` test: a registry and an admin with a budget.
+struct MemoryAdminFactory;
+
+struct MemoryAdminFixture {
+    registry: MemoryBackends,
+    admin: MemoryStreamAdmin,
+}
+
+#[async_trait]
+impl AdminFixtureFactory for MemoryAdminFactory {
+    async fn fixture(&self) -> Result<Box<dyn AdminFixture>, FixtureError> {
+        let registry =
+            MemoryBackends::new(MemoryConfig::default(), Arc::new(ManualClock::default()))?;
+        let admin = MemoryStreamAdmin::new(
+            registry.clone(),
+            MemoryAdminConfig {
+                body_quotas: stream_admin::BODY_QUOTAS,
+                inbox_quotas: stream_admin::INBOX_QUOTAS,
+                replicas: 1,
+                budget: Some(stream_admin::ADMIN_BUDGET),
+            },
+        )?;
+        Ok(Box::new(MemoryAdminFixture { registry, admin }))
+    }
+}
+
+#[async_trait]
+impl AdminFixture for MemoryAdminFixture {
+    fn admin(&self, bodies: Quotas, inbox: Quotas) -> Arc<dyn StreamAdmin> {
+        Arc::new(self.admin.asking(bodies, inbox).expect("valid quotas"))
+    }
+    async fn bodies(&self, team: Uuid) -> Arc<dyn MessagingBackend> {
+        self.registry
+            .body_backend(team, MemoryBackends::NAME)
+            .await
+            .expect("memory body backend")
+    }
+    fn replicas(&self) -> u32 {
+        1
+    }
+}
+
 /// A fresh memory ledger (and the journal sharing its state) per test.
 struct MemoryLedgerFactory;
 
@@ -212,6 +256,11 @@ fn main() {
     trials.extend(crewbus_conformance::trials(
         "memory_windowed",
         Arc::new(MemoryFactory::windowed()),
+        &runtime,
+    ));
+    trials.extend(stream_admin::admin_trials(
+        "memory",
+        Arc::new(MemoryAdminFactory),
         &runtime,
     ));
     trials.extend(crewbus_conformance::ledger_trials(

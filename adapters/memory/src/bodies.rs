@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusError, BusResult, Envelope, Locator, Published};
+use crewbus_domain::{BusError, BusResult, Envelope, Locator, Published, Quotas};
 use crewbus_ports::{Clock, MessagingBackend};
 use uuid::Uuid;
 
@@ -55,6 +55,8 @@ struct State {
     by_message: HashMap<Uuid, u64>,
     /// Σ body lengths of `bodies`, in bytes.
     bytes: u64,
+    /// Quota set by a stream administrator, replacing [`BodiesConfig::quota`].
+    quota: Option<Quotas>,
 }
 
 struct Stored {
@@ -114,6 +116,28 @@ impl MemoryBodies {
         self.state().bytes
     }
 
+    /// The discard-new quota in force (the configured one unless an administrator changed it).
+    pub fn quota(&self) -> Quotas {
+        self.state().quota.unwrap_or(self.shared.config.quota)
+    }
+
+    /// Sets the quota to `quota` if the contents fit it, atomically with respect to publishes
+    /// (nothing stored is ever evicted). Errors: the contents `(messages, bytes)` that exceed it.
+    pub(crate) fn relimit(&self, quota: Quotas) -> Result<(), (u64, u64)> {
+        let mut state = self.state();
+        let contents = (state.bodies.len() as u64, state.bytes);
+        if quota.exceeded_by(contents.0, contents.1) {
+            return Err(contents);
+        }
+        state.quota = Some(quota);
+        Ok(())
+    }
+
+    /// Drops every body and restores the configured quota (the stream was deleted).
+    pub(crate) fn clear(&self) {
+        *self.state() = State::default();
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.shared
             .state
@@ -154,7 +178,7 @@ impl MemoryBodies {
                 "the message is already stored under another publish key",
             ));
         }
-        let quota = self.shared.config.quota;
+        let quota = state.quota.unwrap_or(self.shared.config.quota);
         let messages = state.bodies.len() as u64 + 1;
         let bytes = state.bytes.saturating_add(size);
         if quota.exceeded_by(messages, bytes) {

@@ -70,6 +70,8 @@ struct State {
     /// The same event ids in the order first seen, for expiring a duplicate window.
     seen_order: VecDeque<(DateTime<Utc>, Uuid)>,
     consumers: HashMap<String, Consumer>,
+    /// Overflow limit set by a stream administrator, replacing [`InboxConfig::max_messages`].
+    max_messages: Option<u64>,
 }
 
 struct Stored {
@@ -182,6 +184,40 @@ impl MemoryInbox {
         self.state().refs.len() as u64
     }
 
+    /// Payload bytes stored in the team's inbox now (Σ payload lengths, bytes).
+    pub fn stored_bytes(&self) -> u64 {
+        self.state()
+            .refs
+            .values()
+            .map(|r| r.payload.len() as u64)
+            .sum()
+    }
+
+    /// The overflow limit in force (the configured one unless an administrator changed it).
+    pub fn max_messages(&self) -> u64 {
+        self.state()
+            .max_messages
+            .unwrap_or(self.shared.config.max_messages)
+    }
+
+    /// Sets the overflow limit if the stored references fit it, atomically with respect to
+    /// publishes. Errors: the contents `(messages, bytes)` that exceed it.
+    pub(crate) fn relimit(&self, quota: crewbus_domain::Quotas) -> Result<(), (u64, u64)> {
+        let mut state = self.state();
+        let messages = state.refs.len() as u64;
+        let bytes = state.refs.values().map(|r| r.payload.len() as u64).sum();
+        if quota.exceeded_by(messages, bytes) {
+            return Err((messages, bytes));
+        }
+        state.max_messages = Some(quota.max_messages);
+        Ok(())
+    }
+
+    /// Drops every reference, consumer and remembered event id (the stream was deleted).
+    pub(crate) fn clear(&self) {
+        *self.state() = State::default();
+    }
+
     fn state(&self) -> MutexGuard<'_, State> {
         self.shared
             .state
@@ -241,7 +277,8 @@ impl Inbox for MemoryInbox {
             .insert(seq);
         state.seen.insert(event_id, (seq, now));
         state.seen_order.push_back((now, event_id));
-        while state.refs.len() as u64 > config.max_messages {
+        let max_messages = state.max_messages.unwrap_or(config.max_messages);
+        while state.refs.len() as u64 > max_messages {
             let Some(oldest) = state.refs.keys().next().copied() else {
                 break;
             };

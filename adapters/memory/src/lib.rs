@@ -39,6 +39,7 @@ mod ledger;
 mod ledger_state;
 mod locator;
 mod push_store;
+mod stream_admin;
 mod transport;
 
 pub use backends::MemoryBackends;
@@ -51,4 +52,5 @@ pub use journal::MemoryJournal;
 pub use key_ring::TestKeyRing;
 pub use ledger::MemoryLedger;
 pub use push_store::MemoryPushStore;
+pub use stream_admin::{MemoryAdminConfig, MemoryStreamAdmin};
 pub use transport::RecordingTransport;

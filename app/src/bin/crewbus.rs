@@ -61,5 +61,6 @@ async fn run(cli: Cli, config: Config) -> anyhow::Result<ExitCode> {
         Command::Stream(cmd) => Ok(crewbus::commands::stream(config, cmd, json).await?),
         Command::Health(args) => Ok(crewbus::commands::health(config, args, json).await?),
         Command::Load(args) => Ok(crewbus::load::command(config, args, json).await?),
+        Command::Push(cmd) => Ok(crewbus::push_commands::push(config, cmd, json).await?),
     }
 }

@@ -16,6 +16,7 @@ mod inbox;
 mod messages;
 pub mod openapi;
 mod ops;
+mod runs;
 pub mod views;
 
 /// What every handler sees.
@@ -44,6 +45,11 @@ pub fn router(bus: Bus) -> Router {
         .route("/v1/inbox/fetch", post(inbox::fetch))
         .route("/v1/inbox/confirm", post(inbox::confirm))
         .route("/v1/inbox/status", get(inbox::status))
+        .route("/v1/runs", post(runs::admit))
+        .route("/v1/runs/{id}", get(runs::get))
+        .route("/v1/runs/{id}/resume", post(runs::resume))
+        .route("/v1/runs/{id}/seal", post(runs::seal))
+        .route("/v1/runs/{id}/records", get(runs::records))
         .route("/health", get(ops::health))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))

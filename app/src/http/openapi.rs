@@ -28,6 +28,11 @@ use crate::health::HealthReport;
         super::inbox::fetch,
         super::inbox::confirm,
         super::inbox::status,
+        super::runs::admit,
+        super::runs::get,
+        super::runs::resume,
+        super::runs::seal,
+        super::runs::records,
         super::ops::health,
         super::ops::metrics,
     ),
@@ -35,7 +40,7 @@ use crate::health::HealthReport;
         ErrorBody, AgentView, CreateConversation, ConversationView, SendMessage, MessageView,
         SentView, HistoryItemView, HistoryView, FetchRequest, DeliveryView, FetchView,
         ConfirmRequest, ConfirmItemView, ConfirmView, AcknowledgeRequest, ReceiptView,
-        InboxStatusView, HealthReport
+        InboxStatusView, HealthReport, RunView, SealRequest, RecordView, RecordsView
     )),
     modifiers(&BearerAuth)
 )]

@@ -378,3 +378,107 @@ impl From<InboxReport> for InboxStatusView {
         }
     }
 }
+
+/// A run: one agent session on the bus, with its journal.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RunView {
+    /// Run id (pass it as `run` to send, confirm and acknowledge).
+    #[schema(value_type = Uuid)]
+    pub id: RunId,
+    /// Team id.
+    pub team: Uuid,
+    /// The agent the run belongs to.
+    pub agent: Uuid,
+    /// When it was admitted.
+    pub admitted_at: DateTime<Utc>,
+    /// The seq of its last journal record (records are numbered from 1).
+    pub last_seq: u64,
+    /// When it was sealed; absent while open.
+    pub sealed_at: Option<DateTime<Utc>>,
+    /// How it ended (`succeeded`, `failed`, `cancelled`); absent while open.
+    pub outcome: Option<String>,
+}
+
+impl From<crewbus_domain::Run> for RunView {
+    fn from(r: crewbus_domain::Run) -> Self {
+        RunView {
+            id: r.id,
+            team: r.team,
+            agent: r.agent,
+            admitted_at: r.admitted_at,
+            last_seq: r.last_seq.0,
+            sealed_at: r.sealed.map(|(at, _)| at),
+            outcome: r.sealed.map(|(_, o)| o.as_str().to_owned()),
+        }
+    }
+}
+
+/// Seal a run: its terminal record.
+#[derive(Debug, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SealRequest {
+    /// `succeeded`, `failed` or `cancelled`.
+    #[schema(value_type = String, example = "succeeded")]
+    pub outcome: crewbus_domain::RunOutcome,
+    /// Why, in the agent's words (at most 16 KiB). Default empty.
+    #[serde(default)]
+    pub reason: String,
+}
+
+/// Journal paging.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+pub struct RecordsQuery {
+    /// The first record to return (records are numbered from 1). Default 1.
+    #[serde(default = "first_seq")]
+    pub from_seq: u64,
+    /// At most this many (1 to 1000). Default 100.
+    #[serde(default = "default_limit")]
+    pub limit: usize,
+}
+
+fn first_seq() -> u64 {
+    1
+}
+
+/// One journal record. Records carry ids, never message bodies.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RecordView {
+    /// Position in the run's journal (gap-free from 1).
+    pub seq: u64,
+    /// When it was written.
+    pub at: DateTime<Utc>,
+    /// `run_admitted`, `run_resumed`, `message_sent`, `message_delivered`,
+    /// `message_acknowledged`, `note` or `run_sealed` (terminal).
+    pub kind: String,
+    /// The kind's fields (ids such as `conversation` and `message`; `outcome` and `reason` of a
+    /// seal; `text` of a note).
+    #[schema(value_type = Object)]
+    pub data: serde_json::Value,
+}
+
+impl From<crewbus_domain::Record> for RecordView {
+    fn from(r: crewbus_domain::Record) -> Self {
+        let mut data = serde_json::to_value(&r.kind).unwrap_or(serde_json::Value::Null);
+        let kind = data
+            .as_object_mut()
+            .and_then(|o| o.remove("kind"))
+            .and_then(|k| k.as_str().map(str::to_owned))
+            .unwrap_or_default();
+        RecordView {
+            seq: r.seq.0,
+            at: r.at,
+            kind,
+            data,
+        }
+    }
+}
+
+/// A page of a run's journal.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct RecordsView {
+    /// Up to `limit` records, ascending by `seq`.
+    pub records: Vec<RecordView>,
+    /// `from_seq` for the next page.
+    pub next_from_seq: u64,
+}

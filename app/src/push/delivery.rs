@@ -6,7 +6,7 @@
 //! (`PushStore::advance` to the last acknowledged seq + 1) only after the POSTs it covers were
 //! answered, so a crash repeats events (same `webhook-id`) rather than losing them.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Backoff, MAX_PAGE, PushRegistration, PushRequest, Secret, Seq, StoreError, TenantId,
+    Backoff, MAX_PAGE, PushRegistration, PushRequest, RunId, Secret, Seq, StoreError, TenantId,
     TransportError, redact_url,
 };
 use crewbus_ports::{Clock, Journal, PushStore, PushTransport};
@@ -265,6 +265,14 @@ impl DeliveryWorker {
     ) {
         let mut shutdown = std::pin::pin!(shutdown);
         let mut in_flight = JoinSet::new();
+        // The registrations whose turn is running, by task: `Outbox::open` on a resume replaces
+        // a registration and makes it due at once, even while its turn runs; a second turn of the
+        // same registration would send the same events concurrently and out of order. The turn in
+        // flight ends first; a claim taken meanwhile (ours, so nobody else serves the row) is
+        // handed back when it ends — the row is made due at once (`defer` to now: cursor and
+        // attempts untouched), so the claim never strands it until the lease runs out.
+        let mut serving: HashMap<tokio::task::Id, (RunId, String)> = HashMap::new();
+        let mut claimed_meanwhile: HashSet<(RunId, String)> = HashSet::new();
         loop {
             let free = self.settings.concurrency.saturating_sub(in_flight.len());
             if free > 0 {
@@ -276,8 +284,16 @@ impl DeliveryWorker {
                 {
                     Ok(due) => {
                         for registration in due {
+                            let key = (registration.config.run, registration.config.id.clone());
+                            if serving.values().any(|k| *k == key) {
+                                tracing::debug!(run = %key.0, id = %key.1, "push: already in flight here; served again when that turn ends");
+                                claimed_meanwhile.insert(key);
+                                continue;
+                            }
                             let worker = self.clone();
-                            in_flight.spawn(async move { worker.serve(registration, at).await });
+                            let task = in_flight
+                                .spawn(async move { worker.serve(registration, at).await });
+                            serving.insert(task.id(), key);
                         }
                     }
                     Err(error) => {
@@ -287,9 +303,19 @@ impl DeliveryWorker {
             }
             tokio::select! {
                 () = &mut shutdown => break,
-                Some(done) = in_flight.join_next(), if !in_flight.is_empty() => {
-                    if let Err(error) = done {
-                        tracing::error!(%error, "push: a delivery turn panicked");
+                Some(done) = in_flight.join_next_with_id(), if !in_flight.is_empty() => {
+                    let id = match done {
+                        Ok((id, _)) => id,
+                        Err(error) => {
+                            tracing::error!(%error, "push: a delivery turn panicked");
+                            error.id()
+                        }
+                    };
+                    if let Some(key) = serving.remove(&id)
+                        && claimed_meanwhile.remove(&key)
+                        && let Err(error) = self.store.defer(key.0, &key.1, clock.now()).await
+                    {
+                        tracing::warn!(run = %key.0, id = %key.1, %error, "push: handing back a claim failed; the row is served after its claim");
                     }
                 }
                 () = tokio::time::sleep(poll) => {}

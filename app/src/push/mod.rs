@@ -24,6 +24,7 @@ mod http_transport;
 mod key_ring;
 mod outbox;
 mod payload;
+mod runtime;
 mod sealed;
 mod settings;
 mod signing;
@@ -34,6 +35,7 @@ pub use http_transport::HttpTransport;
 pub use key_ring::{LocalKeyRing, MasterKey, MasterKeyError};
 pub use outbox::Outbox;
 pub use payload::{CLOUDEVENTS_JSON, CloudEvents, Event, Projection};
+pub use runtime::PushRuntime;
 pub use sealed::{ENVELOPE_VERSION, EnvelopeError, SealedPush};
 pub use settings::{
     AuthenticationSettings, DestinationSettings, KeyRingSettings, PushSettings, PushSetupError,

@@ -62,11 +62,15 @@ impl TestApp {
     /// The Postgres combination (ledger, journal, inbox, bodies) on a fresh database of
     /// `DATABASE_URL`'s server.
     pub async fn postgres(label: &str, agents: &[&str]) -> TestApp {
+        Self::postgres_with(label, test_config(), agents).await
+    }
+
+    /// [`TestApp::postgres`] with an explicit configuration (e.g. a `[push]` section).
+    pub async fn postgres_with(label: &str, config: Config, agents: &[&str]) -> TestApp {
         let db = TestDatabase::create(label, |pool| async move {
             crewbus_postgres::migrate(&pool).await
         })
         .await;
-        let config = test_config();
         let clock = ManualClock::new(chrono::Utc::now());
         let composed = postgres_with_pool(&config, db.pool().clone(), Arc::new(clock.clone()))
             .await
