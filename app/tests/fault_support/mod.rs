@@ -44,8 +44,10 @@ pub async fn database(label: &str, admin: PgConnectOptions) -> (TestDatabase, St
 pub struct StackSettings {
     /// `postgres://…` of the ledger's database.
     pub database_url: String,
-    /// The nats-server, when the teams use JetStream.
-    pub nats_url: Option<String>,
+    /// The nats-server URLs (empty: no NATS).
+    pub nats_servers: Vec<String>,
+    /// Stream replicas of teams created with this configuration.
+    pub replicas: u32,
     /// Body stream quota of teams created with this configuration, bytes.
     pub body_max_bytes: u64,
     /// Inbox stream quota, references.
@@ -57,7 +59,8 @@ impl StackSettings {
     pub fn new(database_url: &str, nats: Option<&NatsServer>) -> Self {
         StackSettings {
             database_url: database_url.to_owned(),
-            nats_url: nats.map(NatsServer::url),
+            nats_servers: nats.map(NatsServer::url).into_iter().collect(),
+            replicas: 1,
             body_max_bytes: 64 << 20,
             inbox_max_messages: 1_000_000,
         }
@@ -91,11 +94,18 @@ level = "warn"
 "#,
             db = self.database_url
         );
-        if let Some(nats) = &self.nats_url {
+        if !self.nats_servers.is_empty() {
+            let nats = self
+                .nats_servers
+                .iter()
+                .map(|u| format!("\"{u}\""))
+                .collect::<Vec<_>>()
+                .join(", ");
             let (p, r) = (provisioning_user(), runtime_user());
             s.push_str(&format!(
                 r#"[nats]
-servers = ["{nats}"]
+servers = [{nats}]
+replicas = {replicas}
 request_timeout_ms = 1000
 body_max_bytes = {body}
 inbox_max_bytes = 16777216
@@ -108,6 +118,7 @@ user = "{pu}"
 password = "{pp}"
 "#,
                 body = self.body_max_bytes,
+                replicas = self.replicas,
                 inbox = self.inbox_max_messages,
                 ru = r.user,
                 rp = r.password,
