@@ -1237,3 +1237,70 @@ fn report(
         zero_loss,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percentiles_pick_by_rank() {
+        let p = Percentiles::of((1..=100).map(f64::from).collect());
+        assert_eq!(
+            (p.count, p.p50_ms, p.p95_ms, p.p99_ms, p.max_ms),
+            (100, 51.0, 96.0, 100.0, 100.0)
+        );
+        assert_eq!(Percentiles::of(vec![]).count, 0);
+    }
+
+    #[test]
+    fn bodies_stay_within_the_range() {
+        for k in 0..50 {
+            let b = body_for(k, (200, 2000));
+            assert!((200..=2000).contains(&b.len()), "{}", b.len());
+        }
+        assert_eq!(body_for(3, (10, 10)).len(), "load message 3 ".len().max(10));
+    }
+
+    #[test]
+    fn only_unanswered_throttled_and_server_errors_are_retried() {
+        let f = |status| ApiFailure {
+            status,
+            code: String::new(),
+            message: String::new(),
+        };
+        for s in [0, 408, 429, 500, 502, 503, 504] {
+            assert!(transient(&f(s)), "{s}");
+        }
+        for s in [400, 401, 403, 404, 409, 413, 507] {
+            assert!(!transient(&f(s)), "{s}");
+        }
+    }
+
+    #[test]
+    fn load_parses_on_the_command_line() {
+        use clap::Parser as _;
+        let cli = crate::cli::Cli::try_parse_from([
+            "crewbus",
+            "load",
+            "--url",
+            "http://a:1",
+            "--url",
+            "http://b:2",
+            "--messages",
+            "5",
+            "--rate",
+            "10",
+            "--body-bytes",
+            "100",
+            "--body-bytes-max",
+            "50",
+        ])
+        .unwrap();
+        let crate::cli::Command::Load(args) = cli.command else {
+            panic!("not load")
+        };
+        assert_eq!(args.urls.len(), 2);
+        let plan = LoadPlan::from_args(&args);
+        assert_eq!((plan.messages, plan.body_bytes), (5, (100, 100)));
+    }
+}
