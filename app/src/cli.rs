@@ -18,13 +18,13 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     propagate_version = true,
     after_help = "\
 Examples:
-  crewbus demo                               three agents talk through a local server, then a summary
-  crewbus serve                              run on memory at 127.0.0.1:7700 (nothing is kept)
-  crewbus --config crewbus.toml migrate      create or upgrade the Postgres schema
-  crewbus team add research                  create a team (Postgres configured)
-  crewbus agent add --team research alice    create an agent; its token is printed once
-  crewbus health                             ask the running server whether it is healthy
-  crewbus push parked                        push registrations that stopped (dead letters)
+  crewbus demo                              three agents talk, then a summary
+  crewbus serve                             memory at 127.0.0.1:7700 (nothing kept)
+  crewbus --config crewbus.toml migrate     create or upgrade the Postgres schema
+  crewbus team add research                 create a team (needs [database])
+  crewbus agent add --team research alice   create an agent; prints its token once
+  crewbus health                            ask the running server if it is healthy
+  crewbus push parked                       push registrations that stopped (dead letters)
 
 Configuration: crewbus.toml in the working directory, --config PATH or CREWBUS_CONFIG, then
 CREWBUS_* variables (CREWBUS_LISTEN, CREWBUS_DATABASE__URL, …). See crewbus.example.toml."
@@ -64,11 +64,15 @@ Examples:
     #[command(after_help = "\
 Examples:
   crewbus demo                 embedded default: no services needed
-  crewbus --json demo          the summary as JSON
+  crewbus --json demo          the transcript and the summary as one JSON document
   crewbus --config crewbus.toml demo   against the configured Postgres / NATS")]
     Demo,
 
     /// Create or upgrade the Postgres schema (needs [database]).
+    #[command(after_help = "\
+Examples:
+  crewbus --config crewbus.toml migrate
+  CREWBUS_DATABASE__URL=postgres://postgres@127.0.0.1/crewbus crewbus migrate")]
     Migrate,
 
     /// Teams: each has a default body backend and an inbox.
@@ -165,7 +169,7 @@ pub enum BackendChoice {
     Memory,
     /// Postgres, in the ledger's own database (stored in the send transaction).
     Postgres,
-    /// NATS JetStream (provision the team's streams first).
+    /// NATS JetStream (the team's streams come from `crewbus stream provision`).
     Jetstream,
 }
 
@@ -187,13 +191,15 @@ pub enum TeamCommand {
     #[command(after_help = "\
 Examples:
   crewbus team add research
-  crewbus team add research --backend jetstream --inbox jetstream")]
+  crewbus team add research --backend jetstream --inbox jetstream
+  crewbus stream provision --team research      (then: the team's JetStream streams)")]
     Add {
         /// The team's display name.
         name: String,
         /// Default body backend for new conversations. Default: the ledger's own (postgres with
-        /// a database, else memory). `jetstream` provisions the team's streams first (needs
-        /// [nats] with the provisioning credential).
+        /// a database, else memory). With `jetstream`, run `crewbus stream provision --team
+        /// NAME` next, before agents send: `team add` does not create the team's streams, and a
+        /// message sent before they exist is marked failed (`not_provisioned`).
         #[arg(long, value_enum)]
         backend: Option<BackendChoice>,
         /// Inbox backend. Default: as the ledger.
@@ -205,7 +211,7 @@ Examples:
     /// Move a team's default body backend and inbox; conversations keep the backend they were
     /// created with. Moving to jetstream needs the team's streams provisioned.
     #[command(
-        after_help = "Example:\n  crewbus stream provision --team research\n  crewbus team set-backend research --backend jetstream --inbox jetstream"
+        after_help = "Examples:\n  crewbus stream provision --team research\n  crewbus team set-backend research --backend jetstream --inbox jetstream"
     )]
     SetBackend {
         /// Team name or id.
@@ -267,6 +273,9 @@ pub enum StreamCommand {
         team: String,
     },
     /// Show what changing a stream's quotas to the configured ones would do, without doing it.
+    #[command(
+        after_help = "Examples:\n  crewbus stream check --team research\n  crewbus stream check --team research --kind inbox"
+    )]
     Check {
         /// Team name or id.
         #[arg(long)]
@@ -277,6 +286,9 @@ pub enum StreamCommand {
     },
     /// Change quotas to the configured ones (refuses what `check` refuses; restores
     /// already-applied changes when a later one fails).
+    #[command(
+        after_help = "Example (raise the body stream to 2 GiB):\n  CREWBUS_NATS__BODY_MAX_BYTES=2147483648 crewbus stream update --team research --kind bodies"
+    )]
     Update {
         /// Team name or id.
         #[arg(long)]
@@ -286,8 +298,12 @@ pub enum StreamCommand {
         kind: Option<StreamChoice>,
     },
     /// The account's storage: used, reserved and budget.
+    #[command(after_help = "Example:\n  crewbus stream usage")]
     Usage,
     /// Delete the team's streams (refused while the team or a conversation still uses them).
+    #[command(
+        after_help = "Examples:\n  crewbus team set-backend research --backend postgres --inbox postgres\n  crewbus stream remove --team research"
+    )]
     Remove {
         /// Team name or id.
         #[arg(long)]

@@ -376,6 +376,16 @@ impl Config {
                 "push.poll_ms, push.timeout_ms and push.concurrency must be at least 1",
             ));
         }
+        if self
+            .log
+            .level
+            .parse::<tracing_subscriber::filter::Targets>()
+            .is_err()
+        {
+            return Err(BusError::invalid(
+                "log.level must be a directive list such as `info` or `crewbus=debug,info`",
+            ));
+        }
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(BusError::invalid("log.format must be `text` or `json`"));
         }
@@ -408,7 +418,7 @@ impl Config {
 fn describe_figment_kind(kind: &figment::error::Kind) -> String {
     use figment::error::Kind;
     match kind {
-        Kind::Message(m) => m.clone(),
+        Kind::Message(m) => without_source_excerpt(m),
         Kind::InvalidType(actual, expected) => {
             format!("expected {expected}, found {}", actual_kind(actual))
         }
@@ -426,6 +436,22 @@ fn describe_figment_kind(kind: &figment::error::Kind) -> String {
         Kind::Unsupported(actual) => format!("unsupported {}", actual_kind(actual)),
         Kind::UnsupportedKey(actual, _) => format!("unsupported key {}", actual_kind(actual)),
     }
+}
+
+/// A parser message without the excerpt of the file it quotes: a TOML syntax error shows the
+/// offending line (`2 | url = "postgres://u:hunter2@…`), which may hold a secret. Keeps the
+/// position line and the reason; drops every excerpt line (` |`, `N |`, and the `^` marker).
+fn without_source_excerpt(message: &str) -> String {
+    let is_excerpt = |line: &str| {
+        let t = line.trim_start_matches(|c: char| c.is_ascii_digit() || c == ' ');
+        t.starts_with('|')
+    };
+    message
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !is_excerpt(l))
+        .map(str::trim)
+        .collect::<Vec<_>>()
+        .join("; ")
 }
 
 /// The kind of a value, never the value itself (it may be a secret).
@@ -544,6 +570,10 @@ mod tests {
             Config::from_toml("[database]\nurl = \"mysql://x\""),
             Err(BusError::Invalid { .. })
         ));
+        assert!(matches!(
+            Config::from_toml("[log]\nlevel = \"nonsense==\""),
+            Err(BusError::Invalid { .. })
+        ));
     }
 
     #[test]
@@ -552,6 +582,21 @@ mod tests {
             .err()
             .unwrap();
         assert!(!err.to_string().contains("hunter2"));
+    }
+
+    #[test]
+    fn a_syntax_error_never_echoes_the_offending_line() {
+        for text in [
+            "[database]\nurl = \"postgres://u:hunter2@h/db\n",
+            "listen = hunter2\n",
+            "[nats.runtime]\npassword = \"hunter2\" x\n",
+        ] {
+            let err = Config::from_toml(text).err().unwrap();
+            assert!(matches!(err, BusError::Invalid { .. }));
+            let shown = err.to_string();
+            assert!(!shown.contains("hunter2"), "{shown}");
+            assert!(shown.contains("line"), "the position is kept: {shown}");
+        }
     }
 
     #[test]

@@ -212,7 +212,12 @@ pub async fn run(mut config: Config, json: bool) -> BusResult<ExitCode> {
         );
         println!("  wall time             {:.2} s", elapsed.as_secs_f64());
     }
-    Ok(ExitCode::SUCCESS)
+    // The demo doubles as a smoke test: a receipt count that does not add up fails the process.
+    Ok(if s.confirmed == expected {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }
 
 /// What the push receiver got.

@@ -22,6 +22,7 @@ pub fn init(config: &LogConfig) {
     };
     let fmt = tracing_subscriber::fmt::layer()
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(true);
     let _ = tracing_subscriber::registry()
         .with(fmt)

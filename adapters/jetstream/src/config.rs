@@ -265,7 +265,7 @@ impl Config {
 
     /// The operator command that provisions a team's streams (named in `NotProvisioned`).
     pub(crate) fn provision_command(team: Uuid) -> String {
-        format!("run `crewbus streams provision --team {team}` with the provisioning credential")
+        format!("run `crewbus stream provision --team {team}` with the provisioning credential")
     }
 }
 

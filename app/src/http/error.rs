@@ -47,6 +47,17 @@ pub fn status_for(e: &BusError) -> StatusCode {
     }
 }
 
+/// The human message of an error response. `Unauthenticated` says what to send (the variant's
+/// own text is one word); a missing, malformed, unknown or revoked token are told apart nowhere.
+fn message_for(e: &BusError) -> String {
+    match e {
+        BusError::Unauthenticated => "unauthenticated: send `Authorization: Bearer <token>` with \
+                                      an active agent's token (`crewbus agent add` prints it)"
+            .to_owned(),
+        other => other.to_string(),
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = status_for(&self.0);
@@ -58,7 +69,7 @@ impl IntoResponse for ApiError {
             status,
             Json(ErrorBody {
                 code: self.0.code().to_owned(),
-                message: self.0.to_string(),
+                message: message_for(&self.0),
             }),
         )
             .into_response();
