@@ -61,6 +61,10 @@ pub struct BusSettings {
     pub retention_interval: Duration,
     /// The body backend and inbox names this deployment serves (set by the composition root).
     pub backends: Vec<String>,
+    /// A request body that delivers no data for this long is abandoned.
+    pub request_body_timeout: Duration,
+    /// After shutdown fires, how long the server waits for open connections and worker passes.
+    pub shutdown_grace: Duration,
 }
 
 impl BusSettings {
@@ -81,6 +85,8 @@ impl BusSettings {
                 .then(|| Duration::from_secs(c.retention_days.saturating_mul(86_400))),
             retention_interval: Duration::from_secs(c.retention_interval_s.max(1)),
             backends: vec!["memory".to_owned()],
+            request_body_timeout: Duration::from_millis(c.request_body_timeout_ms),
+            shutdown_grace: Duration::from_millis(c.shutdown_grace_ms),
         }
     }
 }

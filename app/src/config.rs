@@ -231,6 +231,13 @@ pub struct BusConfig {
     pub retention_interval_s: u64,
     /// Largest inbox fetch per request. Default 100.
     pub max_fetch: usize,
+    /// A request body that delivers no data for this long is abandoned (`400 invalid`), ms.
+    /// Default 30 000.
+    pub request_body_timeout_ms: u64,
+    /// After a shutdown signal, how long `serve` waits for open HTTP connections and the
+    /// workers' passes in progress before it abandons them (logged as a warning) and exits, ms.
+    /// Default 10 000.
+    pub shutdown_grace_ms: u64,
 }
 
 impl Default for BusConfig {
@@ -249,6 +256,8 @@ impl Default for BusConfig {
             retention_days: 0,
             retention_interval_s: 3_600,
             max_fetch: 100,
+            request_body_timeout_ms: 30_000,
+            shutdown_grace_ms: 10_000,
         }
     }
 }
@@ -351,9 +360,12 @@ impl Config {
                 "bus.relay_batch, bus.reference_batch and bus.max_fetch must be at least 1",
             ));
         }
-        if self.bus.relay_lease_ms == 0 || self.bus.idle_poll_ms == 0 {
+        if self.bus.relay_lease_ms == 0
+            || self.bus.idle_poll_ms == 0
+            || self.bus.request_body_timeout_ms == 0
+        {
             return Err(BusError::invalid(
-                "bus.relay_lease_ms and bus.idle_poll_ms must be at least 1",
+                "bus.relay_lease_ms, bus.idle_poll_ms and bus.request_body_timeout_ms must be at least 1",
             ));
         }
         if let Some(db) = &self.database {

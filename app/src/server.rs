@@ -1,4 +1,5 @@
-//! Running the bus: the HTTP server and the workers, with graceful shutdown.
+//! Running the bus: the HTTP server and the workers, with graceful shutdown bounded by the
+//! shutdown grace (`bus.shutdown_grace_ms`).
 
 use std::net::SocketAddr;
 
@@ -19,7 +20,9 @@ pub struct Server {
 
 impl Server {
     /// Binds `listen` (port 0 picks a free port), starts the workers and serves until the
-    /// shutdown fires. Errors: the address cannot be bound → `Unavailable`.
+    /// shutdown fires. Then it stops accepting, waits for open connections and the workers'
+    /// passes in progress for at most the bus's `shutdown_grace`, and abandons what is left (a
+    /// warning names it). Errors: the address cannot be bound → `Unavailable`.
     pub async fn start(bus: Bus, listen: SocketAddr, shutdown: Shutdown) -> BusResult<Server> {
         let listener = tokio::net::TcpListener::bind(listen)
             .await
@@ -28,17 +31,40 @@ impl Server {
             .local_addr()
             .map_err(|e| BusError::unavailable_from("listener address", e))?;
         let workers = Workers::spawn(&bus, &shutdown);
+        let grace = bus.settings.shutdown_grace;
         let app = router(bus);
         let s = shutdown.clone();
         let task = tokio::spawn(async move {
-            let serve =
-                axum::serve(listener, app).with_graceful_shutdown(async move { s.wait().await });
-            if let Err(e) = serve.await {
-                tracing::error!(error = %e, "HTTP server failed");
+            let signal = s.clone();
+            let mut http = tokio::spawn(async move {
+                let serve = axum::serve(listener, app)
+                    .with_graceful_shutdown(async move { signal.wait().await });
+                if let Err(e) = serve.await {
+                    tracing::error!(error = %e, "HTTP server failed");
+                }
+            });
+            s.wait().await;
+            let deadline = tokio::time::Instant::now() + grace;
+            match tokio::time::timeout_at(deadline, &mut http).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!(error = %e, "HTTP server panicked"),
+                Err(_) => {
+                    // Connection tasks end with the runtime when the process exits.
+                    http.abort();
+                    tracing::warn!(
+                        grace_ms = grace.as_millis() as u64,
+                        "shutdown grace over: abandoning open HTTP connections"
+                    );
+                }
             }
-            // Requests have drained; now let the workers finish their passes.
-            workers.join().await;
-            tracing::info!("stopped");
+            // Requests have drained (or were abandoned); the workers finish their passes within
+            // what is left of the grace.
+            let abandoned = workers.join_until(deadline).await;
+            if abandoned.is_empty() {
+                tracing::info!("stopped");
+            } else {
+                tracing::warn!(abandoned = ?abandoned, "stopped before every worker drained");
+            }
         });
         Ok(Server {
             addr,

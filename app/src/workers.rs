@@ -1,18 +1,20 @@
-//! The background workers: relay, reference worker, push delivery worker and retention job. Each runs passes until
-//! shutdown; a pass in progress always completes (in-flight work is drained), then the worker
-//! stops.
+//! The background workers: relay, reference worker, push delivery worker and retention job. Each
+//! runs passes until shutdown; a pass in progress completes (in-flight work is drained) unless the
+//! shutdown grace runs out first, then it is abandoned: its leases lapse and another process (or
+//! the next start) retries the work.
 
 use std::future::Future;
 use std::time::Duration;
 
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use crate::bus::Bus;
 use crate::shutdown::Shutdown;
 
 /// Handles of the running workers.
 pub struct Workers {
-    handles: Vec<JoinHandle<()>>,
+    handles: Vec<(&'static str, JoinHandle<()>)>,
 }
 
 impl Workers {
@@ -23,44 +25,48 @@ impl Workers {
         {
             let bus = bus.clone();
             let s = shutdown.clone();
-            handles.push(tokio::spawn(run_loop("relay", s, bus.clone(), move || {
-                let bus = bus.clone();
-                async move {
-                    bus.relay_pass()
-                        .await
-                        .map(|p| p.leased >= bus.settings.relay_batch)
-                }
-            })));
+            handles.push((
+                "relay",
+                tokio::spawn(run_loop("relay", s, bus.clone(), move || {
+                    let bus = bus.clone();
+                    async move {
+                        bus.relay_pass()
+                            .await
+                            .map(|p| p.leased >= bus.settings.relay_batch)
+                    }
+                })),
+            ));
         }
         {
             let bus = bus.clone();
             let s = shutdown.clone();
-            handles.push(tokio::spawn(run_loop(
+            handles.push((
                 "references",
-                s,
-                bus.clone(),
-                move || {
+                tokio::spawn(run_loop("references", s, bus.clone(), move || {
                     let bus = bus.clone();
                     async move {
                         bus.reference_pass()
                             .await
                             .map(|p| p.leased >= bus.settings.reference_batch)
                     }
-                },
-            )));
+                })),
+            ));
         }
         if let Some(push) = bus.push.clone() {
             let s = shutdown.clone();
             let clock = bus.ports.clock.clone();
-            handles.push(tokio::spawn(async move {
-                push.run(clock, async move { s.wait().await }).await;
-                tracing::debug!(worker = "push", "stopped");
-            }));
+            handles.push((
+                "push",
+                tokio::spawn(async move {
+                    push.run(clock, async move { s.wait().await }).await;
+                    tracing::debug!(worker = "push", "stopped");
+                }),
+            ));
         }
         if bus.settings.retention.is_some() {
             let bus = bus.clone();
             let s = shutdown.clone();
-            handles.push(tokio::spawn(async move {
+            handles.push(("retention", tokio::spawn(async move {
                 loop {
                     match bus.retention_run().await {
                         Ok(r) if r.removed + r.marked > 0 => {
@@ -76,18 +82,32 @@ impl Workers {
                         () = tokio::time::sleep(bus.settings.retention_interval) => {}
                     }
                 }
-            }));
+            })));
         }
         Workers { handles }
     }
 
-    /// Waits for every worker to finish its pass and stop (after the shutdown fired).
-    pub async fn join(self) {
-        for h in self.handles {
-            if let Err(e) = h.await {
-                tracing::error!(error = %e, "worker panicked");
+    /// Waits for every worker to finish its pass and stop (after the shutdown fired), at most
+    /// until `deadline`: a worker still running then is aborted and logged as abandoned (a
+    /// warning naming the worker). Returns the names of the abandoned workers.
+    pub async fn join_until(self, deadline: Instant) -> Vec<&'static str> {
+        let mut abandoned = Vec::new();
+        for (name, mut handle) in self.handles {
+            match tokio::time::timeout_at(deadline, &mut handle).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => tracing::error!(worker = name, error = %e, "worker panicked"),
+                Err(_) => {
+                    handle.abort();
+                    tracing::warn!(
+                        worker = name,
+                        "shutdown grace over: abandoning the worker's pass in progress (its \
+                         leases lapse and the work is retried)"
+                    );
+                    abandoned.push(name);
+                }
             }
         }
+        abandoned
     }
 }
 

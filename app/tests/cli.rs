@@ -1,7 +1,10 @@
 //! The `crewbus` binary: help that teaches, configuration errors, and `serve` on the embedded
-//! default answering /health and stopping gracefully on SIGTERM.
+//! default answering /health, stopping gracefully on SIGTERM within the shutdown grace even when
+//! a client holds an incomplete request, refusing an oversize declared body at once, and
+//! abandoning a stalled body.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -176,5 +179,195 @@ fn demo_runs_on_the_embedded_default_and_proves_exactly_once() {
         "CloudEvents",
     ] {
         assert!(text.contains(needle), "demo output lacks {needle}");
+    }
+}
+
+/// A `crewbus --json serve` on a free port with `envs` set (stderr piped: JSON logs), its agent
+/// token and `host:port`.
+fn serve_with(envs: &[(&str, &str)]) -> (std::process::Child, String, String) {
+    let mut cmd = crewbus();
+    cmd.args(["--json", "serve", "--dev-team", "t", "--dev-agent", "alice"])
+        .env("CREWBUS_LISTEN", "127.0.0.1:0")
+        .env("CREWBUS_LOG__FORMAT", "json")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    for (k, v) in envs {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let agent: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let token = agent["token"].as_str().unwrap().to_owned();
+    let listening: serde_json::Value =
+        serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let addr = listening["listening"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("http://")
+        .to_owned();
+    (child, token, addr)
+}
+
+/// Reads one HTTP/1.1 response (status line, headers, `Content-Length` body) from `reader`:
+/// the status code and the body.
+fn read_response(reader: &mut BufReader<TcpStream>) -> (u16, Vec<u8>) {
+    let mut status = String::new();
+    reader.read_line(&mut status).unwrap();
+    let code: u16 = status.split_whitespace().nth(1).unwrap().parse().unwrap();
+    let mut length = 0usize;
+    loop {
+        let mut line = String::new();
+        reader.read_line(&mut line).unwrap();
+        if line.trim().is_empty() {
+            break;
+        }
+        if let Some((name, value)) = line.split_once(':')
+            && name.eq_ignore_ascii_case("content-length")
+        {
+            length = value.trim().parse().unwrap();
+        }
+    }
+    let mut body = vec![0; length];
+    reader.read_exact(&mut body).unwrap();
+    (code, body)
+}
+
+fn sigterm(child: &std::process::Child) {
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status()
+            .unwrap()
+            .success()
+    );
+}
+
+#[test]
+fn serve_stops_within_the_shutdown_grace_while_a_client_holds_an_incomplete_request() {
+    let grace = Duration::from_millis(500);
+    let (mut child, token, addr) = serve_with(&[("CREWBUS_BUS__SHUTDOWN_GRACE_MS", "500")]);
+    let mut stderr = child.stderr.take().unwrap();
+    let logs = std::thread::spawn(move || {
+        let mut text = String::new();
+        stderr.read_to_string(&mut text).unwrap();
+        text
+    });
+
+    // The connection is served (a complete request first, kept alive), then holds a request
+    // whose body never completes.
+    let stream = TcpStream::connect(&addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    writer
+        .write_all(b"GET /health HTTP/1.1\r\nHost: crewbus\r\n\r\n")
+        .unwrap();
+    assert_eq!(read_response(&mut reader).0, 200);
+    writer
+        .write_all(
+            format!(
+                "POST /v1/inbox/fetch HTTP/1.1\r\nHost: crewbus\r\nAuthorization: Bearer {token}\r\n\
+                 Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"li"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    // A second connection's round trip: the server is past reading the first one's bytes.
+    let health = crewbus()
+        .args(["health", "--url", &format!("http://{addr}")])
+        .output()
+        .unwrap();
+    assert!(health.status.success(), "{health:?}");
+
+    sigterm(&child);
+    let signalled = Instant::now();
+    // Far below the 30 s request body timeout: only the grace can end the wait.
+    let deadline = signalled + grace + Duration::from_secs(5);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve still running {:?} after SIGTERM with a {grace:?} grace",
+            signalled.elapsed()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(status.success(), "{status:?}");
+    let logs = logs.join().unwrap();
+    let abandoned = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .any(|v| {
+            v["level"] == "WARN"
+                && v["fields"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("abandoning open HTTP connections"))
+        });
+    assert!(
+        abandoned,
+        "no JSON warning about the abandoned connection: {logs}"
+    );
+    drop(writer);
+}
+
+#[test]
+fn an_oversize_declared_body_is_refused_at_once_and_a_stalled_body_is_abandoned() {
+    let (mut child, token, addr) = serve_with(&[("CREWBUS_BUS__REQUEST_BODY_TIMEOUT_MS", "300")]);
+    child.stderr.take();
+
+    // 413 before a single body byte is sent.
+    let stream = TcpStream::connect(&addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    writer
+        .write_all(
+            format!(
+                "POST /v1/inbox/fetch HTTP/1.1\r\nHost: crewbus\r\nAuthorization: Bearer {token}\r\n\
+                 Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let (code, body) = read_response(&mut reader);
+    assert_eq!(code, 413);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["code"], "too_large");
+
+    // A body that stops arriving is abandoned after the request body timeout: 400 invalid.
+    let stream = TcpStream::connect(&addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let mut reader = BufReader::new(stream);
+    writer
+        .write_all(
+            format!(
+                "POST /v1/inbox/fetch HTTP/1.1\r\nHost: crewbus\r\nAuthorization: Bearer {token}\r\n\
+                 Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"li"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let (code, body) = read_response(&mut reader);
+    assert_eq!(code, 400);
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["code"], "invalid");
+
+    sigterm(&child);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "serve did not stop after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

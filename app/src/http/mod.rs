@@ -2,8 +2,12 @@
 //! Errors are JSON `{code, message}` (see [`error`]).
 
 use axum::Router;
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use crewbus_domain::BusError;
+use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::bus::Bus;
 
@@ -28,6 +32,7 @@ pub struct AppState {
 
 /// The whole API.
 pub fn router(bus: Bus) -> Router {
+    let body_timeout = bus.settings.request_body_timeout;
     Router::new()
         .route("/v1/me", get(agents::me))
         .route("/v1/agents", get(agents::list))
@@ -56,5 +61,28 @@ pub fn router(bus: Bus) -> Router {
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(extract::REQUEST_LIMIT_BYTES))
+        .layer(axum::middleware::from_fn(refuse_declared_oversize))
+        .layer(RequestBodyTimeoutLayer::new(body_timeout))
         .with_state(AppState { bus })
+}
+
+/// Answers a request whose `Content-Length` declares more than
+/// [`extract::REQUEST_LIMIT_BYTES`] with `413 too_large` at once, before any of the body is
+/// read (`DefaultBodyLimit` alone only refuses once that many bytes have arrived).
+async fn refuse_declared_oversize(req: Request, next: Next) -> Response {
+    let declared = req
+        .headers()
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    match declared {
+        Some(size) if size > extract::REQUEST_LIMIT_BYTES as u64 => {
+            error::ApiError(BusError::TooLarge {
+                size,
+                limit: extract::REQUEST_LIMIT_BYTES as u64,
+            })
+            .into_response()
+        }
+        _ => next.run(req).await,
+    }
 }
