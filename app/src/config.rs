@@ -541,6 +541,9 @@ mod tests {
         assert!(c.nats.is_some());
         assert!(!c.push.allow_unsealed);
         assert_eq!(c.push.poll_ms, 250);
+        assert_eq!(c.bus.shutdown_grace_ms, 10_000);
+        assert_eq!(c.bus.request_body_timeout_ms, 30_000);
+        assert_eq!(c.log.format, "text");
         // Every [push] key of the example is documented commented-in or out; the commented
         // destination parses too once uncommented.
         let uncommented = text
@@ -584,6 +587,14 @@ mod tests {
         ));
         assert!(matches!(
             Config::from_toml("[log]\nlevel = \"nonsense==\""),
+            Err(BusError::Invalid { .. })
+        ));
+        assert!(matches!(
+            Config::from_toml("[log]\nformat = \"xml\""),
+            Err(BusError::Invalid { .. })
+        ));
+        assert!(matches!(
+            Config::from_toml("[bus]\nrequest_body_timeout_ms = 0"),
             Err(BusError::Invalid { .. })
         ));
     }
