@@ -1262,9 +1262,17 @@ async fn registry_serves_bodies_while_the_inbox_stream_is_missing(h: Arc<Harness
         .await
         .expect("inbox");
     confirmed(&inbox.publish_reference("hana", e.message_id, "{}").await);
-    assert_eq!(inbox.fetch_references("hana", 5).await.expect("refs").len(), 1);
+    assert_eq!(
+        inbox.fetch_references("hana", 5).await.expect("refs").len(),
+        1
+    );
     let (_, js) = raw_h(&h, &nats::provisioning_user()).await;
-    assert!(js.delete_stream(b.inbox_stream()).await.expect("delete").success);
+    assert!(
+        js.delete_stream(b.inbox_stream())
+            .await
+            .expect("delete")
+            .success
+    );
     // The inbox is reported missing (naming the inbox stream); the bodies stay readable.
     match registry.inbox(team, JetStreamBackend::NAME).await {
         Err(BusError::NotProvisioned { what, .. }) => assert!(what.contains(b.inbox_stream())),
@@ -1276,7 +1284,11 @@ async fn registry_serves_bodies_while_the_inbox_stream_is_missing(h: Arc<Harness
         .await
         .expect("bodies still served");
     assert_eq!(
-        bodies.fetch(&loc, e.message_id).await.expect("fetch").as_deref(),
+        bodies
+            .fetch(&loc, e.message_id)
+            .await
+            .expect("fetch")
+            .as_deref(),
         Some("kept")
     );
     assert_eq!(registry.cached_teams(), 1);
@@ -1289,7 +1301,10 @@ async fn registry_serves_bodies_while_the_inbox_stream_is_missing(h: Arc<Harness
         .await
         .expect("inbox again");
     confirmed(&inbox.publish_reference("hana", e.message_id, "{}").await);
-    assert_eq!(inbox.fetch_references("hana", 5).await.expect("refs").len(), 1);
+    assert_eq!(
+        inbox.fetch_references("hana", 5).await.expect("refs").len(),
+        1
+    );
 }
 
 async fn admin_port_runs_the_associated_functions(h: Arc<Harness>) {

@@ -150,8 +150,8 @@ impl JetStreamRegistry {
                 // Connecting reads the body stream: it exists when this succeeds.
                 let backend =
                     JetStreamBackend::connect_with(client.clone(), &self.config, team).await?;
-                let exists = kind == StreamKind::Bodies
-                    || self.stream_exists(&client, team, kind).await?;
+                let exists =
+                    kind == StreamKind::Bodies || self.stream_exists(&client, team, kind).await?;
                 (backend, exists)
             }
         };
@@ -163,7 +163,12 @@ impl JetStreamRegistry {
                 StreamKind::Inbox => {
                     // Bodies stay served; the inbox's consumers are looked up afresh once the
                     // stream is provisioned again.
-                    backend.inner.consumers.lock().expect("consumer cache").clear();
+                    backend
+                        .inner
+                        .consumers
+                        .lock()
+                        .expect("consumer cache")
+                        .clear();
                     let entry = teams.entry(team).or_insert_with(|| Cached {
                         backend: backend.clone(),
                         checked: [None; 2],
