@@ -169,7 +169,8 @@ pub enum BackendChoice {
     Memory,
     /// Postgres, in the ledger's own database (stored in the send transaction).
     Postgres,
-    /// NATS JetStream (the team's streams come from `crewbus stream provision`).
+    /// NATS JetStream (the team's streams come from `team add --provision` or `crewbus stream
+    /// provision`).
     Jetstream,
 }
 
