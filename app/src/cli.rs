@@ -169,7 +169,8 @@ pub enum BackendChoice {
     Memory,
     /// Postgres, in the ledger's own database (stored in the send transaction).
     Postgres,
-    /// NATS JetStream (the team's streams come from `crewbus stream provision`).
+    /// NATS JetStream (the team's streams come from `team add --provision` or `crewbus stream
+    /// provision`).
     Jetstream,
 }
 
@@ -187,24 +188,35 @@ impl BackendChoice {
 /// `crewbus team …`
 #[derive(Debug, Subcommand)]
 pub enum TeamCommand {
-    /// Create a team.
+    /// Create a team. A team on JetStream needs its streams before anything is sent: add
+    /// `--provision` (needs [nats] with the provisioning credential), which creates the team,
+    /// provisions its body and inbox streams, and only then moves it to JetStream.
     #[command(after_help = "\
 Examples:
   crewbus team add research
-  crewbus team add research --backend jetstream --inbox jetstream
-  crewbus stream provision --team research      (then: the team's JetStream streams)")]
+  crewbus team add research --backend jetstream --inbox jetstream --provision
+The same in steps (the team must exist before `stream provision` can name it):
+  crewbus team add research
+  crewbus stream provision --team research
+  crewbus team set-backend research --backend jetstream --inbox jetstream")]
     Add {
         /// The team's display name.
         name: String,
         /// Default body backend for new conversations. Default: the ledger's own (postgres with
-        /// a database, else memory). With `jetstream`, run `crewbus stream provision --team
-        /// NAME` next, before agents send: `team add` does not create the team's streams, and a
-        /// message sent before they exist is marked failed (`not_provisioned`).
+        /// a database, else memory). `jetstream` needs `--provision`: without it `team add`
+        /// refuses (`not_provisioned`), since messages sent before the streams exist wait in the
+        /// outbox and then fail.
         #[arg(long, value_enum)]
         backend: Option<BackendChoice>,
-        /// Inbox backend. Default: as the ledger.
+        /// Inbox backend. Default: as the ledger. `jetstream` needs `--provision`.
         #[arg(long, value_enum)]
         inbox: Option<BackendChoice>,
+        /// Provision the team's JetStream streams (body and inbox, with the configured quotas)
+        /// before it uses them; only with `--backend jetstream` or `--inbox jetstream`. If
+        /// provisioning fails the team stays on the default backend, and `crewbus stream
+        /// provision --team NAME` then `crewbus team set-backend` finish the job.
+        #[arg(long)]
+        provision: bool,
     },
     /// List teams.
     List,

@@ -7,7 +7,7 @@ use crewbus_domain::{Agent, BusError, BusResult, Team};
 use serde_json::json;
 
 use crate::bus::Bus;
-use crate::cli::{AgentCommand, HealthArgs, ServeArgs, StreamCommand, TeamCommand};
+use crate::cli::{AgentCommand, BackendChoice, HealthArgs, ServeArgs, StreamCommand, TeamCommand};
 use crate::compose::compose;
 use crate::config::Config;
 use crate::server::Server;
@@ -103,10 +103,9 @@ pub async fn team(config: Config, cmd: TeamCommand, json: bool) -> BusResult<Exi
             name,
             backend,
             inbox,
+            provision,
         } => {
-            let t = bus
-                .add_team(&name, backend.map(|b| b.name()), inbox.map(|b| b.name()))
-                .await?;
+            let t = add_team(&bus, &config, &name, backend, inbox, provision, json).await?;
             if json {
                 println!("{}", team_json(&t));
             } else {
@@ -170,6 +169,75 @@ pub async fn team(config: Config, cmd: TeamCommand, json: bool) -> BusResult<Exi
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// `crewbus team add`: a team on JetStream is created on the default backend, its streams are
+/// provisioned, and only then is it moved to JetStream, so nothing is ever sent to streams that
+/// do not exist. Errors: JetStream asked without `--provision` → `NotProvisioned` naming the
+/// commands that provision; `--provision` without JetStream, or no `[nats]` → `Invalid`; the
+/// broker's refusals while provisioning (the team then exists on the default backend); as
+/// [`Bus::add_team`].
+async fn add_team(
+    bus: &Bus,
+    config: &Config,
+    name: &str,
+    backend: Option<BackendChoice>,
+    inbox: Option<BackendChoice>,
+    provision: bool,
+    json: bool,
+) -> BusResult<Team> {
+    let jetstream = [backend, inbox].contains(&Some(BackendChoice::Jetstream));
+    if !jetstream {
+        if provision {
+            return Err(BusError::invalid(
+                "--provision provisions JetStream streams: use it with --backend jetstream or \
+                 --inbox jetstream",
+            ));
+        }
+        return bus
+            .add_team(name, backend.map(|b| b.name()), inbox.map(|b| b.name()))
+            .await;
+    }
+    if !provision {
+        return Err(BusError::NotProvisioned {
+            what: format!("JetStream streams of the new team `{name}`"),
+            remedy: format!(
+                "add --provision (`crewbus team add {name} --backend jetstream --inbox jetstream \
+                 --provision`), or run `crewbus team add {name}`, `crewbus stream provision \
+                 --team {name}`, then `crewbus team set-backend {name} --backend jetstream \
+                 --inbox jetstream`"
+            ),
+        });
+    }
+    // Refused before anything is created: JetStream not served, or no provisioning credential.
+    let default = bus.default_backend();
+    let backend = backend.map_or(default, |b| b.name());
+    let inbox = inbox.map_or(default, |b| b.name());
+    bus.check_backend(backend)?;
+    bus.check_backend(inbox)?;
+    let admin = crate::compose::stream_admin(config)?;
+    let team = bus.add_team(name, None, None).await?;
+    let provisioned = async {
+        if !json {
+            eprintln!("… provisioning the body stream");
+        }
+        admin.provision(team.id).await?;
+        if !json {
+            eprintln!("… provisioning the inbox stream");
+        }
+        admin.provision_inbox(team.id).await
+    }
+    .await;
+    if let Err(error) = provisioned {
+        eprintln!(
+            "team {name} was created (id {}) on {default}, but its streams could not be \
+             provisioned (the error follows); once fixed, run `crewbus stream provision --team {name}` and `crewbus team \
+             set-backend {name} --backend {backend} --inbox {inbox}`",
+            team.id
+        );
+        return Err(error);
+    }
+    bus.set_team_backends(team.id, backend, inbox).await
 }
 
 /// `crewbus agent add|list|revoke`.

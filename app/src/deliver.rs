@@ -100,12 +100,14 @@ impl Bus {
                         }
                     }
                     Err(error) => {
+                        Metrics::inc(&self.metrics.inbox_fetch_failures);
                         tracing::warn!(agent = %agent.id, code = error.code(), error = ?error, "inbox fetch failed; topping up from the ledger");
                     }
                 }
                 inbox = Some(i);
             }
             Err(error) => {
+                Metrics::inc(&self.metrics.inbox_fetch_failures);
                 tracing::warn!(team = %team.id, code = error.code(), error = ?error, "inbox unavailable; topping up from the ledger");
             }
         }

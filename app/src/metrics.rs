@@ -72,6 +72,9 @@ pub struct Metrics {
     pub deliveries_confirmed: AtomicU64,
     /// Inbox acks that failed after the receipt was committed (redelivery will absorb them).
     pub inbox_ack_failures: AtomicU64,
+    /// Inbox fetches whose inbox failed (down, not provisioned, erroring): the ledger topped the
+    /// agent up alone.
+    pub inbox_fetch_failures: AtomicU64,
     /// One body publish by the relay (request to answer).
     pub relay_latency: Histogram,
     /// One inbox fetch of references (request to answer).
@@ -107,7 +110,7 @@ impl Metrics {
     /// The exposition text (`text/plain; version=0.0.4`).
     pub fn render(&self, gauges: Option<LedgerGauges>) -> String {
         let mut out = String::with_capacity(4096);
-        let counters: [(&str, &str, &AtomicU64); 8] = [
+        let counters: [(&str, &str, &AtomicU64); 9] = [
             (
                 "crewbus_messages_sent_total",
                 "Messages accepted by send.",
@@ -147,6 +150,11 @@ impl Metrics {
                 "crewbus_inbox_ack_failures_total",
                 "Inbox acks that failed after the receipt was committed.",
                 &self.inbox_ack_failures,
+            ),
+            (
+                "crewbus_inbox_fetch_failures_total",
+                "Inbox fetches whose inbox failed; the ledger topped the agent up alone.",
+                &self.inbox_fetch_failures,
             ),
         ];
         for (name, help, value) in counters {

@@ -7,6 +7,11 @@
 //! reconciled before it is published again; before giving up on a retryable failure the relay
 //! reconciles once more. Each slot backs off on its own schedule, so one team's unsendable
 //! messages never hold up another team's.
+//!
+//! A team whose streams are not provisioned (`NotProvisioned`) is not a final answer while an
+//! operator may still provision them: its slots stay pending and back off like a retryable
+//! failure (visible in health and the relay metrics), and fail for good only once the backoff
+//! schedule is used up.
 
 use std::time::Instant;
 
@@ -148,7 +153,7 @@ impl Bus {
                 // Not held and the backend refused a republish retryably: a retry is safe.
                 Ok(None) => self.retry(slot, BusError::unavailable("body backend")),
                 Err(error) if error.is_retryable() => self.uncertain(slot, error),
-                Err(error) => SlotOutcome::Fatal { error },
+                Err(error) => self.failure(slot, error),
             };
         }
         let started = Instant::now();
@@ -156,7 +161,7 @@ impl Bus {
         self.metrics.relay_latency.observe(started.elapsed());
         match published {
             Published::Confirmed { locator, .. } => SlotOutcome::Confirmed { locator },
-            Published::Fatal(error) => SlotOutcome::Fatal { error },
+            Published::Fatal(error) => self.failure(slot, error),
             Published::Uncertain(error) => self.uncertain(slot, error),
             Published::Retryable(error) => {
                 if !self
@@ -177,8 +182,11 @@ impl Bus {
         }
     }
 
+    /// A failed attempt: retried with backoff when the error is retryable or the team's streams
+    /// are not provisioned (yet), until the schedule is used up; else failed for good.
     fn failure(&self, slot: &LeasedSlot, error: BusError) -> SlotOutcome {
-        if error.is_retryable()
+        let may_heal = error.is_retryable() || matches!(error, BusError::NotProvisioned { .. });
+        if may_heal
             && !self
                 .settings
                 .backoff

@@ -592,3 +592,74 @@ async fn relay_settles_each_team_on_its_own() {
     let pass = bus(ledger, backends_with(body)).relay_pass().await.unwrap();
     assert_eq!((pass.leased, pass.confirmed), (3, 2));
 }
+
+fn not_provisioned() -> BusError {
+    BusError::NotProvisioned {
+        what: "body stream CREWBUS_B_x".into(),
+        remedy: "crewbus stream provision --team x".into(),
+    }
+}
+
+#[tokio::test]
+async fn relay_keeps_a_team_without_streams_pending_until_the_attempts_run_out() {
+    let team = Uuid::new_v4();
+    // max_attempts = 3: a first attempt, and a last one.
+    let (first, last) = (slot(team, 0, false), slot(team, 2, false));
+    let mut ledger = MockLedger::new();
+    let leased = vec![first.clone(), last.clone()];
+    ledger
+        .expect_lease_slots()
+        .returning(move |_, _, _| Ok(leased.clone()));
+    ledger
+        .expect_settle()
+        .times(1)
+        .withf(|s, _| {
+            matches!(
+                &s[0].outcome,
+                SlotOutcome::Retryable { next_attempt_at, error: BusError::NotProvisioned { .. } }
+                    if *next_attempt_at > t0()
+            ) && matches!(
+                &s[1].outcome,
+                SlotOutcome::Fatal {
+                    error: BusError::NotProvisioned { .. }
+                }
+            )
+        })
+        .returning(|s, _| Ok(vec![SettleOutcome::Applied; s.len()]));
+    let mut backends = MockBackends::new();
+    backends
+        .expect_body_backend()
+        .times(2)
+        .returning(|_, _| Err(not_provisioned()));
+    let pass = bus(ledger, backends).relay_pass().await.unwrap();
+    assert_eq!((pass.retried, pass.failed), (1, 1));
+}
+
+#[tokio::test]
+async fn relay_backs_off_when_the_body_stream_vanished_before_the_publish() {
+    let team = Uuid::new_v4();
+    let mut ledger = MockLedger::new();
+    let leased = vec![slot(team, 0, false)];
+    ledger
+        .expect_lease_slots()
+        .returning(move |_, _, _| Ok(leased.clone()));
+    ledger
+        .expect_settle()
+        .times(1)
+        .withf(|s, _| {
+            matches!(
+                &s[0].outcome,
+                SlotOutcome::Retryable {
+                    error: BusError::NotProvisioned { .. },
+                    ..
+                }
+            )
+        })
+        .returning(|s, _| Ok(vec![SettleOutcome::Applied; s.len()]));
+    let mut body = MockMessagingBackend::new();
+    body.expect_publish()
+        .times(1)
+        .returning(|_| Published::Fatal(not_provisioned()));
+    let pass = bus(ledger, backends_with(body)).relay_pass().await.unwrap();
+    assert_eq!((pass.retried, pass.failed), (1, 0));
+}

@@ -63,9 +63,9 @@ async fn consumer_and_inbox_stream_deleted_mid_load_lose_nothing() {
     );
     accepted_at_least(&progress, 250).await;
     assert!(js.delete_stream(&stream_name).await.unwrap().success);
-    // The runtime credential cannot create streams: the operator provisions the inbox again
-    // (`crewbus stream provision`). Until then deliveries wait (found: body reads of the team
-    // fail `not_provisioned` too while its inbox stream is missing).
+    // The runtime credential cannot create streams: the inbox stays missing until the operator
+    // provisions it again (`crewbus stream provision`). Meanwhile bodies stay readable and the
+    // ledger (the authority) tops every recipient up: deliveries keep being confirmed.
     accepted_at_least(&progress, 350).await;
     let (status, v) = teams[0].agents[1]
         .client
@@ -73,6 +73,22 @@ async fn consumer_and_inbox_stream_deleted_mid_load_lose_nothing() {
         .await
         .unwrap();
     assert_eq!((status, v["present"].as_bool()), (200, Some(false)), "{v}");
+    let delivered = || progress.delivered.load(std::sync::atomic::Ordering::SeqCst);
+    let before = delivered();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while delivered() < before + 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "deliveries stalled while the inbox stream is missing: {} then {}",
+            before,
+            delivered()
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(
+        js.get_stream(&stream_name).await.is_err(),
+        "the inbox stream is still missing: the deliveries above came from the ledger"
+    );
     crewbus::compose::stream_admin(&server.config())
         .unwrap()
         .provision_inbox(team)

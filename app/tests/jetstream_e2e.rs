@@ -310,3 +310,160 @@ async fn a_deleted_consumer_is_reported_absent_and_rebuilt() {
     assert!(bob.client.fetch(100).await.unwrap().is_empty());
     app.finish_test().await;
 }
+
+#[tokio::test]
+async fn a_deleted_inbox_stream_keeps_deliveries_flowing_from_the_ledger() {
+    let nats = crewbus_conformance::nats::NatsServer::start();
+    let app =
+        TestApp::postgres_private_jetstream("js_deleted_inbox", &["alice", "bob"], &nats).await;
+    let [alice, bob] = &app.agents[..] else {
+        unreachable!()
+    };
+    let conv = crewbus::client::uuid_of(
+        &alice
+            .client
+            .create_conversation("c", &[bob.id])
+            .await
+            .unwrap()["id"],
+    );
+    alice.client.send(conv, "r0", "before").await.unwrap();
+    let got = fetch_n(bob, 1).await; // creates bob's consumer
+    bob.client.confirm(&delivery_ids(&got)).await.unwrap();
+    // An operator (or an accident) deletes the team's inbox stream.
+    let admin = crewbus_conformance::nats::provisioning_user();
+    let client = async_nats::ConnectOptions::with_user_and_password(admin.user, admin.password)
+        .connect(nats.url())
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(client);
+    let stream = format!("CREWBUS_I_{}", app.team.id.simple());
+    assert!(js.delete_stream(&stream).await.unwrap().success);
+    // Once the registry revalidates the team (every 5 s), it reports the inbox missing.
+    eventually("the inbox reported not provisioned", 20, || async {
+        matches!(
+            crewbus_ports::Backends::inbox(&*app.bus.ports().backends, app.team.id, "jetstream")
+                .await,
+            Err(crewbus_domain::BusError::NotProvisioned { .. })
+        )
+        .then_some(())
+    })
+    .await;
+    for k in 1..=3 {
+        alice
+            .client
+            .send(conv, &format!("r{k}"), &format!("during {k}"))
+            .await
+            .unwrap();
+    }
+    eventually("every body stored", 20, || async {
+        (app.bus.health().await.publication_pending == Some(0)).then_some(())
+    })
+    .await;
+    // Before anyone provisions the inbox again: the bodies are readable and the ledger tops
+    // bob up with every message, once.
+    app.advance(std::time::Duration::from_secs(3)); // past the top-up delay
+    let got = fetch_n(bob, 3).await;
+    let mut bodies: Vec<_> = got
+        .iter()
+        .map(|d| d["body"].as_str().unwrap().to_owned())
+        .collect();
+    bodies.sort();
+    assert_eq!(bodies, ["during 1", "during 2", "during 3"]);
+    let failures = app
+        .bus
+        .metrics()
+        .inbox_fetch_failures
+        .load(std::sync::atomic::Ordering::Relaxed);
+    assert!(failures > 0, "the inbox failure is counted");
+    // Receipts are committed (no reference to ack: nothing fails).
+    let results = bob.client.confirm(&delivery_ids(&got)).await.unwrap();
+    assert!(
+        results.iter().all(|r| r["outcome"] == "confirmed"),
+        "{results:?}"
+    );
+    assert!(js.get_stream(&stream).await.is_err(), "still missing");
+    // Provisioned again: the late references are recognised, never delivered twice.
+    crewbus::compose::stream_admin(&app.config)
+        .unwrap()
+        .provision_inbox(app.team.id)
+        .await
+        .unwrap();
+    app.advance(std::time::Duration::from_secs(120));
+    eventually("references settled", 20, || async {
+        (app.bus.health().await.inbox_events_pending == Some(0)).then_some(())
+    })
+    .await;
+    assert!(bob.client.fetch(100).await.unwrap().is_empty());
+    alice.client.send(conv, "r4", "after").await.unwrap();
+    let got = fetch_n(bob, 1).await;
+    assert_eq!(got[0]["body"], "after");
+    app.finish_test().await;
+}
+
+#[tokio::test]
+async fn team_add_on_jetstream_needs_provision_and_provisions_before_moving() {
+    use crewbus::cli::{BackendChoice, TeamCommand};
+    use crewbus_domain::{BusError, StreamKind};
+    let app = TestApp::postgres_jetstream("js_team_add", &["alice"]).await;
+    let pg = crewbus_conformance::postgres::database_url_options();
+    let mut config = app.config.clone();
+    config.database = Some(crewbus::config::DatabaseConfig {
+        url: crewbus_domain::Secret::new(format!(
+            "postgres://{}@{}:{}/{}",
+            pg.get_username(),
+            pg.get_host(),
+            pg.get_port(),
+            app.db.as_ref().unwrap().name()
+        )),
+        max_connections: 2,
+        migrate_on_start: false,
+    });
+    let add = |name: &str, backend: Option<BackendChoice>, provision: bool| TeamCommand::Add {
+        name: name.into(),
+        backend,
+        inbox: backend,
+        provision,
+    };
+    let refused = crewbus::commands::team(
+        config.clone(),
+        add("js-refused", Some(BackendChoice::Jetstream), false),
+        true,
+    )
+    .await;
+    assert!(
+        matches!(refused, Err(BusError::NotProvisioned { .. })),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        app.bus.find_team("js-refused").await,
+        Err(BusError::NotFound { .. })
+    ));
+    let refused = crewbus::commands::team(
+        config.clone(),
+        add("pg-provision", Some(BackendChoice::Postgres), true),
+        true,
+    )
+    .await;
+    assert!(
+        matches!(refused, Err(BusError::Invalid { .. })),
+        "{refused:?}"
+    );
+    crewbus::commands::team(
+        config.clone(),
+        add("js-provisioned", Some(BackendChoice::Jetstream), true),
+        true,
+    )
+    .await
+    .unwrap();
+    let team = app.bus.find_team("js-provisioned").await.unwrap();
+    assert_eq!(
+        (team.body_backend.as_str(), team.inbox.as_str()),
+        ("jetstream", "jetstream")
+    );
+    let admin = crewbus::compose::stream_admin(&app.config).unwrap();
+    for kind in [StreamKind::Bodies, StreamKind::Inbox] {
+        admin.check_update(team.id, kind).await.unwrap();
+    }
+    admin.deprovision(team.id).await.unwrap();
+    app.finish_test().await;
+}

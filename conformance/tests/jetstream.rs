@@ -1248,6 +1248,65 @@ async fn registry_evicts_a_team_whose_streams_vanished(h: Arc<Harness>) {
     assert_eq!(registry.cached_teams(), 0, "evicted, not served stale");
 }
 
+async fn registry_serves_bodies_while_the_inbox_stream_is_missing(h: Arc<Harness>) {
+    let registry = JetStreamRegistry::with_revalidation(h.rt(), Duration::ZERO).expect("registry");
+    let (team, b) = new_team(&h).await;
+    let bodies = registry
+        .body_backend(team, JetStreamBackend::NAME)
+        .await
+        .expect("served");
+    let e = envelope(team, "kept");
+    let (loc, _) = confirmed(&bodies.publish(e.clone()).await);
+    let inbox = registry
+        .inbox(team, JetStreamBackend::NAME)
+        .await
+        .expect("inbox");
+    confirmed(&inbox.publish_reference("hana", e.message_id, "{}").await);
+    assert_eq!(
+        inbox.fetch_references("hana", 5).await.expect("refs").len(),
+        1
+    );
+    let (_, js) = raw_h(&h, &nats::provisioning_user()).await;
+    assert!(
+        js.delete_stream(b.inbox_stream())
+            .await
+            .expect("delete")
+            .success
+    );
+    // The inbox is reported missing (naming the inbox stream); the bodies stay readable.
+    match registry.inbox(team, JetStreamBackend::NAME).await {
+        Err(BusError::NotProvisioned { what, .. }) => assert!(what.contains(b.inbox_stream())),
+        Err(other) => panic!("expected NotProvisioned, got {other:?}"),
+        Ok(_) => panic!("a missing inbox stream was served"),
+    }
+    let bodies = registry
+        .body_backend(team, JetStreamBackend::NAME)
+        .await
+        .expect("bodies still served");
+    assert_eq!(
+        bodies
+            .fetch(&loc, e.message_id)
+            .await
+            .expect("fetch")
+            .as_deref(),
+        Some("kept")
+    );
+    assert_eq!(registry.cached_teams(), 1);
+    // Provisioned again: the inbox is served again, with a fresh consumer.
+    JetStreamBackend::provision_inbox(&h.prov(), team)
+        .await
+        .expect("provision inbox");
+    let inbox = registry
+        .inbox(team, JetStreamBackend::NAME)
+        .await
+        .expect("inbox again");
+    confirmed(&inbox.publish_reference("hana", e.message_id, "{}").await);
+    assert_eq!(
+        inbox.fetch_references("hana", 5).await.expect("refs").len(),
+        1
+    );
+}
+
 async fn admin_port_runs_the_associated_functions(h: Arc<Harness>) {
     let admin: Arc<dyn StreamAdmin> = Arc::new(JetStreamAdmin::new(h.prov()));
     assert!(admin.reachable().await);
@@ -1561,6 +1620,7 @@ fn main() {
         Cluster => r3_cluster_keeps_accepting_and_serving_with_one_node_stopped,
         Any => registry_shares_one_connection_and_caches_teams,
         Any => registry_evicts_a_team_whose_streams_vanished,
+        Any => registry_serves_bodies_while_the_inbox_stream_is_missing,
         Any => admin_port_runs_the_associated_functions,
         Any => configured_body_limit_below_the_server_is_the_effective_limit,
     ];

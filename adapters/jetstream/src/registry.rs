@@ -21,16 +21,30 @@ pub const REVALIDATE_AFTER: Duration = Duration::from_secs(5);
 
 struct Cached {
     backend: JetStreamBackend,
-    checked: Instant,
+    /// When each stream was last found to exist (`None`: not yet, or found missing), indexed
+    /// by [`slot`].
+    checked: [Option<Instant>; 2],
+}
+
+/// The index of `kind` in [`Cached::checked`].
+fn slot(kind: StreamKind) -> usize {
+    match kind {
+        StreamKind::Bodies => 0,
+        StreamKind::Inbox => 1,
+    }
 }
 
 /// Hands out each team's [`JetStreamBackend`] (answers for the name `"jetstream"`).
 ///
 /// One registry holds one [`Config`], so one (servers, credential) pair: it opens ONE connection,
 /// lazily, and every team's adapter shares it — thousands of teams never open thousands of
-/// connections. Adapters are cached per team; a cached team's streams are checked again at most
-/// every [`REVALIDATE_AFTER`] (configurable), and a team whose streams vanished is evicted and reported
-/// (`NotProvisioned`, logged), never served stale.
+/// connections. Adapters are cached per team. Each stream is checked on its own: a body backend
+/// is served while the team's body stream exists, an inbox while its inbox stream exists, each
+/// checked again at most every [`REVALIDATE_AFTER`] (configurable). A stream that vanished is
+/// reported (`NotProvisioned` naming it and the command that provisions it, logged once), never
+/// served stale — and only that stream: bodies stay readable while a deleted inbox stream waits
+/// to be provisioned again (the ledger tops deliveries up meanwhile). A vanished body stream
+/// evicts the team's adapter.
 pub struct JetStreamRegistry {
     config: Config,
     revalidate_after: Duration,
@@ -110,51 +124,72 @@ impl JetStreamRegistry {
         }
     }
 
-    /// The team's adapter: cached, or connected over the shared connection. A team is served
-    /// while both its streams exist; they are checked on first use and again once the cache
-    /// entry is older than the revalidation interval.
-    async fn team(&self, team: Uuid) -> BusResult<JetStreamBackend> {
+    /// The team's adapter for a use of its `kind` stream: cached, or connected over the shared
+    /// connection. Served while that stream exists; it is checked on first use and again once
+    /// its check is older than the revalidation interval. Errors: the stream (or, when the
+    /// adapter is not cached yet, the body stream) missing → `NotProvisioned`; the broker
+    /// failing → as [`bus_error`].
+    async fn team(&self, team: Uuid, kind: StreamKind) -> BusResult<JetStreamBackend> {
         let client = self.client().await?;
         let cached = {
             let teams = self.teams.lock().expect("registry cache");
             teams.get(&team).map(|c| {
                 (
                     c.backend.clone(),
-                    c.checked.elapsed() < self.revalidate_after,
+                    c.checked[slot(kind)].is_some_and(|at| at.elapsed() < self.revalidate_after),
                 )
             })
         };
-        let backend = match cached {
+        let (backend, exists) = match cached {
             Some((backend, true)) => return Ok(backend),
-            Some((backend, false)) => backend,
-            None => JetStreamBackend::connect_with(client.clone(), &self.config, team).await?,
-        };
-        for kind in [StreamKind::Bodies, StreamKind::Inbox] {
-            if !self.stream_exists(&client, team, kind).await? {
-                let evicted = self
-                    .teams
-                    .lock()
-                    .expect("registry cache")
-                    .remove(&team)
-                    .is_some();
-                let name = self.config.stream_name(team, kind);
-                if evicted {
-                    tracing::warn!(team = %team, stream = %name, "team stream vanished: adapter evicted");
-                }
-                return Err(BusError::NotProvisioned {
-                    what: format!("{kind} stream {name}"),
-                    remedy: Config::provision_command(team),
-                });
+            Some((backend, false)) => {
+                let exists = self.stream_exists(&client, team, kind).await?;
+                (backend, exists)
             }
+            None => {
+                // Connecting reads the body stream: it exists when this succeeds.
+                let backend =
+                    JetStreamBackend::connect_with(client.clone(), &self.config, team).await?;
+                let exists =
+                    kind == StreamKind::Bodies || self.stream_exists(&client, team, kind).await?;
+                (backend, exists)
+            }
+        };
+        let mut teams = self.teams.lock().expect("registry cache");
+        if !exists {
+            let name = self.config.stream_name(team, kind);
+            let was_served = match kind {
+                StreamKind::Bodies => teams.remove(&team).is_some(),
+                StreamKind::Inbox => {
+                    // Bodies stay served; the inbox's consumers are looked up afresh once the
+                    // stream is provisioned again.
+                    backend
+                        .inner
+                        .consumers
+                        .lock()
+                        .expect("consumer cache")
+                        .clear();
+                    let entry = teams.entry(team).or_insert_with(|| Cached {
+                        backend: backend.clone(),
+                        checked: [None; 2],
+                    });
+                    entry.checked[slot(kind)].take().is_some()
+                }
+            };
+            if was_served {
+                tracing::warn!(team = %team, stream = %name, "team stream vanished: no longer served until it is provisioned again");
+            }
+            return Err(BusError::NotProvisioned {
+                what: format!("{kind} stream {name}"),
+                remedy: Config::provision_command(team),
+            });
         }
-        self.teams.lock().expect("registry cache").insert(
-            team,
-            Cached {
-                backend: backend.clone(),
-                checked: Instant::now(),
-            },
-        );
-        Ok(backend)
+        let entry = teams.entry(team).or_insert_with(|| Cached {
+            backend: backend.clone(),
+            checked: [None; 2],
+        });
+        entry.checked[slot(kind)] = Some(Instant::now());
+        Ok(entry.backend.clone())
     }
 
     fn check_name(name: &str) -> BusResult<()> {
@@ -173,11 +208,11 @@ impl Backends for JetStreamRegistry {
 
     async fn body_backend(&self, team: Uuid, name: &str) -> BusResult<Arc<dyn MessagingBackend>> {
         Self::check_name(name)?;
-        Ok(Arc::new(self.team(team).await?))
+        Ok(Arc::new(self.team(team, StreamKind::Bodies).await?))
     }
 
     async fn inbox(&self, team: Uuid, name: &str) -> BusResult<Arc<dyn Inbox>> {
         Self::check_name(name)?;
-        Ok(Arc::new(self.team(team).await?))
+        Ok(Arc::new(self.team(team, StreamKind::Inbox).await?))
     }
 }
