@@ -859,18 +859,12 @@ async fn receive(shared: Arc<Shared>, ti: usize, ai: usize, log: Arc<Mutex<Agent
             }
         }
         let ids: Vec<Uuid> = got.iter().map(|d| uuid_of(&d["delivery_id"])).collect();
-        // A failed confirm is left to redelivery after the hand-out grace: that is the path
-        // the bus promises, and the check below counts what finally happened.
-        let Ok(v) = agent
-            .client
-            .ok(
-                Method::POST,
-                "/v1/inbox/confirm",
-                Some(json!({"deliveries": ids})),
-            )
-            .await
-        else {
-            shared.progress.retries.fetch_add(1, Ordering::Relaxed);
+        // A confirm that got no answer (or a retryable one) may have been committed: like any
+        // agent, retry the same delivery ids (confirm is idempotent and answers
+        // `already_confirmed`), or the agent would never learn that its receipt exists — the
+        // bus hands a confirmed message out again to nobody. A refusal (4xx) is left to
+        // redelivery after the hand-out grace.
+        let Some(v) = confirm_with_retry(&shared, agent, &ids).await else {
             continue;
         };
         let mut newly = 0;
@@ -893,6 +887,34 @@ async fn receive(shared: Arc<Shared>, ti: usize, ai: usize, log: Arc<Mutex<Agent
             let mut d = shared.team_delivered.lock().unwrap();
             d[ti].0 += newly;
             d[ti].1 = shared.start.elapsed();
+        }
+    }
+}
+
+/// `POST /v1/inbox/confirm` for `ids`, retried while the server gives no answer or a retryable
+/// one (status 0, 429, 5xx), until the plan's drain timeout. `None` after a refusal or when the
+/// time is up.
+async fn confirm_with_retry(shared: &Shared, agent: &LoadAgent, ids: &[Uuid]) -> Option<Value> {
+    let body = json!({ "deliveries": ids });
+    let deadline = Instant::now() + shared.plan.drain_timeout;
+    let mut pause = Duration::from_millis(20);
+    loop {
+        match agent
+            .client
+            .ok(Method::POST, "/v1/inbox/confirm", Some(body.clone()))
+            .await
+        {
+            Ok(v) => return Some(v),
+            Err(failure) => {
+                shared.progress.retries.fetch_add(1, Ordering::Relaxed);
+                let retryable =
+                    failure.status == 0 || failure.status == 429 || failure.status >= 500;
+                if !retryable || Instant::now() >= deadline {
+                    return None;
+                }
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_millis(500));
+            }
         }
     }
 }
