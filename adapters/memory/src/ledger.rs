@@ -10,10 +10,10 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, ConfirmOutcome, Conversation, DeliveryId, Envelope, HandOut,
     HandOutOutcome, HandOutRequest, HandOutSource, HistoryPage, InboxEvent, LeasedSlot,
-    LedgerCounts, MAX_PAGE, Member, Message, Publication, Receipt, RecordKind, ReferencePayload,
+    LedgerCounts, Member, Message, Publication, Receipt, RecordKind, ReferencePayload,
     RetentionTarget, RunId, SendRequest, Sent, SettleOutcome, Settlement, SlotOutcome, Team,
-    TenantId, TokenHash, body_sha256, recipient_key_for, validate_limit, validate_name,
-    validate_request_id,
+    TenantId, TokenHash, body_sha256, ledger_span, positive_ledger_span, recipient_key_for,
+    validate_backend_name, validate_batch, validate_limit, validate_name, validate_request_id,
 };
 use crewbus_ports::Ledger;
 use uuid::Uuid;
@@ -134,33 +134,6 @@ impl MemoryLedger {
             .lock()
             .ok_or_else(|| BusError::unavailable("memory ledger (outage injected)"))
     }
-}
-
-fn span(d: Duration) -> BusResult<chrono::Duration> {
-    chrono::Duration::from_std(d).map_err(|_| BusError::invalid("duration is out of range"))
-}
-
-fn positive_span(d: Duration, what: &str) -> BusResult<chrono::Duration> {
-    if d.is_zero() {
-        return Err(BusError::invalid(format!("{what} must be positive")));
-    }
-    span(d)
-}
-
-fn validate_backend_name(what: &str, name: &str) -> BusResult<()> {
-    if name.trim().is_empty() {
-        return Err(BusError::invalid(format!("{what} name is empty")));
-    }
-    Ok(())
-}
-
-fn validate_batch(len: usize) -> BusResult<()> {
-    if len > MAX_PAGE {
-        return Err(BusError::invalid(format!(
-            "a batch holds at most {MAX_PAGE} items"
-        )));
-    }
-    Ok(())
 }
 
 impl State {
@@ -548,7 +521,7 @@ impl Ledger for MemoryLedger {
         limit: usize,
     ) -> BusResult<Vec<LeasedSlot>> {
         validate_limit(limit)?;
-        let until = at + positive_span(lease_for, "lease_for")?;
+        let until = at + positive_ledger_span(lease_for, "lease_for")?;
         let mut st = self.state()?;
         let mut due: Vec<(DateTime<Utc>, u64, Uuid)> = st
             .slots
@@ -693,7 +666,7 @@ impl Ledger for MemoryLedger {
         limit: usize,
     ) -> BusResult<Vec<InboxEvent>> {
         validate_limit(limit)?;
-        let until = at + positive_span(lease_for, "lease_for")?;
+        let until = at + positive_ledger_span(lease_for, "lease_for")?;
         let mut st = self.state()?;
         let mut due: Vec<(u64, Uuid)> = st
             .events
@@ -737,7 +710,7 @@ impl Ledger for MemoryLedger {
         at: DateTime<Utc>,
     ) -> BusResult<Vec<HandOutOutcome>> {
         validate_batch(requests.len())?;
-        let held_until = at + span(grace)?;
+        let held_until = at + ledger_span(grace)?;
         let mut st = self.state()?;
         st.agent_of(team, recipient)?;
         let mut in_batch: HashMap<Uuid, DeliveryId> = HashMap::new();

@@ -8,10 +8,10 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, ConfirmOutcome, Conversation, DeliveryId, Envelope, HandOut,
     HandOutOutcome, HandOutRequest, HandOutSource, HistoryPage, InboxAck, InboxEvent, LeasedSlot,
-    LedgerCounts, MAX_PAGE, Member, Message, Publication, Receipt, RecordKind, ReferencePayload,
+    LedgerCounts, Member, Message, Publication, Receipt, RecordKind, ReferencePayload,
     RetentionTarget, RunId, SendRequest, Sent, SettleOutcome, Settlement, SlotOutcome, Team,
-    TenantId, TokenHash, body_sha256, recipient_key_for, validate_limit, validate_name,
-    validate_request_id,
+    TenantId, TokenHash, body_sha256, ledger_span, positive_ledger_span, recipient_key_for,
+    validate_backend_name, validate_batch, validate_limit, validate_name, validate_request_id,
 };
 use crewbus_ports::Ledger;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
@@ -69,33 +69,6 @@ struct HandOutBatch {
     held_until: DateTime<Utc>,
     at: DateTime<Utc>,
     in_batch: HashMap<Uuid, (DeliveryId, DateTime<Utc>)>,
-}
-
-fn span(d: Duration) -> BusResult<chrono::Duration> {
-    chrono::Duration::from_std(d).map_err(|_| BusError::invalid("duration is out of range"))
-}
-
-fn positive_span(d: Duration, what: &str) -> BusResult<chrono::Duration> {
-    if d.is_zero() {
-        return Err(BusError::invalid(format!("{what} must be positive")));
-    }
-    span(d)
-}
-
-fn validate_backend_name(what: &str, name: &str) -> BusResult<()> {
-    if name.trim().is_empty() {
-        return Err(BusError::invalid(format!("{what} name is empty")));
-    }
-    Ok(())
-}
-
-fn validate_batch(len: usize) -> BusResult<()> {
-    if len > MAX_PAGE {
-        return Err(BusError::invalid(format!(
-            "a batch holds at most {MAX_PAGE} items"
-        )));
-    }
-    Ok(())
 }
 
 /// `|e| bus_error(e, what)`.
@@ -1001,7 +974,7 @@ impl Ledger for PostgresLedger {
         limit: usize,
     ) -> BusResult<Vec<LeasedSlot>> {
         validate_limit(limit)?;
-        let until = at + positive_span(lease_for, "lease_for")?;
+        let until = at + positive_ledger_span(lease_for, "lease_for")?;
         #[derive(sqlx::FromRow)]
         struct Row {
             id: Uuid,
@@ -1085,7 +1058,7 @@ impl Ledger for PostgresLedger {
         limit: usize,
     ) -> BusResult<Vec<InboxEvent>> {
         validate_limit(limit)?;
-        let until = at + positive_span(lease_for, "lease_for")?;
+        let until = at + positive_ledger_span(lease_for, "lease_for")?;
         #[derive(sqlx::FromRow)]
         struct Row {
             id: Uuid,
@@ -1158,7 +1131,7 @@ impl Ledger for PostgresLedger {
         at: DateTime<Utc>,
     ) -> BusResult<Vec<HandOutOutcome>> {
         validate_batch(requests.len())?;
-        let held_until = at + span(grace)?;
+        let held_until = at + ledger_span(grace)?;
         let what = "hand-out";
         let mut tx = self.begin(what).await?;
         self.agent_row(&mut tx, team, recipient).await?;
