@@ -32,7 +32,7 @@ async fn an_r3_cluster_losing_a_node_mid_load_loses_nothing() {
     settings.nats_servers = cluster.urls();
     settings.replicas = 3;
     let server = CrewbusProcess::start(dir.path(), &settings).await;
-    let mut args = load_args(&[server.url()], 1, 400, 100.0);
+    let mut args = load_args(&[server.url()], 1, scaled(400), 100.0);
     args.backend = Some(BackendChoice::Jetstream);
     // The meta leader may be elected a moment after the nodes are ready.
     let config = server.config();
@@ -46,10 +46,10 @@ async fn an_r3_cluster_losing_a_node_mid_load_loses_nothing() {
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
     }
     let (progress, load, _) = start_load(&config, &args).await;
-    accepted_at_least(&progress, 100).await;
+    accepted_at_least(&progress, scaled(100)).await;
     cluster.node(2).kill();
     let report = load.await.unwrap();
-    assert_no_loss(&report, 400);
+    assert_no_loss(&report, scaled(400));
     drop(server);
     drop(cluster);
     db.passed().await;

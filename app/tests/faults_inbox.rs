@@ -43,7 +43,7 @@ async fn consumer_and_inbox_stream_deleted_mid_load_lose_nothing() {
     let (db, url) = database("faults_inbox_deleted", database_url_options()).await;
     let settings = StackSettings::new(&url, Some(&nats));
     let server = CrewbusProcess::start(dir.path(), &settings).await;
-    let mut args = load_args(&[server.url()], 1, 500, 100.0);
+    let mut args = load_args(&[server.url()], 1, scaled(500), 100.0);
     args.drain_timeout = 30;
     args.backend = Some(BackendChoice::Jetstream);
     let (progress, load, teams) = start_load(&server.config(), &args).await;
@@ -51,7 +51,7 @@ async fn consumer_and_inbox_stream_deleted_mid_load_lose_nothing() {
     let js = jetstream(&nats).await;
     let stream_name = format!("CREWBUS_I_{}", team.simple());
 
-    accepted_at_least(&progress, 100).await;
+    accepted_at_least(&progress, scaled(100)).await;
     assert!(
         js.get_stream(&stream_name)
             .await
@@ -61,12 +61,12 @@ async fn consumer_and_inbox_stream_deleted_mid_load_lose_nothing() {
             .unwrap()
             .success
     );
-    accepted_at_least(&progress, 250).await;
+    accepted_at_least(&progress, scaled(250)).await;
     assert!(js.delete_stream(&stream_name).await.unwrap().success);
     // The runtime credential cannot create streams: the inbox stays missing until the operator
     // provisions it again (`crewbus stream provision`). Meanwhile bodies stay readable and the
     // ledger (the authority) tops every recipient up: deliveries keep being confirmed.
-    accepted_at_least(&progress, 350).await;
+    accepted_at_least(&progress, scaled(350)).await;
     let (status, v) = teams[0].agents[1]
         .client
         .call(reqwest::Method::GET, "/v1/inbox/status", None)
@@ -95,7 +95,7 @@ async fn consumer_and_inbox_stream_deleted_mid_load_lose_nothing() {
         .await
         .unwrap();
     let report = load.await.unwrap();
-    assert_no_loss(&report, 500);
+    assert_no_loss(&report, scaled(500));
     drop((server, nats));
     db.passed().await;
 }
@@ -109,13 +109,13 @@ async fn an_overflowing_inbox_loses_nothing() {
     let mut settings = StackSettings::new(&url, Some(&nats));
     settings.inbox_max_messages = 50;
     let server = CrewbusProcess::start(dir.path(), &settings).await;
-    let mut args = load_args(&[server.url()], 1, 300, 0.0);
+    let mut args = load_args(&[server.url()], 1, scaled(300), 0.0);
     args.backend = Some(BackendChoice::Jetstream);
     args.receive_after_send = true;
     let (progress, load, teams) = start_load(&server.config(), &args).await;
     let (team, _) = team_and_key(&db, teams[0].agents[0].id).await;
     let report = load.await.unwrap();
-    assert_no_loss(&report, 300);
+    assert_no_loss(&report, scaled(300));
     assert!(progress.accepted.load(std::sync::atomic::Ordering::SeqCst) == 300);
     // 900 references went through an inbox that holds 50: most were discarded (discard old)
     // and every recipient still got every message (the ledger topped the inbox up).
@@ -143,14 +143,14 @@ async fn a_team_at_its_body_quota_does_not_stop_another_team() {
     let mut small = settings.clone();
     small.body_max_bytes = 2 << 20;
     let small_config = small.config(dir.path());
-    let mut full_args = load_args(&[server.url()], 1, 150, 0.0);
+    let mut full_args = load_args(&[server.url()], 1, scaled(150), 0.0);
     full_args.backend = Some(BackendChoice::Jetstream);
     full_args.body_bytes = 60_000;
     full_args.body_bytes_max = Some(60_000);
     full_args.team_prefix = "full".into();
     // Its messages beyond the quota are never delivered: stop waiting for them after 15 s.
     full_args.drain_timeout = 15;
-    let mut other_args = load_args(&[server.url()], 1, 400, 100.0);
+    let mut other_args = load_args(&[server.url()], 1, scaled(400), 100.0);
     other_args.backend = Some(BackendChoice::Jetstream);
     other_args.team_prefix = "other".into();
 
@@ -167,7 +167,7 @@ async fn a_team_at_its_body_quota_does_not_stop_another_team() {
     .unwrap();
     let other = other_load.await.unwrap();
     // The other team: everything stored and delivered exactly once.
-    assert_no_loss(&other, 400);
+    assert_no_loss(&other, scaled(400));
     // The full team: what did not fit waits in the outbox (`pending_publication`, retried by
     // the relay) or failed for good with quota_exceeded once the attempts ran out (an
     // explained absence in history); nothing silently lost, nothing twice.

@@ -37,15 +37,15 @@ async fn nats_server_killed_and_restarted_mid_load_loses_nothing() {
     let (db, url) = database("faults_nats_kill", database_url_options()).await;
     let settings = StackSettings::new(&url, Some(&nats));
     let server = CrewbusProcess::start(dir.path(), &settings).await;
-    let mut args = load_args(&[server.url()], 1, 400, 100.0);
+    let mut args = load_args(&[server.url()], 1, scaled(400), 100.0);
     args.backend = Some(BackendChoice::Jetstream);
     let (progress, load, _) = start_load(&server.config(), &args).await;
 
-    accepted_at_least(&progress, 80).await;
+    accepted_at_least(&progress, scaled(80)).await;
     nats.kill();
     broker_reads(&server.url(), "unreachable").await;
     assert!(
-        progress.accepted.load(Ordering::SeqCst) < 400,
+        progress.accepted.load(Ordering::SeqCst) < scaled(400),
         "the load ended before the broker was down"
     );
     let nats = tokio::task::spawn_blocking(move || {
@@ -55,7 +55,7 @@ async fn nats_server_killed_and_restarted_mid_load_loses_nothing() {
     .await
     .unwrap();
     let report = load.await.unwrap();
-    assert_no_loss(&report, 400);
+    assert_no_loss(&report, scaled(400));
     drop(nats);
     drop(server);
     db.passed().await;
@@ -69,11 +69,11 @@ async fn crewbus_server_killed_and_restarted_mid_load_loses_nothing() {
     let (db, url) = database("faults_crewbus_kill", database_url_options()).await;
     let settings = StackSettings::new(&url, Some(&nats));
     let mut server = CrewbusProcess::start(dir.path(), &settings).await;
-    let mut args = load_args(&[server.url()], 1, 400, 100.0);
+    let mut args = load_args(&[server.url()], 1, scaled(400), 100.0);
     args.backend = Some(BackendChoice::Jetstream);
     let (progress, load, _) = start_load(&server.config(), &args).await;
 
-    accepted_at_least(&progress, 100).await;
+    accepted_at_least(&progress, scaled(100)).await;
     server.kill9();
     let retries = progress.retries.load(Ordering::SeqCst);
     // The agents notice: their requests go unanswered and are retried.
@@ -84,7 +84,7 @@ async fn crewbus_server_killed_and_restarted_mid_load_loses_nothing() {
     }
     server.restart().await;
     let report = load.await.unwrap();
-    assert_no_loss(&report, 400);
+    assert_no_loss(&report, scaled(400));
     assert!(report.retries > 0);
     drop(server);
     drop(nats);
@@ -99,10 +99,10 @@ async fn postgres_restarted_mid_load_loses_nothing() {
     let (db, url) = database("faults_pg_restart", cluster.options()).await;
     let settings = StackSettings::new(&url, None);
     let server = CrewbusProcess::start(dir.path(), &settings).await;
-    let args = load_args(&[server.url()], 1, 400, 100.0);
+    let args = load_args(&[server.url()], 1, scaled(400), 100.0);
     let (progress, load, _) = start_load(&server.config(), &args).await;
 
-    accepted_at_least(&progress, 100).await;
+    accepted_at_least(&progress, scaled(100)).await;
     let retries = progress.retries.load(Ordering::SeqCst);
     cluster.stop(false).await;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -112,7 +112,7 @@ async fn postgres_restarted_mid_load_loses_nothing() {
     }
     cluster.restart().await;
     let report = load.await.unwrap();
-    assert_no_loss(&report, 400);
+    assert_no_loss(&report, scaled(400));
     assert!(report.retries > 0);
     drop(server);
     db.passed().await;
@@ -128,11 +128,11 @@ async fn two_servers_on_one_postgres_and_nats_lose_nothing_and_deliver_once() {
     let a = CrewbusProcess::start(dir.path(), &settings).await;
     let b = CrewbusProcess::start(dir.path(), &settings).await;
     // Agents alternate between the servers: every conversation spans both.
-    let mut args = load_args(&[a.url(), b.url()], 2, 400, 0.0);
+    let mut args = load_args(&[a.url(), b.url()], 2, scaled(400), 0.0);
     args.backend = Some(BackendChoice::Jetstream);
     let (_, load, _) = start_load(&a.config(), &args).await;
     let report = load.await.unwrap();
-    assert_no_loss(&report, 800);
+    assert_no_loss(&report, scaled(800));
     drop((a, b, nats));
     db.passed().await;
 }

@@ -249,6 +249,18 @@ impl Drop for CrewbusProcess {
     }
 }
 
+/// A message count of the short profile, scaled to the profile chosen by
+/// `CREWBUS_FAULT_PROFILE`: `short` (the default, what `scripts/test` runs: × 1) or `long`
+/// (release checks: × 25, e.g. 400 → 10,000 messages per scenario, a few minutes each). Any
+/// other value fails the test, naming the variable.
+pub fn scaled(short: u64) -> u64 {
+    match std::env::var("CREWBUS_FAULT_PROFILE").as_deref() {
+        Err(std::env::VarError::NotPresent) | Ok("short") => short,
+        Ok("long") => short * 25,
+        other => panic!("CREWBUS_FAULT_PROFILE must be `short` or `long`, not {other:?}"),
+    }
+}
+
 /// Load options for a fault scenario: `teams` teams of 4 agents, conversations of 4 members
 /// (3 recipients), `messages` per team at `rate` messages/s in all, bodies 200..=2000 bytes.
 pub fn load_args(urls: &[String], teams: usize, messages: u64, rate: f64) -> LoadArgs {
