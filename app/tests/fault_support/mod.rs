@@ -250,14 +250,15 @@ impl Drop for CrewbusProcess {
 }
 
 /// A message count of the short profile, scaled to the profile chosen by
-/// `CREWBUS_FAULT_PROFILE`: `short` (the default, what `scripts/test` runs: × 1) or `long`
+/// `FAULTS_PROFILE` (not `CREWBUS_…`: the spawned servers would read that as configuration):
+/// `short` (the default, what `scripts/test` runs: × 1) or `long`
 /// (release checks: × 25, e.g. 400 → 10,000 messages per scenario, a few minutes each). Any
 /// other value fails the test, naming the variable.
 pub fn scaled(short: u64) -> u64 {
-    match std::env::var("CREWBUS_FAULT_PROFILE").as_deref() {
+    match std::env::var("FAULTS_PROFILE").as_deref() {
         Err(std::env::VarError::NotPresent) | Ok("short") => short,
         Ok("long") => short * 25,
-        other => panic!("CREWBUS_FAULT_PROFILE must be `short` or `long`, not {other:?}"),
+        other => panic!("FAULTS_PROFILE must be `short` or `long`, not {other:?}"),
     }
 }
 
