@@ -1783,8 +1783,8 @@ pub async fn acknowledge_only_a_recipient_after_delivery_once<F: LedgerFixture +
 pub async fn messages_are_read_in_a_batch_within_the_team<F: LedgerFixture + ?Sized>(fx: &F) {
     let s = scene(fx, REMOTE).await;
     let stored = s.send_stored(&s.a, "r1", "stored", t(0)).await;
-    let pending = s.send(&s.a, "r2", "pending", t(1)).await;
-    let second = s.send_stored(&s.b, "r3", "second", t(2)).await;
+    let second = s.send_stored(&s.b, "r2", "second", t(1)).await;
+    let pending = s.send(&s.a, "r3", "pending", t(2)).await;
     let got = s
         .ledger
         .messages(
