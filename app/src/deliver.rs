@@ -345,7 +345,11 @@ impl Bus {
             backends.insert(name, Err(e));
         }
         for (id, body) in bodies {
-            if let (Some(body), Some(message)) = (body, known.remove(&id)) {
+            // Only a body read now moves its message to `readable`; an unreadable one stays
+            // known (and is left out below).
+            if let Some(body) = body
+                && let Some(message) = known.remove(&id)
+            {
                 readable.insert(id, (message, body));
             }
         }
@@ -353,9 +357,9 @@ impl Bus {
             .into_iter()
             .filter(|r| {
                 readable.contains_key(&r.message)
-                    || known.get(&r.message).is_none_or(|m| {
-                        m.publication != Publication::Stored || m.locator.is_none()
-                    })
+                    || known
+                        .get(&r.message)
+                        .is_none_or(|m| m.publication != Publication::Stored || m.locator.is_none())
             })
             .collect())
     }

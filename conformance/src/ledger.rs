@@ -1274,9 +1274,7 @@ pub async fn held_inbox_candidate_takes_over_the_ack<F: LedgerFixture + ?Sized>(
 /// would: issued, held by an earlier call (its ack replaced by the newest inbox candidate),
 /// repeated within the batch (held; the last inbox ack wins), delivered, unknown, redelivered
 /// after its hold lapsed; a confirm batch likewise.
-pub async fn hand_out_and_confirm_decide_every_item_of_a_batch<F: LedgerFixture + ?Sized>(
-    fx: &F,
-) {
+pub async fn hand_out_and_confirm_decide_every_item_of_a_batch<F: LedgerFixture + ?Sized>(fx: &F) {
     let s = scene(fx, REMOTE).await;
     let mut m = Vec::new();
     for k in 0..5 {
@@ -1422,7 +1420,11 @@ pub async fn hand_out_and_confirm_decide_every_item_of_a_batch<F: LedgerFixture 
         let receipts = s.ledger.receipts(s.team.id, *id).await.unwrap();
         let b = receipts.iter().find(|r| r.recipient == s.b.id).unwrap();
         let expected = if *id == m[1] { t(2) } else { t(110) };
-        assert_eq!(b.delivered_at, Some(expected), "set once, by the first confirm");
+        assert_eq!(
+            b.delivered_at,
+            Some(expected),
+            "set once, by the first confirm"
+        );
     }
     assert!(
         s.ledger

@@ -1378,11 +1378,7 @@ impl Ledger for PostgresLedger {
         .await
         .map_err(db(what))?;
         let found: HashMap<Uuid, Found> = rows.into_iter().map(|r| (r.0, r)).collect();
-        let mut delivered: HashSet<Uuid> = found
-            .values()
-            .filter(|r| r.5)
-            .map(|r| r.1)
-            .collect();
+        let mut delivered: HashSet<Uuid> = found.values().filter(|r| r.5).map(|r| r.1).collect();
         let mut confirmed_deliveries: Vec<Uuid> = Vec::new();
         let mut confirmed_messages: Vec<Uuid> = Vec::new();
         let mut records: Vec<RecordKind> = Vec::new();
