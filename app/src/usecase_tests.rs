@@ -519,6 +519,50 @@ async fn a_healthy_inbox_tops_up_once_per_interval_a_failed_one_every_time() {
 }
 
 #[tokio::test]
+async fn a_full_top_up_page_is_followed_by_another_top_up_at_once() {
+    let team_id = Uuid::new_v4();
+    let a = agent(team_id);
+    let mut ledger = MockLedger::new();
+    ledger.expect_team().returning(move |_| Ok(team(team_id)));
+    let pages = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = pages.clone();
+    // a backlog: the first top-up fills the page, the second finds the rest, then none is due
+    ledger
+        .expect_undelivered()
+        .times(2)
+        .returning(move |_, _, _, _, limit| {
+            let n = match counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                0 => limit,
+                _ => 1,
+            };
+            Ok((0..n).map(|_| Uuid::new_v4()).collect())
+        });
+    ledger
+        .expect_messages()
+        .returning(move |_, ids| Ok(ids.iter().map(|id| message(team_id, *id)).collect()));
+    let recipient = a.id;
+    ledger.expect_hand_out().returning(move |_, _, r, _, _| {
+        Ok(r.iter()
+            .map(|r| HandOutOutcome::Issued(hand_out(recipient, r.message)))
+            .collect())
+    });
+    let mut inbox = MockInbox::new();
+    inbox.expect_fetch_references().returning(|_, _| Ok(vec![]));
+    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
+    let mut body = MockMessagingBackend::new();
+    body.expect_fetch().returning(|_, _| Ok(Some("hi".into())));
+    let mut backends = backends_with(body);
+    backends
+        .expect_inbox()
+        .returning(move |_, _| Ok(inbox.clone()));
+    let b = bus(ledger, backends);
+    // same instant each time: only the backlog rule lets the second top-up run
+    assert_eq!(b.fetch(&a, 3).await.unwrap().len(), 3);
+    assert_eq!(b.fetch(&a, 3).await.unwrap().len(), 1);
+    assert!(b.fetch(&a, 3).await.unwrap().is_empty());
+}
+
+#[tokio::test]
 async fn fetch_refuses_a_bad_limit() {
     let b = bus(MockLedger::new(), MockBackends::new());
     for limit in [0, 10_000] {

@@ -387,19 +387,25 @@ impl PostgresLedger {
     }
 
     /// `hand_out`, step 1: the candidates among `ids` (sorted, distinct) that are `Stored`
-    /// messages of `team` with a receipt for `recipient`, by message id. The receipt rows are
+    /// messages of `team` (of this tenant) with a receipt for `recipient`, by message id. The receipt rows are
     /// locked in message id order (deterministic, so concurrent calls cannot deadlock):
     /// concurrent hand-outs of one message to one recipient are serialised, and the hand-outs
     /// read next (a later statement, a fresh snapshot) include the other call's.
     async fn lock_candidates(
+        &self,
         conn: &mut PgConnection,
         team: Uuid,
         recipient: Uuid,
         ids: &[Uuid],
     ) -> BusResult<HashMap<Uuid, Candidate>> {
+        if ids.is_empty() {
+            return Ok(HashMap::new());
+        }
         let rows: Vec<(Uuid, Uuid, i64, bool)> = sqlx::query_as(
             "SELECT m.id, m.conversation_id, m.seq, r.delivered_at IS NOT NULL
-             FROM messages m JOIN receipts r ON r.message_id = m.id AND r.recipient_id = $2
+             FROM messages m
+             JOIN teams t ON t.id = m.team_id AND t.tenant = $4
+             JOIN receipts r ON r.message_id = m.id AND r.recipient_id = $2
              WHERE m.id = ANY($1) AND m.team_id = $3 AND m.publication = 'stored'
              ORDER BY m.id
              FOR NO KEY UPDATE OF r",
@@ -407,6 +413,7 @@ impl PostgresLedger {
         .bind(ids)
         .bind(recipient)
         .bind(team)
+        .bind(self.tenant.as_str())
         .fetch_all(&mut *conn)
         .await
         .map_err(db("hand-out"))?;
@@ -1219,18 +1226,22 @@ impl Ledger for PostgresLedger {
         let held_until = at + ledger_span(grace)?;
         let what = "hand-out";
         let mut tx = self.begin(what).await?;
-        self.agent_row(&mut tx, team, recipient).await?;
-        if requests.is_empty() {
-            Self::commit(tx, what).await?;
-            return Ok(Vec::new());
-        }
         // A constant number of statements whatever the batch size: lock the receipts, read the
         // earlier hand-outs, then decide every request here, in order, and write the acks that
         // move and the new hand-outs in one statement each.
         let mut ids: Vec<Uuid> = requests.iter().map(|r| r.message).collect();
         ids.sort_unstable();
         ids.dedup();
-        let candidates = Self::lock_candidates(&mut tx, team, recipient, &ids).await?;
+        let candidates = self.lock_candidates(&mut tx, team, recipient, &ids).await?;
+        if candidates.is_empty() {
+            // A receipt of the team's message proves the recipient is the team's agent; without
+            // one, an unknown recipient is `NotFound`.
+            self.agent_row(&mut tx, team, recipient).await?;
+        }
+        if requests.is_empty() {
+            Self::commit(tx, what).await?;
+            return Ok(Vec::new());
+        }
         let open: Vec<Uuid> = ids
             .into_iter()
             .filter(|id| candidates.get(id).is_some_and(|c| !c.delivered))
