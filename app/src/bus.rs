@@ -5,10 +5,11 @@
 //! `acknowledge`, `history`, `retention`, `health`) as methods of [`Bus`]. `Bus` holds ports
 //! only — never an adapter type.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crewbus_domain::{Backoff, DateTime, Utc};
+use crewbus_domain::{Backoff, DateTime, Utc, Uuid};
 use crewbus_ports::{Backends, Clock, Journal, Ledger, StreamAdmin};
 use tokio::sync::Notify;
 
@@ -112,6 +113,10 @@ pub struct Bus {
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) wakers: Arc<Wakers>,
     pub(crate) push: Option<PushRuntime>,
+    /// When each agent's fetch last ran the ledger top-up to the end (bus clock), so a healthy
+    /// inbox costs one top-up query per agent per interval, not one per fetch (see `deliver`).
+    /// One entry per agent that fetched through this process.
+    pub(crate) topped_up: Arc<Mutex<HashMap<Uuid, DateTime<Utc>>>>,
 }
 
 impl Bus {
@@ -123,6 +128,7 @@ impl Bus {
             metrics: Arc::new(Metrics::default()),
             wakers: Arc::new(Wakers::default()),
             push: None,
+            topped_up: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 

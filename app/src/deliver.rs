@@ -7,8 +7,22 @@
 //! from the ledger — references lost to inbox overflow, expiry, a deleted consumer or max
 //! deliver. A reference whose receipt is already committed (a crash between commit and ack) is
 //! recognised and acknowledged, never handed to the agent again.
+//!
+//! # Cost of a fetch
+//! The ledger is asked a bounded number of times per fetch, whatever the number of references:
+//! the team, one batch read of the candidates' messages ([`crewbus_ports::Ledger::messages`]),
+//! one `hand_out` per source (inbox, top-up); bodies are read concurrently (at most
+//! [`BODY_READS`] at a time), and a body backend found down is not asked again in that fetch.
+//!
+//! # Top-up bound
+//! While the inbox answers, the top-up query (`undelivered`) runs for an agent at most once per
+//! [`topup_interval`] (half of `topup_after`; one per agent per server process), and at once
+//! whenever the inbox failed, and again on the next fetch when the last one came back full (a
+//! backlog). A stored message whose reference was lost is therefore handed out by the agent's
+//! first fetch at or after `stored_at + topup_after + topup_after / 2` (3 s with the default
+//! `topup_after_ms = 2000`), never lost.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crewbus_domain::{
@@ -18,9 +32,19 @@ use crewbus_domain::{
 };
 use crewbus_ports::{Inbox, MessagingBackend};
 use futures_util::future::join_all;
+use futures_util::stream::{self, StreamExt};
 
 use crate::bus::{Bus, before};
 use crate::metrics::Metrics;
+
+/// At most this many body reads of one fetch are in flight at once.
+pub const BODY_READS: usize = 16;
+
+/// How often a fetch with a healthy inbox runs the ledger top-up for one agent: half of
+/// `topup_after` (see the module docs for the bound this gives).
+pub fn topup_interval(topup_after: std::time::Duration) -> std::time::Duration {
+    topup_after / 2
+}
 
 /// Body backends looked up during one request, by name (a failed lookup or a backend found
 /// down is kept as its error).
@@ -147,16 +171,22 @@ impl Bus {
             }
         }
 
-        // 2. Top-up from the ledger (the authority).
-        if issued.len() < limit {
+        // 2. Top-up from the ledger (the authority): at most once per interval while the inbox
+        // answers, always when it failed.
+        if issued.len() < limit && (!inbox_ok || self.topup_due(agent.id, now)) {
             let stored_before = if inbox_ok {
                 before(now, self.settings.topup_after)
             } else {
                 now
             };
+            let wanted = limit - issued.len();
             let ids = ledger
-                .undelivered(team.id, agent.id, stored_before, now, limit - issued.len())
+                .undelivered(team.id, agent.id, stored_before, now, wanted)
                 .await?;
+            // A full page may leave a backlog: the next fetch looks again.
+            if ids.len() < wanted {
+                self.topped_up_at(agent.id, now);
+            }
             let requests: Vec<HandOutRequest> = ids
                 .into_iter()
                 .map(|message| HandOutRequest {
@@ -219,9 +249,35 @@ impl Bus {
         Ok(deliveries)
     }
 
+    /// Whether `agent`'s top-up is due at `now` with a healthy inbox: never ran, or last ran at
+    /// least [`topup_interval`] ago (or the clock went back).
+    fn topup_due(&self, agent: Uuid, now: chrono::DateTime<chrono::Utc>) -> bool {
+        let Ok(last) = self.topped_up.lock() else {
+            return true;
+        };
+        match last.get(&agent) {
+            None => true,
+            Some(at) => {
+                *at > now
+                    || (now - *at)
+                        .to_std()
+                        .is_ok_and(|d| d >= topup_interval(self.settings.topup_after))
+            }
+        }
+    }
+
+    /// Remembers that `agent`'s top-up ran to the end at `now`.
+    fn topped_up_at(&self, agent: Uuid, now: chrono::DateTime<chrono::Utc>) {
+        if let Ok(mut last) = self.topped_up.lock() {
+            last.insert(agent, now);
+        }
+    }
+
     /// Keeps the requests whose body can be read now (reading it into `readable`), and those the
     /// ledger will answer `Unknown` for (unknown or not stored: their references are then
-    /// acknowledged away). Errors: the ledger failing.
+    /// acknowledged away). The candidates' messages are read in one ledger call and their
+    /// bodies concurrently (at most [`BODY_READS`] at a time); a backend found down is
+    /// remembered in `backends` and not asked again. Errors: the ledger failing.
     async fn readable_only(
         &self,
         team: Uuid,
@@ -229,40 +285,89 @@ impl Bus {
         backends: &mut BodyBackends,
         readable: &mut HashMap<Uuid, (Message, String)>,
     ) -> BusResult<Vec<HandOutRequest>> {
-        let mut keep = Vec::with_capacity(requests.len());
-        for request in requests {
-            if readable.contains_key(&request.message) {
-                keep.push(request);
-                continue;
-            }
-            let message = match self.ports.ledger.message(team, request.message).await {
-                Ok(m) => m,
-                Err(BusError::NotFound { .. }) => {
-                    keep.push(request);
-                    continue;
-                }
-                Err(e) => return Err(e),
-            };
-            if message.publication != Publication::Stored || message.locator.is_none() {
-                keep.push(request);
-                continue;
-            }
-            if let Some(body) = self.body_of(&message, backends).await {
-                readable.insert(message.id, (message, body));
-                keep.push(request);
+        let mut seen = HashSet::with_capacity(requests.len());
+        let wanted: Vec<Uuid> = requests
+            .iter()
+            .map(|r| r.message)
+            .filter(|id| !readable.contains_key(id) && seen.insert(*id))
+            .collect();
+        let mut known: HashMap<Uuid, Message> = HashMap::with_capacity(wanted.len());
+        for chunk in wanted.chunks(crewbus_domain::MAX_PAGE) {
+            for m in self.ports.ledger.messages(team, chunk).await? {
+                known.insert(m.id, m);
             }
         }
-        Ok(keep)
+        // The stored ones with a locator have a body to read; the backends first (one lookup
+        // per name), then the bodies.
+        let to_read: Vec<Message> = known
+            .values()
+            .filter(|m| m.publication == Publication::Stored && m.locator.is_some())
+            .cloned()
+            .collect();
+        for m in &to_read {
+            if !backends.contains_key(&m.backend) {
+                let b = self.ports.backends.body_backend(team, &m.backend).await;
+                backends.insert(m.backend.clone(), b);
+            }
+        }
+        let found_down: std::sync::Mutex<HashMap<String, BusError>> = Default::default();
+        let shared: &BodyBackends = backends;
+        let bodies: Vec<(Uuid, Option<String>)> = stream::iter(to_read)
+            .map(|m| {
+                let found_down = &found_down;
+                async move {
+                    let down = found_down
+                        .lock()
+                        .ok()
+                        .and_then(|d| d.get(&m.backend).cloned());
+                    let result = match (down, shared.get(&m.backend)) {
+                        (Some(e), _) => Err(e),
+                        (None, Some(Err(e))) => Err(e.clone()),
+                        (None, Some(Ok(b))) => match m.locator.as_ref() {
+                            Some(locator) => b.fetch(locator, m.id).await,
+                            None => Ok(None),
+                        },
+                        (None, None) => Err(BusError::unavailable("body backend")),
+                    };
+                    if let Err(e) = &result
+                        && e.is_retryable()
+                        && let Ok(mut d) = found_down.lock()
+                    {
+                        d.entry(m.backend.clone()).or_insert_with(|| e.clone());
+                    }
+                    (m.id, Self::body_or_log(&m, result))
+                }
+            })
+            .buffer_unordered(BODY_READS)
+            .collect()
+            .await;
+        for (name, e) in found_down.into_inner().unwrap_or_default() {
+            backends.insert(name, Err(e));
+        }
+        for (id, body) in bodies {
+            // Only a body read now moves its message to `readable`; an unreadable one stays
+            // known (and is left out below).
+            if let Some(body) = body
+                && let Some(message) = known.remove(&id)
+            {
+                readable.insert(id, (message, body));
+            }
+        }
+        Ok(requests
+            .into_iter()
+            .filter(|r| {
+                readable.contains_key(&r.message)
+                    || known
+                        .get(&r.message)
+                        .is_none_or(|m| m.publication != Publication::Stored || m.locator.is_none())
+            })
+            .collect())
     }
 
-    /// Reads a stored message's body, caching the backend per name. `None` when it cannot be
-    /// read now (logged); the hand-out lapses and the message comes back.
-    pub(crate) async fn body_of(
-        &self,
-        message: &Message,
-        backends: &mut BodyBackends,
-    ) -> Option<String> {
-        match self.read_body(message, backends).await {
+    /// A body read's result as an option: `None` (logged) when it cannot be read now; the
+    /// hand-out is then not recorded and the message comes back.
+    fn body_or_log(message: &Message, read: BusResult<Option<String>>) -> Option<String> {
+        match read {
             Ok(Some(body)) => Some(body),
             Ok(None) => {
                 tracing::warn!(message = %message.id, "body not found at its locator");

@@ -410,8 +410,8 @@ async fn fetch_tops_up_from_the_ledger_and_acks_recognised_redeliveries() {
             Ok(vec![HandOutOutcome::Issued(hand_out(recipient, lost))])
         });
     ledger
-        .expect_message()
-        .returning(move |_, id| Ok(message(team_id, id)));
+        .expect_messages()
+        .returning(move |_, ids| Ok(ids.iter().map(|id| message(team_id, *id)).collect()));
     let mut inbox = MockInbox::new();
     inbox.expect_fetch_references().returning(move |_, _| {
         Ok(vec![
@@ -462,6 +462,104 @@ async fn fetch_tops_up_everything_at_once_when_the_inbox_is_down() {
         .returning(move |_, _| Ok(inbox.clone()));
     let out = bus(ledger, backends).fetch(&a, 5).await.unwrap();
     assert!(out.is_empty());
+}
+
+/// A clock the test moves.
+struct Stepped(std::sync::Mutex<DateTime<Utc>>);
+impl Clock for Stepped {
+    fn now(&self) -> DateTime<Utc> {
+        *self.0.lock().unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_healthy_inbox_tops_up_once_per_interval_a_failed_one_every_time() {
+    let team_id = Uuid::new_v4();
+    let a = agent(team_id);
+    let mut ledger = MockLedger::new();
+    ledger.expect_team().returning(move |_| Ok(team(team_id)));
+    let topups = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = topups.clone();
+    ledger
+        .expect_undelivered()
+        .returning(move |_, _, _, at, _| {
+            seen.lock().unwrap().push(at);
+            Ok(vec![])
+        });
+    ledger.expect_hand_out().times(0);
+    let fetches = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = fetches.clone();
+    let mut inbox = MockInbox::new();
+    // the fifth fetch finds the inbox down
+    inbox.expect_fetch_references().returning(move |_, _| {
+        match counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+            4 => Err(BusError::unavailable("broker")),
+            _ => Ok(vec![]),
+        }
+    });
+    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
+    let mut backends = MockBackends::new();
+    backends
+        .expect_inbox()
+        .returning(move |_, _| Ok(inbox.clone()));
+    let clock = Arc::new(Stepped(std::sync::Mutex::new(t0())));
+    let mut b = bus(ledger, backends);
+    b.ports.clock = clock.clone();
+    let ms = chrono::Duration::milliseconds;
+    // topup_after 2 s: the interval is 1 s
+    for offset in [0, 500, 999, 1_000, 1_000] {
+        *clock.0.lock().unwrap() = t0() + ms(offset);
+        assert!(b.fetch(&a, 5).await.unwrap().is_empty());
+    }
+    assert_eq!(
+        *topups.lock().unwrap(),
+        vec![t0(), t0() + ms(1_000), t0() + ms(1_000)],
+        "healthy: at t0 and again one interval later; the failed inbox tops up at once"
+    );
+}
+
+#[tokio::test]
+async fn a_full_top_up_page_is_followed_by_another_top_up_at_once() {
+    let team_id = Uuid::new_v4();
+    let a = agent(team_id);
+    let mut ledger = MockLedger::new();
+    ledger.expect_team().returning(move |_| Ok(team(team_id)));
+    let pages = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = pages.clone();
+    // a backlog: the first top-up fills the page, the second finds the rest, then none is due
+    ledger
+        .expect_undelivered()
+        .times(2)
+        .returning(move |_, _, _, _, limit| {
+            let n = match counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                0 => limit,
+                _ => 1,
+            };
+            Ok((0..n).map(|_| Uuid::new_v4()).collect())
+        });
+    ledger
+        .expect_messages()
+        .returning(move |_, ids| Ok(ids.iter().map(|id| message(team_id, *id)).collect()));
+    let recipient = a.id;
+    ledger.expect_hand_out().returning(move |_, _, r, _, _| {
+        Ok(r.iter()
+            .map(|r| HandOutOutcome::Issued(hand_out(recipient, r.message)))
+            .collect())
+    });
+    let mut inbox = MockInbox::new();
+    inbox.expect_fetch_references().returning(|_, _| Ok(vec![]));
+    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
+    let mut body = MockMessagingBackend::new();
+    body.expect_fetch().returning(|_, _| Ok(Some("hi".into())));
+    let mut backends = backends_with(body);
+    backends
+        .expect_inbox()
+        .returning(move |_, _| Ok(inbox.clone()));
+    let b = bus(ledger, backends);
+    // same instant each time: only the backlog rule lets the second top-up run
+    assert_eq!(b.fetch(&a, 3).await.unwrap().len(), 3);
+    assert_eq!(b.fetch(&a, 3).await.unwrap().len(), 1);
+    assert!(b.fetch(&a, 3).await.unwrap().is_empty());
 }
 
 #[tokio::test]
@@ -539,8 +637,8 @@ async fn a_body_that_cannot_be_read_is_not_handed_out() {
     let mut ledger = MockLedger::new();
     ledger.expect_team().returning(move |_| Ok(team(team_id)));
     ledger
-        .expect_message()
-        .returning(move |_, id| Ok(message(team_id, id)));
+        .expect_messages()
+        .returning(move |_, ids| Ok(ids.iter().map(|id| message(team_id, *id)).collect()));
     ledger.expect_hand_out().times(0); // nothing readable: no hand-out recorded
     ledger
         .expect_undelivered()

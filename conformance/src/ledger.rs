@@ -49,11 +49,14 @@ pub fn ledger_behaviours() -> Vec<(&'static str, LedgerBehaviour)> {
         hand_out_holds_a_message_for_the_grace_period,
         hand_out_explains_what_it_does_not_issue,
         held_inbox_candidate_takes_over_the_ack,
+        hand_out_and_confirm_decide_every_item_of_a_batch,
+        concurrent_hand_outs_issue_each_message_once,
         confirm_is_once_per_receipt,
         confirm_checks_the_run_and_journals_delivery,
         top_up_lists_stored_undelivered_without_live_hand_out,
         acknowledge_only_a_recipient_after_delivery_once,
         receipts_are_one_per_recipient,
+        messages_are_read_in_a_batch_within_the_team,
         history_stops_at_the_first_pending,
         history_explains_failed_and_retained_without_stopping,
         history_pages_by_limit,
@@ -1267,6 +1270,207 @@ pub async fn held_inbox_candidate_takes_over_the_ack<F: LedgerFixture + ?Sized>(
     );
 }
 
+/// One batch mixing every case is decided item by item, in order, exactly as separate calls
+/// would: issued, held by an earlier call (its ack replaced by the newest inbox candidate),
+/// repeated within the batch (held; the last inbox ack wins), delivered, unknown, redelivered
+/// after its hold lapsed; a confirm batch likewise.
+pub async fn hand_out_and_confirm_decide_every_item_of_a_batch<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let mut m = Vec::new();
+    for k in 0..5 {
+        m.push(s.send_stored(&s.a, &format!("r{k}"), "hi", t(0)).await.id);
+    }
+    // m[0] held by a live hand-out; m[1] delivered; m[2] handed out, its hold lapsed by t(100).
+    let first = s
+        .ledger
+        .hand_out(
+            s.team.id,
+            s.b.id,
+            &[from_ledger(m[1]), from_ledger(m[2])],
+            GRACE,
+            t(1),
+        )
+        .await
+        .unwrap();
+    let held_m0 = s
+        .ledger
+        .hand_out(
+            s.team.id,
+            s.b.id,
+            &[from_inbox(m[0], "ack-0a", 1)],
+            GRACE,
+            t(90),
+        )
+        .await
+        .unwrap();
+    let live = issued(&held_m0[0]);
+    s.ledger
+        .confirm(s.team.id, s.b.id, &[issued(&first[0]).delivery], None, t(2))
+        .await
+        .unwrap();
+    let unknown = Uuid::new_v4();
+    let out = s
+        .ledger
+        .hand_out(
+            s.team.id,
+            s.b.id,
+            &[
+                from_inbox(m[3], "ack-3a", 1),
+                from_inbox(m[0], "ack-0b", 2),
+                from_ledger(m[1]),
+                from_ledger(unknown),
+                from_inbox(m[3], "ack-3b", 2),
+                from_ledger(m[2]),
+                from_ledger(m[3]),
+                from_ledger(m[4]),
+                from_inbox(m[0], "ack-0c", 3),
+            ],
+            GRACE,
+            t(100),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.len(), 9, "one outcome per request");
+    let m3 = issued(&out[0]);
+    assert!(!m3.redelivered);
+    assert_eq!(
+        out[1],
+        HandOutOutcome::Held {
+            message: m[0],
+            until: t(150)
+        }
+    );
+    assert_eq!(out[2], HandOutOutcome::AlreadyDelivered { message: m[1] });
+    assert_eq!(out[3], HandOutOutcome::Unknown { message: unknown });
+    assert_eq!(
+        out[4],
+        HandOutOutcome::Held {
+            message: m[3],
+            until: t(160)
+        }
+    );
+    let m2 = issued(&out[5]);
+    assert!(m2.redelivered, "handed out before: a redelivery");
+    assert_eq!(
+        out[6],
+        HandOutOutcome::Held {
+            message: m[3],
+            until: t(160)
+        }
+    );
+    let m4 = issued(&out[7]);
+    assert_eq!((m4.seq, m4.held_until), (5, t(160)));
+    assert!(matches!(out[8], HandOutOutcome::Held { .. }));
+    let ack = |subject: &str| {
+        Some(InboxAck {
+            inbox: INBOX.to_owned(),
+            ack_subject: subject.to_owned(),
+        })
+    };
+    let confirmed = s
+        .ledger
+        .confirm(
+            s.team.id,
+            s.b.id,
+            &[
+                m4.delivery,
+                live.delivery,
+                m3.delivery,
+                DeliveryId(Uuid::new_v4()),
+                m4.delivery,
+                m2.delivery,
+                issued(&first[0]).delivery,
+            ],
+            None,
+            t(110),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        confirmed,
+        vec![
+            ConfirmOutcome::Confirmed {
+                message: m[4],
+                ack: None
+            },
+            ConfirmOutcome::Confirmed {
+                message: m[0],
+                ack: ack("ack-0c")
+            },
+            ConfirmOutcome::Confirmed {
+                message: m[3],
+                ack: ack("ack-3b")
+            },
+            ConfirmOutcome::Unknown,
+            ConfirmOutcome::AlreadyConfirmed {
+                message: m[4],
+                ack: None
+            },
+            ConfirmOutcome::Confirmed {
+                message: m[2],
+                ack: None
+            },
+            ConfirmOutcome::AlreadyConfirmed {
+                message: m[1],
+                ack: None
+            },
+        ]
+    );
+    for id in &m {
+        let receipts = s.ledger.receipts(s.team.id, *id).await.unwrap();
+        let b = receipts.iter().find(|r| r.recipient == s.b.id).unwrap();
+        let expected = if *id == m[1] { t(2) } else { t(110) };
+        assert_eq!(
+            b.delivered_at,
+            Some(expected),
+            "set once, by the first confirm"
+        );
+    }
+    assert!(
+        s.ledger
+            .undelivered(s.team.id, s.b.id, t(1000), t(1000), 10)
+            .await
+            .unwrap()
+            .is_empty(),
+        "nothing left for b"
+    );
+}
+
+/// Concurrent hand-outs of the same messages to one recipient, in opposite orders, never issue
+/// a message twice while it is held (and never deadlock).
+pub async fn concurrent_hand_outs_issue_each_message_once<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let mut ids = Vec::new();
+    for k in 0..12 {
+        ids.push(s.send_stored(&s.a, &format!("r{k}"), "hi", t(0)).await.id);
+    }
+    let mut tasks = JoinSet::new();
+    for k in 0..8 {
+        let ledger = Arc::clone(&s.ledger);
+        let (team, b) = (s.team.id, s.b.id);
+        let mut requests: Vec<HandOutRequest> = ids.iter().map(|id| from_ledger(*id)).collect();
+        if k % 2 == 1 {
+            requests.reverse();
+        }
+        tasks.spawn(async move { ledger.hand_out(team, b, &requests, GRACE, t(1)).await });
+    }
+    let mut issued_per_message: std::collections::HashMap<Uuid, usize> = Default::default();
+    while let Some(joined) = tasks.join_next().await {
+        for outcome in joined.expect("task").expect("hand-out") {
+            match outcome {
+                HandOutOutcome::Issued(h) => *issued_per_message.entry(h.message).or_default() += 1,
+                HandOutOutcome::Held { .. } => {}
+                other => panic!("expected Issued or Held, got {other:?}"),
+            }
+        }
+    }
+    assert_eq!(issued_per_message.len(), ids.len(), "every message issued");
+    assert!(
+        issued_per_message.values().all(|n| *n == 1),
+        "each once: {issued_per_message:?}"
+    );
+}
+
 /// The first confirm of a (message, recipient) sets `delivered_at`; any later one — same or
 /// another delivery id — says already confirmed and changes nothing; foreign ids are unknown.
 pub async fn confirm_is_once_per_receipt<F: LedgerFixture + ?Sized>(fx: &F) {
@@ -1574,6 +1778,50 @@ pub async fn acknowledge_only_a_recipient_after_delivery_once<F: LedgerFixture +
     let receipts = s.ledger.receipts(s.team.id, m.id).await.unwrap();
     let c = receipts.iter().find(|r| r.recipient == s.c.id).unwrap();
     assert_eq!(c.acknowledged_at, None);
+}
+
+/// `messages` reads several messages at once: known ones of the team in the order asked, each
+/// once; unknown and other teams' ids left out; more than `MAX_PAGE` ids `Invalid`.
+pub async fn messages_are_read_in_a_batch_within_the_team<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let stored = s.send_stored(&s.a, "r1", "stored", t(0)).await;
+    let second = s.send_stored(&s.b, "r2", "second", t(1)).await;
+    let pending = s.send(&s.a, "r3", "pending", t(2)).await;
+    let got = s
+        .ledger
+        .messages(
+            s.team.id,
+            &[second.id, Uuid::new_v4(), stored.id, pending.id, second.id],
+        )
+        .await
+        .unwrap();
+    let mut expected = Vec::new();
+    for id in [second.id, stored.id, pending.id] {
+        expected.push(s.message(id).await);
+    }
+    assert_eq!(got, expected, "as `message` answers, in order, each once");
+    assert_eq!(got[2].publication, Publication::PendingPublication);
+    assert!(s.ledger.messages(s.team.id, &[]).await.unwrap().is_empty());
+    let other = s
+        .ledger
+        .create_team(&team_name(), REMOTE, INBOX, t(0))
+        .await
+        .unwrap();
+    assert!(
+        s.ledger
+            .messages(other.id, &[stored.id, second.id])
+            .await
+            .unwrap()
+            .is_empty(),
+        "another team's messages are not revealed"
+    );
+    let many: Vec<Uuid> = (0..crewbus_domain::MAX_PAGE + 1)
+        .map(|_| Uuid::new_v4())
+        .collect();
+    assert!(matches!(
+        s.ledger.messages(s.team.id, &many).await,
+        Err(BusError::Invalid { .. })
+    ));
 }
 
 /// Receipts: one per recipient, the sender excluded, not readable from another team.

@@ -156,6 +156,16 @@ pub trait Ledger: Send + Sync {
     /// One message of `team` as it stands. Errors: unknown or another team's → `NotFound`.
     async fn message(&self, team: Uuid, message: Uuid) -> BusResult<Message>;
 
+    /// Several messages of `team` as they stand, in one read: the batch form of
+    /// [`Ledger::message`] (the fetch path reads every candidate at once).
+    ///
+    /// Returns the known messages in the order of their first appearance in `ids`, each once
+    /// (a repeated id is answered once). Unknown ids and other teams' messages are left out (no
+    /// error: the caller tells them apart by id). An empty `ids` → an empty answer.
+    /// Errors: more than [`crewbus_domain::MAX_PAGE`] ids → `Invalid`; an unknown `team` is not
+    /// an error (nothing is found).
+    async fn messages(&self, team: Uuid, ids: &[Uuid]) -> BusResult<Vec<Message>>;
+
     // ---- relay: outbox slots -----------------------------------------------------------------
 
     /// Leases up to `limit` due slots, oldest due first: slots not failed, with

@@ -514,6 +514,17 @@ impl Ledger for MemoryLedger {
         self.state()?.message_of(team, message).cloned()
     }
 
+    async fn messages(&self, team: Uuid, ids: &[Uuid]) -> BusResult<Vec<Message>> {
+        validate_batch(ids.len())?;
+        let st = self.state()?;
+        let mut seen = HashSet::with_capacity(ids.len());
+        Ok(ids
+            .iter()
+            .filter(|id| seen.insert(**id))
+            .filter_map(|id| st.message_of(team, *id).ok().cloned())
+            .collect())
+    }
+
     async fn lease_slots(
         &self,
         at: DateTime<Utc>,
