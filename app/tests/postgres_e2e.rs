@@ -129,6 +129,12 @@ async fn a_postgres_restart_is_unhealthy_then_recovers_with_nothing_lost() {
     })
     .await;
     assert_eq!(v["ledger"], "ok");
+    // The test's clock stands still, but the outage took time: a worker that leased the first
+    // message's inbox event (or outbox slot) just before the abort never settled it, and only
+    // the lease running out frees it. Time passes beyond the lease (and the top-up delay).
+    clock.advance(std::time::Duration::from_millis(
+        config.bus.relay_lease_ms + config.bus.topup_after_ms,
+    ));
     let v = a.send(conv, "after", "after the restart").await.unwrap();
     assert_eq!(v["message"]["seq"], 2, "the committed message survived");
     let mut bodies: Vec<String> = Vec::new();
