@@ -39,10 +39,11 @@ use crate::ledger_settle;
 ///   up; the writes (seq bump, message, receipts, then the outbox slot or the inbox events) are
 ///   one statement of data-modifying CTEs whose insert skips a request id taken meanwhile
 ///   (`ON CONFLICT DO NOTHING`: a repeat committed during the lock wait, answered by the
-///   repeat rule) — four round trips for a send without a run. For Postgres conversations ([`Ledger::local_backend`] is
-///   `Some("postgres")`) the body is written to the table [`crate::PostgresBackend`] reads and
-///   the inbox events are enqueued in the same transaction; other backends get an outbox slot
-///   holding the body.
+///   repeat rule) — four round trips for a send without a run (BEGIN, lock, write, COMMIT).
+///   For Postgres conversations ([`Ledger::local_backend`] is `Some("postgres")`) the body is
+///   written to the table [`crate::PostgresBackend`] reads and the inbox events are enqueued in
+///   the same transaction (five round trips); other backends get an outbox slot holding the
+///   body.
 /// - **lease_slots** / **lease_inbox_events** take rows with `FOR UPDATE SKIP LOCKED`, so
 ///   concurrent relays never lease the same row, and scan every due row each time (no cursor),
 ///   so a slot whose send committed after a later one is never skipped.
@@ -783,12 +784,11 @@ impl Ledger for PostgresLedger {
         let sha = body_sha256(&request.body);
         // The repeat rule; when sealed, look again: a repeat committed during the lock wait
         // answers before the seal does.
-        if repeat || sealed {
-            if let Some(sent) =
+        if (repeat || sealed)
+            && let Some(sent) =
                 Self::repeated(&mut tx, request.conversation, &request.request_id, &sha).await?
-            {
-                return Ok(sent);
-            }
+        {
+            return Ok(sent);
         }
         if sealed {
             return Err(BusError::conflict(format!(
