@@ -45,6 +45,7 @@ pub fn ledger_behaviours() -> Vec<(&'static str, LedgerBehaviour)> {
         settle_fatal_fails_the_message_and_keeps_the_slot,
         settle_uncertain_marks_the_slot_for_reconcile,
         settle_reports_one_outcome_per_item,
+        settle_applies_a_mixed_batch_in_call_order,
         inbox_events_are_leased_until_published,
         hand_out_holds_a_message_for_the_grace_period,
         hand_out_explains_what_it_does_not_issue,
@@ -974,6 +975,140 @@ pub async fn settle_reports_one_outcome_per_item<F: LedgerFixture + ?Sized>(fx: 
     );
     assert_eq!(s.message(m3.id).await.publication, Publication::Failed);
     assert!(s.ledger.settle(&[], t(1)).await.unwrap().is_empty());
+}
+
+/// One call mixing every outcome, a stale generation followed by the current one for the same
+/// slot, a slot settled twice and an unknown slot: each settlement is judged in call order (a
+/// stale one does not consume the slot, an applied one does), every applied outcome is written,
+/// and the confirmed messages' inbox events follow call order.
+pub async fn settle_applies_a_mixed_batch_in_call_order<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let mut sent = Vec::new();
+    for i in 1..=5 {
+        sent.push(s.send(&s.a, &format!("r{i}"), "body", t(0)).await);
+    }
+    let [m1, m2, m3, m4, m5] = [0, 1, 2, 3, 4].map(|i| sent[i].clone());
+    let slots = s.lease_all(t(0)).await;
+    assert_eq!(slots.len(), 5);
+    let settlement = |m: Uuid, generation: u64, outcome: SlotOutcome| Settlement {
+        slot: slots[&m].slot,
+        generation,
+        outcome,
+    };
+    let gen_of = |m: Uuid| slots[&m].generation;
+    let confirm = |id: Uuid| SlotOutcome::Confirmed {
+        locator: locator_for(id),
+    };
+    let fatal = BusError::TooLarge { size: 9, limit: 1 };
+    let fatal_code = fatal.code();
+    let batch = vec![
+        settlement(m2.id, gen_of(m2.id), confirm(m2.id)),
+        settlement(m1.id, gen_of(m1.id) + 1, confirm(m1.id)),
+        settlement(m1.id, gen_of(m1.id), confirm(m1.id)),
+        settlement(
+            m3.id,
+            gen_of(m3.id),
+            SlotOutcome::Retryable {
+                error: BusError::unavailable("down"),
+                next_attempt_at: t(20),
+            },
+        ),
+        settlement(
+            m4.id,
+            gen_of(m4.id),
+            SlotOutcome::Uncertain {
+                error: BusError::timeout("PubAck"),
+                next_attempt_at: t(25),
+            },
+        ),
+        settlement(m5.id, gen_of(m5.id), SlotOutcome::Fatal { error: fatal }),
+        settlement(
+            m4.id,
+            gen_of(m4.id),
+            SlotOutcome::Retryable {
+                error: BusError::unavailable("again"),
+                next_attempt_at: t(1),
+            },
+        ),
+        settlement(m2.id, gen_of(m2.id), confirm(m2.id)),
+        Settlement {
+            slot: Uuid::new_v4(),
+            generation: gen_of(m1.id),
+            outcome: confirm(m1.id),
+        },
+    ];
+    let outcomes = s.ledger.settle(&batch, t(1)).await.unwrap();
+    use SettleOutcome::{Applied, Stale};
+    assert_eq!(
+        outcomes,
+        vec![
+            Applied, Stale, Applied, Applied, Applied, Applied, Stale, Stale, Stale
+        ]
+    );
+    for m in [&m1, &m2] {
+        let stored = s.message(m.id).await;
+        assert_eq!(stored.publication, Publication::Stored);
+        assert_eq!(stored.locator, Some(locator_for(m.id)));
+        assert_eq!(stored.stored_at, Some(t(1)));
+        for r in s.ledger.receipts(s.team.id, m.id).await.unwrap() {
+            assert_eq!(r.stored_at, Some(t(1)));
+        }
+    }
+    for m in [&m3, &m4] {
+        let pending = s.message(m.id).await;
+        assert_eq!(pending.publication, Publication::PendingPublication);
+        assert!(pending.stored_at.is_none());
+    }
+    let failed = s.message(m5.id).await;
+    assert_eq!(failed.publication, Publication::Failed);
+    assert_eq!(failed.failure.as_deref(), Some(fatal_code));
+    let counts = s.ledger.counts(t(2)).await.unwrap();
+    assert_eq!(
+        (
+            counts.pending_publications,
+            counts.uncertain_publications,
+            counts.failed_publications
+        ),
+        (2, 1, 1)
+    );
+    let events = s.ledger.lease_inbox_events(t(2), LEASE, 100).await.unwrap();
+    let order: Vec<Uuid> = events.iter().map(|e| e.message).collect();
+    assert_eq!(
+        order,
+        vec![m2.id, m2.id, m1.id, m1.id],
+        "events in call order, one per recipient"
+    );
+    for e in &events {
+        let seq = if e.message == m1.id { 1 } else { 2 };
+        assert_eq!(
+            ReferencePayload::from_json(&e.payload).unwrap(),
+            ReferencePayload {
+                message: e.message,
+                conversation: s.conv.id,
+                seq
+            }
+        );
+    }
+    assert!(
+        s.lease_all(t(19)).await.is_empty(),
+        "retryable and uncertain back off; confirmed and fatal slots are never due"
+    );
+    let retried = s.lease_all(t(20)).await;
+    assert_eq!(retried.keys().copied().collect::<Vec<_>>(), vec![m3.id]);
+    assert_eq!(
+        (retried[&m3.id].attempts, retried[&m3.id].uncertain),
+        (1, false)
+    );
+    let reconciled = s.lease_all(t(25)).await;
+    assert_eq!(reconciled.keys().copied().collect::<Vec<_>>(), vec![m4.id]);
+    assert_eq!(
+        (reconciled[&m4.id].attempts, reconciled[&m4.id].uncertain),
+        (1, true)
+    );
+    assert!(
+        s.lease_all(t(100_000)).await.len() == 2,
+        "m5 is never leased again"
+    );
 }
 
 // ---- reference worker ----------------------------------------------------------------------------

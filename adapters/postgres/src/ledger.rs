@@ -9,8 +9,8 @@ use crewbus_domain::{
     Agent, BusError, BusResult, ConfirmOutcome, Conversation, DeliveryId, Envelope, HandOut,
     HandOutOutcome, HandOutRequest, HandOutSource, HistoryPage, InboxAck, InboxEvent, LeasedSlot,
     LedgerCounts, Member, Message, Publication, Receipt, RecordKind, ReferencePayload,
-    RetentionTarget, RunId, SendRequest, Sent, SettleOutcome, Settlement, SlotOutcome, Team,
-    TenantId, TokenHash, body_sha256, ledger_span, positive_ledger_span, recipient_key_for,
+    RetentionTarget, RunId, SendRequest, Sent, SettleOutcome, Settlement, Team, TenantId,
+    TokenHash, body_sha256, ledger_span, positive_ledger_span, recipient_key_for,
     validate_backend_name, validate_batch, validate_limit, validate_name, validate_request_id,
 };
 use crewbus_ports::Ledger;
@@ -24,6 +24,7 @@ use crate::ledger_rows::{
     AGENT_COLUMNS, AgentRow, MESSAGE_COLUMNS, MemberRow, MessageRow, RECEIPT_COLUMNS, ReceiptRow,
     TEAM_COLUMNS, TeamRow, db_i64, from_db,
 };
+use crate::ledger_settle;
 
 /// One tenant's ledger in Postgres.
 ///
@@ -34,15 +35,22 @@ use crate::ledger_rows::{
 /// - **send** locks the conversation row (`SELECT … FOR NO KEY UPDATE`), so concurrent senders are
 ///   serialised per conversation: `seq` comes from the row's counter, gap-free (a rolled-back
 ///   send gives its number back), and a concurrent duplicate request waits and then finds the
-///   first one's message. For Postgres conversations ([`Ledger::local_backend`] is
-///   `Some("postgres")`) the body is written to the table [`crate::PostgresBackend`] reads and
-///   the inbox events are enqueued in the same transaction; other backends get an outbox slot
-///   holding the body.
+///   first one's message. The lock statement also checks the sender and looks the request id
+///   up; the writes (seq bump, message, receipts, then the outbox slot or the inbox events) are
+///   one statement of data-modifying CTEs whose insert skips a request id taken meanwhile
+///   (`ON CONFLICT DO NOTHING`: a repeat committed during the lock wait, answered by the
+///   repeat rule) — four round trips for a send without a run (BEGIN, lock, write, COMMIT).
+///   For Postgres conversations ([`Ledger::local_backend`] is `Some("postgres")`) the body is
+///   written to the table [`crate::PostgresBackend`] reads and the inbox events are enqueued in
+///   the same transaction (five round trips); other backends get an outbox slot holding the
+///   body.
 /// - **lease_slots** / **lease_inbox_events** take rows with `FOR UPDATE SKIP LOCKED`, so
 ///   concurrent relays never lease the same row, and scan every due row each time (no cursor),
 ///   so a slot whose send committed after a later one is never skipped.
-/// - **settle** re-reads each slot under a row lock and applies a settlement only with the
-///   current generation before `leased_until`.
+/// - **settle** locks the batch's live slots in one statement (`FOR UPDATE`, in id order, so
+///   concurrent settlers never deadlock) and applies a settlement only with the current
+///   generation before `leased_until`; the writes are one statement per outcome kind, whatever
+///   the batch size (see `ledger_settle`).
 /// - **hand_out** / **confirm** are set-based: a constant number of statements per call
 ///   (`= ANY($1)` reads, `unnest` writes), whatever the batch size; each item is decided in
 ///   order in memory, with exactly the per-item rules of the trait. Both lock the receipt rows
@@ -103,6 +111,62 @@ enum Holder {
 fn db(what: &'static str) -> impl Fn(sqlx::Error) -> BusError {
     move |e| bus_error(e, what)
 }
+
+/// `send`'s write (after the checks, under the conversation lock), shared head: bumps the
+/// conversation's `next_seq`, inserts the message (`$1` id, `$2` team, `$3` conversation, `$4`
+/// seq, `$5` sender, `$6` request id, `$7` body SHA-256, `$8` body length, `$9` backend, `$10`
+/// publication, `$11` locator, `$12` sent at, `$13` stored at) unless the request id is taken,
+/// and one receipt per member other than the sender. The statement returns the message id, or
+/// no row when the request id was taken (nothing else is written then but the bump, which the
+/// caller rolls back).
+macro_rules! send_head {
+    () => {
+        "WITH bump AS (
+             UPDATE conversations SET next_seq = next_seq + 1 WHERE id = $3
+         ), msg AS (
+             INSERT INTO messages
+                 (id, team_id, conversation_id, seq, sender_id, request_id, body_sha256,
+                  body_len, backend, publication, locator, sent_at, stored_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             ON CONFLICT (conversation_id, request_id) DO NOTHING
+             RETURNING id
+         ), rec AS (
+             INSERT INTO receipts (message_id, recipient_id, recipient_key, stored_at)
+             SELECT msg.id, mb.agent_id, mb.recipient_key, $13
+             FROM msg JOIN members mb ON mb.conversation_id = $3 AND mb.agent_id <> $5
+             RETURNING message_id, recipient_id, recipient_key
+         )"
+    };
+}
+
+/// `send` to another backend than the ledger's: [`send_head!`] and the outbox slot (`$14` slot
+/// id, `$15` tenant, `$16` publish key, `$17` body bytes; due at `$12`).
+const SEND_REMOTE: &str = concat!(
+    send_head!(),
+    ", slot AS (
+         INSERT INTO outbox_slots
+             (id, tenant, message_id, team_id, conversation_id, backend, publish_key, body,
+              next_attempt_at)
+         SELECT $14, $15, msg.id, $2, $3, $9, $16, $17, $12 FROM msg
+     )
+     SELECT id FROM msg"
+);
+
+/// `send` to the ledger's own backend: [`send_head!`] and one inbox event per receipt, by
+/// recipient key, in the team's inbox now (`$14` reference payload, `$15` tenant).
+const SEND_LOCAL: &str = concat!(
+    send_head!(),
+    ", events AS (
+         INSERT INTO inbox_events
+             (id, tenant, team_id, message_id, recipient_id, recipient_key, inbox, payload,
+              created_at)
+         SELECT gen_random_uuid(), $15, $2, rec.message_id, rec.recipient_id, rec.recipient_key,
+                t.inbox, $14, $12
+         FROM rec JOIN teams t ON t.id = $2
+         ORDER BY rec.recipient_key
+     )
+     SELECT id FROM msg"
+);
 
 impl PostgresLedger {
     /// The ledger of `tenant` over `pool` (migrated: [`crate::migrate`]).
@@ -256,141 +320,37 @@ impl PostgresLedger {
         Ok(locked.sealed)
     }
 
-    /// Enqueues one inbox event per receipt of `message` (the team's inbox now), payload naming
-    /// the message.
-    async fn enqueue_inbox_events(
-        &self,
+    /// The repeat rule of `send`: the message already recorded under the request's
+    /// `(conversation, request_id)`, as it stands, `created: false` — or `Conflict` when it was
+    /// sent with another body; `None` when the request id is free.
+    async fn repeated(
         conn: &mut PgConnection,
-        team: Uuid,
-        message: Uuid,
         conversation: Uuid,
-        seq: u64,
-        at: DateTime<Utc>,
-    ) -> BusResult<()> {
-        let payload = ReferencePayload {
-            message,
-            conversation,
-            seq,
-        }
-        .to_json();
-        sqlx::query(
-            "INSERT INTO inbox_events
-                 (id, tenant, team_id, message_id, recipient_id, recipient_key, inbox, payload,
-                  created_at)
-             SELECT gen_random_uuid(), $1, $2, r.message_id, r.recipient_id, r.recipient_key,
-                    t.inbox, $4, $5
-             FROM receipts r JOIN teams t ON t.id = $2
-             WHERE r.message_id = $3
-             ORDER BY r.recipient_key",
-        )
-        .bind(self.tenant.as_str())
-        .bind(team)
-        .bind(message)
-        .bind(payload)
-        .bind(at)
-        .execute(&mut *conn)
-        .await
-        .map_err(db("inbox events"))?;
-        Ok(())
-    }
-
-    async fn settle_one(
-        &self,
-        conn: &mut PgConnection,
-        s: &Settlement,
-        at: DateTime<Utc>,
-    ) -> BusResult<SettleOutcome> {
-        let what = "settle";
-        let Ok(generation) = i64::try_from(s.generation) else {
-            return Ok(SettleOutcome::Stale);
-        };
-        let live: Option<(Uuid, Uuid)> = sqlx::query_as(
-            "SELECT message_id, team_id FROM outbox_slots
-             WHERE id = $1 AND tenant = $2 AND NOT failed AND generation = $3
-               AND leased_until > $4
-             FOR UPDATE",
-        )
-        .bind(s.slot)
-        .bind(self.tenant.as_str())
-        .bind(generation)
-        .bind(at)
+        request_id: &str,
+        sha: &str,
+    ) -> BusResult<Option<Sent>> {
+        let existing: Option<MessageRow> = sqlx::query_as(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages m
+             WHERE m.conversation_id = $1 AND m.request_id = $2"
+        ))
+        .bind(conversation)
+        .bind(request_id)
         .fetch_optional(&mut *conn)
         .await
-        .map_err(db(what))?;
-        let Some((message, team)) = live else {
-            return Ok(SettleOutcome::Stale);
+        .map_err(db("send"))?;
+        let Some(existing) = existing else {
+            return Ok(None);
         };
-        match &s.outcome {
-            SlotOutcome::Confirmed { locator } => {
-                let (conversation, seq): (Uuid, i64) = sqlx::query_as(
-                    "UPDATE messages SET publication = 'stored', locator = $2, stored_at = $3
-                     WHERE id = $1 RETURNING conversation_id, seq",
-                )
-                .bind(message)
-                .bind(locator.as_str())
-                .bind(at)
-                .fetch_one(&mut *conn)
-                .await
-                .map_err(db(what))?;
-                sqlx::query("UPDATE receipts SET stored_at = $2 WHERE message_id = $1")
-                    .bind(message)
-                    .bind(at)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(db(what))?;
-                self.enqueue_inbox_events(conn, team, message, conversation, from_db(seq), at)
-                    .await?;
-                sqlx::query("DELETE FROM outbox_slots WHERE id = $1")
-                    .bind(s.slot)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(db(what))?;
-            }
-            SlotOutcome::Retryable {
-                error,
-                next_attempt_at,
-            }
-            | SlotOutcome::Uncertain {
-                error,
-                next_attempt_at,
-            } => {
-                let uncertain = matches!(s.outcome, SlotOutcome::Uncertain { .. });
-                sqlx::query(
-                    "UPDATE outbox_slots
-                     SET attempts = LEAST(attempts::bigint + 1, 2147483647)::integer,
-                         uncertain = $2, next_attempt_at = $3, leased_until = NULL,
-                         last_error = $4
-                     WHERE id = $1",
-                )
-                .bind(s.slot)
-                .bind(uncertain)
-                .bind(next_attempt_at)
-                .bind(error.code())
-                .execute(&mut *conn)
-                .await
-                .map_err(db(what))?;
-            }
-            SlotOutcome::Fatal { error } => {
-                sqlx::query(
-                    "UPDATE outbox_slots SET failed = true, leased_until = NULL, last_error = $2
-                     WHERE id = $1",
-                )
-                .bind(s.slot)
-                .bind(error.code())
-                .execute(&mut *conn)
-                .await
-                .map_err(db(what))?;
-                sqlx::query(
-                    "UPDATE messages SET publication = 'failed', failure = $2 WHERE id = $1",
-                )
-                .bind(message)
-                .bind(error.code())
-                .execute(&mut *conn)
-                .await
-                .map_err(db(what))?;
-            }
+        let message = Message::try_from(existing)?;
+        if message.body_sha256 != sha {
+            return Err(BusError::conflict(
+                "request id was already used with another body",
+            ));
         }
-        Ok(SettleOutcome::Applied)
+        Ok(Some(Sent {
+            message,
+            created: false,
+        }))
     }
 
     /// `hand_out`, step 1: the candidates among `ids` (sorted, distinct) that are `Stored`
@@ -859,33 +819,34 @@ impl Ledger for PostgresLedger {
         validate_request_id(&request.request_id)?;
         let what = "send";
         let mut tx = self.begin(what).await?;
-        // The conversation row is the per-conversation lock: seq allocation, the duplicate check
-        // and the insert happen under it.
-        let conv: Option<(String, i64)> = sqlx::query_as(
-            "SELECT c.backend, c.next_seq FROM conversations c JOIN teams t ON t.id = c.team_id
+        // The conversation row is the per-conversation lock: seq allocation and the insert
+        // happen under it. The same statement checks the sender and whether the request id is
+        // taken, under the statement's snapshot (taken before any wait for the lock); `next_seq`
+        // is the locked row's latest. A repeat that committed while this send waited for the
+        // lock is caught by the insert (`ON CONFLICT … DO NOTHING`) and looked up again.
+        let conv: Option<(String, i64, bool, bool)> = sqlx::query_as(
+            "SELECT c.backend, c.next_seq,
+                    EXISTS (
+                        SELECT 1 FROM members m JOIN agents a ON a.id = m.agent_id
+                        WHERE m.conversation_id = c.id AND m.agent_id = $4
+                          AND a.team_id = c.team_id AND a.revoked_at IS NULL),
+                    EXISTS (
+                        SELECT 1 FROM messages e
+                        WHERE e.conversation_id = c.id AND e.request_id = $5)
+             FROM conversations c JOIN teams t ON t.id = c.team_id
              WHERE c.id = $1 AND c.team_id = $2 AND t.tenant = $3
              FOR NO KEY UPDATE OF c",
         )
         .bind(request.conversation)
         .bind(request.team)
         .bind(self.tenant.as_str())
+        .bind(request.sender)
+        .bind(&request.request_id)
         .fetch_optional(&mut *tx)
         .await
         .map_err(db(what))?;
-        let (backend, next_seq) = conv
+        let (backend, next_seq, sender_ok, repeat) = conv
             .ok_or_else(|| BusError::not_found(format!("conversation {}", request.conversation)))?;
-        let sender_ok: bool = sqlx::query_scalar(
-            "SELECT EXISTS (
-                 SELECT 1 FROM members m JOIN agents a ON a.id = m.agent_id
-                 WHERE m.conversation_id = $1 AND m.agent_id = $2 AND a.team_id = $3
-                   AND a.revoked_at IS NULL)",
-        )
-        .bind(request.conversation)
-        .bind(request.sender)
-        .bind(request.team)
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db(what))?;
         if !sender_ok {
             return Err(BusError::forbidden(
                 "the sender is not an active member of the conversation",
@@ -895,26 +856,13 @@ impl Ledger for PostgresLedger {
             .check_run_owner(&mut tx, request.run, request.sender)
             .await?;
         let sha = body_sha256(&request.body);
-        let existing: Option<MessageRow> = sqlx::query_as(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages m
-             WHERE m.conversation_id = $1 AND m.request_id = $2"
-        ))
-        .bind(request.conversation)
-        .bind(&request.request_id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db(what))?;
-        if let Some(existing) = existing {
-            let message = Message::try_from(existing)?;
-            if message.body_sha256 != sha {
-                return Err(BusError::conflict(
-                    "request id was already used with another body",
-                ));
-            }
-            return Ok(Sent {
-                message,
-                created: false,
-            });
+        // The repeat rule; when sealed, look again: a repeat committed during the lock wait
+        // answers before the seal does.
+        if (repeat || sealed)
+            && let Some(sent) =
+                Self::repeated(&mut tx, request.conversation, &request.request_id, &sha).await?
+        {
+            return Ok(sent);
         }
         if sealed {
             return Err(BusError::conflict(format!(
@@ -922,11 +870,6 @@ impl Ledger for PostgresLedger {
                 request.run.map(|r| r.to_string()).unwrap_or_default()
             )));
         }
-        sqlx::query("UPDATE conversations SET next_seq = next_seq + 1 WHERE id = $1")
-            .bind(request.conversation)
-            .execute(&mut *tx)
-            .await
-            .map_err(db(what))?;
         let seq = from_db(next_seq);
         let id = Uuid::new_v4();
         let local = backend == SCHEME;
@@ -952,40 +895,6 @@ impl Ledger for PostgresLedger {
             message.locator = Some(locator_for(id));
             message.stored_at = Some(at);
         }
-        sqlx::query(
-            "INSERT INTO messages
-                 (id, team_id, conversation_id, seq, sender_id, request_id, body_sha256,
-                  body_len, backend, publication, locator, sent_at, stored_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-        )
-        .bind(id)
-        .bind(request.team)
-        .bind(request.conversation)
-        .bind(next_seq)
-        .bind(request.sender)
-        .bind(&request.request_id)
-        .bind(&message.body_sha256)
-        .bind(db_i64(message.body_len))
-        .bind(&backend)
-        .bind(message.publication.as_str())
-        .bind(message.locator.as_ref().map(|l| l.as_str()))
-        .bind(at)
-        .bind(message.stored_at)
-        .execute(&mut *tx)
-        .await
-        .map_err(db(what))?;
-        sqlx::query(
-            "INSERT INTO receipts (message_id, recipient_id, recipient_key, stored_at)
-             SELECT $1, agent_id, recipient_key, $4 FROM members
-             WHERE conversation_id = $2 AND agent_id <> $3",
-        )
-        .bind(id)
-        .bind(request.conversation)
-        .bind(request.sender)
-        .bind(message.stored_at)
-        .execute(&mut *tx)
-        .await
-        .map_err(db(what))?;
         let envelope = Envelope {
             message_id: id,
             conversation_id: request.conversation,
@@ -993,33 +902,55 @@ impl Ledger for PostgresLedger {
             body: request.body,
             publish_key: Uuid::new_v4(),
         };
+        // One statement: seq bump, message, receipts, and the outbox slot (other backends) or
+        // the inbox events (local backend). Foreign keys are checked at the statement's end.
+        let query = sqlx::query_scalar(if local { SEND_LOCAL } else { SEND_REMOTE })
+            .bind(id)
+            .bind(request.team)
+            .bind(request.conversation)
+            .bind(next_seq)
+            .bind(request.sender)
+            .bind(&request.request_id)
+            .bind(&message.body_sha256)
+            .bind(db_i64(message.body_len))
+            .bind(&backend)
+            .bind(message.publication.as_str())
+            .bind(message.locator.as_ref().map(|l| l.as_str()))
+            .bind(at)
+            .bind(message.stored_at);
+        let query = if local {
+            let payload = ReferencePayload {
+                message: id,
+                conversation: request.conversation,
+                seq,
+            };
+            query.bind(payload.to_json()).bind(self.tenant.as_str())
+        } else {
+            query
+                .bind(Uuid::new_v4())
+                .bind(self.tenant.as_str())
+                .bind(envelope.publish_key)
+                .bind(envelope.body.as_bytes())
+        };
+        let inserted: Option<Uuid> = query.fetch_optional(&mut *tx).await.map_err(db(what))?;
+        if inserted.is_none() {
+            // The request id was taken by a send that committed while this one waited for the
+            // conversation lock: the repeat rule (this transaction is rolled back).
+            return Self::repeated(
+                &mut tx,
+                request.conversation,
+                &request.request_id,
+                &message.body_sha256,
+            )
+            .await?
+            .ok_or_else(|| BusError::conflict("the request id is taken"));
+        }
         if local {
             match store_body(&mut tx, &envelope, at).await {
                 Ok(_) => {}
                 Err(Ok(refused)) => return Err(refused),
                 Err(Err(e)) => return Err(bus_error(e, what)),
             }
-            self.enqueue_inbox_events(&mut tx, request.team, id, request.conversation, seq, at)
-                .await?;
-        } else {
-            sqlx::query(
-                "INSERT INTO outbox_slots
-                     (id, tenant, message_id, team_id, conversation_id, backend, publish_key,
-                      body, next_attempt_at)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-            )
-            .bind(Uuid::new_v4())
-            .bind(self.tenant.as_str())
-            .bind(id)
-            .bind(request.team)
-            .bind(request.conversation)
-            .bind(&backend)
-            .bind(envelope.publish_key)
-            .bind(envelope.body.as_bytes())
-            .bind(at)
-            .execute(&mut *tx)
-            .await
-            .map_err(db(what))?;
         }
         if let Some(run) = request.run {
             let kind = RecordKind::MessageSent {
@@ -1140,12 +1071,12 @@ impl Ledger for PostgresLedger {
         at: DateTime<Utc>,
     ) -> BusResult<Vec<SettleOutcome>> {
         validate_batch(settlements.len())?;
+        if settlements.is_empty() {
+            return Ok(Vec::new());
+        }
         let what = "settle";
         let mut tx = self.begin(what).await?;
-        let mut outcomes = Vec::with_capacity(settlements.len());
-        for s in settlements {
-            outcomes.push(self.settle_one(&mut tx, s, at).await?);
-        }
+        let outcomes = ledger_settle::settle(&mut tx, &self.tenant, settlements, at).await?;
         Self::commit(tx, what).await?;
         Ok(outcomes)
     }

@@ -14,6 +14,7 @@ mod inbox;
 mod journal;
 mod ledger;
 mod ledger_rows;
+mod ledger_settle;
 mod push_store;
 mod registry;
 mod settings;

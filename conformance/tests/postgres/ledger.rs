@@ -23,6 +23,7 @@ pub(crate) const TESTS: &[(&str, TestFn)] = tests![
     fifty_concurrent_senders_get_gap_free_distinct_seq,
     relay_never_skips_a_slot_committed_after_a_later_one,
     racing_relays_never_both_settle_one_slot,
+    a_repeat_committed_during_the_lock_wait_is_a_repeat,
     expired_lease_is_fenced_mid_publish,
     nul_bodies_and_notes_are_stored_faithfully,
 ];
@@ -280,6 +281,82 @@ async fn racing_relays_never_both_settle_one_slot() -> Result<(), Failed> {
     assert_eq!(events, 240, "one inbox event per recipient per message");
     let counts = w.ledger.counts(t(4)).await?;
     assert_eq!(counts.pending_publications, 0);
+    db.passed().await;
+    Ok(())
+}
+
+/// Waits until `n` sessions of this database wait on a lock.
+async fn sessions_wait_on_a_lock(pool: &PgPool, n: i64) {
+    eventually(
+        "sends blocked on a lock",
+        Duration::from_secs(20),
+        || async {
+            let waiting: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_activity
+                 WHERE datname = current_database() AND wait_event_type = 'Lock'",
+            )
+            .fetch_one(pool)
+            .await
+            .unwrap();
+            (waiting >= n).then_some(())
+        },
+    )
+    .await;
+}
+
+async fn a_repeat_committed_during_the_lock_wait_is_a_repeat() -> Result<(), Failed> {
+    // Three sends of one request id queue on the conversation lock (held by another session),
+    // so each takes its snapshot before any of them has written: whichever gets the lock first
+    // creates the message; the others find it only after waiting — the same body is answered
+    // as a repeat (`created: false`), another body is `Conflict`, and the seq stays gap-free.
+    let db = database("a_repeat_committed_during_the_lock_wait_is_a_repeat").await;
+    for backend in ["postgres", REMOTE] {
+        let w = Arc::new(world(db.pool(), backend, 2).await);
+        let mut blocker = db.pool().begin().await?;
+        sqlx::query("SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE")
+            .bind(w.conv.id)
+            .execute(&mut *blocker)
+            .await?;
+        let mut sends = Vec::new();
+        for (i, body) in ["same", "same", "other"].into_iter().enumerate() {
+            let w = w.clone();
+            sends.push((
+                body,
+                tokio::spawn(async move { w.ledger.send(request(&w, 0, "req", body), t(1)).await }),
+            ));
+            sessions_wait_on_a_lock(db.pool(), i as i64 + 1).await;
+        }
+        blocker.rollback().await?;
+        let mut results = Vec::new();
+        for (body, send) in sends {
+            results.push((body, send.await?));
+        }
+        let created: Vec<_> = results
+            .iter()
+            .filter_map(|(body, r)| match r {
+                Ok(sent) if sent.created => Some((*body, sent.message.clone())),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(created.len(), 1, "{backend}: one send creates the message");
+        let (winner, message) = &created[0];
+        assert_eq!(message.seq, 1);
+        for (body, result) in &results {
+            match result {
+                Ok(sent) if sent.created => {}
+                Ok(sent) => {
+                    assert_eq!(body, winner, "{backend}: a repeat has the winner's body");
+                    assert_eq!(sent.message.id, message.id);
+                }
+                Err(e) => {
+                    assert_ne!(body, winner, "{backend}: only another body is refused");
+                    assert!(matches!(e, BusError::Conflict { .. }), "{e:?}");
+                }
+            }
+        }
+        let next = w.ledger.send(request(&w, 1, "next", "b"), t(2)).await?;
+        assert_eq!(next.message.seq, 2, "{backend}: gap-free after the repeats");
+    }
     db.passed().await;
     Ok(())
 }

@@ -1,0 +1,240 @@
+//! `PostgresLedger::settle`, set-based: a constant number of statements per call, whatever the
+//! batch size.
+//!
+//! 1. One `SELECT … WHERE id = ANY($1) … ORDER BY id FOR UPDATE` locks and reads the live slots
+//!    named by the batch (not failed, lease unexpired at `at`), in id order, so concurrent
+//!    settlers lock in the same order and never deadlock.
+//! 2. The fence is decided in Rust, settlement by settlement in call order: a settlement applies
+//!    only when its slot was read live with the same generation and no earlier settlement of
+//!    this call applied to it (an applied one releases the lease); everything else is `Stale`.
+//! 3. One statement per outcome kind present among the applied ones, each over `unnest`ed
+//!    arrays: `Confirmed` (messages stored, receipts' `stored_at`, inbox events, slots deleted —
+//!    data-modifying CTEs), `Retryable`/`Uncertain` (one `UPDATE` of the slots), `Fatal` (slots
+//!    failed and messages failed — one statement with a CTE).
+//!
+//! Inbox events of confirmed messages are inserted in call order, each message's by recipient
+//! key, so their `ord` (the reference worker's order) is the same as a per-slot loop would give.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use crewbus_domain::{
+    BusError, BusResult, ReferencePayload, SettleOutcome, Settlement, SlotOutcome, TenantId,
+};
+use sqlx::PgConnection;
+use uuid::Uuid;
+
+use crate::error::bus_error;
+use crate::ledger_rows::from_db;
+
+const WHAT: &str = "settle";
+
+fn db(e: sqlx::Error) -> BusError {
+    bus_error(e, WHAT)
+}
+
+/// A slot locked by [`settle`]: live at the settle time, with its message's position.
+#[derive(sqlx::FromRow)]
+struct LiveSlot {
+    id: Uuid,
+    generation: i64,
+    message_id: Uuid,
+    team_id: Uuid,
+    conversation_id: Uuid,
+    seq: i64,
+}
+
+/// The applied settlements of one call, by outcome kind, each kind as the columns of its
+/// `unnest`.
+#[derive(Default)]
+struct Plan {
+    /// `Confirmed`: slot, message, team, locator, reference payload — in call order.
+    confirmed_slots: Vec<Uuid>,
+    confirmed_messages: Vec<Uuid>,
+    confirmed_teams: Vec<Uuid>,
+    confirmed_locators: Vec<String>,
+    confirmed_payloads: Vec<String>,
+    /// `Retryable` and `Uncertain`: slot, uncertain, next attempt, error code.
+    retry_slots: Vec<Uuid>,
+    retry_uncertain: Vec<bool>,
+    retry_next: Vec<DateTime<Utc>>,
+    retry_codes: Vec<&'static str>,
+    /// `Fatal`: slot, message, error code.
+    fatal_slots: Vec<Uuid>,
+    fatal_messages: Vec<Uuid>,
+    fatal_codes: Vec<&'static str>,
+}
+
+impl Plan {
+    fn add(&mut self, slot: &LiveSlot, outcome: &SlotOutcome) {
+        match outcome {
+            SlotOutcome::Confirmed { locator } => {
+                self.confirmed_slots.push(slot.id);
+                self.confirmed_messages.push(slot.message_id);
+                self.confirmed_teams.push(slot.team_id);
+                self.confirmed_locators.push(locator.as_str().to_owned());
+                self.confirmed_payloads.push(
+                    ReferencePayload {
+                        message: slot.message_id,
+                        conversation: slot.conversation_id,
+                        seq: from_db(slot.seq),
+                    }
+                    .to_json(),
+                );
+            }
+            SlotOutcome::Retryable {
+                error,
+                next_attempt_at,
+            }
+            | SlotOutcome::Uncertain {
+                error,
+                next_attempt_at,
+            } => {
+                self.retry_slots.push(slot.id);
+                self.retry_uncertain
+                    .push(matches!(outcome, SlotOutcome::Uncertain { .. }));
+                self.retry_next.push(*next_attempt_at);
+                self.retry_codes.push(error.code());
+            }
+            SlotOutcome::Fatal { error } => {
+                self.fatal_slots.push(slot.id);
+                self.fatal_messages.push(slot.message_id);
+                self.fatal_codes.push(error.code());
+            }
+        }
+    }
+
+    /// Writes every applied settlement: at most three statements.
+    async fn apply(
+        &self,
+        conn: &mut PgConnection,
+        tenant: &TenantId,
+        at: DateTime<Utc>,
+    ) -> BusResult<()> {
+        if !self.confirmed_slots.is_empty() {
+            sqlx::query(
+                "WITH batch AS (
+                     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[],
+                                          $5::text[])
+                         WITH ORDINALITY AS b(slot, message, team, locator, payload, i)
+                 ), stored AS (
+                     UPDATE messages m
+                     SET publication = 'stored', locator = b.locator, stored_at = $6
+                     FROM batch b WHERE m.id = b.message
+                 ), receipts_stored AS (
+                     UPDATE receipts r SET stored_at = $6
+                     FROM batch b WHERE r.message_id = b.message
+                 ), deleted AS (
+                     DELETE FROM outbox_slots s USING batch b WHERE s.id = b.slot
+                 )
+                 INSERT INTO inbox_events
+                     (id, tenant, team_id, message_id, recipient_id, recipient_key, inbox,
+                      payload, created_at)
+                 SELECT gen_random_uuid(), $7, b.team, r.message_id, r.recipient_id,
+                        r.recipient_key, t.inbox, b.payload, $6
+                 FROM batch b
+                 JOIN receipts r ON r.message_id = b.message
+                 JOIN teams t ON t.id = b.team
+                 ORDER BY b.i, r.recipient_key",
+            )
+            .bind(&self.confirmed_slots)
+            .bind(&self.confirmed_messages)
+            .bind(&self.confirmed_teams)
+            .bind(&self.confirmed_locators)
+            .bind(&self.confirmed_payloads)
+            .bind(at)
+            .bind(tenant.as_str())
+            .execute(&mut *conn)
+            .await
+            .map_err(db)?;
+        }
+        if !self.retry_slots.is_empty() {
+            sqlx::query(
+                "UPDATE outbox_slots s
+                 SET attempts = LEAST(s.attempts::bigint + 1, 2147483647)::integer,
+                     uncertain = b.uncertain, next_attempt_at = b.next_attempt_at,
+                     leased_until = NULL, last_error = b.code
+                 FROM unnest($1::uuid[], $2::bool[], $3::timestamptz[], $4::text[])
+                     AS b(slot, uncertain, next_attempt_at, code)
+                 WHERE s.id = b.slot",
+            )
+            .bind(&self.retry_slots)
+            .bind(&self.retry_uncertain)
+            .bind(&self.retry_next)
+            .bind(&self.retry_codes)
+            .execute(&mut *conn)
+            .await
+            .map_err(db)?;
+        }
+        if !self.fatal_slots.is_empty() {
+            sqlx::query(
+                "WITH batch AS (
+                     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::text[])
+                         AS b(slot, message, code)
+                 ), failed AS (
+                     UPDATE outbox_slots s SET failed = true, leased_until = NULL,
+                                               last_error = b.code
+                     FROM batch b WHERE s.id = b.slot
+                 )
+                 UPDATE messages m SET publication = 'failed', failure = b.code
+                 FROM batch b WHERE m.id = b.message",
+            )
+            .bind(&self.fatal_slots)
+            .bind(&self.fatal_messages)
+            .bind(&self.fatal_codes)
+            .execute(&mut *conn)
+            .await
+            .map_err(db)?;
+        }
+        Ok(())
+    }
+}
+
+/// Settles `settlements` of `tenant`'s slots at `at` on `conn` (inside the caller's
+/// transaction), one outcome per settlement in order, with the semantics of
+/// `Ledger::settle`: at most four statements (lock, then one per outcome kind applied).
+/// Errors: a database error → its `BusError` (the caller's transaction is then rolled back).
+pub(crate) async fn settle(
+    conn: &mut PgConnection,
+    tenant: &TenantId,
+    settlements: &[Settlement],
+    at: DateTime<Utc>,
+) -> BusResult<Vec<SettleOutcome>> {
+    let mut ids: Vec<Uuid> = settlements.iter().map(|s| s.slot).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    // Locked in id order (the sort sits below the lock), like every other settler.
+    let rows: Vec<LiveSlot> = sqlx::query_as(
+        "SELECT s.id, s.generation, s.message_id, s.team_id, m.conversation_id, m.seq
+         FROM outbox_slots s JOIN messages m ON m.id = s.message_id
+         WHERE s.id = ANY($1) AND s.tenant = $2 AND NOT s.failed AND s.leased_until > $3
+         ORDER BY s.id
+         FOR UPDATE OF s",
+    )
+    .bind(&ids)
+    .bind(tenant.as_str())
+    .bind(at)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(db)?;
+    let mut live: HashMap<Uuid, LiveSlot> = rows.into_iter().map(|r| (r.id, r)).collect();
+    let mut plan = Plan::default();
+    let outcomes = settlements
+        .iter()
+        .map(|s| {
+            let current = live
+                .get(&s.slot)
+                .is_some_and(|r| i64::try_from(s.generation) == Ok(r.generation));
+            // An applied settlement releases the lease: the same slot again is stale.
+            match current.then(|| live.remove(&s.slot)).flatten() {
+                Some(slot) => {
+                    plan.add(&slot, &s.outcome);
+                    SettleOutcome::Applied
+                }
+                None => SettleOutcome::Stale,
+            }
+        })
+        .collect();
+    plan.apply(conn, tenant, at).await?;
+    Ok(outcomes)
+}
