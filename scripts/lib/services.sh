@@ -133,3 +133,8 @@ CONF
   cat "$dir/server.log" >&2 || true
   exit 1
 }
+
+# A TCP port of 127.0.0.1 free right now (bound to port 0 and released).
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
