@@ -148,7 +148,8 @@ async fn scene(db: &TestDatabase) -> Scene {
 }
 
 /// Sends `slots` messages through the ledger (one concurrent sender per conversation); each
-/// leaves a pending outbox slot. Returns the last message sent by each sender.
+/// leaves a pending outbox slot, then refreshes the planner's statistics (`ANALYZE`). Returns
+/// the last message sent by each sender.
 async fn populate(s: &Scene, slots: usize) -> Vec<Uuid> {
     let mut senders = tokio::task::JoinSet::new();
     for (i, &(conversation, sender)) in s.conversations.iter().enumerate() {
@@ -177,12 +178,21 @@ async fn populate(s: &Scene, slots: usize) -> Vec<Uuid> {
             last
         });
     }
-    senders
+    let last = senders
         .join_all()
         .await
         .into_iter()
         .flatten()
-        .collect::<Vec<_>>()
+        .collect::<Vec<_>>();
+    // Statistics as autovacuum keeps them in a database in steady state. Without this, the
+    // tables grow from empty by thousands of rows a second, faster than autovacuum re-analyzes
+    // them, and the planner's generic plans for the set-based settle read `receipts` with a
+    // sequential scan it believes tiny (BENCHMARKS.md reports both figures).
+    sqlx::query("ANALYZE")
+        .execute(&s.pool)
+        .await
+        .expect("analyze");
+    last
 }
 
 /// One ledger iteration: populate (untimed), then lease + settle every slot `batch` at a time
