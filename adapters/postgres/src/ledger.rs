@@ -115,10 +115,12 @@ fn db(what: &'static str) -> impl Fn(sqlx::Error) -> BusError {
 /// `send`'s write (after the checks, under the conversation lock), shared head: bumps the
 /// conversation's `next_seq`, inserts the message (`$1` id, `$2` team, `$3` conversation, `$4`
 /// seq, `$5` sender, `$6` request id, `$7` body SHA-256, `$8` body length, `$9` backend, `$10`
-/// publication, `$11` locator, `$12` sent at, `$13` stored at) unless the request id is taken,
-/// and one receipt per member other than the sender. The statement returns the message id, or
-/// no row when the request id was taken (nothing else is written then but the bump, which the
-/// caller rolls back).
+/// publication, `$11` locator, `$12` sent at, `$13` stored at) unless the request id is taken
+/// or the sender is no longer an active member, and one receipt per member other than the
+/// sender. The statement returns the message id, or no row when the message was not inserted
+/// (nothing else is written then but the bump, which the caller rolls back). The sender is
+/// checked again here because this statement's snapshot is taken after the conversation lock
+/// was granted: a revocation committed while the send waited for the lock is seen.
 macro_rules! send_head {
     () => {
         "WITH bump AS (
@@ -127,7 +129,11 @@ macro_rules! send_head {
              INSERT INTO messages
                  (id, team_id, conversation_id, seq, sender_id, request_id, body_sha256,
                   body_len, backend, publication, locator, sent_at, stored_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13
+             WHERE EXISTS (
+                 SELECT 1 FROM members m JOIN agents a ON a.id = m.agent_id
+                 WHERE m.conversation_id = $3 AND m.agent_id = $5 AND a.team_id = $2
+                   AND a.revoked_at IS NULL)
              ON CONFLICT (conversation_id, request_id) DO NOTHING
              RETURNING id
          ), rec AS (
@@ -934,8 +940,26 @@ impl Ledger for PostgresLedger {
         };
         let inserted: Option<Uuid> = query.fetch_optional(&mut *tx).await.map_err(db(what))?;
         if inserted.is_none() {
-            // The request id was taken by a send that committed while this one waited for the
-            // conversation lock: the repeat rule (this transaction is rolled back).
+            // Not inserted: the sender was revoked, or the request id was taken by a send that
+            // committed while this one waited for the conversation lock (this transaction is
+            // rolled back). Checked in the trait's order: the sender, then the repeat rule.
+            let active: bool = sqlx::query_scalar(
+                "SELECT EXISTS (
+                     SELECT 1 FROM members m JOIN agents a ON a.id = m.agent_id
+                     WHERE m.conversation_id = $1 AND m.agent_id = $2 AND a.team_id = $3
+                       AND a.revoked_at IS NULL)",
+            )
+            .bind(request.conversation)
+            .bind(request.sender)
+            .bind(request.team)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(db(what))?;
+            if !active {
+                return Err(BusError::forbidden(
+                    "the sender is not an active member of the conversation",
+                ));
+            }
             return Self::repeated(
                 &mut tx,
                 request.conversation,

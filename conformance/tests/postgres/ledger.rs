@@ -24,6 +24,7 @@ pub(crate) const TESTS: &[(&str, TestFn)] = tests![
     relay_never_skips_a_slot_committed_after_a_later_one,
     racing_relays_never_both_settle_one_slot,
     a_repeat_committed_during_the_lock_wait_is_a_repeat,
+    a_sender_revoked_during_the_lock_wait_is_forbidden,
     expired_lease_is_fenced_mid_publish,
     nul_bodies_and_notes_are_stored_faithfully,
 ];
@@ -356,6 +357,41 @@ async fn a_repeat_committed_during_the_lock_wait_is_a_repeat() -> Result<(), Fai
         }
         let next = w.ledger.send(request(&w, 1, "next", "b"), t(2)).await?;
         assert_eq!(next.message.seq, 2, "{backend}: gap-free after the repeats");
+    }
+    db.passed().await;
+    Ok(())
+}
+
+async fn a_sender_revoked_during_the_lock_wait_is_forbidden() -> Result<(), Failed> {
+    // A send queues on the conversation lock (held by another session); its sender is revoked
+    // and the revocation commits before the lock is released. The send must be refused
+    // (`Forbidden`), write nothing, and leave the seq gap-free.
+    let db = database("a_sender_revoked_during_the_lock_wait_is_forbidden").await;
+    for backend in ["postgres", REMOTE] {
+        let w = Arc::new(world(db.pool(), backend, 2).await);
+        let mut blocker = db.pool().begin().await?;
+        sqlx::query("SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE")
+            .bind(w.conv.id)
+            .execute(&mut *blocker)
+            .await?;
+        let send = {
+            let w = w.clone();
+            tokio::spawn(async move { w.ledger.send(request(&w, 0, "req", "body"), t(1)).await })
+        };
+        sessions_wait_on_a_lock(db.pool(), 1).await;
+        w.ledger
+            .revoke_agent(w.team.id, w.agents[0].id, t(1))
+            .await?;
+        blocker.rollback().await?;
+        let result = send.await?;
+        assert!(
+            matches!(result, Err(BusError::Forbidden { .. })),
+            "{backend}: {result:?}"
+        );
+        let page = w.ledger.history(w.team.id, w.conv.id, 0, 10).await?;
+        assert!(page.items.is_empty(), "{backend}: nothing written: {page:?}");
+        let next = w.ledger.send(request(&w, 1, "next", "b"), t(2)).await?;
+        assert_eq!(next.message.seq, 1, "{backend}: the seq stays gap-free");
     }
     db.passed().await;
     Ok(())
