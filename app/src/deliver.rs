@@ -10,17 +10,21 @@
 //!
 //! # Cost of a fetch
 //! The ledger is asked a bounded number of times per fetch, whatever the number of references:
-//! the team, one batch read of the candidates' messages ([`crewbus_ports::Ledger::messages`]),
-//! one `hand_out` per source (inbox, top-up); bodies are read concurrently (at most
+//! the team, one batch read of the candidates' messages per source
+//! ([`crewbus_ports::Ledger::messages`]), one `hand_out` per source (inbox, top-up); bodies are read concurrently (at most
 //! [`BODY_READS`] at a time), and a body backend found down is not asked again in that fetch.
 //!
 //! # Top-up bound
 //! While the inbox answers, the top-up query (`undelivered`) runs for an agent at most once per
 //! [`topup_interval`] (half of `topup_after`; one per agent per server process), and at once
 //! whenever the inbox failed, and again on the next fetch when the last one came back full (a
-//! backlog). A stored message whose reference was lost is therefore handed out by the agent's
-//! first fetch at or after `stored_at + topup_after + topup_after / 2` (3 s with the default
-//! `topup_after_ms = 2000`), never lost.
+//! backlog), or when a candidate's body could not be read. A stored message whose reference
+//! was lost and whose body can be read is therefore handed out by the agent's first fetch at or
+//! after `stored_at + topup_after + topup_after / 2` (3 s with the default
+//! `topup_after_ms = 2000`); one whose body cannot be read now is looked for again on the next
+//! fetch, never lost. Two concurrent fetches of one agent may both run the top-up (harmless:
+//! the hand-outs hold each message once). The per-agent instants live as long as the process
+//! (one entry per agent that fetched).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -183,10 +187,11 @@ impl Bus {
             let ids = ledger
                 .undelivered(team.id, agent.id, stored_before, now, wanted)
                 .await?;
-            // A full page may leave a backlog: the next fetch looks again.
-            if ids.len() < wanted {
-                self.topped_up_at(agent.id, now);
-            }
+            // The top-up counts as done only when it found everything it could hand out now: a
+            // full page (a backlog) or a body that could not be read makes the next fetch look
+            // again; so does a failing ledger (the `?`s below return before this is recorded).
+            let complete_page = ids.len() < wanted;
+            let candidates = ids.len();
             let requests: Vec<HandOutRequest> = ids
                 .into_iter()
                 .map(|message| HandOutRequest {
@@ -197,6 +202,7 @@ impl Bus {
             let requests = self
                 .readable_only(team.id, requests, &mut backends, &mut readable)
                 .await?;
+            let all_readable = requests.len() == candidates;
             if !requests.is_empty() {
                 let outcomes = ledger
                     .hand_out(
@@ -211,6 +217,9 @@ impl Bus {
                     HandOutOutcome::Issued(h) => Some(h),
                     _ => None,
                 }));
+            }
+            if complete_page && all_readable {
+                self.topped_up_at(agent.id, now);
             }
         }
 

@@ -116,7 +116,7 @@ async fn an_overflowing_inbox_loses_nothing() {
     let (team, _) = team_and_key(&db, teams[0].agents[0].id).await;
     let report = load.await.unwrap();
     assert_no_loss(&report, scaled(300));
-    assert!(progress.accepted.load(std::sync::atomic::Ordering::SeqCst) == 300);
+    assert!(progress.accepted.load(std::sync::atomic::Ordering::SeqCst) == scaled(300));
     // 900 references went through an inbox that holds 50: most were discarded (discard old)
     // and every recipient still got every message (the ledger topped the inbox up).
     let mut stream = jetstream(&nats)

@@ -9,7 +9,7 @@
 //!   package) on its own port and data directory in a temp dir, stoppable and restartable on the
 //!   same port, stopped and removed on drop. For tests that restart Postgres, never the shared
 //!   server. `initdb` and `postgres` refuse to run as root, so as root they run as an
-//!   unprivileged user (`CREWBUS_PG_USER`, default `postgres`) through `runuser`.
+//!   unprivileged user (`PG_RUN_USER`, default `postgres`) through `runuser`.
 
 use std::fmt;
 use std::future::Future;
@@ -243,12 +243,12 @@ fn run_as() -> Option<(String, u32, u32)> {
     if command_output("id", &["-u"]).as_deref() != Some("0") {
         return None;
     }
-    let user = std::env::var("CREWBUS_PG_USER").unwrap_or_else(|_| "postgres".to_owned());
+    let user = std::env::var("PG_RUN_USER").unwrap_or_else(|_| "postgres".to_owned());
     let id = |flag: &str| {
         command_output("id", &[flag, &user])
             .and_then(|s| s.parse::<u32>().ok())
             .unwrap_or_else(|| {
-                panic!("running as root needs an unprivileged user `{user}` (CREWBUS_PG_USER)")
+                panic!("running as root needs an unprivileged user `{user}` (PG_RUN_USER)")
             })
     };
     let (uid, gid) = (id("-u"), id("-g"));

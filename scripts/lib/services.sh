@@ -17,7 +17,7 @@ trap run_exit_hooks EXIT
 # The Postgres tests need DATABASE_URL (one fresh database per test is created on it) and
 # initdb/pg_ctl (restart tests start private clusters). With no DATABASE_URL, a throwaway
 # cluster is started on a free port and stopped at exit. initdb and postgres refuse to run as
-# root: as root they run as CREWBUS_PG_USER (default: postgres) through runuser.
+# root: as root they run as PG_RUN_USER (default: postgres) through runuser.
 pg_bin_dir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
 
 setup_postgres() {
@@ -49,8 +49,8 @@ setup_postgres() {
   local run=() dir port attempt
   dir="$(mktemp -d /tmp/crewbus-pg-XXXXXX)"
   if [ "$(id -u)" = 0 ]; then
-    local user="${CREWBUS_PG_USER:-postgres}"
-    id "$user" >/dev/null 2>&1 || { echo "postgres: no unprivileged user $user (set CREWBUS_PG_USER)" >&2; exit 1; }
+    local user="${PG_RUN_USER:-postgres}"
+    id "$user" >/dev/null 2>&1 || { echo "postgres: no unprivileged user $user (set PG_RUN_USER)" >&2; exit 1; }
     chown "$user" "$dir"
     run=(runuser -u "$user" --)
   fi
@@ -104,6 +104,10 @@ setup_nats() {
 # authentication; stopped at exit. Sets NATS_URL.
 start_nats_server() {
   local bin="$1" dir port attempt
+  if [ ! -x "$bin" ]; then
+    echo "nats: $bin is not an executable nats-server (set NATS_SERVER_BIN)" >&2
+    exit 1
+  fi
   dir="$(mktemp -d /tmp/crewbus-nats-XXXXXX)"
   on_exit "rm -rf '$dir'"
   for attempt in 1 2 3 4 5; do

@@ -389,7 +389,10 @@ async fn a_sender_revoked_during_the_lock_wait_is_forbidden() -> Result<(), Fail
             "{backend}: {result:?}"
         );
         let page = w.ledger.history(w.team.id, w.conv.id, 0, 10).await?;
-        assert!(page.items.is_empty(), "{backend}: nothing written: {page:?}");
+        assert!(
+            page.items.is_empty(),
+            "{backend}: nothing written: {page:?}"
+        );
         let next = w.ledger.send(request(&w, 1, "next", "b"), t(2)).await?;
         assert_eq!(next.message.seq, 1, "{backend}: the seq stays gap-free");
     }
