@@ -11,7 +11,9 @@
 mod fault_support;
 
 use crewbus::cli::BackendChoice;
-use crewbus_conformance::nats::{NatsCluster, parse_version, server_binary, server_version};
+use crewbus_conformance::nats::{
+    NatsCluster, parse_version, provisioning_user, server_binary, server_version,
+};
 use crewbus_conformance::postgres::database_url_options;
 use fault_support::*;
 
@@ -34,17 +36,11 @@ async fn an_r3_cluster_losing_a_node_mid_load_loses_nothing() {
     let server = CrewbusProcess::start(dir.path(), &settings).await;
     let mut args = load_args(&[server.url()], 1, scaled(400), 100.0);
     args.backend = Some(BackendChoice::Jetstream);
-    // The meta leader may be elected a moment after the nodes are ready.
+    // The meta leader is elected, and the other peers become placeable, a moment after the
+    // nodes report ready ("no suitable peers for placement", 10005, until then): wait until an
+    // R3 stream can be placed.
     let config = server.config();
-    let admin = crewbus::compose::stream_admin(&config).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while admin.storage_account().await.is_err() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no JetStream leader within 30 s"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    r3_placement_possible(&cluster.urls()).await;
     let (progress, load, _) = start_load(&config, &args).await;
     accepted_at_least(&progress, scaled(100)).await;
     cluster.node(2).kill();
@@ -53,4 +49,35 @@ async fn an_r3_cluster_losing_a_node_mid_load_loses_nothing() {
     drop(server);
     drop(cluster);
     db.passed().await;
+}
+
+/// Waits (deadline 30 s) until the cluster places an R3 probe stream, then deletes it.
+async fn r3_placement_possible(urls: &[String]) {
+    let admin = provisioning_user();
+    let client = async_nats::ConnectOptions::with_user_and_password(admin.user, admin.password)
+        .connect(urls[0].as_str())
+        .await
+        .unwrap();
+    let js = async_nats::jetstream::new(client);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let created = js
+            .create_stream(async_nats::jetstream::stream::Config {
+                name: "PLACEMENT_PROBE".into(),
+                subjects: vec!["placement.probe".into()],
+                num_replicas: 3,
+                max_bytes: 1024 * 1024,
+                ..Default::default()
+            })
+            .await;
+        match created {
+            Ok(_) => break,
+            Err(error) => assert!(
+                std::time::Instant::now() < deadline,
+                "the cluster cannot place an R3 stream within 30 s: {error}"
+            ),
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    js.delete_stream("PLACEMENT_PROBE").await.unwrap();
 }

@@ -305,7 +305,17 @@ impl NatsCluster {
     /// Starts three clustered nodes and waits until each reports ready. (JetStream's meta
     /// leader may be elected a moment later: callers poll their first request.)
     pub fn start() -> NatsCluster {
-        let ports: Vec<(u16, u16)> = (0..3).map(|_| (free_port(), free_port())).collect();
+        // Six distinct ports: all bound at once, then released (ports picked one at a time
+        // may repeat, and a node would then fail to bind).
+        let held: Vec<TcpListener> = (0..6)
+            .map(|_| TcpListener::bind("127.0.0.1:0").expect("a free local port"))
+            .collect();
+        let free: Vec<u16> = held
+            .iter()
+            .map(|l| l.local_addr().expect("a bound port").port())
+            .collect();
+        drop(held);
+        let ports: Vec<(u16, u16)> = free.chunks(2).map(|p| (p[0], p[1])).collect();
         let routes: Vec<String> = ports
             .iter()
             .map(|(_, c)| format!("\"nats-route://127.0.0.1:{c}\""))
