@@ -16,7 +16,7 @@
 //! `Bus::relay_pass` itself.
 //!
 //! Each iteration moves `slots` bodies (1 024 under `--bench`, 128 in test mode), the same
-//! number for both targets:
+//! number for every target:
 //! - `relay_pass`: `slots` pending outbox slots are made first, outside the timed section, by
 //!   `Bus::send` of 1 KiB bodies into the team's conversations (one concurrent sender per
 //!   conversation), then `ANALYZE` (steady-state planner statistics, as the `relay` bench).
@@ -34,13 +34,19 @@
 //!   same `StreamAdmin` as the team's (one message per subject, discard new per subject,
 //!   duplicate window, quotas). As `jetstream_publish`'s `raw_same_work`.
 //!
+//! - `ledger_only` (diagnostic, not a baseline): the relay's two ledger transactions alone, on
+//!   the same team and pool: populate as for `relay_pass` (untimed), then `Ledger::lease_slots`
+//!   (`relay_batch` at a time) and `Ledger::settle` of every leased slot as `Confirmed` with a
+//!   placeholder locator, no body published (the `relay` bench's `ledger_lease_settle`). Its
+//!   rate, printed beside the ratio, says how much of a pass the ledger takes.
+//!
 //! The ratio `relay ÷ raw` (bodies/s over bodies/s) is what the relay's own work costs on top of
 //! the broker's: the two ledger transactions per pass, the adapter, and the pass being a batch
 //! (publishes of one pass overlap, passes do not) rather than a sliding window. 1.00 would be a
 //! relay as fast as the broker alone allows at that window.
 //!
 //! After criterion's groups (`relay_jetstream/batch_64`, `relay_jetstream/batch_128`), an
-//! interleaved phase alternates rounds of both targets per batch size (so drift and neighbours'
+//! interleaved phase alternates rounds of every target per batch size (so drift and neighbours
 //! load hit both alike) and prints the ratio of the summed rates with both absolute rates:
 //! `--bench` runs `ROUNDS` rounds, test mode (`cargo test --benches`) one.
 //!
@@ -60,7 +66,10 @@ use crewbus::compose;
 use crewbus::config::{BusConfig, Config, NatsConfig, NatsCredential};
 use crewbus_conformance::nats::{self, NatsServer};
 use crewbus_conformance::postgres::TestDatabase;
-use crewbus_domain::{Agent, Publication, Secret, StreamKind, Uuid};
+use crewbus_domain::{
+    Agent, Locator, Publication, Secret, SettleOutcome, Settlement, SlotOutcome, StreamKind, Utc,
+    Uuid,
+};
 use crewbus_ports::SystemClock;
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use futures_util::StreamExt;
@@ -331,6 +340,49 @@ async fn relay_iteration(s: &Scene, batch: usize, slots: usize) -> Duration {
     took
 }
 
+/// One diagnostic iteration: populate (untimed), then the relay's ledger work alone (timed):
+/// `Ledger::lease_slots(now, relay_lease, batch)` and `Ledger::settle` of the leased slots, all
+/// `Confirmed` with a placeholder locator (no body is published), until every slot is settled
+/// (as the `relay` bench's `ledger_lease_settle`, on this bench's team and pool).
+async fn ledger_iteration(s: &Scene, batch: usize, slots: usize) -> Duration {
+    let bus = s.bus(batch);
+    populate(s, bus, slots).await;
+    let ledger = &bus.ports().ledger;
+    let lease = bus.settings().relay_lease;
+    let start = Instant::now();
+    let mut settled = 0;
+    while settled < slots {
+        let at = Utc::now();
+        let leased = ledger
+            .lease_slots(at, lease, batch)
+            .await
+            .expect("lease slots");
+        assert!(
+            !leased.is_empty(),
+            "{settled} of {slots} slots settled, none due"
+        );
+        let settlements: Vec<Settlement> = leased
+            .iter()
+            .map(|l| Settlement {
+                slot: l.slot,
+                generation: l.generation,
+                outcome: SlotOutcome::Confirmed {
+                    locator: Locator::new("jetstream", "not-published:0"),
+                },
+            })
+            .collect();
+        let outcomes = ledger.settle(&settlements, at).await.expect("settle");
+        assert!(
+            outcomes.iter().all(|o| *o == SettleOutcome::Applied),
+            "{outcomes:?}"
+        );
+        settled += outcomes.len();
+    }
+    let took = start.elapsed();
+    assert_eq!(settled, slots);
+    took
+}
+
 /// The adapter's subject and headers for one body of the baseline.
 fn raw_message(s: &Scene, i: usize) -> (String, async_nats::HeaderMap) {
     let (message, key) = (Uuid::new_v4(), Uuid::new_v4().to_string());
@@ -381,6 +433,8 @@ async fn raw_iteration(s: &Scene, window: usize, slots: usize) -> Duration {
 enum Target {
     Raw,
     Relay,
+    /// Diagnostic: the relay's ledger transactions without the publishes.
+    Ledger,
 }
 
 impl Target {
@@ -388,6 +442,7 @@ impl Target {
         match self {
             Target::Raw => "raw_publish",
             Target::Relay => "relay_pass",
+            Target::Ledger => "ledger_only",
         }
     }
 
@@ -395,9 +450,13 @@ impl Target {
         match self {
             Target::Raw => raw_iteration(s, batch, slots).await,
             Target::Relay => relay_iteration(s, batch, slots).await,
+            Target::Ledger => ledger_iteration(s, batch, slots).await,
         }
     }
 }
+
+/// Every target, in the order each round runs them.
+const TARGETS: [Target; 3] = [Target::Raw, Target::Relay, Target::Ledger];
 
 /// Σ bodies and Σ time per (batch, target).
 type Totals = Arc<Mutex<Vec<(usize, Target, u64, Duration)>>>;
@@ -414,9 +473,12 @@ fn print_ratio(label: &str, batch: usize, totals: &Totals) {
         (n > 0 && !t.is_zero()).then(|| n as f64 / t.as_secs_f64())
     };
     if let (Some(relay), Some(raw)) = (rate(Target::Relay), rate(Target::Raw)) {
+        let ledger = rate(Target::Ledger).map_or_else(String::new, |l| {
+            format!(" (ledger lease+settle alone {l:.0} slots/s)")
+        });
         eprintln!(
             "{label}relay_batch {batch}: relay_pass {relay:.0} bodies/s, raw publish ({batch} in \
-             flight) {raw:.0} bodies/s; relay/raw = {:.2}",
+             flight) {raw:.0} bodies/s; relay/raw = {:.2}{ledger}",
             relay / raw
         );
     }
@@ -441,7 +503,7 @@ fn relay_jetstream(c: &mut Criterion) {
         group.throughput(Throughput::Elements(slots as u64));
         group.sampling_mode(SamplingMode::Flat);
         group.sample_size(10);
-        for target in [Target::Raw, Target::Relay] {
+        for target in TARGETS {
             group.bench_function(target.name(), |b| {
                 b.to_async(&runtime).iter_custom(|iters| {
                     let (scene, totals) = (scene.clone(), totals.clone());
@@ -465,13 +527,13 @@ fn relay_jetstream(c: &mut Criterion) {
         print_ratio("", batch, &totals);
     }
 
-    // Interleaved rounds: both targets alternate, so drift and load hit both alike.
+    // Interleaved rounds: the targets alternate, so drift and load hit all alike.
     let rounds = if measuring() { ROUNDS } else { 1 };
     let interleaved: Totals = Arc::default();
     runtime.block_on(async {
         for batch in BATCHES {
             for _ in 0..rounds {
-                for target in [Target::Raw, Target::Relay] {
+                for target in TARGETS {
                     let took = target.pass(&scene, batch, slots).await;
                     interleaved
                         .lock()
