@@ -46,8 +46,9 @@
 //! relay as fast as the broker alone allows at that window.
 //!
 //! After criterion's groups (`relay_jetstream/batch_64`, `relay_jetstream/batch_128`), an
-//! interleaved phase alternates rounds of every target per batch size (so drift and neighbours
-//! load hit both alike) and prints the ratio of the summed rates with both absolute rates:
+//! interleaved phase alternates rounds of every target per batch size (so drift and neighbours'
+//! load hit all alike) and prints the ratio of the summed rates with both absolute rates and
+//! the `ledger_only` rate:
 //! `--bench` runs `ROUNDS` rounds, test mode (`cargo test --benches`) one.
 //!
 //! Reproduce: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres
