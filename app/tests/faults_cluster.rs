@@ -53,12 +53,7 @@ async fn an_r3_cluster_losing_a_node_mid_load_loses_nothing() {
 
 /// Waits (deadline 30 s) until the cluster places an R3 probe stream, then deletes it.
 async fn r3_placement_possible(urls: &[String]) {
-    let admin = provisioning_user();
-    let client = async_nats::ConnectOptions::with_user_and_password(admin.user, admin.password)
-        .connect(urls[0].as_str())
-        .await
-        .unwrap();
-    let js = async_nats::jetstream::new(client);
+    let js = provisioning_user().jetstream(&urls[0]).await;
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
     loop {
         let created = js

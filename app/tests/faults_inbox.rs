@@ -13,12 +13,7 @@ use crewbus_conformance::postgres::database_url_options;
 use fault_support::*;
 
 async fn jetstream(nats: &NatsServer) -> async_nats::jetstream::Context {
-    let admin = provisioning_user();
-    let client = async_nats::ConnectOptions::with_user_and_password(admin.user, admin.password)
-        .connect(nats.url())
-        .await
-        .unwrap();
-    async_nats::jetstream::new(client)
+    provisioning_user().jetstream(&nats.url()).await
 }
 
 /// The team of agent `agent` (its id) as the ledger of `url` knows it, and its recipient key.

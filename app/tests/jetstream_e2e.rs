@@ -281,12 +281,9 @@ async fn a_deleted_consumer_is_reported_absent_and_rebuilt() {
     })
     .await;
     // An operator (or an accident) deletes bob's consumer.
-    let admin = crewbus_conformance::nats::provisioning_user();
-    let client = async_nats::ConnectOptions::with_user_and_password(admin.user, admin.password)
-        .connect(nats.url())
-        .await
-        .unwrap();
-    let js = async_nats::jetstream::new(client);
+    let js = crewbus_conformance::nats::provisioning_user()
+        .jetstream(&nats.url())
+        .await;
     let stream = format!("CREWBUS_I_{}", app.team.id.simple());
     js.get_stream(&stream)
         .await
@@ -330,12 +327,9 @@ async fn a_deleted_inbox_stream_keeps_deliveries_flowing_from_the_ledger() {
     let got = fetch_n(bob, 1).await; // creates bob's consumer
     bob.client.confirm(&delivery_ids(&got)).await.unwrap();
     // An operator (or an accident) deletes the team's inbox stream.
-    let admin = crewbus_conformance::nats::provisioning_user();
-    let client = async_nats::ConnectOptions::with_user_and_password(admin.user, admin.password)
-        .connect(nats.url())
-        .await
-        .unwrap();
-    let js = async_nats::jetstream::new(client);
+    let js = crewbus_conformance::nats::provisioning_user()
+        .jetstream(&nats.url())
+        .await;
     let stream = format!("CREWBUS_I_{}", app.team.id.simple());
     assert!(js.delete_stream(&stream).await.unwrap().success);
     // Once the registry revalidates the team (every 5 s), it reports the inbox missing.

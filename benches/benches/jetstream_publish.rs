@@ -65,18 +65,8 @@ async fn setup() -> Setup {
     let adapter = JetStreamBackend::connect(&rt, team).await.expect("connect");
     // The raw side publishes with the runtime credential too (the server checks the same
     // publish permissions); the provisioning one only creates the plain stream.
-    let connect = |user: nats::UserPassword| {
-        let url = url.clone();
-        async move {
-            async_nats::ConnectOptions::new()
-                .user_and_password(user.user, user.password)
-                .connect(url.as_str())
-                .await
-                .expect("raw connect")
-        }
-    };
-    let admin = jetstream::new(connect(nats::provisioning_user()).await);
-    let js = jetstream::new(connect(nats::runtime_user()).await);
+    let admin = nats::provisioning_user().jetstream(&url).await;
+    let js = nats::runtime_user().jetstream(&url).await;
     let plain_subject = format!("crewbus.plain.{}", raw_team.simple());
     admin
         .create_stream(jetstream::stream::Config {

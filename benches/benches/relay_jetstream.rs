@@ -221,18 +221,8 @@ async fn scene(db: &TestDatabase) -> Scene {
         .provision(raw_team)
         .await
         .expect("provision raw stream");
-    let connect = |user: nats::UserPassword| {
-        let url = server.url();
-        async move {
-            async_nats::ConnectOptions::new()
-                .user_and_password(user.user, user.password)
-                .connect(url.as_str())
-                .await
-                .expect("raw connect")
-        }
-    };
-    let admin_js = jetstream::new(connect(nats::provisioning_user()).await);
-    let raw_js = jetstream::new(connect(nats::runtime_user()).await);
+    let admin_js = nats::provisioning_user().jetstream(&server.url()).await;
+    let raw_js = nats::runtime_user().jetstream(&server.url()).await;
     let nats_config = operator.nats.as_ref().expect("[nats]");
     let body_stream = compose::jetstream_config(
         nats_config,

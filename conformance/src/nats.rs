@@ -37,6 +37,22 @@ impl std::fmt::Debug for UserPassword {
     }
 }
 
+impl UserPassword {
+    /// A raw async-nats JetStream context on `url` as this user, for tests and benches that
+    /// act on the broker directly (an operator deleting a stream, a baseline publisher).
+    /// Panics when the server refuses the connection.
+    pub async fn jetstream(&self, url: &str) -> async_nats::jetstream::Context {
+        let client = async_nats::ConnectOptions::with_user_and_password(
+            self.user.clone(),
+            self.password.clone(),
+        )
+        .connect(url)
+        .await
+        .unwrap_or_else(|e| panic!("connecting to {url} as {}: {e}", self.user));
+        async_nats::jetstream::new(client)
+    }
+}
+
 /// The provisioning credential of the fixture's account (may create/update/delete streams).
 pub fn provisioning_user() -> UserPassword {
     UserPassword {
