@@ -305,6 +305,20 @@ async fn sessions_wait_on_a_lock(pool: &PgPool, n: i64) {
     .await;
 }
 
+/// Another session's transaction holding `conversation`'s row lock (the one `send` takes) until
+/// it is rolled back.
+async fn hold_conversation_lock(
+    pool: &PgPool,
+    conversation: Uuid,
+) -> Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error> {
+    let mut blocker = pool.begin().await?;
+    sqlx::query("SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE")
+        .bind(conversation)
+        .execute(&mut *blocker)
+        .await?;
+    Ok(blocker)
+}
+
 async fn a_repeat_committed_during_the_lock_wait_is_a_repeat() -> Result<(), Failed> {
     // Three sends of one request id queue on the conversation lock (held by another session),
     // so each takes its snapshot before any of them has written: whichever gets the lock first
@@ -313,11 +327,7 @@ async fn a_repeat_committed_during_the_lock_wait_is_a_repeat() -> Result<(), Fai
     let db = database("a_repeat_committed_during_the_lock_wait_is_a_repeat").await;
     for backend in ["postgres", REMOTE] {
         let w = Arc::new(world(db.pool(), backend, 2).await);
-        let mut blocker = db.pool().begin().await?;
-        sqlx::query("SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE")
-            .bind(w.conv.id)
-            .execute(&mut *blocker)
-            .await?;
+        let blocker = hold_conversation_lock(db.pool(), w.conv.id).await?;
         let mut sends = Vec::new();
         for (i, body) in ["same", "same", "other"].into_iter().enumerate() {
             let w = w.clone();
@@ -369,11 +379,7 @@ async fn a_sender_revoked_during_the_lock_wait_is_forbidden() -> Result<(), Fail
     let db = database("a_sender_revoked_during_the_lock_wait_is_forbidden").await;
     for backend in ["postgres", REMOTE] {
         let w = Arc::new(world(db.pool(), backend, 2).await);
-        let mut blocker = db.pool().begin().await?;
-        sqlx::query("SELECT 1 FROM conversations WHERE id = $1 FOR UPDATE")
-            .bind(w.conv.id)
-            .execute(&mut *blocker)
-            .await?;
+        let blocker = hold_conversation_lock(db.pool(), w.conv.id).await?;
         let send = {
             let w = w.clone();
             tokio::spawn(async move { w.ledger.send(request(&w, 0, "req", "body"), t(1)).await })
