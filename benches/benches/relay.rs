@@ -28,19 +28,20 @@
 //! `ledger ÷ raw` of the summed rates: `--bench` runs `ROUNDS` rounds, test mode
 //! (`cargo test --benches`) one.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use crewbus_conformance::postgres::TestDatabase;
-use crewbus_domain::{
-    Locator, Publication, SendRequest, SettleOutcome, Settlement, SlotOutcome, TenantId, TokenHash,
-};
+use crewbus_domain::{Locator, Publication, SendRequest, TenantId, TokenHash};
 use crewbus_ports::Ledger;
 use crewbus_postgres::PostgresLedger;
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use sqlx::PgPool;
 use uuid::Uuid;
+
+mod support;
+use support::{lease_and_settle_all, measuring, rate};
 
 /// Batch sizes (slots leased per `lease_slots` call and settlements per `settle` call; rows per
 /// raw transaction) with the slots (rows) each iteration moves under `--bench` and in test mode.
@@ -81,13 +82,6 @@ struct Batch {
     size: usize,
     slots: usize,
     test_slots: usize,
-}
-
-/// Whether criterion measures (`cargo bench` passes `--bench`) rather than runs each benchmark
-/// once (test mode: `cargo test --benches`, or `--test`).
-fn measuring() -> bool {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test")
 }
 
 /// One team on body backend `"memory"` with `CONVERSATIONS` conversations of two agents each
@@ -199,38 +193,10 @@ async fn populate(s: &Scene, slots: usize) -> Vec<Uuid> {
 /// (timed), then check nothing is left due and the last messages are stored (untimed).
 async fn ledger_pass(s: &Scene, batch: usize, slots: usize) -> Duration {
     let last = populate(s, slots).await;
-    let start = Instant::now();
-    let mut settled = 0;
-    while settled < slots {
-        let at: DateTime<Utc> = Utc::now();
-        let leased = s
-            .ledger
-            .lease_slots(at, LEASE, batch)
-            .await
-            .expect("lease slots");
-        assert!(
-            !leased.is_empty(),
-            "{settled} of {slots} slots settled, none due"
-        );
-        let settlements: Vec<Settlement> = leased
-            .iter()
-            .map(|l| Settlement {
-                slot: l.slot,
-                generation: l.generation,
-                outcome: SlotOutcome::Confirmed {
-                    locator: Locator::new("memory", &l.envelope.message_id.to_string()),
-                },
-            })
-            .collect();
-        let outcomes = s.ledger.settle(&settlements, at).await.expect("settle");
-        assert!(
-            outcomes.iter().all(|o| *o == SettleOutcome::Applied),
-            "{outcomes:?}"
-        );
-        settled += outcomes.len();
-    }
-    let took = start.elapsed();
-    assert_eq!(settled, slots);
+    let took = lease_and_settle_all(&s.ledger, LEASE, batch, slots, |l| {
+        Locator::new("memory", &l.envelope.message_id.to_string())
+    })
+    .await;
     let left = s
         .ledger
         .lease_slots(Utc::now(), LEASE, 1)
@@ -305,19 +271,10 @@ impl Target {
 }
 
 /// Σ slots and Σ time per (batch, target).
-type Totals = Arc<Mutex<Vec<(usize, Target, u64, Duration)>>>;
+type Totals = support::Totals<Target>;
 
 fn print_ratio(label: &str, batch: usize, totals: &Totals) {
-    let totals = totals.lock().expect("totals");
-    let rate = |target: Target| {
-        let (n, t) = totals
-            .iter()
-            .filter(|(b, tg, _, _)| *b == batch && *tg == target)
-            .fold((0u64, Duration::ZERO), |(n, t), (_, _, k, d)| {
-                (n + k, t + *d)
-            });
-        (n > 0 && !t.is_zero()).then(|| n as f64 / t.as_secs_f64())
-    };
+    let rate = |target: Target| rate(totals, batch, &target);
     if let (Some(ledger), Some(raw)) = (rate(Target::Ledger), rate(Target::Raw)) {
         eprintln!(
             "{label}batch {batch}: ledger lease+settle {ledger:.0} slots/s, raw insert+update \

@@ -56,8 +56,8 @@
 //! relay_jetstream` (test mode: `cargo test -p crewbus-benches --all-features --bench
 //! relay_jetstream` with the same variables).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
@@ -67,16 +67,16 @@ use crewbus::compose;
 use crewbus::config::{BusConfig, Config, NatsConfig, NatsCredential};
 use crewbus_conformance::nats::{self, NatsServer};
 use crewbus_conformance::postgres::TestDatabase;
-use crewbus_domain::{
-    Agent, Locator, Publication, Secret, SettleOutcome, Settlement, SlotOutcome, StreamKind, Utc,
-    Uuid,
-};
+use crewbus_domain::{Agent, Locator, Publication, Secret, StreamKind, Uuid};
 use crewbus_ports::SystemClock;
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesOrdered;
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
+
+mod support;
+use support::{lease_and_settle_all, measuring, rate};
 
 /// Relay batch sizes (`bus.relay_batch`: slots per lease; the raw baseline's window).
 const BATCHES: [usize; 2] = [64, 128];
@@ -92,13 +92,6 @@ const CONVERSATIONS: usize = 8;
 const ROUNDS: usize = 10;
 /// Pooled connections of the bus: the production default (`database.max_connections`).
 const MAX_CONNECTIONS: u32 = 10;
-
-/// Whether criterion measures (`cargo bench` passes `--bench`) rather than runs each benchmark
-/// once (test mode: `cargo test --benches`, or `--test`).
-fn measuring() -> bool {
-    let args: Vec<String> = std::env::args().collect();
-    args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test")
-}
 
 /// The configuration of a bus with relay batch `relay_batch` on `server` (no `[database]`: the
 /// pool is handed to the composition root).
@@ -340,38 +333,10 @@ async fn ledger_iteration(s: &Scene, batch: usize, slots: usize) -> Duration {
     populate(s, bus, slots).await;
     let ledger = &bus.ports().ledger;
     let lease = bus.settings().relay_lease;
-    let start = Instant::now();
-    let mut settled = 0;
-    while settled < slots {
-        let at = Utc::now();
-        let leased = ledger
-            .lease_slots(at, lease, batch)
-            .await
-            .expect("lease slots");
-        assert!(
-            !leased.is_empty(),
-            "{settled} of {slots} slots settled, none due"
-        );
-        let settlements: Vec<Settlement> = leased
-            .iter()
-            .map(|l| Settlement {
-                slot: l.slot,
-                generation: l.generation,
-                outcome: SlotOutcome::Confirmed {
-                    locator: Locator::new("jetstream", "not-published:0"),
-                },
-            })
-            .collect();
-        let outcomes = ledger.settle(&settlements, at).await.expect("settle");
-        assert!(
-            outcomes.iter().all(|o| *o == SettleOutcome::Applied),
-            "{outcomes:?}"
-        );
-        settled += outcomes.len();
-    }
-    let took = start.elapsed();
-    assert_eq!(settled, slots);
-    took
+    lease_and_settle_all(ledger.as_ref(), lease, batch, slots, |_| {
+        Locator::new("jetstream", "not-published:0")
+    })
+    .await
 }
 
 /// The adapter's subject and headers for one body of the baseline.
@@ -450,19 +415,10 @@ impl Target {
 const TARGETS: [Target; 3] = [Target::Raw, Target::Relay, Target::Ledger];
 
 /// Σ bodies and Σ time per (batch, target).
-type Totals = Arc<Mutex<Vec<(usize, Target, u64, Duration)>>>;
+type Totals = support::Totals<Target>;
 
 fn print_ratio(label: &str, batch: usize, totals: &Totals) {
-    let totals = totals.lock().expect("totals");
-    let rate = |target: Target| {
-        let (n, t) = totals
-            .iter()
-            .filter(|(b, tg, _, _)| *b == batch && *tg == target)
-            .fold((0u64, Duration::ZERO), |(n, t), (_, _, k, d)| {
-                (n + k, t + *d)
-            });
-        (n > 0 && !t.is_zero()).then(|| n as f64 / t.as_secs_f64())
-    };
+    let rate = |target: Target| rate(totals, batch, &target);
     if let (Some(relay), Some(raw)) = (rate(Target::Relay), rate(Target::Raw)) {
         let ledger = rate(Target::Ledger).map_or_else(String::new, |l| {
             format!(" (ledger lease+settle alone {l:.0} slots/s)")

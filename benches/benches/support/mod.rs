@@ -1,0 +1,76 @@
+//! Shared by the relay benches (`relay`, `relay_jetstream`): test-mode detection, per-target
+//! totals, and the timed lease + settle loop of the ledger's side of the relay.
+#![allow(dead_code)]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use chrono::Utc;
+use crewbus_domain::{LeasedSlot, Locator, SettleOutcome, Settlement, SlotOutcome};
+use crewbus_ports::Ledger;
+
+/// Whether criterion measures (`cargo bench` passes `--bench`) rather than runs each benchmark
+/// once (test mode: `cargo test --benches`, or `--test`).
+pub fn measuring() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test")
+}
+
+/// Σ items and Σ time per (batch size, target), as the runs push them.
+pub type Totals<T> = Arc<Mutex<Vec<(usize, T, u64, Duration)>>>;
+
+/// Items per second of `target` at `batch` over every run in `totals`; `None` before any run.
+pub fn rate<T: PartialEq>(totals: &Totals<T>, batch: usize, target: &T) -> Option<f64> {
+    let totals = totals.lock().expect("totals");
+    let (n, t) = totals
+        .iter()
+        .filter(|(b, tg, _, _)| *b == batch && tg == target)
+        .fold((0u64, Duration::ZERO), |(n, t), (_, _, k, d)| {
+            (n + k, t + *d)
+        });
+    (n > 0 && !t.is_zero()).then(|| n as f64 / t.as_secs_f64())
+}
+
+/// Timed: leases `slots` due slots of `ledger`, `batch` at a time with `lease`, and settles each
+/// batch as `Confirmed` at the locator `locator` gives; asserts every settlement applies and
+/// that exactly `slots` were settled. Returns the time taken.
+pub async fn lease_and_settle_all(
+    ledger: &dyn Ledger,
+    lease: Duration,
+    batch: usize,
+    slots: usize,
+    locator: impl Fn(&LeasedSlot) -> Locator,
+) -> Duration {
+    let start = Instant::now();
+    let mut settled = 0;
+    while settled < slots {
+        let at = Utc::now();
+        let leased = ledger
+            .lease_slots(at, lease, batch)
+            .await
+            .expect("lease slots");
+        assert!(
+            !leased.is_empty(),
+            "{settled} of {slots} slots settled, none due"
+        );
+        let settlements: Vec<Settlement> = leased
+            .iter()
+            .map(|l| Settlement {
+                slot: l.slot,
+                generation: l.generation,
+                outcome: SlotOutcome::Confirmed {
+                    locator: locator(l),
+                },
+            })
+            .collect();
+        let outcomes = ledger.settle(&settlements, at).await.expect("settle");
+        assert!(
+            outcomes.iter().all(|o| *o == SettleOutcome::Applied),
+            "{outcomes:?}"
+        );
+        settled += outcomes.len();
+    }
+    let took = start.elapsed();
+    assert_eq!(settled, slots);
+    took
+}
