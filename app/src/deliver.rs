@@ -306,53 +306,18 @@ impl Bus {
                 known.insert(m.id, m);
             }
         }
-        // The stored ones with a locator have a body to read; the backends first (one lookup
-        // per name), then the bodies.
-        let to_read: Vec<Message> = known
+        // The stored ones with a locator have a body to read.
+        let to_read: Vec<&Message> = known
             .values()
             .filter(|m| m.publication == Publication::Stored && m.locator.is_some())
-            .cloned()
             .collect();
-        for m in &to_read {
-            if !backends.contains_key(&m.backend) {
-                let b = self.ports.backends.body_backend(team, &m.backend).await;
-                backends.insert(m.backend.clone(), b);
-            }
-        }
-        let found_down: std::sync::Mutex<HashMap<String, BusError>> = Default::default();
-        let shared: &BodyBackends = backends;
-        let bodies: Vec<(Uuid, Option<String>)> = stream::iter(to_read)
-            .map(|m| {
-                let found_down = &found_down;
-                async move {
-                    let down = found_down
-                        .lock()
-                        .ok()
-                        .and_then(|d| d.get(&m.backend).cloned());
-                    let result = match (down, shared.get(&m.backend)) {
-                        (Some(e), _) => Err(e),
-                        (None, Some(Err(e))) => Err(e.clone()),
-                        (None, Some(Ok(b))) => match m.locator.as_ref() {
-                            Some(locator) => b.fetch(locator, m.id).await,
-                            None => Ok(None),
-                        },
-                        (None, None) => Err(BusError::unavailable("body backend")),
-                    };
-                    if let Err(e) = &result
-                        && e.is_retryable()
-                        && let Ok(mut d) = found_down.lock()
-                    {
-                        d.entry(m.backend.clone()).or_insert_with(|| e.clone());
-                    }
-                    (m.id, Self::body_or_log(&m, result))
-                }
-            })
-            .buffer_unordered(BODY_READS)
-            .collect()
-            .await;
-        for (name, e) in found_down.into_inner().unwrap_or_default() {
-            backends.insert(name, Err(e));
-        }
+        let bodies: Vec<(Uuid, Option<String>)> = self
+            .read_bodies(&to_read, backends)
+            .await
+            .into_iter()
+            .zip(&to_read)
+            .map(|(result, m)| (m.id, Self::body_or_log(m, result)))
+            .collect();
         for (id, body) in bodies {
             // Only a body read now moves its message to `readable`; an unreadable one stays
             // known (and is left out below).
@@ -389,37 +354,60 @@ impl Bus {
         }
     }
 
-    /// Reads a stored message's body: `Ok(None)` when the backend does not hold it. A backend
-    /// that failed with a retryable error is remembered as down for the rest of `backends`'
-    /// life (one page or one fetch), so a broker outage costs one timeout, not one per message.
-    pub(crate) async fn read_body(
+    /// Reads the bodies of `messages`, concurrently (at most [`BODY_READS`] at a time), one
+    /// result per message in order: `Ok(None)` when the message has no locator or the backend
+    /// does not hold the body. Backends are looked up once per name into `backends`; a backend
+    /// that failed with a retryable error is remembered there as down for the rest of
+    /// `backends`' life (one page or one fetch), and reads not yet started get that error, so a
+    /// broker outage costs one timeout, not one per message.
+    pub(crate) async fn read_bodies(
         &self,
-        message: &Message,
+        messages: &[&Message],
         backends: &mut BodyBackends,
-    ) -> BusResult<Option<String>> {
-        let Some(locator) = message.locator.as_ref() else {
-            return Ok(None);
-        };
-        if !backends.contains_key(&message.backend) {
-            let b = self
-                .ports
-                .backends
-                .body_backend(message.team, &message.backend)
-                .await;
-            backends.insert(message.backend.clone(), b);
+    ) -> Vec<BusResult<Option<String>>> {
+        for m in messages {
+            if m.locator.is_some() && !backends.contains_key(&m.backend) {
+                let b = self.ports.backends.body_backend(m.team, &m.backend).await;
+                backends.insert(m.backend.clone(), b);
+            }
         }
-        let backend = match backends.get(&message.backend) {
-            Some(Ok(b)) => b.clone(),
-            Some(Err(e)) => return Err(e.clone()),
-            None => return Err(BusError::unavailable("body backend")),
-        };
-        let result = backend.fetch(locator, message.id).await;
-        if let Err(e) = &result
-            && e.is_retryable()
-        {
-            backends.insert(message.backend.clone(), Err(e.clone()));
+        let found_down: std::sync::Mutex<HashMap<String, BusError>> = Default::default();
+        let shared: &BodyBackends = backends;
+        // Indices, not references, as stream items: a closure over `&&Message` items is not
+        // general enough for the `Send` futures axum needs.
+        let results: Vec<BusResult<Option<String>>> = stream::iter(0..messages.len())
+            .map(|i| {
+                let (m, found_down) = (messages[i], &found_down);
+                async move {
+                    let Some(locator) = m.locator.as_ref() else {
+                        return Ok(None);
+                    };
+                    let down = found_down
+                        .lock()
+                        .ok()
+                        .and_then(|d| d.get(&m.backend).cloned());
+                    let result = match (down, shared.get(&m.backend)) {
+                        (Some(e), _) => Err(e),
+                        (None, Some(Err(e))) => Err(e.clone()),
+                        (None, Some(Ok(b))) => b.fetch(locator, m.id).await,
+                        (None, None) => Err(BusError::unavailable("body backend")),
+                    };
+                    if let Err(e) = &result
+                        && e.is_retryable()
+                        && let Ok(mut d) = found_down.lock()
+                    {
+                        d.entry(m.backend.clone()).or_insert_with(|| e.clone());
+                    }
+                    result
+                }
+            })
+            .buffered(BODY_READS)
+            .collect()
+            .await;
+        for (name, e) in found_down.into_inner().unwrap_or_default() {
+            backends.insert(name, Err(e));
         }
-        result
+        results
     }
 
     /// Confirms deliveries by id: the ledger commits the receipts first (one transaction), THEN

@@ -45,11 +45,21 @@ impl Bus {
             .history(agent.team, conversation, after_seq, limit)
             .await?;
         let mut backends = BodyBackends::new();
+        let to_read: Vec<&Message> = page
+            .items
+            .iter()
+            .filter(|item| item.absence.is_none())
+            .map(|item| &item.message)
+            .collect();
+        let mut reads = self.read_bodies(&to_read, &mut backends).await.into_iter();
         let mut entries = Vec::with_capacity(page.items.len());
         for item in page.items {
             let (body, absence) = match item.absence {
                 Some(a) => (None, Some(a)),
-                None => match self.read_body(&item.message, &mut backends).await {
+                None => match reads
+                    .next()
+                    .unwrap_or_else(|| Err(BusError::unavailable("body backend")))
+                {
                     Ok(Some(body)) => (Some(body), None),
                     Ok(None) => (None, Some(Absence::Missing)),
                     Err(e) if e.is_retryable() => (None, Some(Absence::Unavailable)),
