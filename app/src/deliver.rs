@@ -83,6 +83,17 @@ impl Bus {
     /// A message whose body cannot be read right now is left out (its hand-out lapses and it
     /// comes back). Errors: `limit` 0 or above the maximum → `Invalid`; the ledger failing.
     pub async fn fetch(&self, agent: &Agent, limit: usize) -> BusResult<Vec<Delivery>> {
+        self.fetch_with(agent, limit, false).await
+    }
+
+    /// [`Bus::fetch`], with the ledger top-up run whatever its interval says when
+    /// `force_topup` (a waiting fetch woken by the safety sweep: the ledger found something).
+    pub(crate) async fn fetch_with(
+        &self,
+        agent: &Agent,
+        limit: usize,
+        force_topup: bool,
+    ) -> BusResult<Vec<Delivery>> {
         if limit == 0 || limit > self.settings.max_fetch {
             return Err(BusError::invalid(format!(
                 "limit must be between 1 and {}",
@@ -177,7 +188,7 @@ impl Bus {
 
         // 2. Top-up from the ledger (the authority): at most once per interval while the inbox
         // answers, always when it failed.
-        if issued.len() < limit && (!inbox_ok || self.topup_due(agent.id, now)) {
+        if issued.len() < limit && (!inbox_ok || force_topup || self.topup_due(agent.id, now)) {
             let stored_before = if inbox_ok {
                 before(now, self.settings.topup_after)
             } else {
