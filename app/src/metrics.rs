@@ -75,6 +75,11 @@ pub struct Metrics {
     /// Inbox fetches whose inbox failed (down, not provisioned, erroring): the ledger topped the
     /// agent up alone.
     pub inbox_fetch_failures: AtomicU64,
+    /// Waiting fetches woken (by a wake-up or the sweep) whose agent check or re-fetch failed;
+    /// each kept waiting.
+    pub fetch_wait_errors: AtomicU64,
+    /// Waiting fetches woken (by a wake-up, the sweep or a listener reconnect).
+    pub fetch_wakeups: AtomicU64,
     /// One body publish by the relay (request to answer).
     pub relay_latency: Histogram,
     /// One inbox fetch of references (request to answer).
@@ -102,6 +107,11 @@ impl Metrics {
         counter.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Woken waiting fetches whose re-fetch failed so far (they kept waiting).
+    pub fn wait_errors(&self) -> u64 {
+        self.fetch_wait_errors.load(Ordering::Relaxed)
+    }
+
     /// Adds `n` to a counter.
     pub fn add(counter: &AtomicU64, n: u64) {
         counter.fetch_add(n, Ordering::Relaxed);
@@ -110,7 +120,7 @@ impl Metrics {
     /// The exposition text (`text/plain; version=0.0.4`).
     pub fn render(&self, gauges: Option<LedgerGauges>) -> String {
         let mut out = String::with_capacity(4096);
-        let counters: [(&str, &str, &AtomicU64); 9] = [
+        let counters: [(&str, &str, &AtomicU64); 11] = [
             (
                 "crewbus_messages_sent_total",
                 "Messages accepted by send.",
@@ -155,6 +165,16 @@ impl Metrics {
                 "crewbus_inbox_fetch_failures_total",
                 "Inbox fetches whose inbox failed; the ledger topped the agent up alone.",
                 &self.inbox_fetch_failures,
+            ),
+            (
+                "crewbus_fetch_wakeups_total",
+                "Waiting fetches woken to look again.",
+                &self.fetch_wakeups,
+            ),
+            (
+                "crewbus_fetch_wait_errors_total",
+                "Woken waiting fetches whose re-fetch failed (they kept waiting).",
+                &self.fetch_wait_errors,
             ),
         ];
         for (name, help, value) in counters {

@@ -36,6 +36,7 @@ use tokio::sync::Notify;
 
 use crate::bus::Bus;
 use crate::deliver::{Delivery, topup_interval};
+use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 
 /// Each waiting agent's waiters: (waiter id, its wake-up slot).
@@ -201,10 +202,12 @@ impl Bus {
                 () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
                 () = self.shutdown.wait() => return Ok(Vec::new()),
             };
+            Metrics::inc(&self.metrics.fetch_wakeups);
             match self.ports.ledger.agent(agent.team, agent.id).await {
                 Ok(a) if a.revoked() => return Err(BusError::Unauthenticated),
                 Err(BusError::NotFound { .. }) => return Err(BusError::Unauthenticated),
                 Err(error) => {
+                    Metrics::inc(&self.metrics.fetch_wait_errors);
                     tracing::warn!(agent = %agent.id, code = error.code(), error = ?error, "waiting fetch: agent check failed; still waiting");
                     continue;
                 }
@@ -214,6 +217,7 @@ impl Bus {
                 Ok(ds) if !ds.is_empty() => return Ok(ds),
                 Ok(_) => {}
                 Err(error) => {
+                    Metrics::inc(&self.metrics.fetch_wait_errors);
                     tracing::warn!(agent = %agent.id, code = error.code(), error = ?error, "waiting fetch: re-fetch failed; still waiting");
                 }
             }

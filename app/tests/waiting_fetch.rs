@@ -401,6 +401,64 @@ async fn memory_lost_wakeups_delay_a_wait_at_most_one_and_a_half_topup_after() {
     app.finish_test().await;
 }
 
+/// A wake-up while the ledger is down: the woken fetch's checks fail, are logged, and the wait
+/// goes on; once the ledger is back the message sent then is returned — the request never
+/// failed.
+#[tokio::test]
+async fn memory_a_failing_re_fetch_keeps_the_wait() {
+    let config = config();
+    let wakeups = MemoryWakeups::new();
+    let (composed, parts) = memory_with_wakeups(
+        &config,
+        Arc::new(SystemClock),
+        memory_config(&config),
+        Arc::new(wakeups.clone()),
+    )
+    .unwrap();
+    let app = App::finish(
+        config,
+        vec![composed.bus],
+        None,
+        None,
+        None,
+        &["alice", "bob"],
+    )
+    .await;
+    let conv = app.conversation(0, &[1]).await;
+    let bob = wait_in_background(app.on(1, 0), 20_000);
+    app.until_waiting(0, 1).await;
+    parts.ledger.set_unavailable(true);
+    let target = crewbus_domain::WakeupTarget::new(app.team.id, app.agents[1].id);
+    wakeups.notify(&[target]).await.unwrap();
+    // The woken waiter tried the ledger (and failed) and waits again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !bob.is_finished() && Instant::now() < deadline && app.buses[0].waiting_fetches() == 1 {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        // Wake it until it is seen trying: each wake-up is one more failed check.
+        wakeups.notify(&[target]).await.unwrap();
+        if app.buses[0].metrics().wait_errors() > 0 {
+            break;
+        }
+    }
+    assert!(
+        app.buses[0].metrics().wait_errors() > 0,
+        "the woken fetch never tried the ledger"
+    );
+    assert!(!bob.is_finished(), "a failing re-fetch ended the wait");
+    parts.ledger.set_unavailable(false);
+    let sent = app.agents[0]
+        .client
+        .send(conv, "r1", "after the outage")
+        .await
+        .unwrap();
+    let (status, body, _) = bob.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let got = deliveries(&body);
+    assert_eq!(got.len(), 1, "{body}");
+    assert_eq!(got[0]["message"]["id"], sent["message"]["id"]);
+    app.finish_test().await;
+}
+
 // --- Postgres ---------------------------------------------------------------------------------
 
 #[tokio::test]
