@@ -568,6 +568,7 @@ mod tests {
         assert_eq!(c.push.poll_ms, 250);
         assert_eq!(c.bus.shutdown_grace_ms, 10_000);
         assert_eq!(c.bus.request_body_timeout_ms, 30_000);
+        assert_eq!(c.bus.max_wait_ms, 50_000);
         assert_eq!(c.log.format, "text");
         // Every [push] key of the example is documented commented-in or out; the commented
         // destination parses too once uncommented.
@@ -583,6 +584,7 @@ mod tests {
                     || t.starts_with("# url =")
                     || t.starts_with("# authentication =")
                     || t.starts_with("# signing_keys =")
+                    || t.starts_with("# listen_url =")
                 {
                     t.trim_start_matches("# ").to_owned()
                 } else {
@@ -594,6 +596,7 @@ mod tests {
         let c = Config::from_toml(&uncommented).unwrap();
         assert_eq!(c.push.destinations.len(), 1);
         assert!(c.push.key_ring.is_some());
+        assert!(c.database.as_ref().unwrap().listen_url.is_some());
     }
 
     #[test]
@@ -620,6 +623,16 @@ mod tests {
         ));
         assert!(matches!(
             Config::from_toml("[bus]\nrequest_body_timeout_ms = 0"),
+            Err(BusError::Invalid { .. })
+        ));
+        assert!(matches!(
+            Config::from_toml("[bus]\nmax_wait_ms = 300001"),
+            Err(BusError::Invalid { .. })
+        ));
+        assert!(matches!(
+            Config::from_toml(
+                "[database]\nurl = \"postgres://h/db\"\nlisten_url = \"mysql://h/db\""
+            ),
             Err(BusError::Invalid { .. })
         ));
     }
@@ -651,13 +664,16 @@ mod tests {
     fn debug_never_prints_passwords() {
         let c = Config::from_toml(
             "[database]\nurl = \"postgres://crew:hunter2@db:5432/crewbus?password=hunter3\"\n\
+             listen_url = \"postgres://crew:hunter7@db:5432/crewbus\"\n\
              [nats]\nservers = [\"nats://u:hunter4@n:4222\"]\n\
              [nats.runtime]\nuser = \"rt\"\npassword = \"hunter5\"\n\
              [nats.provisioning]\ntoken = \"hunter6\"\n",
         )
         .unwrap();
         let text = format!("{c:?} {}", c.describe());
-        for secret in ["hunter2", "hunter3", "hunter4", "hunter5", "hunter6"] {
+        for secret in [
+            "hunter2", "hunter3", "hunter4", "hunter5", "hunter6", "hunter7",
+        ] {
             assert!(!text.contains(secret), "{secret} leaked: {text}");
         }
         assert!(text.contains("crew:***@db:5432"));
