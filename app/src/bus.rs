@@ -73,6 +73,8 @@ pub struct BusSettings {
     pub request_body_timeout: Duration,
     /// After shutdown fires, how long the server waits for open connections and worker passes.
     pub shutdown_grace: Duration,
+    /// Longest the health probe waits for the ledger (and, beside it, the broker).
+    pub health_timeout: Duration,
 }
 
 impl BusSettings {
@@ -96,6 +98,7 @@ impl BusSettings {
             backends: vec!["memory".to_owned()],
             request_body_timeout: Duration::from_millis(c.request_body_timeout_ms),
             shutdown_grace: Duration::from_millis(c.shutdown_grace_ms),
+            health_timeout: Duration::from_millis(c.health_timeout_ms),
         }
     }
 }

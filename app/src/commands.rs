@@ -301,8 +301,12 @@ pub async fn health(config: Config, args: HealthArgs, json: bool) -> BusResult<E
         .url
         .unwrap_or_else(|| format!("http://{}", config.listen));
     let url = format!("{}/health", base.trim_end_matches('/'));
+    // Longer than the server's own bound on the probe, so a slow ledger is reported by the
+    // server (503, `ledger unavailable`) rather than by this client giving up first.
+    let wait = std::time::Duration::from_millis(config.bus.health_timeout_ms)
+        + std::time::Duration::from_secs(5);
     let client = reqwest::Client::builder()
-        .timeout(std::time::Duration::from_secs(10))
+        .timeout(wait)
         .build()
         .map_err(|e| BusError::unavailable_from("HTTP client", e))?;
     let response = client

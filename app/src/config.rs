@@ -251,6 +251,10 @@ pub struct BusConfig {
     /// workers' passes in progress before it abandons them (logged as a warning) and exits, ms.
     /// Default 10 000.
     pub shutdown_grace_ms: u64,
+    /// Longest `/health` waits for the ledger (and the broker, at the same time) before it
+    /// reports it unavailable, ms. `crewbus health` waits this plus 5 s for the answer.
+    /// Default 2 000.
+    pub health_timeout_ms: u64,
 }
 
 impl Default for BusConfig {
@@ -272,6 +276,7 @@ impl Default for BusConfig {
             max_wait_ms: 50_000,
             request_body_timeout_ms: 30_000,
             shutdown_grace_ms: 10_000,
+            health_timeout_ms: 2_000,
         }
     }
 }
@@ -377,9 +382,11 @@ impl Config {
         if self.bus.relay_lease_ms == 0
             || self.bus.idle_poll_ms == 0
             || self.bus.request_body_timeout_ms == 0
+            || self.bus.health_timeout_ms == 0
         {
             return Err(BusError::invalid(
-                "bus.relay_lease_ms, bus.idle_poll_ms and bus.request_body_timeout_ms must be at least 1",
+                "bus.relay_lease_ms, bus.idle_poll_ms, bus.request_body_timeout_ms and \
+                 bus.health_timeout_ms must be at least 1",
             ));
         }
         if let Some(db) = &self.database {

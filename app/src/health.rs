@@ -37,14 +37,31 @@ impl HealthReport {
 
 impl Bus {
     /// Checks the ledger (by reading its counts) and, when configured, whether the broker
-    /// answers.
+    /// answers — both at once, each bounded by `bus.health_timeout_ms` (2 s by default): a
+    /// ledger that has not answered by then is reported `unavailable` (the probe fails), a
+    /// broker `unreachable`. So the probe answers within that bound whatever is down (the
+    /// pool's own acquire timeout is longer).
     pub async fn health(&self) -> HealthReport {
-        let counts = self.ports.ledger.counts(self.now()).await;
-        let broker = match &self.ports.broker {
-            None => "not_configured",
-            Some(b) if b.reachable().await => "ok",
-            Some(_) => "unreachable",
+        let bound = self.settings.health_timeout;
+        let counts = async {
+            match tokio::time::timeout(bound, self.ports.ledger.counts(self.now())).await {
+                Ok(counts) => counts,
+                Err(_) => Err(crewbus_domain::BusError::timeout(format!(
+                    "ledger counts within {} ms",
+                    bound.as_millis()
+                ))),
+            }
         };
+        let broker = async {
+            match &self.ports.broker {
+                None => "not_configured",
+                Some(b) => match tokio::time::timeout(bound, b.reachable()).await {
+                    Ok(true) => "ok",
+                    _ => "unreachable",
+                },
+            }
+        };
+        let (counts, broker) = tokio::join!(counts, broker);
         match counts {
             Ok(c) => HealthReport {
                 status: "ok",
