@@ -1,4 +1,5 @@
-//! The command line: `crewbus serve | demo | migrate | team | agent | stream | health | push`.
+//! The command line: `crewbus serve | mcp | demo | migrate | team | agent | stream | health | load
+//! | push`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,7 +20,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     after_help = "\
 Examples:
   crewbus demo                              three agents talk, then a summary
-  crewbus serve                             memory at 127.0.0.1:7700 (nothing kept)
+  crewbus serve                             memory at 127.0.0.1:7700, dev team `local` with
+                                            agents alice and bob (tokens kept in dev-tokens.json)
+  crewbus mcp --url http://127.0.0.1:7700   stdio MCP server for a host (token: CREWBUS_MCP_TOKEN)
   crewbus --config crewbus.toml migrate     create or upgrade the Postgres schema
   crewbus team add research                 create a team (needs [database])
   crewbus agent add --team research alice   create an agent; prints its token once
@@ -58,6 +61,37 @@ Examples:
   crewbus serve --dev-team demo --dev-agent alice --dev-agent bob   (memory: print tokens)
   CREWBUS_DATABASE__URL=postgres://postgres@127.0.0.1/crewbus crewbus serve")]
     Serve(ServeArgs),
+
+    /// A stdio MCP server for hosts that launch servers as subprocesses: relays JSON-RPC between
+    /// stdin/stdout and a running server's Streamable HTTP endpoint `URL/mcp`, adding the agent's
+    /// bearer token. Reads no configuration file.
+    ///
+    /// Each line on stdin is one JSON-RPC message; it is POSTed unchanged, and each answer (the
+    /// JSON body, or each event of an SSE stream) is written to stdout as one line. Messages are
+    /// relayed concurrently: a waiting `fetch_inbox` does not hold up a `ping`. When the server
+    /// cannot be reached or refuses the token, a request gets a JSON-RPC error answer (code
+    /// -32000, `data.http_status` when there was an HTTP answer) and stderr says why.
+    #[command(after_help = "\
+The token: $CREWBUS_MCP_TOKEN, or --token-file PATH (never a command-line argument, so it stays
+out of process listings). One token per live host session: the token is the agent's identity.
+Without a token it exits with code 2.
+
+Example host configuration (mcpServers JSON, e.g. Claude Code's .mcp.json):
+  {
+    \"mcpServers\": {
+      \"crewbus\": {
+        \"command\": \"/absolute/path/to/crewbus\",
+        \"args\": [\"mcp\", \"--url\", \"http://127.0.0.1:7700\"],
+        \"env\": { \"CREWBUS_MCP_TOKEN\": \"cbt_…\" }
+      }
+    }
+  }
+`crewbus serve` prints this block with its own address, binary path and the dev agents' tokens.
+
+Examples:
+  CREWBUS_MCP_TOKEN=cbt_… crewbus mcp --url http://127.0.0.1:7700
+  crewbus mcp --url https://bus.example.com --token-file ~/.config/crewbus/alice.token")]
+    Mcp(McpArgs),
 
     /// Start a server in-process and run a scripted exchange between three agents through the
     /// real HTTP API, then print the transcript and a summary (messages, deliveries, latency).
@@ -152,6 +186,21 @@ pub struct ServeArgs {
     /// With --dev-team: create this agent and print its token (repeatable).
     #[arg(long = "dev-agent", value_name = "NAME", requires = "dev_team")]
     pub dev_agents: Vec<String>,
+}
+
+/// `crewbus mcp` options. The token is deliberately not an option: it comes from
+/// `CREWBUS_MCP_TOKEN` or `--token-file`.
+#[derive(Debug, Clone, Args)]
+pub struct McpArgs {
+    /// Base URL of the crewbus server; the bridge talks to `URL/mcp` (a URL already ending in
+    /// `/mcp` is used as is).
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:7700")]
+    pub url: String,
+
+    /// Read the agent's bearer token from this file (surrounding whitespace is ignored) instead
+    /// of $CREWBUS_MCP_TOKEN.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
 }
 
 /// `crewbus health` options.

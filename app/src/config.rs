@@ -292,9 +292,14 @@ impl Default for LogConfig {
     }
 }
 
+/// `CREWBUS_*` variables that are not configuration keys (compared without the prefix, in any
+/// case): the configuration file's path, and the `crewbus mcp` bridge's token, which may well be
+/// exported in the shell that starts a server.
+const IGNORED_ENV: &[&str] = &["CONFIG", "MCP_TOKEN"];
+
 impl Config {
     /// Loads the configuration: embedded default ← `path` (or `CREWBUS_CONFIG`, or `./crewbus.toml`
-    /// when it exists) ← `CREWBUS_*` variables. Errors: a named file that does not exist, bad
+    /// when it exists) ← `CREWBUS_*` variables (except `CREWBUS_CONFIG` and `CREWBUS_MCP_TOKEN`). Errors: a named file that does not exist, bad
     /// TOML, an unknown key or a wrong type → `Invalid` naming the key (never a value).
     pub fn load(path: Option<&Path>) -> BusResult<Config> {
         let mut figment = Figment::new();
@@ -315,7 +320,7 @@ impl Config {
         }
         figment = figment.merge(
             Env::prefixed("CREWBUS_")
-                .ignore(&["CONFIG"])
+                .ignore(IGNORED_ENV)
                 .split("__")
                 .lowercase(true),
         );
@@ -597,6 +602,23 @@ mod tests {
             Config::from_toml("[bus]\nrequest_body_timeout_ms = 0"),
             Err(BusError::Invalid { .. })
         ));
+    }
+
+    #[test]
+    // figment's own Jail signature: its closure returns figment's (large) error.
+    #[allow(clippy::result_large_err)]
+    fn the_bridge_token_and_the_file_path_are_not_keys() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("CREWBUS_MCP_TOKEN", "cbt_not_a_key");
+            jail.set_env("CREWBUS_CONFIG", "crewbus.toml");
+            jail.create_file("crewbus.toml", "listen = \"127.0.0.1:7801\"")?;
+            let c = Config::load(None).expect("the token variable is ignored");
+            assert_eq!(c.listen.port(), 7801);
+            // Any other CREWBUS_ variable is still a key, and an unknown one is refused.
+            jail.set_env("CREWBUS_MCP_TOKNE", "x");
+            assert!(matches!(Config::load(None), Err(BusError::Invalid { .. })));
+            Ok(())
+        });
     }
 
     #[test]

@@ -35,6 +35,7 @@ pub mod compose;
 pub mod demo;
 mod demo_receiver;
 pub mod logging;
+pub mod mcp_bridge;
 pub mod server;
 pub mod streams;
 #[cfg(test)]
