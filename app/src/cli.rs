@@ -49,16 +49,24 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the bus: HTTP API, relay, reference and retention workers.
+    /// Run the bus: HTTP API, MCP endpoint, relay, reference and retention workers.
     ///
     /// With no configuration it runs on the embedded default (memory adapters, nothing is kept
-    /// after it stops). Stops gracefully on Ctrl-C or SIGTERM: no new requests, in-flight work
-    /// drained.
+    /// after it stops) and sets up a dev team, `local`, with agents alice and bob: it prints
+    /// their tokens and a host configuration to paste, and keeps the tokens in dev-tokens.json
+    /// in the state directory, so the next start gives the same agents the same tokens. Stops
+    /// gracefully on Ctrl-C or SIGTERM: no new requests, in-flight work drained.
     #[command(after_help = "\
+The state directory: --data-dir, else $XDG_STATE_HOME/crewbus, else ~/.local/state/crewbus.
+With [database] configured, dev agents are set up only when --dev-team is given. An agent that
+already exists is reused, never re-created; its token is printed when dev-tokens.json holds one
+that works for it (the ledger keeps only a hash of each token).
+
 Examples:
-  crewbus serve
+  crewbus serve                                  memory; team local, agents alice and bob
   crewbus serve --listen 0.0.0.0:7700
-  crewbus serve --dev-team demo --dev-agent alice --dev-agent bob   (memory: print tokens)
+  crewbus serve --dev-team demo --dev-agent carol --dev-agent dave
+  crewbus serve --data-dir ./state               keep dev-tokens.json in ./state
   CREWBUS_DATABASE__URL=postgres://postgres@127.0.0.1/crewbus crewbus serve")]
     Serve(ServeArgs),
 
@@ -179,13 +187,20 @@ pub struct ServeArgs {
     #[arg(long, env = "CREWBUS_LISTEN", value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
 
-    /// Create this team at start-up (useful with the embedded default, which keeps nothing).
+    /// The dev team: found or created at start-up, with the --dev-agent agents. Default on the
+    /// embedded store: `local`. With [database], dev agents are set up only when this is given.
     #[arg(long, value_name = "NAME")]
     pub dev_team: Option<String>,
 
-    /// With --dev-team: create this agent and print its token (repeatable).
-    #[arg(long = "dev-agent", value_name = "NAME", requires = "dev_team")]
+    /// A dev agent of the dev team, found or created, its token printed (repeatable). Default:
+    /// alice and bob.
+    #[arg(long = "dev-agent", value_name = "NAME")]
     pub dev_agents: Vec<String>,
+
+    /// The state directory holding dev-tokens.json. Default: $XDG_STATE_HOME/crewbus, else
+    /// ~/.local/state/crewbus.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
 }
 
 /// `crewbus mcp` options. The token is deliberately not an option: it comes from
