@@ -292,11 +292,6 @@ impl Default for LogConfig {
     }
 }
 
-/// `CREWBUS_*` variables that are not configuration keys (compared without the prefix, in any
-/// case): the configuration file's path, and the `crewbus mcp` bridge's token, which may well be
-/// exported in the shell that starts a server.
-const IGNORED_ENV: &[&str] = &["CONFIG", "MCP_TOKEN"];
-
 impl Config {
     /// Loads the configuration: embedded default ← `path` (or `CREWBUS_CONFIG`, or `./crewbus.toml`
     /// when it exists) ← `CREWBUS_*` variables (except `CREWBUS_CONFIG` and `CREWBUS_MCP_TOKEN`). Errors: a named file that does not exist, bad
@@ -320,7 +315,9 @@ impl Config {
         }
         figment = figment.merge(
             Env::prefixed("CREWBUS_")
-                .ignore(IGNORED_ENV)
+                // Not keys (compared without the prefix, in any case): the file's path, and the
+                // `crewbus mcp` bridge's token, which may well be exported in a server's shell.
+                .ignore(&["CONFIG", "MCP_TOKEN"])
                 .split("__")
                 .lowercase(true),
         );
@@ -605,23 +602,6 @@ mod tests {
     }
 
     #[test]
-    // figment's own Jail signature: its closure returns figment's (large) error.
-    #[allow(clippy::result_large_err)]
-    fn the_bridge_token_and_the_file_path_are_not_keys() {
-        figment::Jail::expect_with(|jail| {
-            jail.set_env("CREWBUS_MCP_TOKEN", "cbt_not_a_key");
-            jail.set_env("CREWBUS_CONFIG", "crewbus.toml");
-            jail.create_file("crewbus.toml", "listen = \"127.0.0.1:7801\"")?;
-            let c = Config::load(None).expect("the token variable is ignored");
-            assert_eq!(c.listen.port(), 7801);
-            // Any other CREWBUS_ variable is still a key, and an unknown one is refused.
-            jail.set_env("CREWBUS_MCP_TOKNE", "x");
-            assert!(matches!(Config::load(None), Err(BusError::Invalid { .. })));
-            Ok(())
-        });
-    }
-
-    #[test]
     fn a_bad_value_never_echoes_a_secret() {
         let err = Config::from_toml("[database]\nurl = 17\nmax_connections = \"hunter2\"")
             .err()
@@ -669,5 +649,22 @@ mod tests {
             redact_url("host=h password=s user=u"),
             "host=h password=*** user=u"
         );
+    }
+
+    #[test]
+    // figment's own Jail signature: its closure returns figment's (large) error.
+    #[allow(clippy::result_large_err)]
+    fn the_bridge_token_and_the_file_path_are_not_keys() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("CREWBUS_MCP_TOKEN", "cbt_not_a_key");
+            jail.set_env("CREWBUS_CONFIG", "crewbus.toml");
+            jail.create_file("crewbus.toml", "listen = \"127.0.0.1:7801\"")?;
+            let c = Config::load(None).expect("the token variable is ignored");
+            assert_eq!(c.listen.port(), 7801);
+            // Any other CREWBUS_ variable is still a key, and an unknown one is refused.
+            jail.set_env("CREWBUS_MCP_TOKNE", "x");
+            assert!(matches!(Config::load(None), Err(BusError::Invalid { .. })));
+            Ok(())
+        });
     }
 }
