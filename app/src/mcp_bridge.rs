@@ -5,9 +5,12 @@
 //! POSTed unchanged with the agent's bearer token, and every answer goes to stdout as one line —
 //! an `application/json` body as it came, each `data:` event of a `text/event-stream` body as
 //! its own line, nothing for `202 Accepted`. It only looks inside a message to learn its `id`
-//! (to answer a failed request with a JSON-RPC error), and inside an `initialize` result to learn
-//! the negotiated protocol revision, which it sends as `MCP-Protocol-Version` from then on (as a
-//! Streamable HTTP client must); an `Mcp-Session-Id` the server returns is sent back likewise.
+//! (to answer a failed request with a JSON-RPC error) and the protocol revision, which a
+//! Streamable HTTP client must repeat in the `MCP-Protocol-Version` header: a request's own
+//! `_meta["io.modelcontextprotocol/protocolVersion"]` (revision 2026-07-28, where every request
+//! names it), else the revision an `initialize` result negotiated (the handshake-era revisions).
+//! An `Mcp-Session-Id` the server returns is sent back likewise. An `initialize` request itself
+//! goes without either header: it starts afresh.
 //!
 //! Each message is relayed in its own task, so a `fetch_inbox` that waits does not hold up a
 //! `ping`; stdout lines are written by one writer task, never interleaved. On end of input the
@@ -186,6 +189,14 @@ impl Relay {
         };
         let ids = request_ids(&message);
         let initialize = message.get("method").and_then(Value::as_str) == Some("initialize");
+        let mut headers = if initialize {
+            HeaderMap::new()
+        } else {
+            self.session_headers()
+        };
+        if let Some(version) = stated_revision(&message) {
+            headers.insert(PROTOCOL_VERSION, version);
+        }
         let fail = |error: RelayFailure| {
             eprintln!("crewbus mcp: POST {}: {}", self.endpoint, error.message);
             for id in &ids {
@@ -195,7 +206,7 @@ impl Relay {
         let response = self
             .client
             .post(&self.endpoint)
-            .headers(self.session_headers())
+            .headers(headers)
             .header(AUTHORIZATION, self.authorization.clone())
             .header(ACCEPT, "application/json, text/event-stream")
             .header(CONTENT_TYPE, "application/json")
@@ -371,6 +382,21 @@ fn request_ids(message: &Value) -> Vec<Value> {
     }
 }
 
+/// The revision a message names itself (`params._meta["io.modelcontextprotocol/protocolVersion"]`,
+/// of the first message of a batch), as a header value.
+fn stated_revision(message: &Value) -> Option<HeaderValue> {
+    let first = match message {
+        Value::Array(batch) => batch.first()?,
+        other => other,
+    };
+    let version = first
+        .get("params")?
+        .get("_meta")?
+        .get("io.modelcontextprotocol/protocolVersion")?
+        .as_str()?;
+    HeaderValue::from_str(version).ok()
+}
+
 /// Whether `value` (an object or a batch) is a response to one of `ids`.
 fn is_answer_to(value: &Value, ids: &[Value]) -> bool {
     let one = |m: &Value| {
@@ -518,6 +544,19 @@ mod tests {
             &json!({"jsonrpc": "2.0", "method": "notifications/progress"}),
             &[json!(1)]
         ));
+    }
+
+    #[test]
+    fn a_message_states_its_revision_in_its_meta() {
+        let stated = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {
+            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
+        assert_eq!(stated_revision(&stated).unwrap(), "2026-07-28");
+        assert_eq!(
+            stated_revision(&json!([stated])).unwrap(),
+            "2026-07-28",
+            "a batch: its first message"
+        );
+        assert!(stated_revision(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).is_none());
     }
 
     #[test]

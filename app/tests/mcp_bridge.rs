@@ -272,6 +272,16 @@ fn relays_json_and_sse_answers_with_the_bearer_and_the_session_headers() {
     assert_eq!(broken["id"], 4);
     assert_eq!(broken["error"]["code"], -32000);
     assert_eq!(broken["error"]["data"]["http_status"], 200);
+    // A request naming its revision in `_meta` (2026-07-28) sends that one.
+    b.send(
+        &json!({"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}}),
+    );
+    assert_eq!(b.next()["method"], "notifications/progress");
+    assert_eq!(b.next()["id"], 5);
+    // A new handshake starts afresh: no session, no revision header.
+    b.send(&request(6, "initialize"));
+    assert_eq!(b.next()["id"], 6);
 
     let (rest, stderr, code) = b.finish();
     assert_eq!(code, Some(0), "{stderr}");
@@ -279,7 +289,7 @@ fn relays_json_and_sse_answers_with_the_bearer_and_the_session_headers() {
     assert!(!stderr.contains(TOKEN), "{stderr}");
 
     let seen = fake.seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 5, "{seen:?}");
+    assert_eq!(seen.len(), 7, "{seen:?}");
     for s in &seen {
         assert_eq!(
             s.authorization.as_deref(),
@@ -294,10 +304,16 @@ fn relays_json_and_sse_answers_with_the_bearer_and_the_session_headers() {
     assert_eq!(seen[0].method.as_deref(), Some("initialize"));
     assert_eq!(seen[0].session, None);
     assert_eq!(seen[0].protocol, None);
-    for s in &seen[1..] {
+    for s in &seen[1..5] {
         assert_eq!(s.session.as_deref(), Some(SESSION), "{s:?}");
         assert_eq!(s.protocol.as_deref(), Some(REVISION), "{s:?}");
     }
+    assert_eq!(seen[5].protocol.as_deref(), Some("2026-07-28"));
+    assert_eq!(seen[6].method.as_deref(), Some("initialize"));
+    assert_eq!(
+        (seen[6].session.as_deref(), seen[6].protocol.as_deref()),
+        (None, None)
+    );
 }
 
 #[test]
