@@ -10,7 +10,12 @@
 //! `_meta["io.modelcontextprotocol/protocolVersion"]` (revision 2026-07-28, where every request
 //! names it), else the revision an `initialize` result negotiated (the handshake-era revisions).
 //! An `Mcp-Session-Id` the server returns is sent back likewise. An `initialize` request itself
-//! goes without either header: it starts afresh.
+//! goes without either header: it starts afresh. The standard routing headers of revision
+//! 2026-07-28 are derived from the message as that revision defines them: `Mcp-Method` (its
+//! `method`) and `Mcp-Name` (`params.name` of `tools/call` and `prompts/get`, `params.uri` of
+//! `resources/*`, `params.taskId` of `tasks/*`), Base64-wrapped (`=?base64?…?=`) when the value
+//! cannot travel as a bare header value; older revisions ignore them. No `Mcp-Param-*` headers
+//! are sent: crewbus's tools annotate no argument for them.
 //!
 //! Each message is relayed in its own task, so a `fetch_inbox` that waits does not hold up a
 //! `ping`; stdout lines are written by one writer task, never interleaved. On end of input the
@@ -196,6 +201,9 @@ impl Relay {
         };
         if let Some(version) = stated_revision(&message) {
             headers.insert(PROTOCOL_VERSION, version);
+        }
+        for (name, value) in routing_headers(&message) {
+            headers.insert(name, value);
         }
         let fail = |error: RelayFailure| {
             eprintln!("crewbus mcp: POST {}: {}", self.endpoint, error.message);
@@ -397,6 +405,47 @@ fn stated_revision(message: &Value) -> Option<HeaderValue> {
     HeaderValue::from_str(version).ok()
 }
 
+/// The standard routing headers of revision 2026-07-28 for one message (none for a batch or a
+/// response): `Mcp-Method`, and `Mcp-Name` for the methods that name a target.
+fn routing_headers(message: &Value) -> Vec<(&'static str, HeaderValue)> {
+    let Some(method) = message.get("method").and_then(Value::as_str) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    if let Ok(v) = HeaderValue::from_str(&header_text(method)) {
+        out.push(("mcp-method", v));
+    }
+    let key = match method {
+        "tools/call" | "prompts/get" => Some("name"),
+        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => Some("uri"),
+        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
+        _ => None,
+    };
+    if let Some(name) = key
+        .and_then(|k| message.get("params")?.get(k)?.as_str())
+        .and_then(|n| HeaderValue::from_str(&header_text(n)).ok())
+    {
+        out.push(("mcp-name", name));
+    }
+    out
+}
+
+/// `value` as a header value: as is, or `=?base64?<standard Base64>?=` when it starts or ends
+/// with a space or tab, holds a character outside printable ASCII, or looks like that wrapping.
+fn header_text(value: &str) -> String {
+    use base64::Engine as _;
+    let wrap = value.starts_with([' ', '\t'])
+        || value.ends_with([' ', '\t'])
+        || value.chars().any(|c| !(' '..='~').contains(&c))
+        || (value.starts_with("=?base64?") && value.ends_with("?="));
+    if wrap {
+        let encoded = base64::engine::general_purpose::STANDARD.encode(value);
+        format!("=?base64?{encoded}?=")
+    } else {
+        value.to_owned()
+    }
+}
+
 /// Whether `value` (an object or a batch) is a response to one of `ids`.
 fn is_answer_to(value: &Value, ids: &[Value]) -> bool {
     let one = |m: &Value| {
@@ -544,6 +593,30 @@ mod tests {
             &json!({"jsonrpc": "2.0", "method": "notifications/progress"}),
             &[json!(1)]
         ));
+    }
+
+    #[test]
+    fn routing_headers_name_the_method_and_its_target() {
+        let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": "fetch_inbox", "arguments": {}}});
+        let headers = routing_headers(&call);
+        assert_eq!(
+            headers[0],
+            ("mcp-method", HeaderValue::from_static("tools/call"))
+        );
+        assert_eq!(
+            headers[1],
+            ("mcp-name", HeaderValue::from_static("fetch_inbox"))
+        );
+        let read = json!({"jsonrpc": "2.0", "id": 2, "method": "resources/read",
+                          "params": {"uri": "file:///é"}});
+        let name = routing_headers(&read)[1].1.to_str().unwrap().to_owned();
+        assert_eq!(name, "=?base64?ZmlsZTovLy/DqQ==?=");
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        assert_eq!(routing_headers(&note).len(), 1);
+        assert!(routing_headers(&json!({"jsonrpc": "2.0", "id": 3, "result": {}})).is_empty());
+        assert_eq!(header_text(" x"), "=?base64?IHg=?=");
+        assert_eq!(header_text("plain-name_1"), "plain-name_1");
     }
 
     #[test]

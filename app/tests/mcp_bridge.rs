@@ -34,6 +34,8 @@ struct Seen {
     content_type: Option<String>,
     session: Option<String>,
     protocol: Option<String>,
+    mcp_method: Option<String>,
+    mcp_name: Option<String>,
 }
 
 #[derive(Default)]
@@ -68,6 +70,8 @@ async fn mcp(State(fake): State<Arc<Fake>>, headers: HeaderMap, body: String) ->
         content_type: header(&headers, "content-type"),
         session: header(&headers, "mcp-session-id"),
         protocol: header(&headers, "mcp-protocol-version"),
+        mcp_method: header(&headers, "mcp-method"),
+        mcp_name: header(&headers, "mcp-name"),
     });
     if header(&headers, "authorization").as_deref() != Some(&format!("Bearer {TOKEN}")) {
         return (
@@ -279,9 +283,13 @@ fn relays_json_and_sse_answers_with_the_bearer_and_the_session_headers() {
     );
     assert_eq!(b.next()["method"], "notifications/progress");
     assert_eq!(b.next()["id"], 5);
+    // A tool call names its tool in Mcp-Name (the fake answers it as an unknown method).
+    b.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                   "params": {"name": "whoami", "arguments": {}}}));
+    assert_eq!(b.next()["id"], 7);
     // A new handshake starts afresh: no session, no revision header.
-    b.send(&request(6, "initialize"));
-    assert_eq!(b.next()["id"], 6);
+    b.send(&request(8, "initialize"));
+    assert_eq!(b.next()["id"], 8);
 
     let (rest, stderr, code) = b.finish();
     assert_eq!(code, Some(0), "{stderr}");
@@ -289,7 +297,7 @@ fn relays_json_and_sse_answers_with_the_bearer_and_the_session_headers() {
     assert!(!stderr.contains(TOKEN), "{stderr}");
 
     let seen = fake.seen.lock().unwrap().clone();
-    assert_eq!(seen.len(), 7, "{seen:?}");
+    assert_eq!(seen.len(), 8, "{seen:?}");
     for s in &seen {
         assert_eq!(
             s.authorization.as_deref(),
@@ -309,11 +317,16 @@ fn relays_json_and_sse_answers_with_the_bearer_and_the_session_headers() {
         assert_eq!(s.protocol.as_deref(), Some(REVISION), "{s:?}");
     }
     assert_eq!(seen[5].protocol.as_deref(), Some("2026-07-28"));
-    assert_eq!(seen[6].method.as_deref(), Some("initialize"));
+    assert_eq!(seen[6].mcp_name.as_deref(), Some("whoami"));
+    assert_eq!(seen[7].method.as_deref(), Some("initialize"));
     assert_eq!(
-        (seen[6].session.as_deref(), seen[6].protocol.as_deref()),
+        (seen[7].session.as_deref(), seen[7].protocol.as_deref()),
         (None, None)
     );
+    for s in &seen {
+        assert_eq!(s.mcp_method, s.method, "Mcp-Method names the method: {s:?}");
+    }
+    assert!(seen[..6].iter().all(|s| s.mcp_name.is_none()));
 }
 
 #[test]
