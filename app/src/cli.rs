@@ -70,9 +70,11 @@ Examples:
   CREWBUS_DATABASE__URL=postgres://postgres@127.0.0.1/crewbus crewbus serve")]
     Serve(ServeArgs),
 
-    /// A stdio MCP server for hosts that launch servers as subprocesses: relays JSON-RPC between
-    /// stdin/stdout and a running server's Streamable HTTP endpoint `URL/mcp`, adding the agent's
-    /// bearer token. Reads no configuration file.
+    /// A stdio MCP server relaying to a running server's `/mcp` (for hosts that launch servers).
+    ///
+    /// For hosts that launch MCP servers as subprocesses: relays JSON-RPC between stdin/stdout
+    /// and the Streamable HTTP endpoint `URL/mcp`, adding the agent's bearer token. Reads no
+    /// configuration file.
     ///
     /// Each line on stdin is one JSON-RPC message; it is POSTed unchanged, and each answer (the
     /// JSON body, or each event of an SSE stream) is written to stdout as one line. Messages are
@@ -82,7 +84,7 @@ Examples:
     #[command(after_help = "\
 The token: $CREWBUS_MCP_TOKEN, or --token-file PATH (never a command-line argument, so it stays
 out of process listings). One token per live host session: the token is the agent's identity.
-Without a token it exits with code 2.
+Without a token it exits with code 2. The global --config and --json do not apply to it.
 
 Example host configuration (mcpServers JSON, e.g. Claude Code's .mcp.json):
   {
