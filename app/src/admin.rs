@@ -3,7 +3,7 @@
 use crewbus_domain::{Agent, BusError, BusResult, Team, TokenHash, Uuid, validate_recipient_key};
 
 use crate::bus::Bus;
-use crate::token::new_token;
+use crate::token::{is_token, new_token};
 
 /// An agent just created, with its token: the only time the token exists in clear.
 #[derive(Clone)]
@@ -98,10 +98,31 @@ impl Bus {
     /// Errors: as `Ledger::create_agent`; a name that is not a recipient-key-safe token →
     /// `Invalid`.
     pub async fn add_agent(&self, team: Uuid, name: &str) -> BusResult<NewAgent> {
+        self.add_agent_with_token(team, name, new_token()).await
+    }
+
+    /// Creates an agent holding `token`, a token crewbus issued earlier (`cbt_` and 64 hex
+    /// digits) — how `crewbus serve` re-creates its dev agents on a memory ledger with the
+    /// tokens kept in `dev-tokens.json`, so a host configuration keeps working. Stored, like
+    /// every token, as its SHA-256 hash only.
+    ///
+    /// Errors: `token` not of that shape → `Invalid` (the value is never echoed); the token
+    /// already held by an agent, or the name taken → `Conflict`; otherwise as
+    /// [`Bus::add_agent`].
+    pub async fn add_agent_with_token(
+        &self,
+        team: Uuid,
+        name: &str,
+        token: String,
+    ) -> BusResult<NewAgent> {
         validate_recipient_key(name).map_err(|_| {
             BusError::invalid("agent name may hold only letters, digits, `_` and `-`")
         })?;
-        let token = new_token();
+        if !is_token(&token) {
+            return Err(BusError::invalid(
+                "not a crewbus agent token (`cbt_` followed by 64 hex digits)",
+            ));
+        }
         let agent = self
             .ports
             .ledger

@@ -1,4 +1,5 @@
-//! The command line: `crewbus serve | demo | migrate | team | agent | stream | health | push`.
+//! The command line: `crewbus serve | mcp | demo | migrate | team | agent | stream | health | load
+//! | push`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -19,7 +20,9 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
     after_help = "\
 Examples:
   crewbus demo                              three agents talk, then a summary
-  crewbus serve                             memory at 127.0.0.1:7700 (nothing kept)
+  crewbus serve                             memory at 127.0.0.1:7700, dev team `local` with
+                                            agents alice and bob (tokens kept in dev-tokens.json)
+  crewbus mcp --url http://127.0.0.1:7700   stdio MCP server for a host (token: CREWBUS_MCP_TOKEN)
   crewbus --config crewbus.toml migrate     create or upgrade the Postgres schema
   crewbus team add research                 create a team (needs [database])
   crewbus agent add --team research alice   create an agent; prints its token once
@@ -46,18 +49,59 @@ pub struct Cli {
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run the bus: HTTP API, relay, reference and retention workers.
+    /// Run the bus: HTTP API, MCP endpoint, relay, reference and retention workers.
     ///
     /// With no configuration it runs on the embedded default (memory adapters, nothing is kept
-    /// after it stops). Stops gracefully on Ctrl-C or SIGTERM: no new requests, in-flight work
-    /// drained.
+    /// after it stops) and sets up a dev team, `local`, with agents alice and bob: it prints
+    /// their tokens and a host configuration to paste, and keeps the tokens in dev-tokens.json
+    /// in the state directory, so the next start gives the same agents the same tokens. Stops
+    /// gracefully on Ctrl-C or SIGTERM: no new requests, in-flight work drained.
     #[command(after_help = "\
+The state directory: --data-dir, else $XDG_STATE_HOME/crewbus, else ~/.local/state/crewbus.
+With [database] configured, dev agents are set up only when --dev-team is given. An agent that
+already exists is reused, never re-created; its token is printed when dev-tokens.json holds one
+that works for it (the ledger keeps only a hash of each token).
+
 Examples:
-  crewbus serve
+  crewbus serve                                  memory; team local, agents alice and bob
   crewbus serve --listen 0.0.0.0:7700
-  crewbus serve --dev-team demo --dev-agent alice --dev-agent bob   (memory: print tokens)
+  crewbus serve --dev-team demo --dev-agent carol --dev-agent dave
+  crewbus serve --data-dir ./state               keep dev-tokens.json in ./state
   CREWBUS_DATABASE__URL=postgres://postgres@127.0.0.1/crewbus crewbus serve")]
     Serve(ServeArgs),
+
+    /// A stdio MCP server relaying to a running server's `/mcp` (for hosts that launch servers).
+    ///
+    /// For hosts that launch MCP servers as subprocesses: relays JSON-RPC between stdin/stdout
+    /// and the Streamable HTTP endpoint `URL/mcp`, adding the agent's bearer token. Reads no
+    /// configuration file.
+    ///
+    /// Each line on stdin is one JSON-RPC message; it is POSTed unchanged, and each answer (the
+    /// JSON body, or each event of an SSE stream) is written to stdout as one line. Messages are
+    /// relayed concurrently: a waiting `fetch_inbox` does not hold up a `ping`. When the server
+    /// cannot be reached or refuses the token, a request gets a JSON-RPC error answer (code
+    /// -32000, `data.http_status` when there was an HTTP answer) and stderr says why.
+    #[command(after_help = "\
+The token: $CREWBUS_MCP_TOKEN, or --token-file PATH (never a command-line argument, so it stays
+out of process listings). One token per live host session: the token is the agent's identity.
+Without a token it exits with code 2. The global --config and --json do not apply to it.
+
+Example host configuration (mcpServers JSON, e.g. Claude Code's .mcp.json):
+  {
+    \"mcpServers\": {
+      \"crewbus\": {
+        \"command\": \"/absolute/path/to/crewbus\",
+        \"args\": [\"mcp\", \"--url\", \"http://127.0.0.1:7700\"],
+        \"env\": { \"CREWBUS_MCP_TOKEN\": \"cbt_…\" }
+      }
+    }
+  }
+`crewbus serve` prints this block with its own address, binary path and the dev agents' tokens.
+
+Examples:
+  CREWBUS_MCP_TOKEN=cbt_… crewbus mcp --url http://127.0.0.1:7700
+  crewbus mcp --url https://bus.example.com --token-file ~/.config/crewbus/alice.token")]
+    Mcp(McpArgs),
 
     /// Start a server in-process and run a scripted exchange between three agents through the
     /// real HTTP API, then print the transcript and a summary (messages, deliveries, latency).
@@ -145,13 +189,35 @@ pub struct ServeArgs {
     #[arg(long, env = "CREWBUS_LISTEN", value_name = "ADDR")]
     pub listen: Option<SocketAddr>,
 
-    /// Create this team at start-up (useful with the embedded default, which keeps nothing).
+    /// The dev team: found or created at start-up, with the --dev-agent agents. Default on the
+    /// embedded store: `local`. With [database], dev agents are set up only when this is given.
     #[arg(long, value_name = "NAME")]
     pub dev_team: Option<String>,
 
-    /// With --dev-team: create this agent and print its token (repeatable).
-    #[arg(long = "dev-agent", value_name = "NAME", requires = "dev_team")]
+    /// A dev agent of the dev team, found or created, its token printed (repeatable). Default:
+    /// alice and bob.
+    #[arg(long = "dev-agent", value_name = "NAME")]
     pub dev_agents: Vec<String>,
+
+    /// The state directory holding dev-tokens.json. Default: $XDG_STATE_HOME/crewbus, else
+    /// ~/.local/state/crewbus.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+}
+
+/// `crewbus mcp` options. The token is deliberately not an option: it comes from
+/// `CREWBUS_MCP_TOKEN` or `--token-file`.
+#[derive(Debug, Clone, Args)]
+pub struct McpArgs {
+    /// Base URL of the crewbus server; the bridge talks to `URL/mcp` (a URL already ending in
+    /// `/mcp` is used as is).
+    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:7700")]
+    pub url: String,
+
+    /// Read the agent's bearer token from this file (surrounding whitespace is ignored) instead
+    /// of $CREWBUS_MCP_TOKEN.
+    #[arg(long, value_name = "PATH")]
+    pub token_file: Option<PathBuf>,
 }
 
 /// `crewbus health` options.

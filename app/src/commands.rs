@@ -10,52 +10,146 @@ use crate::bus::Bus;
 use crate::cli::{AgentCommand, BackendChoice, HealthArgs, ServeArgs, StreamCommand, TeamCommand};
 use crate::compose::compose;
 use crate::config::Config;
+use crate::dev_team::{self, DevAgent, DevTokens};
 use crate::server::Server;
 use crate::shutdown::Shutdown;
 
-/// `crewbus serve`.
+/// `crewbus serve`: composes the bus, sets up the dev team (see [`crate::dev_team`]): on the
+/// embedded store always (default team `local`, agents alice and bob), with a database only when
+/// `--dev-team` is given; prints each agent (`agent NAME (ID) of team TEAM: token TOKEN`, with
+/// `--json` one object `{team, agent, name, token}` per agent, `token` null when it cannot be
+/// recovered), starts the server, then prints the dev tokens file and a host configuration to
+/// paste, and the address (`--json`: `{listening, mcp_url}`). Errors: `--dev-agent` without
+/// `--dev-team` when a database is configured → `Invalid`; as `compose`, the dev team's use
+/// cases and `Server::start`.
 pub async fn serve(mut config: Config, args: ServeArgs, json: bool) -> BusResult<ExitCode> {
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
+    let team_name = match (&args.dev_team, config.database.is_none()) {
+        (Some(team), _) => Some(team.clone()),
+        (None, true) => Some(dev_team::DEFAULT_TEAM.to_owned()),
+        (None, false) if args.dev_agents.is_empty() => None,
+        (None, false) => {
+            return Err(BusError::invalid(
+                "with [database] configured, --dev-agent needs --dev-team NAME (dev agents are \
+                 set up only when asked for)",
+            ));
+        }
+    };
     let composed = compose(&config).await?;
     tracing::info!(adapters = %composed.description, "composed");
     let bus = composed.bus;
-    if let Some(team) = &args.dev_team {
-        let team = match bus.find_team(team).await {
-            Ok(t) => t,
-            Err(BusError::NotFound { .. }) => bus.add_team(team, None, None).await?,
-            Err(e) => return Err(e),
+    let mut dev = None;
+    if let Some(team_name) = team_name {
+        let names: Vec<String> = if args.dev_agents.is_empty() {
+            dev_team::DEFAULT_AGENTS.map(str::to_owned).to_vec()
+        } else {
+            args.dev_agents.clone()
         };
-        for name in &args.dev_agents {
-            let new = bus.add_agent(team.id, name).await?;
-            if json {
-                println!(
-                    "{}",
-                    json!({"team": team.id, "agent": new.agent.id, "name": name, "token": new.token})
-                );
-            } else {
-                println!(
-                    "agent {name} ({}) of team {}: token {}",
-                    new.agent.id, team.name, new.token
-                );
-            }
+        let mut tokens = DevTokens::open(dev_team::state_dir(args.data_dir.as_deref()).as_deref());
+        let (team, agents) = dev_team::ensure(&bus, &team_name, &names, &mut tokens).await?;
+        if let Err(e) = tokens.save() {
+            let path = tokens.path().map(|p| p.display().to_string());
+            tracing::warn!(path, error = %e, "cannot write the dev tokens file: new tokens are printed but not kept");
         }
+        for a in &agents {
+            print_dev_agent(&team, a, json);
+        }
+        dev = Some((team, agents, tokens));
     }
     let shutdown = Shutdown::new();
     let server = Server::start(bus, config.listen, shutdown.clone()).await?;
     tokio::spawn(shutdown.clone().on_signals());
+    let base = dev_team::local_url(server.addr());
+    let mcp_url = format!("{base}/mcp");
     if json {
-        println!("{}", json!({"listening": server.url()}));
+        println!("{}", json!({"listening": server.url(), "mcp_url": mcp_url}));
     } else {
+        if let Some((team, agents, tokens)) = &dev {
+            print_host_config(team, agents, tokens, &base, &mcp_url);
+        }
         println!(
-            "crewbus listening on {} ({}). Ctrl-C stops it.",
+            "crewbus listening on {} ({}); MCP at {mcp_url}. Ctrl-C stops it.",
             server.url(),
             composed.description
         );
     }
     server.wait().await;
     Ok(ExitCode::SUCCESS)
+}
+
+fn print_dev_agent(team: &Team, dev: &DevAgent, json: bool) {
+    let agent = dev.agent();
+    if json {
+        println!(
+            "{}",
+            json!({"team": team.id, "agent": agent.id, "name": agent.name, "token": dev.token()})
+        );
+        return;
+    }
+    match dev.token() {
+        Some(token) => println!(
+            "agent {} ({}) of team {}: token {token}",
+            agent.name, agent.id, team.name
+        ),
+        None if agent.revoked() => println!(
+            "agent {} ({}) of team {}: revoked; pass another --dev-agent name",
+            agent.name, agent.id, team.name
+        ),
+        None => println!(
+            "agent {} ({}) of team {}: already exists and its token cannot be recovered (only \
+             its hash is stored; dev-tokens.json has none that works for it): use the token \
+             printed when it was created, or pass another --dev-agent name, or `crewbus agent \
+             add --team {} NAME`",
+            agent.name, agent.id, team.name, team.name
+        ),
+    }
+}
+
+/// The dev tokens file and a host configuration for the first agent with a known token, in
+/// both forms (Streamable HTTP, and the stdio bridge with this binary's absolute path).
+fn print_host_config(
+    team: &Team,
+    agents: &[DevAgent],
+    tokens: &DevTokens,
+    base: &str,
+    mcp_url: &str,
+) {
+    match tokens.path() {
+        Some(path) => println!(
+            "dev tokens: {} (0600; the next start reuses them)",
+            path.display()
+        ),
+        None => println!(
+            "dev tokens: not kept (no state directory: set --data-dir, XDG_STATE_HOME or HOME)"
+        ),
+    }
+    let Some(first) = agents.iter().find(|a| a.token().is_some()) else {
+        return;
+    };
+    let (name, token) = (&first.agent().name, first.token().unwrap_or_default());
+    let others: Vec<&str> = agents
+        .iter()
+        .filter(|a| a.token().is_some() && a.agent().name != *name)
+        .map(|a| a.agent().name.as_str())
+        .collect();
+    let exe = std::env::current_exe().unwrap_or_else(|_| "crewbus".into());
+    println!();
+    println!(
+        "Connect an MCP host as {name} of team {} (one token per live host session{}):",
+        team.name,
+        if others.is_empty() {
+            String::new()
+        } else {
+            format!("; for {}, the same with its token", others.join(", "))
+        }
+    );
+    println!("Streamable HTTP:");
+    println!("{}", dev_team::http_host_config(mcp_url, token));
+    println!("stdio (the host starts the bridge):");
+    println!("{}", dev_team::stdio_host_config(&exe, base, token));
+    println!();
 }
 
 /// `crewbus migrate`.
@@ -81,7 +175,8 @@ async fn operator_bus(config: &Config) -> BusResult<Bus> {
         return Err(BusError::invalid(
             "this command needs a database: the embedded default keeps teams and agents only \
              inside a running `crewbus serve`. Configure [database] (CREWBUS_DATABASE__URL), or \
-             try `crewbus serve --dev-team NAME --dev-agent NAME`",
+             use the dev agents `crewbus serve` sets up (`--dev-team NAME --dev-agent NAME`; \
+             their tokens are printed and kept in dev-tokens.json)",
         ));
     }
     Ok(compose(config).await?.bus)

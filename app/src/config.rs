@@ -313,7 +313,7 @@ impl Default for LogConfig {
 
 impl Config {
     /// Loads the configuration: embedded default ← `path` (or `CREWBUS_CONFIG`, or `./crewbus.toml`
-    /// when it exists) ← `CREWBUS_*` variables. Errors: a named file that does not exist, bad
+    /// when it exists) ← `CREWBUS_*` variables (except `CREWBUS_CONFIG` and `CREWBUS_MCP_TOKEN`). Errors: a named file that does not exist, bad
     /// TOML, an unknown key or a wrong type → `Invalid` naming the key (never a value).
     pub fn load(path: Option<&Path>) -> BusResult<Config> {
         let mut figment = Figment::new();
@@ -334,7 +334,9 @@ impl Config {
         }
         figment = figment.merge(
             Env::prefixed("CREWBUS_")
-                .ignore(&["CONFIG"])
+                // Not keys (compared without the prefix, in any case): the file's path, and the
+                // `crewbus mcp` bridge's token, which may well be exported in a server's shell.
+                .ignore(&["CONFIG", "MCP_TOKEN"])
                 .split("__")
                 .lowercase(true),
         );
@@ -695,5 +697,22 @@ mod tests {
             redact_url("host=h password=s user=u"),
             "host=h password=*** user=u"
         );
+    }
+
+    #[test]
+    // figment's own Jail signature: its closure returns figment's (large) error.
+    #[allow(clippy::result_large_err)]
+    fn the_bridge_token_and_the_file_path_are_not_keys() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("CREWBUS_MCP_TOKEN", "cbt_not_a_key");
+            jail.set_env("CREWBUS_CONFIG", "crewbus.toml");
+            jail.create_file("crewbus.toml", "listen = \"127.0.0.1:7801\"")?;
+            let c = Config::load(None).expect("the token variable is ignored");
+            assert_eq!(c.listen.port(), 7801);
+            // Any other CREWBUS_ variable is still a key, and an unknown one is refused.
+            jail.set_env("CREWBUS_MCP_TOKNE", "x");
+            assert!(matches!(Config::load(None), Err(BusError::Invalid { .. })));
+            Ok(())
+        });
     }
 }

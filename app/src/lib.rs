@@ -35,7 +35,9 @@ pub mod commands;
 pub mod compose;
 pub mod demo;
 mod demo_receiver;
+pub mod dev_team;
 pub mod logging;
+pub mod mcp_bridge;
 pub mod server;
 pub mod streams;
 #[cfg(test)]

@@ -14,6 +14,16 @@ pub fn new_token() -> String {
     format!("{TOKEN_PREFIX}{}", hex::encode(bytes))
 }
 
+/// Whether `token` has the shape [`new_token`] gives: `cbt_` followed by 64 lowercase hex digits.
+pub fn is_token(token: &str) -> bool {
+    token.strip_prefix(TOKEN_PREFIX).is_some_and(|hex| {
+        hex.len() == 64
+            && hex
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -25,6 +35,9 @@ mod tests {
         let b = new_token();
         assert_ne!(a, b);
         assert!(a.starts_with(TOKEN_PREFIX) && a.len() == TOKEN_PREFIX.len() + 64);
+        assert!(is_token(&a));
+        assert!(!is_token(&a[1..]) && !is_token(&a[..a.len() - 1]));
+        assert!(!is_token(&format!("{TOKEN_PREFIX}{}", "g".repeat(64))));
         assert_eq!(TokenHash::of(&a), TokenHash::of(&a));
         assert_ne!(TokenHash::of(&a), TokenHash::of(&b));
     }

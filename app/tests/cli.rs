@@ -1,7 +1,8 @@
 //! The `crewbus` binary: help that teaches, configuration errors, and `serve` on the embedded
 //! default answering /health, stopping gracefully on SIGTERM within the shutdown grace even when
 //! a client holds an incomplete request, refusing an oversize declared body at once, and
-//! abandoning a stalled body.
+//! abandoning a stalled body; the first five minutes: the dev team and its agents, their tokens
+//! kept in a private dev-tokens.json and reused by the next start, the host configuration.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -23,6 +24,7 @@ fn help_teaches_with_examples() {
     let text = String::from_utf8(out.stdout).unwrap();
     for needle in [
         "serve",
+        "mcp",
         "demo",
         "migrate",
         "team",
@@ -77,8 +79,11 @@ fn operator_commands_explain_what_they_need() {
 
 #[test]
 fn serve_answers_health_and_stops_gracefully_on_sigterm() {
+    let state = tempfile::tempdir().unwrap();
     let mut child = crewbus()
         .args(["--json", "serve", "--dev-team", "t", "--dev-agent", "alice"])
+        .arg("--data-dir")
+        .arg(state.path())
         .env("CREWBUS_LISTEN", "127.0.0.1:0")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -183,10 +188,13 @@ fn demo_runs_on_the_embedded_default_and_proves_exactly_once() {
 }
 
 /// A `crewbus --json serve` on a free port with `envs` set (stderr piped: JSON logs), its agent
-/// token and `host:port`.
-fn serve_with(envs: &[(&str, &str)]) -> (std::process::Child, String, String) {
+/// token, `host:port` and its state directory (removed when dropped).
+fn serve_with(envs: &[(&str, &str)]) -> (std::process::Child, String, String, tempfile::TempDir) {
+    let state = tempfile::tempdir().unwrap();
     let mut cmd = crewbus();
     cmd.args(["--json", "serve", "--dev-team", "t", "--dev-agent", "alice"])
+        .arg("--data-dir")
+        .arg(state.path())
         .env("CREWBUS_LISTEN", "127.0.0.1:0")
         .env("CREWBUS_LOG__FORMAT", "json")
         .stdout(Stdio::piped())
@@ -205,7 +213,7 @@ fn serve_with(envs: &[(&str, &str)]) -> (std::process::Child, String, String) {
         .unwrap()
         .trim_start_matches("http://")
         .to_owned();
-    (child, token, addr)
+    (child, token, addr, state)
 }
 
 /// Reads one HTTP/1.1 response (status line, headers, `Content-Length` body) from `reader`:
@@ -245,7 +253,7 @@ fn sigterm(child: &std::process::Child) {
 #[test]
 fn serve_stops_within_the_shutdown_grace_while_a_client_holds_an_incomplete_request() {
     let grace = Duration::from_millis(500);
-    let (mut child, token, addr) = serve_with(&[("CREWBUS_BUS__SHUTDOWN_GRACE_MS", "500")]);
+    let (mut child, token, addr, _state) = serve_with(&[("CREWBUS_BUS__SHUTDOWN_GRACE_MS", "500")]);
     let mut stderr = child.stderr.take().unwrap();
     let logs = std::thread::spawn(move || {
         let mut text = String::new();
@@ -316,7 +324,8 @@ fn serve_stops_within_the_shutdown_grace_while_a_client_holds_an_incomplete_requ
 
 #[test]
 fn an_oversize_declared_body_is_refused_at_once_and_a_stalled_body_is_abandoned() {
-    let (mut child, token, addr) = serve_with(&[("CREWBUS_BUS__REQUEST_BODY_TIMEOUT_MS", "300")]);
+    let (mut child, token, addr, _state) =
+        serve_with(&[("CREWBUS_BUS__REQUEST_BODY_TIMEOUT_MS", "300")]);
     child.stderr.take();
 
     // 413 before a single body byte is sent.
@@ -370,4 +379,173 @@ fn an_oversize_declared_body_is_refused_at_once_and_a_stalled_body_is_abandoned(
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Sends SIGTERM and waits (10 s at most) for a clean exit.
+fn stop(mut child: std::process::Child) {
+    sigterm(&child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            assert!(status.success(), "{status:?}");
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve did not stop after SIGTERM"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `GET /v1/me` with `token` on `addr` (`host:port`): the status and the answer.
+fn me(addr: &str, token: &str) -> (u16, serde_json::Value) {
+    let stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    writer
+        .write_all(
+            format!(
+                "GET /v1/me HTTP/1.1\r\nHost: crewbus\r\nAuthorization: Bearer {token}\r\n\
+                 Connection: close\r\n\r\n"
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let (code, body) = read_response(&mut BufReader::new(stream));
+    (code, serde_json::from_slice(&body).unwrap())
+}
+
+#[test]
+fn serve_on_the_embedded_store_sets_up_alice_and_bob_and_reuses_their_tokens() {
+    let state = tempfile::tempdir().unwrap();
+    let dir = state.path().join("state");
+
+    // First start, human output: the agents, the tokens file, the host configuration.
+    let mut child = crewbus()
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(&dir)
+        .env("CREWBUS_LISTEN", "127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut text = Vec::new();
+    let listening = loop {
+        let line = lines.next().expect("serve printed its address").unwrap();
+        if line.starts_with("crewbus listening on ") {
+            break line;
+        }
+        text.push(line);
+    };
+    let addr = listening
+        .trim_start_matches("crewbus listening on http://")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    // `agent NAME (ID) of team TEAM: token TOKEN`
+    let mut tokens = std::collections::BTreeMap::new();
+    for line in text.iter().filter(|l| l.starts_with("agent ")) {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words[3..6], ["of", "team", "local:"], "{line}");
+        assert_eq!(words[6], "token");
+        tokens.insert(words[1].to_owned(), words[7].to_owned());
+    }
+    assert_eq!(
+        tokens.keys().collect::<Vec<_>>(),
+        ["alice", "bob"],
+        "{text:?}"
+    );
+    let (code, who) = me(&addr, &tokens["alice"]);
+    assert_eq!(code, 200, "{who}");
+    assert_eq!(who["name"], "alice");
+
+    let file = dir.join("dev-tokens.json");
+    let all = text.join("\n");
+    assert!(all.contains(&file.display().to_string()), "{all}");
+    // The Streamable HTTP block parses and points at this server with alice's token.
+    let start = all.find("Streamable HTTP:\n").unwrap() + "Streamable HTTP:\n".len();
+    let end = all.find("stdio (").unwrap();
+    let http: serde_json::Value = serde_json::from_str(&all[start..end]).unwrap();
+    let server = &http["mcpServers"]["crewbus"];
+    assert_eq!(server["url"], format!("http://{addr}/mcp"));
+    assert_eq!(
+        server["headers"]["Authorization"],
+        format!("Bearer {}", tokens["alice"])
+    );
+    // The stdio block names this binary by its absolute path.
+    let stdio_start = all[end..].find('{').unwrap() + end;
+    let stdio_end = all[stdio_start..].find("\n}").unwrap() + stdio_start + 2;
+    let stdio: serde_json::Value = serde_json::from_str(&all[stdio_start..stdio_end]).unwrap();
+    let server = &stdio["mcpServers"]["crewbus"];
+    let exe = std::fs::canonicalize(env!("CARGO_BIN_EXE_crewbus")).unwrap();
+    assert_eq!(server["command"], exe.display().to_string());
+    assert_eq!(server["args"][2], format!("http://{addr}"));
+    assert_eq!(server["env"]["CREWBUS_MCP_TOKEN"], tokens["alice"]);
+    stop(child);
+
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+    }
+
+    // Second start (a fresh memory store), --json: the same tokens, and they work.
+    let mut child = crewbus()
+        .args(["--json", "serve"])
+        .arg("--data-dir")
+        .arg(&dir)
+        .env("CREWBUS_LISTEN", "127.0.0.1:0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut next =
+        || -> serde_json::Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
+    let (alice, bob, end) = (next(), next(), next());
+    for (agent, name) in [(&alice, "alice"), (&bob, "bob")] {
+        let keys: Vec<&String> = agent.as_object().unwrap().keys().collect();
+        assert_eq!(keys, ["agent", "name", "team", "token"], "{agent}");
+        assert_eq!(agent["name"], name);
+        assert_eq!(agent["token"], tokens[name], "the kept token is reused");
+    }
+    assert_eq!(alice["team"], bob["team"]);
+    let keys: Vec<&String> = end.as_object().unwrap().keys().collect();
+    assert_eq!(keys, ["listening", "mcp_url"], "{end}");
+    let url = end["listening"].as_str().unwrap();
+    assert_eq!(end["mcp_url"], format!("{url}/mcp"));
+    let addr = url.trim_start_matches("http://");
+    let (code, who) = me(addr, &tokens["bob"]);
+    assert_eq!(code, 200, "{who}");
+    assert_eq!(who["name"], "bob");
+    assert_eq!(who["id"], bob["agent"]);
+    stop(child);
+}
+
+#[test]
+fn with_a_database_dev_agents_need_an_explicit_dev_team() {
+    let state = tempfile::tempdir().unwrap();
+    let out = crewbus()
+        .args(["--json", "serve", "--dev-agent", "alice", "--data-dir"])
+        .arg(state.path())
+        .env(
+            "CREWBUS_DATABASE__URL",
+            "postgres://crewbus@127.0.0.1:1/none",
+        )
+        .env("CREWBUS_LISTEN", "127.0.0.1:0")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["code"], "invalid");
+    assert!(
+        std::fs::read_dir(state.path()).unwrap().next().is_none(),
+        "nothing written"
+    );
 }

@@ -1,4 +1,5 @@
-//! The `crewbus` binary: parses the command line, loads the configuration and runs the command.
+//! The `crewbus` binary: parses the command line, loads the configuration and runs the command
+//! (`crewbus mcp` loads none: it is a client of a running server).
 
 use std::process::ExitCode;
 
@@ -9,6 +10,11 @@ use crewbus::config::Config;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if let Command::Mcp(args) = cli.command {
+        // stdout is the MCP stdio transport: nothing else may write to it, and no configuration
+        // file or CREWBUS_* variable concerns the bridge.
+        return crewbus::mcp_bridge::main(args);
+    }
     let config = match Config::load(cli.config.as_deref()) {
         Ok(c) => c,
         Err(e) => {
@@ -62,5 +68,6 @@ async fn run(cli: Cli, config: Config) -> anyhow::Result<ExitCode> {
         Command::Health(args) => Ok(crewbus::commands::health(config, args, json).await?),
         Command::Load(args) => Ok(crewbus::load::command(config, args, json).await?),
         Command::Push(cmd) => Ok(crewbus::push_commands::push(config, cmd, json).await?),
+        Command::Mcp(_) => unreachable!("`crewbus mcp` runs before the configuration is loaded"),
     }
 }

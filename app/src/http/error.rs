@@ -52,7 +52,9 @@ pub fn status_for(e: &BusError) -> StatusCode {
 fn message_for(e: &BusError) -> String {
     match e {
         BusError::Unauthenticated => "unauthenticated: send `Authorization: Bearer <token>` with \
-                                      an active agent's token (`crewbus agent add` prints it)"
+                                      an active agent's token (`crewbus serve` prints its dev \
+                                      agents' tokens and keeps them in dev-tokens.json; with a \
+                                      database, `crewbus agent add` prints one)"
             .to_owned(),
         other => other.to_string(),
     }

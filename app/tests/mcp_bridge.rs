@@ -1,0 +1,420 @@
+//! `crewbus mcp`, the stdio bridge, as a host runs it: the built binary with its token in
+//! `CREWBUS_MCP_TOKEN` or a file, JSON-RPC lines on stdin, answers on stdout, against a small fake
+//! Streamable HTTP endpoint (JSON and SSE answers, 202 for notifications, 401 for a wrong token)
+//! that records the headers it saw. The bridge reads no configuration: every test points
+//! `CREWBUS_CONFIG` at a file that does not exist, which any other command refuses.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::SocketAddr;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use futures_util::StreamExt as _;
+use serde_json::{Value, json};
+use tokio::sync::Notify;
+
+const TOKEN: &str = "cbt_bridge_test_token";
+const SESSION: &str = "session-1";
+const REVISION: &str = "2025-11-25";
+
+/// What the fake endpoint saw of one request.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: Option<String>,
+    authorization: Option<String>,
+    accept: Option<String>,
+    content_type: Option<String>,
+    session: Option<String>,
+    protocol: Option<String>,
+    mcp_method: Option<String>,
+    mcp_name: Option<String>,
+}
+
+#[derive(Default)]
+struct Fake {
+    seen: Mutex<Vec<Seen>>,
+    release: Notify,
+}
+
+fn header(h: &HeaderMap, name: &str) -> Option<String> {
+    h.get(name).and_then(|v| v.to_str().ok()).map(str::to_owned)
+}
+
+fn sse(events: impl futures_util::Stream<Item = String> + Send + 'static) -> Response {
+    let body = events.map(|e| Ok::<_, std::convert::Infallible>(Bytes::from(e)));
+    (
+        [(header::CONTENT_TYPE, "text/event-stream")],
+        Body::from_stream(body),
+    )
+        .into_response()
+}
+
+/// A priming event (an id, empty data), as MCP servers send first.
+const PRIMING: &str = "id: 0\ndata:\n\n";
+
+async fn mcp(State(fake): State<Arc<Fake>>, headers: HeaderMap, body: String) -> Response {
+    let message: Value = serde_json::from_str(&body).expect("the bridge relays JSON");
+    let method = message["method"].as_str().map(str::to_owned);
+    fake.seen.lock().unwrap().push(Seen {
+        method: method.clone(),
+        authorization: header(&headers, "authorization"),
+        accept: header(&headers, "accept"),
+        content_type: header(&headers, "content-type"),
+        session: header(&headers, "mcp-session-id"),
+        protocol: header(&headers, "mcp-protocol-version"),
+        mcp_method: header(&headers, "mcp-method"),
+        mcp_name: header(&headers, "mcp-name"),
+    });
+    if header(&headers, "authorization").as_deref() != Some(&format!("Bearer {TOKEN}")) {
+        return (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            axum::Json(json!({"code": "unauthenticated", "message": "unauthenticated"})),
+        )
+            .into_response();
+    }
+    let id = message["id"].clone();
+    match method.as_deref() {
+        Some("initialize") => (
+            [("mcp-session-id", SESSION)],
+            axum::Json(json!({"jsonrpc": "2.0", "id": id,
+                "result": {"protocolVersion": REVISION, "capabilities": {},
+                           "serverInfo": {"name": "fake", "version": "0"}}})),
+        )
+            .into_response(),
+        Some("release") => {
+            fake.release.notify_one();
+            StatusCode::ACCEPTED.into_response()
+        }
+        Some(m) if m.starts_with("notifications/") => StatusCode::ACCEPTED.into_response(),
+        Some("ping") => {
+            // The answer pretty-printed: its data spans several `data:` lines.
+            let answer = serde_json::to_string_pretty(
+                &json!({"jsonrpc": "2.0", "id": id, "result": {"pong": true}}),
+            )
+            .unwrap();
+            let data: String = answer.lines().map(|l| format!("data: {l}\n")).collect();
+            let progress = json!({"jsonrpc": "2.0", "method": "notifications/progress",
+                                  "params": {"progressToken": 1, "progress": 1}});
+            sse(futures_util::stream::iter([
+                PRIMING.to_owned(),
+                format!("event: message\ndata: {progress}\n\n"),
+                format!("event: message\n{data}\n"),
+            ]))
+        }
+        Some("slow") => {
+            let answer = json!({"jsonrpc": "2.0", "id": id, "result": {"waited": true}});
+            sse(
+                futures_util::stream::iter([PRIMING.to_owned()]).chain(futures_util::stream::once(
+                    async move {
+                        fake.release.notified().await;
+                        format!("data: {answer}\r\n\r\n")
+                    },
+                )),
+            )
+        }
+        // A stream that ends without the answer.
+        Some("broken") => sse(futures_util::stream::iter([PRIMING.to_owned()])),
+        _ => (
+            StatusCode::BAD_REQUEST,
+            axum::Json(json!({"jsonrpc": "2.0", "id": id,
+                              "error": {"code": -32601, "message": "method not found"}})),
+        )
+            .into_response(),
+    }
+}
+
+/// Starts the fake endpoint on its own runtime thread: its address and state.
+fn fake_endpoint() -> (SocketAddr, Arc<Fake>) {
+    let fake = Arc::new(Fake::default());
+    let state = fake.clone();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            let app = Router::new().route("/mcp", post(mcp)).with_state(state);
+            axum::serve(listener, app).await.unwrap();
+        });
+    });
+    (rx.recv_timeout(Duration::from_secs(10)).unwrap(), fake)
+}
+
+/// A running `crewbus mcp`.
+struct Bridge {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: Receiver<String>,
+    stderr: std::thread::JoinHandle<String>,
+    _dir: tempfile::TempDir,
+}
+
+/// `crewbus mcp --url URL` plus `args`, with `token` in CREWBUS_MCP_TOKEN when given, in a
+/// directory whose crewbus.toml is not valid, with CREWBUS_CONFIG naming a missing file.
+fn bridge(url: &str, token: Option<&str>, args: &[&str]) -> Bridge {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("crewbus.toml"), "not = [valid").unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_crewbus"));
+    cmd.args(["mcp", "--url", url])
+        .args(args)
+        .current_dir(dir.path())
+        .env("CREWBUS_CONFIG", dir.path().join("missing.toml"))
+        .env("CREWBUS_NOT_A_KEY", "1")
+        .env_remove("CREWBUS_MCP_TOKEN")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    if let Some(t) = token {
+        cmd.env("CREWBUS_MCP_TOKEN", t);
+    }
+    let mut child = cmd.spawn().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let (tx, lines) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            if tx.send(line.unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let mut stderr = child.stderr.take().unwrap();
+    let stderr = std::thread::spawn(move || {
+        let mut text = String::new();
+        stderr.read_to_string(&mut text).unwrap();
+        text
+    });
+    Bridge {
+        stdin: child.stdin.take(),
+        child,
+        lines,
+        stderr,
+        _dir: dir,
+    }
+}
+
+impl Bridge {
+    fn send(&mut self, message: &Value) {
+        self.send_line(&message.to_string());
+    }
+
+    fn send_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next stdout line as JSON (each line must be one whole message).
+    fn next(&self) -> Value {
+        match self.lines.recv_timeout(Duration::from_secs(10)) {
+            Ok(line) => serde_json::from_str(&line).unwrap_or_else(|e| panic!("{e}: {line}")),
+            Err(RecvTimeoutError::Timeout) => panic!("no line from the bridge within 10 s"),
+            Err(RecvTimeoutError::Disconnected) => panic!("the bridge closed stdout"),
+        }
+    }
+
+    /// Closes stdin and waits for the exit: the remaining stdout lines, stderr and the code.
+    fn finish(mut self) -> (Vec<String>, String, Option<i32>) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            assert!(Instant::now() < deadline, "the bridge did not exit");
+            std::thread::sleep(Duration::from_millis(10));
+        };
+        let rest = self.lines.iter().collect();
+        (rest, self.stderr.join().unwrap(), status.code())
+    }
+}
+
+fn request(id: u64, method: &str) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": {}})
+}
+
+#[test]
+fn relays_json_and_sse_answers_with_the_bearer_and_the_session_headers() {
+    let (addr, fake) = fake_endpoint();
+    let mut b = bridge(&format!("http://{addr}"), Some(TOKEN), &[]);
+
+    b.send(&request(1, "initialize"));
+    let init = b.next();
+    assert_eq!(init["id"], 1);
+    assert_eq!(init["result"]["protocolVersion"], REVISION);
+    b.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    b.send(&request(2, "ping"));
+    // The SSE answer: the progress notification, then the reply (its multi-line data as one
+    // line); the priming event gives nothing.
+    let progress = b.next();
+    assert_eq!(progress["method"], "notifications/progress");
+    let pong = b.next();
+    assert_eq!(
+        pong,
+        json!({"jsonrpc": "2.0", "id": 2, "result": {"pong": true}})
+    );
+    // The server's own JSON-RPC error answer (HTTP 400) is relayed as it came.
+    b.send(&request(3, "nonexistent"));
+    let unknown = b.next();
+    assert_eq!(unknown["id"], 3);
+    assert_eq!(unknown["error"]["code"], -32601);
+    // A stream that ends before the reply: the request gets the bridge's error.
+    b.send(&request(4, "broken"));
+    let broken = b.next();
+    assert_eq!(broken["id"], 4);
+    assert_eq!(broken["error"]["code"], -32000);
+    assert_eq!(broken["error"]["data"]["http_status"], 200);
+    // A request naming its revision in `_meta` (2026-07-28) sends that one.
+    b.send(
+        &json!({"jsonrpc": "2.0", "id": 5, "method": "ping", "params": {
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}}),
+    );
+    assert_eq!(b.next()["method"], "notifications/progress");
+    assert_eq!(b.next()["id"], 5);
+    // A tool call names its tool in Mcp-Name (the fake answers it as an unknown method).
+    b.send(&json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                   "params": {"name": "whoami", "arguments": {}}}));
+    assert_eq!(b.next()["id"], 7);
+    // A new handshake starts afresh: no session, no revision header.
+    b.send(&request(8, "initialize"));
+    assert_eq!(b.next()["id"], 8);
+
+    let (rest, stderr, code) = b.finish();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(rest.is_empty(), "nothing for the notification: {rest:?}");
+    assert!(!stderr.contains(TOKEN), "{stderr}");
+
+    let seen = fake.seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 8, "{seen:?}");
+    for s in &seen {
+        assert_eq!(
+            s.authorization.as_deref(),
+            Some(&*format!("Bearer {TOKEN}"))
+        );
+        assert_eq!(
+            s.accept.as_deref(),
+            Some("application/json, text/event-stream")
+        );
+        assert_eq!(s.content_type.as_deref(), Some("application/json"));
+    }
+    assert_eq!(seen[0].method.as_deref(), Some("initialize"));
+    assert_eq!(seen[0].session, None);
+    assert_eq!(seen[0].protocol, None);
+    for s in &seen[1..5] {
+        assert_eq!(s.session.as_deref(), Some(SESSION), "{s:?}");
+        assert_eq!(s.protocol.as_deref(), Some(REVISION), "{s:?}");
+    }
+    assert_eq!(seen[5].protocol.as_deref(), Some("2026-07-28"));
+    assert_eq!(seen[6].mcp_name.as_deref(), Some("whoami"));
+    assert_eq!(seen[7].method.as_deref(), Some("initialize"));
+    assert_eq!(
+        (seen[7].session.as_deref(), seen[7].protocol.as_deref()),
+        (None, None)
+    );
+    for s in &seen {
+        assert_eq!(s.mcp_method, s.method, "Mcp-Method names the method: {s:?}");
+    }
+    assert!(seen[..6].iter().all(|s| s.mcp_name.is_none()));
+}
+
+#[test]
+fn a_waiting_request_does_not_hold_up_a_ping() {
+    let (addr, _fake) = fake_endpoint();
+    let mut b = bridge(&format!("http://{addr}"), Some(TOKEN), &[]);
+    b.send(&request(1, "slow"));
+    b.send(&request(2, "ping"));
+    assert_eq!(b.next()["method"], "notifications/progress");
+    assert_eq!(
+        b.next()["id"],
+        2,
+        "the ping is answered while the slow one waits"
+    );
+    b.send(&json!({"jsonrpc": "2.0", "method": "release"}));
+    let slow = b.next();
+    assert_eq!(slow["id"], 1);
+    assert_eq!(slow["result"]["waited"], true);
+    let (rest, stderr, code) = b.finish();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(rest.is_empty(), "{rest:?}");
+}
+
+#[test]
+fn a_refused_token_and_an_unreachable_server_answer_the_request_with_an_error() {
+    let (addr, fake) = fake_endpoint();
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("token");
+    std::fs::write(&file, "cbt_wrong_token\n").unwrap();
+    // The file wins over the variable.
+    let mut b = bridge(
+        &format!("http://{addr}/"),
+        Some(TOKEN),
+        &["--token-file", file.to_str().unwrap()],
+    );
+    b.send(&request(7, "ping"));
+    let refused = b.next();
+    assert_eq!(refused["id"], 7);
+    assert_eq!(refused["error"]["code"], -32000);
+    assert_eq!(refused["error"]["data"]["http_status"], 401);
+    b.send(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    b.send_line("{not json");
+    let (rest, stderr, code) = b.finish();
+    assert_eq!(code, Some(0));
+    assert_eq!(
+        rest.len(),
+        1,
+        "one parse error, nothing for the notification: {rest:?}"
+    );
+    let parse: Value = serde_json::from_str(&rest[0]).unwrap();
+    assert_eq!(parse["error"]["code"], -32700);
+    assert!(stderr.contains("401"), "{stderr}");
+    assert!(!stderr.contains("cbt_wrong_token") && !stderr.contains(TOKEN));
+    assert_eq!(
+        fake.seen.lock().unwrap()[0].authorization.as_deref(),
+        Some("Bearer cbt_wrong_token")
+    );
+
+    // Nothing listens on a port just freed.
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let mut b = bridge(&url, Some(TOKEN), &[]);
+    b.send(&json!({"jsonrpc": "2.0", "id": "a", "method": "tools/list"}));
+    let unreachable = b.next();
+    assert_eq!(unreachable["id"], "a");
+    assert_eq!(unreachable["error"]["code"], -32000);
+    assert!(unreachable["error"]["data"].is_null(), "{unreachable}");
+    let (_, stderr, code) = b.finish();
+    assert_eq!(code, Some(0));
+    assert!(stderr.contains("cannot reach"), "{stderr}");
+}
+
+#[test]
+fn without_a_token_it_exits_2_saying_where_the_token_comes_from() {
+    let b = bridge("http://127.0.0.1:9", None, &[]);
+    let (rest, stderr, code) = b.finish();
+    assert_eq!(code, Some(2));
+    assert!(rest.is_empty());
+    assert!(stderr.contains("CREWBUS_MCP_TOKEN"), "{stderr}");
+    assert!(stderr.contains("--token-file"), "{stderr}");
+
+    let out = Command::new(env!("CARGO_BIN_EXE_crewbus"))
+        .args(["mcp", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8(out.stdout).unwrap();
+    for needle in ["mcpServers", "CREWBUS_MCP_TOKEN", "--token-file", "--url"] {
+        assert!(help.contains(needle), "mcp --help lacks {needle}");
+    }
+}
