@@ -13,7 +13,7 @@ use crewbus_domain::{Backoff, DateTime, Utc, Uuid};
 use crewbus_ports::{Backends, Clock, Journal, Ledger, StreamAdmin};
 use tokio::sync::Notify;
 
-use crate::config::BusConfig;
+use crate::config::{BusConfig, McpConfig};
 use crate::metrics::Metrics;
 use crate::push::PushRuntime;
 
@@ -66,6 +66,9 @@ pub struct BusSettings {
     pub request_body_timeout: Duration,
     /// After shutdown fires, how long the server waits for open connections and worker passes.
     pub shutdown_grace: Duration,
+    /// The MCP endpoint's allowed hosts and origins beyond loopback (set by the composition
+    /// root from `[mcp]`; none by default).
+    pub mcp: McpConfig,
 }
 
 impl BusSettings {
@@ -88,6 +91,7 @@ impl BusSettings {
             backends: vec!["memory".to_owned()],
             request_body_timeout: Duration::from_millis(c.request_body_timeout_ms),
             shutdown_grace: Duration::from_millis(c.shutdown_grace_ms),
+            mcp: McpConfig::default(),
         }
     }
 }

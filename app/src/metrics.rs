@@ -75,6 +75,10 @@ pub struct Metrics {
     /// Inbox fetches whose inbox failed (down, not provisioned, erroring): the ledger topped the
     /// agent up alone.
     pub inbox_fetch_failures: AtomicU64,
+    /// MCP tool calls (of a known tool; bus errors included).
+    pub mcp_tool_calls: AtomicU64,
+    /// MCP tool calls answered with a bus error (`isError: true`).
+    pub mcp_tool_errors: AtomicU64,
     /// One body publish by the relay (request to answer).
     pub relay_latency: Histogram,
     /// One inbox fetch of references (request to answer).
@@ -110,7 +114,7 @@ impl Metrics {
     /// The exposition text (`text/plain; version=0.0.4`).
     pub fn render(&self, gauges: Option<LedgerGauges>) -> String {
         let mut out = String::with_capacity(4096);
-        let counters: [(&str, &str, &AtomicU64); 9] = [
+        let counters: [(&str, &str, &AtomicU64); 11] = [
             (
                 "crewbus_messages_sent_total",
                 "Messages accepted by send.",
@@ -155,6 +159,16 @@ impl Metrics {
                 "crewbus_inbox_fetch_failures_total",
                 "Inbox fetches whose inbox failed; the ledger topped the agent up alone.",
                 &self.inbox_fetch_failures,
+            ),
+            (
+                "crewbus_mcp_tool_calls_total",
+                "MCP tool calls (bus errors included).",
+                &self.mcp_tool_calls,
+            ),
+            (
+                "crewbus_mcp_tool_errors_total",
+                "MCP tool calls answered with a bus error (isError).",
+                &self.mcp_tool_errors,
             ),
         ];
         for (name, help, value) in counters {
