@@ -43,7 +43,7 @@ use crate::config::McpConfig;
 
 mod auth;
 mod schema;
-pub mod tools;
+mod tools;
 pub mod views;
 
 /// The path the MCP endpoint is served at.

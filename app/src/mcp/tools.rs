@@ -308,6 +308,7 @@ pub(crate) async fn call(
         return None;
     }
     Metrics::inc(&bus.metrics.mcp_tool_calls);
+    tracing::debug!(tool = name, agent = %agent.id, "mcp tool call");
     Some(match run(bus, agent, name, arguments).await {
         Ok(answer) => {
             let mut result = CallToolResult::structured(answer.structured);
