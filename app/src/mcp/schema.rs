@@ -84,7 +84,44 @@ pub(crate) fn has_ref(value: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::views::{FetchView, SentView};
+    use crate::http::views::*;
+    use utoipa::OpenApi;
+
+    /// A component of the served OpenAPI document, inlined against that document's components.
+    fn from_openapi(name: &str) -> Value {
+        let doc = serde_json::to_value(crate::http::openapi::ApiDoc::openapi()).unwrap();
+        let defs: HashMap<String, Value> = doc["components"]["schemas"]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        inline(defs[name].clone(), &defs, 0)
+    }
+
+    #[test]
+    fn tool_schemas_are_the_openapi_components_inlined() {
+        fn same<T: ToSchema>() {
+            let name = T::name();
+            assert_eq!(
+                Value::Object(schema_of::<T>()),
+                from_openapi(&name),
+                "{name} differs from /openapi.json"
+            );
+        }
+        same::<AgentView>();
+        same::<ConversationView>();
+        same::<CreateConversation>();
+        same::<SentView>();
+        same::<HistoryView>();
+        same::<FetchView>();
+        same::<ConfirmRequest>();
+        same::<ConfirmView>();
+        same::<ReceiptView>();
+        same::<InboxStatusView>();
+        same::<RunView>();
+        same::<RecordsView>();
+    }
 
     #[test]
     fn nested_views_are_inlined_whole() {
