@@ -124,6 +124,20 @@ impl Bus {
             .ok_or_else(|| BusError::not_found(format!("agent `{name_or_id}`")))
     }
 
+    /// Revokes an agent of `team`: its token is refused from now on, and its waiting fetches on
+    /// every server end with `Unauthenticated` (woken through the wake-up port after the
+    /// commit). Idempotent. Errors: as `Ledger::revoke_agent` (`NotFound`).
+    pub async fn revoke_agent(&self, team: Uuid, agent: Uuid) -> BusResult<Agent> {
+        let revoked = self
+            .ports
+            .ledger
+            .revoke_agent(team, agent, self.now())
+            .await?;
+        self.notify_waiters(&mut vec![crewbus_domain::WakeupTarget::new(team, agent)])
+            .await;
+        Ok(revoked)
+    }
+
     /// The agent presenting `token`. Errors: unknown or revoked → `Unauthenticated`.
     pub async fn authenticate(&self, token: &str) -> BusResult<Agent> {
         if token.is_empty() {

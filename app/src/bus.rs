@@ -10,12 +10,14 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crewbus_domain::{Backoff, DateTime, Utc, Uuid};
-use crewbus_ports::{Backends, Clock, Journal, Ledger, StreamAdmin};
+use crewbus_ports::{Backends, Clock, Journal, Ledger, StreamAdmin, Wakeups};
 use tokio::sync::Notify;
 
 use crate::config::{BusConfig, McpConfig};
 use crate::metrics::Metrics;
 use crate::push::PushRuntime;
+use crate::shutdown::Shutdown;
+use crate::wait::WaitRoom;
 
 /// The ports the use cases run on.
 #[derive(Clone)]
@@ -30,6 +32,9 @@ pub struct Ports {
     pub clock: Arc<dyn Clock>,
     /// The broker, when one is configured: health reports whether it answers.
     pub broker: Option<Arc<dyn StreamAdmin>>,
+    /// Wake-ups of waiting fetches, across every server sharing the ledger (follows the
+    /// ledger: in process for memory, `LISTEN/NOTIFY` for Postgres).
+    pub wakeups: Arc<dyn Wakeups>,
 }
 
 /// Use-case settings, derived from [`BusConfig`]. Durations are `std::time::Duration`.
@@ -54,6 +59,8 @@ pub struct BusSettings {
     pub topup_after: Duration,
     /// Largest number of deliveries one fetch returns.
     pub max_fetch: usize,
+    /// Longest a fetch may wait for a delivery (`bus.max_wait_ms`).
+    pub max_wait: Duration,
     /// How long an idle worker waits before polling again (it is woken earlier by new work).
     pub idle_poll: Duration,
     /// Keep bodies this long; `None` keeps them forever.
@@ -84,6 +91,7 @@ impl BusSettings {
             handout_grace: Duration::from_millis(c.handout_grace_ms),
             topup_after: Duration::from_millis(c.topup_after_ms),
             max_fetch: c.max_fetch.min(crewbus_domain::MAX_PAGE),
+            max_wait: Duration::from_millis(c.max_wait_ms),
             idle_poll: Duration::from_millis(c.idle_poll_ms),
             retention: (c.retention_days > 0)
                 .then(|| Duration::from_secs(c.retention_days.saturating_mul(86_400))),
@@ -121,6 +129,10 @@ pub struct Bus {
     /// inbox costs one top-up query per agent per interval, not one per fetch (see `deliver`).
     /// One entry per agent that fetched through this process.
     pub(crate) topped_up: Arc<Mutex<HashMap<Uuid, DateTime<Utc>>>>,
+    /// The fetches waiting in this process (see `wait`).
+    pub(crate) room: Arc<WaitRoom>,
+    /// The bus's own shutdown: once fired, every waiting fetch answers an empty page at once.
+    pub(crate) shutdown: Shutdown,
 }
 
 impl Bus {
@@ -133,7 +145,15 @@ impl Bus {
             wakers: Arc::new(Wakers::default()),
             push: None,
             topped_up: Arc::new(Mutex::new(HashMap::new())),
+            room: Arc::new(WaitRoom::default()),
+            shutdown: Shutdown::new(),
         }
+    }
+
+    /// The same bus stopping with `shutdown`: when it fires, waiting fetches end at once with an
+    /// empty page (the server passes its own shutdown here).
+    pub fn with_shutdown(self, shutdown: Shutdown) -> Self {
+        Bus { shutdown, ..self }
     }
 
     /// The same bus with the push outbox: admissions and resumes open registrations with

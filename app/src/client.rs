@@ -49,6 +49,11 @@ impl ApiClient {
         }
     }
 
+    /// The bearer token this client presents, if any.
+    pub fn token(&self) -> Option<&str> {
+        self.token.as_deref()
+    }
+
     /// Sends one request and returns the status and the body parsed as JSON (`Null` when the
     /// body is empty or not JSON). Errors: no answer → `Unavailable`.
     pub async fn call(
@@ -196,6 +201,27 @@ impl ApiClient {
             )
             .await?;
         Ok(v["deliveries"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// `POST /v1/inbox/fetch` with `wait_ms`: the status and the answer as JSON, so callers see
+    /// an error answer too. The request may take `wait_ms` and a little more (its timeout is
+    /// `wait_ms` + 30 s). Errors: no answer → `Unavailable`.
+    pub async fn fetch_waiting(&self, limit: usize, wait_ms: u64) -> BusResult<(u16, Value)> {
+        let mut req = self
+            .http
+            .post(format!("{}/v1/inbox/fetch", self.base))
+            .timeout(Duration::from_millis(wait_ms) + Duration::from_secs(30))
+            .json(&json!({"limit": limit, "wait_ms": wait_ms}));
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| BusError::unavailable_from("crewbus server", e))?;
+        let status = resp.status().as_u16();
+        let value = resp.json().await.unwrap_or(Value::Null);
+        Ok((status, value))
     }
 
     /// `POST /v1/inbox/confirm`: the results.

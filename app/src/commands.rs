@@ -279,11 +279,7 @@ pub async fn agent(config: Config, cmd: AgentCommand, json: bool) -> BusResult<E
         AgentCommand::Revoke { team, agent } => {
             let team = bus.find_team(&team).await?;
             let a = bus.find_agent(team.id, &agent).await?;
-            let a = bus
-                .ports()
-                .ledger
-                .revoke_agent(team.id, a.id, bus.ports().clock.now())
-                .await?;
+            let a = bus.revoke_agent(team.id, a.id).await?;
             if json {
                 println!("{}", agent_json(&a));
             } else {

@@ -24,9 +24,12 @@ use crewbus_domain::{BusError, BusResult, Quotas};
 use crewbus_jetstream::{Credential, JetStreamAdmin, JetStreamRegistry};
 use crewbus_memory::{
     BodiesConfig, InboxConfig, MemoryBackends, MemoryConfig, MemoryLedger, MemoryPushStore,
+    MemoryWakeups,
 };
-use crewbus_ports::{Backends, Clock, Journal, KeyRing, Ledger, PushStore, SystemClock};
-use crewbus_postgres::{PostgresBackends, PostgresLedger, PostgresPushStore, PostgresSettings};
+use crewbus_ports::{Backends, Clock, Journal, KeyRing, Ledger, PushStore, SystemClock, Wakeups};
+use crewbus_postgres::{
+    PostgresBackends, PostgresLedger, PostgresPushStore, PostgresSettings, PostgresWakeups,
+};
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
@@ -114,7 +117,7 @@ pub async fn postgres_with_pool(
         clock.clone(),
     )?;
     let postgres = PostgresBackends::new(
-        pool,
+        pool.clone(),
         clock.clone(),
         PostgresSettings {
             max_body_bytes: config.bus.max_body_bytes,
@@ -122,6 +125,14 @@ pub async fn postgres_with_pool(
             ..PostgresSettings::default()
         },
     );
+    let listen = match config.database.as_ref().and_then(|d| d.listen_url.as_ref()) {
+        Some(url) => url
+            .expose()
+            .parse()
+            .map_err(|_| BusError::invalid("database.listen_url does not parse as postgres://…"))?,
+        None => (*pool.connect_options()).clone(),
+    };
+    let wakeups: Arc<dyn Wakeups> = Arc::new(PostgresWakeups::new(pool, listen));
     let mut registries: Vec<Arc<dyn Backends>> = vec![Arc::new(postgres)];
     let broker = add_jetstream(config, &settings, &mut registries)?;
     settings.backends = registries.iter().map(|r| r.name().to_owned()).collect();
@@ -132,6 +143,7 @@ pub async fn postgres_with_pool(
         journal: Arc::clone(&journal),
         clock,
         broker,
+        wakeups,
     };
     let description = match &config.database {
         Some(d) => format!(
@@ -173,6 +185,17 @@ pub fn memory_with(
     clock: Arc<dyn Clock>,
     memory: MemoryConfig,
 ) -> BusResult<(Composed, MemoryParts)> {
+    memory_with_wakeups(config, clock, memory, Arc::new(MemoryWakeups::new()))
+}
+
+/// [`memory_with`] over the given wake-ups (tests prove the waiting fetch's bounds with
+/// `MemoryWakeups::losing_everything`).
+pub fn memory_with_wakeups(
+    config: &Config,
+    clock: Arc<dyn Clock>,
+    memory: MemoryConfig,
+    wakeups: Arc<dyn Wakeups>,
+) -> BusResult<(Composed, MemoryParts)> {
     let mut settings = BusSettings::from_config(&config.bus);
     let ledger = MemoryLedger::new(config.tenant.clone());
     let registry = MemoryBackends::new(memory, clock.clone())?;
@@ -195,6 +218,7 @@ pub fn memory_with(
         journal: Arc::clone(&journal),
         clock,
         broker,
+        wakeups,
     };
     let description = format!(
         "ledger=memory inbox=memory bodies=memory{}{} (embedded default: nothing is kept after it stops)",

@@ -95,6 +95,11 @@ pub struct DatabaseConfig {
     /// explicitly).
     #[serde(default = "yes")]
     pub migrate_on_start: bool,
+    /// Where the wake-up listener connects (`LISTEN` needs a session of its own: one dedicated
+    /// connection per server, outside the pool). Set it to the database itself when `url` goes
+    /// through a transaction-pooling proxy. Default: `url`. Never printed with its password.
+    #[serde(default)]
+    pub listen_url: Option<Secret>,
 }
 
 fn default_max_connections() -> u32 {
@@ -111,6 +116,10 @@ impl fmt::Debug for DatabaseConfig {
             .field("url", &redact_url(self.url.expose()))
             .field("max_connections", &self.max_connections)
             .field("migrate_on_start", &self.migrate_on_start)
+            .field(
+                "listen_url",
+                &self.listen_url.as_ref().map(|u| redact_url(u.expose())),
+            )
             .finish()
     }
 }
@@ -235,6 +244,10 @@ pub struct BusConfig {
     pub retention_interval_s: u64,
     /// Largest inbox fetch per request. Default 100.
     pub max_fetch: usize,
+    /// Longest a fetch may wait for a delivery (`wait_ms` of `POST /v1/inbox/fetch`; above it
+    /// is `400 invalid`), ms. Keep it below the ~60 s an MCP host allows a tool call. Default
+    /// 50 000.
+    pub max_wait_ms: u64,
     /// A request body that delivers no data for this long is abandoned (`400 invalid`), ms.
     /// Default 30 000.
     pub request_body_timeout_ms: u64,
@@ -260,6 +273,7 @@ impl Default for BusConfig {
             retention_days: 0,
             retention_interval_s: 3_600,
             max_fetch: 100,
+            max_wait_ms: 50_000,
             request_body_timeout_ms: 30_000,
             shutdown_grace_ms: 10_000,
         }
@@ -423,12 +437,23 @@ impl Config {
             ));
         }
         if let Some(db) = &self.database {
-            let url = db.url.expose();
-            if !(url.starts_with("postgres://") || url.starts_with("postgresql://")) {
-                return Err(BusError::invalid(
-                    "database.url must start with postgres:// or postgresql://",
-                ));
+            for (key, url) in [
+                ("url", Some(&db.url)),
+                ("listen_url", db.listen_url.as_ref()),
+            ] {
+                if let Some(url) = url.map(Secret::expose)
+                    && !(url.starts_with("postgres://") || url.starts_with("postgresql://"))
+                {
+                    return Err(BusError::invalid(format!(
+                        "database.{key} must start with postgres:// or postgresql://"
+                    )));
+                }
             }
+        }
+        if self.bus.max_wait_ms > 300_000 {
+            return Err(BusError::invalid(
+                "bus.max_wait_ms must be at most 300000 (5 minutes)",
+            ));
         }
         if let Some(nats) = &self.nats
             && nats.servers.is_empty()

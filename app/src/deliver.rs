@@ -129,7 +129,7 @@ impl Bus {
     /// A message whose body cannot be read right now is left out (its hand-out lapses and it
     /// comes back). Errors: `limit` 0 or above the maximum → `Invalid`; the ledger failing.
     pub async fn fetch(&self, agent: &Agent, limit: usize) -> BusResult<Vec<Delivery>> {
-        self.fetch_budgeted(agent, limit, None).await
+        self.fetch_with(agent, limit, false, None).await
     }
 
     /// [`Bus::fetch`] handing out at most `max_body_bytes` of bodies (UTF-8 bytes, summed over
@@ -144,15 +144,19 @@ impl Bus {
         limit: usize,
         max_body_bytes: usize,
     ) -> BusResult<Vec<Delivery>> {
-        self.fetch_budgeted(agent, limit, Some(BodyBudget::new(max_body_bytes)))
+        self.fetch_with(agent, limit, false, Some(max_body_bytes))
             .await
     }
 
-    async fn fetch_budgeted(
+    /// [`Bus::fetch`], with the ledger top-up run whatever its interval says when
+    /// `force_topup` (a waiting fetch woken by the safety sweep: the ledger found something),
+    /// and at most `max_body_bytes` of bodies when given ([`Bus::fetch_within`]).
+    pub(crate) async fn fetch_with(
         &self,
         agent: &Agent,
         limit: usize,
-        mut budget: Option<BodyBudget>,
+        force_topup: bool,
+        max_body_bytes: Option<usize>,
     ) -> BusResult<Vec<Delivery>> {
         if limit == 0 || limit > self.settings.max_fetch {
             return Err(BusError::invalid(format!(
@@ -160,6 +164,7 @@ impl Bus {
                 self.settings.max_fetch
             )));
         }
+        let mut budget = max_body_bytes.map(BodyBudget::new);
         let team = self.ports.ledger.team(agent.team).await?;
         let now = self.now();
         let ledger = &self.ports.ledger;
@@ -249,7 +254,10 @@ impl Bus {
 
         // 2. Top-up from the ledger (the authority): at most once per interval while the inbox
         // answers, always when it failed.
-        if issued.len() < limit && !over_budget && (!inbox_ok || self.topup_due(agent.id, now)) {
+        if issued.len() < limit
+            && !over_budget
+            && (!inbox_ok || force_topup || self.topup_due(agent.id, now))
+        {
             let stored_before = if inbox_ok {
                 before(now, self.settings.topup_after)
             } else {

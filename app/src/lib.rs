@@ -28,6 +28,7 @@ pub mod runs;
 pub mod send;
 pub mod shutdown;
 pub mod token;
+pub mod wait;
 pub mod workers;
 
 pub mod client;

@@ -9,7 +9,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crewbus_domain::{BusResult, InboxEvent, Published, Uuid};
+use crewbus_domain::{BusResult, InboxEvent, Published, Uuid, WakeupTarget};
 use crewbus_ports::Inbox;
 use futures_util::future::join_all;
 
@@ -86,6 +86,14 @@ impl Bus {
         }
         if !done.is_empty() {
             self.ports.ledger.mark_published(&done, self.now()).await?;
+            // Marked: the messages are fetchable now. One wake-up per agent per pass, after
+            // the commit.
+            let mut woken: Vec<WakeupTarget> = events
+                .iter()
+                .filter(|e| done.contains(&e.id))
+                .map(|e| WakeupTarget::new(e.team, e.recipient))
+                .collect();
+            self.notify_waiters(&mut woken).await;
         }
         Metrics::add(&self.metrics.references_published, pass.published as u64);
         Ok(pass)

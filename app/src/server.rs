@@ -30,6 +30,8 @@ impl Server {
         let addr = listener
             .local_addr()
             .map_err(|e| BusError::unavailable_from("listener address", e))?;
+        // Waiting fetches end (with an empty page) when this server's shutdown fires.
+        let bus = bus.with_shutdown(shutdown.clone());
         let workers = Workers::spawn(&bus, &shutdown);
         let grace = bus.settings.shutdown_grace;
         let app = router(bus);

@@ -42,6 +42,7 @@ fn bus(ledger: MockLedger, backends: MockBackends) -> Bus {
             journal: Arc::new(crewbus_ports::MockJournal::new()),
             clock: Arc::new(Fixed(t0())),
             broker: None,
+            wakeups: Arc::new(crewbus_memory::MemoryWakeups::new()),
         },
         settings,
     )

@@ -18,8 +18,8 @@ pub struct Workers {
 }
 
 impl Workers {
-    /// Starts the relay, the reference worker, the push delivery worker (when the bus has a push
-    /// outbox) and the retention job.
+    /// Starts the relay, the reference worker, the wake-up listener and the waiting fetches'
+    /// sweep, the push delivery worker (when the bus has a push outbox) and the retention job.
     pub fn spawn(bus: &Bus, shutdown: &Shutdown) -> Workers {
         let mut handles = Vec::new();
         {
@@ -52,6 +52,14 @@ impl Workers {
                 })),
             ));
         }
+        handles.push((
+            "wake-up listener",
+            tokio::spawn(crate::wait::run_listener(bus.clone(), shutdown.clone())),
+        ));
+        handles.push((
+            "wait sweep",
+            tokio::spawn(crate::wait::run_sweep(bus.clone(), shutdown.clone())),
+        ));
         if let Some(push) = bus.push.clone() {
             let s = shutdown.clone();
             let clock = bus.ports.clock.clone();

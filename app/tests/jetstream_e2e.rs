@@ -411,6 +411,7 @@ async fn team_add_on_jetstream_needs_provision_and_provisions_before_moving() {
         )),
         max_connections: 2,
         migrate_on_start: false,
+        listen_url: None,
     });
     let add = |name: &str, backend: Option<BackendChoice>, provision: bool| TeamCommand::Add {
         name: name.into(),

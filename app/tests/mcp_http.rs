@@ -998,3 +998,51 @@ async fn answers_are_server_sent_events_and_the_http_api_takes_member_names_too(
     assert_eq!((status, v["code"].as_str()), (400, Some("invalid")), "{v}");
     app.finish_test().await;
 }
+
+#[tokio::test]
+async fn a_waiting_fetch_inbox_returns_when_a_message_is_sent() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    for revision in [LEGACY, MODERN] {
+        let a = Mcp::for_agent(&app, 0, revision);
+        let b = Mcp::for_agent(&app, 1, revision);
+        let conv = a
+            .call(
+                "create_conversation",
+                json!({"title": "t", "members": ["bob"]}),
+            )
+            .await;
+        let conv_id = conv["structuredContent"]["id"].clone();
+        let started = std::time::Instant::now();
+        let waiting =
+            tokio::spawn(async move { b.call("fetch_inbox", json!({"wait_seconds": 20})).await });
+        eventually("bob waiting in fetch_inbox", 10, || async {
+            (app.bus.waiting_fetches() == 1).then_some(())
+        })
+        .await;
+        let sent = a
+            .call(
+                "send_message",
+                json!({"conversation_id": conv_id, "request_id": "w", "body": "wake up"}),
+            )
+            .await;
+        assert_ne!(sent["isError"], true, "{sent}");
+        let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("the wait ends when the message is fetchable")
+            .unwrap();
+        let d = &got["structuredContent"]["deliveries"];
+        assert_eq!(d[0]["body"], "wake up", "{got}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        let ids = vec![d[0]["delivery_id"].clone()];
+        let b = Mcp::for_agent(&app, 1, revision);
+        let r = b
+            .call("confirm_deliveries", json!({"deliveries": ids}))
+            .await;
+        assert_eq!(r["structuredContent"]["results"][0]["outcome"], "confirmed");
+    }
+    app.finish_test().await;
+}

@@ -80,6 +80,7 @@ async fn a_postgres_restart_is_unhealthy_then_recovers_with_nothing_lost() {
         url: crewbus_domain::Secret::new(cluster.url()),
         max_connections: 4,
         migrate_on_start: true,
+        listen_url: None,
     });
     let clock = crewbus_memory::ManualClock::new(chrono::Utc::now());
     let composed =

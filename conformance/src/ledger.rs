@@ -11,7 +11,8 @@ use std::time::Duration;
 use crewbus_domain::{
     Absence, BusError, ConfirmOutcome, DeliveryId, HandOut, HandOutOutcome, HandOutRequest,
     HandOutSource, InboxAck, Publication, RecordKind, ReferencePayload, RunOutcome, Seq,
-    SettleOutcome, Settlement, SlotOutcome, TokenHash, body_sha256, recipient_key_for,
+    SettleOutcome, Settlement, SlotOutcome, TokenHash, WakeupTarget, body_sha256,
+    recipient_key_for,
 };
 use tokio::task::JoinSet;
 use uuid::Uuid;
@@ -55,6 +56,7 @@ pub fn ledger_behaviours() -> Vec<(&'static str, LedgerBehaviour)> {
         confirm_is_once_per_receipt,
         confirm_checks_the_run_and_journals_delivery,
         top_up_lists_stored_undelivered_without_live_hand_out,
+        wakeable_finds_waiters_with_something_to_hand_out_or_revoked,
         acknowledge_only_a_recipient_after_delivery_once,
         receipts_are_one_per_recipient,
         messages_are_read_in_a_batch_within_the_team,
@@ -1820,6 +1822,93 @@ pub async fn top_up_lists_stored_undelivered_without_live_hand_out<F: LedgerFixt
             .unwrap()
             .is_empty()
     );
+}
+
+/// The waiting fetches' sweep: of the waiting agents, those with a stored, undelivered message
+/// without a live hand-out (stored before the cutoff), and those revoked, unknown or of another
+/// team; each once, whatever order they were asked in.
+pub async fn wakeable_finds_waiters_with_something_to_hand_out_or_revoked<
+    F: LedgerFixture + ?Sized,
+>(
+    fx: &F,
+) {
+    let s = scene(fx, REMOTE).await;
+    let target = |a: &crewbus_domain::Agent| WakeupTarget::new(s.team.id, a.id);
+    let sorted = |mut v: Vec<WakeupTarget>| {
+        v.sort();
+        v
+    };
+    let (a, b, c) = (target(&s.a), target(&s.b), target(&s.c));
+    let wakeable = |targets: Vec<WakeupTarget>, before, at| {
+        let ledger = Arc::clone(&s.ledger);
+        async move { sorted(ledger.wakeable(&targets, before, at).await.unwrap()) }
+    };
+    assert!(
+        wakeable(vec![a, b, c], t(10), t(10)).await.is_empty(),
+        "nothing sent: nobody to wake"
+    );
+    let first = s.send(&s.a, "r0", "pending", t(1)).await;
+    assert!(
+        wakeable(vec![a, b, c], t(10), t(10)).await.is_empty(),
+        "a pending message is not fetchable"
+    );
+    // Stores every due message: `first` too.
+    let m = s.send_stored(&s.a, "r1", "one", t(2)).await;
+    assert_eq!(
+        wakeable(vec![c, a, b, b], t(10), t(10)).await,
+        sorted(vec![b, c]),
+        "the recipients, once each; not the sender"
+    );
+    assert!(
+        wakeable(vec![b, c], t(2), t(10)).await.is_empty(),
+        "stored before the cutoff only"
+    );
+    let held: Vec<HandOut> = s
+        .ledger
+        .hand_out(
+            s.team.id,
+            s.b.id,
+            &[from_ledger(first.id), from_ledger(m.id)],
+            GRACE,
+            t(10),
+        )
+        .await
+        .unwrap()
+        .iter()
+        .map(issued)
+        .collect();
+    assert_eq!(
+        wakeable(vec![b, c], t(20), t(11)).await,
+        vec![c],
+        "live hand-outs hold them"
+    );
+    let deliveries: Vec<DeliveryId> = held.iter().map(|h| h.delivery).collect();
+    s.ledger
+        .confirm(s.team.id, s.b.id, &deliveries, None, t(12))
+        .await
+        .unwrap();
+    assert_eq!(
+        wakeable(vec![b, c], t(100), t(100)).await,
+        vec![c],
+        "delivered: nothing left for b"
+    );
+    s.ledger
+        .revoke_agent(s.team.id, s.a.id, t(13))
+        .await
+        .unwrap();
+    let unknown = WakeupTarget::new(s.team.id, Uuid::new_v4());
+    let other_team = WakeupTarget::new(Uuid::new_v4(), s.b.id);
+    assert_eq!(
+        wakeable(vec![a, b, unknown, other_team], t(100), t(100)).await,
+        sorted(vec![a, unknown, other_team]),
+        "revoked, unknown and another team's agents are woken (their wait ends)"
+    );
+    assert!(matches!(
+        s.ledger
+            .wakeable(&vec![b; crewbus_domain::MAX_PAGE + 1], t(1), t(1))
+            .await,
+        Err(BusError::Invalid { .. })
+    ));
 }
 
 /// Acknowledge: only a recipient, only after delivery, once (the first time stays), writing

@@ -90,6 +90,7 @@ pub mod push_store;
 pub mod samples;
 pub mod stream_admin;
 pub mod wait;
+pub mod wakeups;
 
 pub use capabilities::{Capabilities, Capability};
 pub use fixture::{

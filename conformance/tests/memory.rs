@@ -268,5 +268,27 @@ fn main() {
         Arc::new(MemoryLedgerFactory),
         &runtime,
     ));
+    trials.extend(crewbus_conformance::wakeups::wakeups_trials(
+        "memory",
+        Arc::new(MemoryWakeupsFactory),
+        &runtime,
+    ));
     libtest_mimic::run(&args, trials).exit();
+}
+
+/// Two handles of one in-process deployment: clones of one `MemoryWakeups`.
+struct MemoryWakeupsFactory;
+
+#[async_trait::async_trait]
+impl crewbus_conformance::wakeups::WakeupsFactory for MemoryWakeupsFactory {
+    async fn pair(
+        &self,
+    ) -> Result<crewbus_conformance::wakeups::WakeupsPair, crewbus_conformance::FixtureError> {
+        let w = crewbus_memory::MemoryWakeups::new();
+        Ok(crewbus_conformance::wakeups::WakeupsPair {
+            a: Arc::new(w.clone()),
+            b: Arc::new(w),
+            keep: Box::new(()),
+        })
+    }
 }

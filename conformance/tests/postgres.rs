@@ -45,6 +45,8 @@ mod ledger;
 mod restart;
 #[path = "postgres/support.rs"]
 mod support;
+#[path = "postgres/wakeups.rs"]
+mod wakeups;
 
 pub(crate) type TestFn = fn() -> Pin<Box<dyn Future<Output = Result<(), Failed>> + Send>>;
 
@@ -223,11 +225,22 @@ fn main() {
         errors::TESTS,
         restart::TESTS,
         ledger::TESTS,
+        wakeups::TESTS,
     ]
     .concat()
     .into_iter()
     .map(|(name, f)| Trial::test(name, move || runtime().block_on(f())));
     let ledger = crewbus_conformance::ledger_trials("postgres", Arc::new(PgLedgerFactory), &shared);
-    let trials = conformance.into_iter().chain(ledger).chain(own).collect();
+    let wakeups = crewbus_conformance::wakeups::wakeups_trials(
+        "postgres",
+        Arc::new(wakeups::PgWakeupsFactory),
+        &shared,
+    );
+    let trials = conformance
+        .into_iter()
+        .chain(ledger)
+        .chain(wakeups)
+        .chain(own)
+        .collect();
     libtest_mimic::run(&args, trials).exit();
 }

@@ -27,6 +27,7 @@ mod receipt;
 mod secret;
 mod store_error;
 mod team;
+mod wakeup;
 
 pub use backoff::Backoff;
 pub use conversation::{Conversation, Member};
@@ -57,6 +58,7 @@ pub use receipt::Receipt;
 pub use secret::Secret;
 pub use store_error::StoreError;
 pub use team::{Agent, MAX_NAME_LEN, Team, TokenHash, recipient_key_for, validate_name};
+pub use wakeup::{Wakeup, WakeupTarget};
 
 /// Re-exported so adapters and the app agree on one id and time type.
 pub use chrono::{DateTime, Utc};

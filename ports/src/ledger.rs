@@ -7,7 +7,7 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusResult, ConfirmOutcome, Conversation, DeliveryId, HandOutOutcome, HandOutRequest,
     HistoryPage, InboxEvent, LeasedSlot, LedgerCounts, Message, Receipt, RetentionTarget, RunId,
-    SendRequest, Sent, SettleOutcome, Settlement, Team, TenantId, TokenHash,
+    SendRequest, Sent, SettleOutcome, Settlement, Team, TenantId, TokenHash, WakeupTarget,
 };
 use uuid::Uuid;
 
@@ -254,6 +254,19 @@ pub trait Ledger: Send + Sync {
         at: DateTime<Utc>,
         limit: usize,
     ) -> BusResult<Vec<Uuid>>;
+
+    /// The waiting fetches' safety sweep, one read for many waiters: of `targets`, those a
+    /// waiting fetch should look again for — an agent unknown, of another team, or revoked (its
+    /// wait ends with `Unauthenticated`), or with a message `Stored` before `stored_before`
+    /// whose receipt is not delivered and that has no live hand-out to it (what
+    /// [`Ledger::undelivered`] would find). Each target at most once, in no particular order.
+    /// Errors: more than [`crewbus_domain::MAX_PAGE`] targets → `Invalid`.
+    async fn wakeable(
+        &self,
+        targets: &[WakeupTarget],
+        stored_before: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<WakeupTarget>>;
 
     /// Confirms hand-outs of `recipient` by delivery id, one outcome per id in order, in one
     /// transaction: the first confirmation of a (message, recipient) sets `delivered_at = at`

@@ -15,6 +15,7 @@ mod messaging;
 mod push_store;
 mod push_transport;
 mod stream_admin;
+mod wakeups;
 
 pub use backends::Backends;
 pub use clock::{Clock, SystemClock};
@@ -26,6 +27,7 @@ pub use messaging::MessagingBackend;
 pub use push_store::PushStore;
 pub use push_transport::PushTransport;
 pub use stream_admin::StreamAdmin;
+pub use wakeups::{WakeupListener, Wakeups};
 
 #[cfg(feature = "mock")]
 pub use backends::MockBackends;
@@ -47,3 +49,5 @@ pub use push_store::MockPushStore;
 pub use push_transport::MockPushTransport;
 #[cfg(feature = "mock")]
 pub use stream_admin::MockStreamAdmin;
+#[cfg(feature = "mock")]
+pub use wakeups::MockWakeups;

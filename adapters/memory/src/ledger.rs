@@ -12,8 +12,9 @@ use crewbus_domain::{
     HandOutOutcome, HandOutRequest, HandOutSource, HistoryPage, InboxEvent, LeasedSlot,
     LedgerCounts, Member, Message, Publication, Receipt, RecordKind, ReferencePayload,
     RetentionTarget, RunId, SendRequest, Sent, SettleOutcome, Settlement, SlotOutcome, Team,
-    TenantId, TokenHash, body_sha256, ledger_span, positive_ledger_span, recipient_key_for,
-    validate_backend_name, validate_batch, validate_limit, validate_name, validate_request_id,
+    TenantId, TokenHash, WakeupTarget, body_sha256, ledger_span, positive_ledger_span,
+    recipient_key_for, validate_backend_name, validate_batch, validate_limit, validate_name,
+    validate_request_id,
 };
 use crewbus_ports::Ledger;
 use uuid::Uuid;
@@ -829,6 +830,41 @@ impl Ledger for MemoryLedger {
         found.sort();
         found.truncate(limit);
         Ok(found.into_iter().map(|(_, _, _, id)| id).collect())
+    }
+
+    async fn wakeable(
+        &self,
+        targets: &[WakeupTarget],
+        stored_before: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<WakeupTarget>> {
+        validate_batch(targets.len())?;
+        let st = self.state()?;
+        let mut found: Vec<WakeupTarget> = targets
+            .iter()
+            .filter(|t| {
+                let Ok(agent) = st.agent_of(t.team, t.agent) else {
+                    return true;
+                };
+                agent.revoked()
+                    || st
+                        .by_recipient
+                        .get(&t.agent)
+                        .into_iter()
+                        .flatten()
+                        .any(|id| {
+                            let m = &st.messages[id];
+                            m.publication == Publication::Stored
+                                && m.stored_at.is_some_and(|s| s < stored_before)
+                                && st.receipts[&(*id, t.agent)].delivered_at.is_none()
+                                && st.live_hand_out(*id, t.agent, at).is_none()
+                        })
+            })
+            .copied()
+            .collect();
+        found.sort_unstable();
+        found.dedup();
+        Ok(found)
     }
 
     async fn confirm(

@@ -41,6 +41,7 @@ mod locator;
 mod push_store;
 mod stream_admin;
 mod transport;
+mod wakeups;
 
 pub use backends::MemoryBackends;
 pub use bodies::MemoryBodies;
@@ -54,3 +55,4 @@ pub use ledger::MemoryLedger;
 pub use push_store::MemoryPushStore;
 pub use stream_admin::{MemoryAdminConfig, MemoryStreamAdmin};
 pub use transport::RecordingTransport;
+pub use wakeups::MemoryWakeups;

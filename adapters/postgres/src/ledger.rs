@@ -10,7 +10,7 @@ use crewbus_domain::{
     HandOutOutcome, HandOutRequest, HandOutSource, HistoryPage, InboxAck, InboxEvent, LeasedSlot,
     LedgerCounts, Member, Message, Publication, Receipt, RecordKind, ReferencePayload,
     RetentionTarget, RunId, SendRequest, Sent, SettleOutcome, Settlement, Team, TenantId,
-    TokenHash, body_sha256, ledger_span, positive_ledger_span, recipient_key_for,
+    TokenHash, WakeupTarget, body_sha256, ledger_span, positive_ledger_span, recipient_key_for,
     validate_backend_name, validate_batch, validate_limit, validate_name, validate_request_id,
 };
 use crewbus_ports::Ledger;
@@ -1306,6 +1306,50 @@ impl Ledger for PostgresLedger {
         .await
         .map_err(db(what))?;
         Ok(ids)
+    }
+
+    async fn wakeable(
+        &self,
+        targets: &[WakeupTarget],
+        stored_before: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<WakeupTarget>> {
+        validate_batch(targets.len())?;
+        if targets.is_empty() {
+            return Ok(Vec::new());
+        }
+        let teams: Vec<Uuid> = targets.iter().map(|t| t.team).collect();
+        let agents: Vec<Uuid> = targets.iter().map(|t| t.agent).collect();
+        // One statement for every waiter: the agent gone or revoked, or the top-up query's
+        // condition (`undelivered`) holding for at least one message.
+        let rows: Vec<(Uuid, Uuid)> = sqlx::query_as(
+            "SELECT DISTINCT w.team, w.agent FROM unnest($1::uuid[], $2::uuid[]) AS w(team, agent)
+             WHERE NOT EXISTS (
+                     SELECT 1 FROM agents a JOIN teams t ON t.id = a.team_id
+                     WHERE a.id = w.agent AND a.team_id = w.team AND t.tenant = $3
+                       AND a.revoked_at IS NULL)
+                OR EXISTS (
+                     SELECT 1 FROM receipts r JOIN messages m ON m.id = r.message_id
+                     WHERE r.recipient_id = w.agent AND r.delivered_at IS NULL
+                       AND m.team_id = w.team AND m.publication = 'stored'
+                       AND m.stored_at < $4
+                       AND NOT EXISTS (
+                           SELECT 1 FROM hand_outs h
+                           WHERE h.message_id = m.id AND h.recipient_id = w.agent
+                             AND h.confirmed_at IS NULL AND h.held_until > $5))",
+        )
+        .bind(&teams)
+        .bind(&agents)
+        .bind(self.tenant.as_str())
+        .bind(stored_before)
+        .bind(at)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(db("wakeable"))?;
+        Ok(rows
+            .into_iter()
+            .map(|(team, agent)| WakeupTarget { team, agent })
+            .collect())
     }
 
     async fn confirm(

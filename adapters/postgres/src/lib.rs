@@ -18,6 +18,7 @@ mod ledger_settle;
 mod push_store;
 mod registry;
 mod settings;
+mod wakeups;
 
 pub use body::PostgresBackend;
 pub use connect::{PostgresConfig, connect};
@@ -27,6 +28,7 @@ pub use ledger::PostgresLedger;
 pub use push_store::PostgresPushStore;
 pub use registry::PostgresBackends;
 pub use settings::PostgresSettings;
+pub use wakeups::{CHANNEL as WAKEUP_CHANNEL, PostgresWakeups};
 
 use crewbus_domain::{BusError, BusResult};
 use sqlx::PgPool;

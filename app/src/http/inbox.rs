@@ -11,10 +11,12 @@ use super::extract::{ApiJson, ApiJsonOrDefault};
 use super::views::{ConfirmRequest, ConfirmView, FetchRequest, FetchView, InboxStatusView};
 
 /// Hand out the caller's next messages. Nothing is confirmed: confirm each delivery id once it is
-/// processed, or it comes back (marked `redelivered`) after the hand-out grace.
+/// processed, or it comes back (marked `redelivered`) after the hand-out grace. With `wait_ms`,
+/// waits up to that long for a message when none can be handed out now (an empty page after
+/// the wait, or at once when the server shuts down).
 #[utoipa::path(post, path = "/v1/inbox/fetch", tag = "inbox",
     request_body(content = FetchRequest, description = "optional; limit defaults to 10"),
-    responses((status = 200, body = FetchView), (status = 400, description = "bad limit", body = ErrorBody),
+    responses((status = 200, body = FetchView), (status = 400, description = "bad limit or wait_ms", body = ErrorBody),
         (status = 401, body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn fetch(
@@ -22,7 +24,8 @@ pub async fn fetch(
     Authenticated(agent): Authenticated,
     ApiJsonOrDefault(req): ApiJsonOrDefault<FetchRequest>,
 ) -> ApiResult<Json<FetchView>> {
-    let ds = state.bus.fetch(&agent, req.limit).await?;
+    let wait = std::time::Duration::from_millis(req.wait_ms);
+    let ds = state.bus.fetch_waiting(&agent, req.limit, wait).await?;
     Ok(Json(FetchView {
         deliveries: ds.into_iter().map(Into::into).collect(),
     }))

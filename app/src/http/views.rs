@@ -225,6 +225,11 @@ pub struct FetchRequest {
     /// At most this many deliveries (1 to the server's maximum, 100 by default). Default 10.
     #[serde(default = "default_fetch")]
     pub limit: usize,
+    /// When nothing can be handed out now, wait up to this long for a delivery, ms (0 to the
+    /// server's `bus.max_wait_ms`, 50 000 by default). Answers as soon as one is handed out,
+    /// else an empty page after the wait. Default 0: answer at once.
+    #[serde(default)]
+    pub wait_ms: u64,
 }
 
 fn default_fetch() -> usize {
@@ -235,6 +240,7 @@ impl Default for FetchRequest {
     fn default() -> Self {
         FetchRequest {
             limit: default_fetch(),
+            wait_ms: 0,
         }
     }
 }

@@ -492,12 +492,8 @@ async fn run(bus: &Bus, agent: &Agent, name: &str, args: JsonObject) -> BusResul
     }
 }
 
-/// The one place `fetch_inbox` reaches the fetch use case: up to `limit` deliveries with at most
-/// `max_bytes` of bodies ([`Bus::fetch_within`]).
-///
-/// `wait` is not honoured yet: the waiting fetch (`Bus::fetch_waiting`, task "wait") has not
-/// landed on this branch, so this answers at once, as a fetch with `wait_seconds: 0` does. When
-/// it lands, this becomes a call to the waiting fetch with the same body budget.
+/// The one place `fetch_inbox` reaches the fetch use case: the waiting fetch with a body
+/// budget ([`Bus::fetch_waiting_within`]), which refuses a wait above `bus.max_wait_ms`.
 async fn fetch(
     bus: &Bus,
     agent: &Agent,
@@ -505,8 +501,8 @@ async fn fetch(
     wait: Duration,
     max_bytes: usize,
 ) -> BusResult<Vec<Delivery>> {
-    let _ = wait;
-    bus.fetch_within(agent, limit, max_bytes).await
+    bus.fetch_waiting_within(agent, limit, wait, max_bytes)
+        .await
 }
 
 /// `max_bytes` within 1 and the largest body the bus carries (so any body can be read whole).

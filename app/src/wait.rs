@@ -1,0 +1,334 @@
+//! The waiting fetch: an agent's fetch that waits (bounded) until a delivery can be handed out.
+//!
+//! # How a wait works
+//! 1. The waiter subscribes to its `(team, agent)` in this process's [`WaitRoom`] **before** it
+//!    fetches, so a wake-up that lands between an empty fetch and the wait is kept (a stored
+//!    permit), never lost.
+//! 2. It fetches. Something handed out → answered at once.
+//! 3. Else it waits, holding no database connection and no transaction, until one of: a
+//!    wake-up for it, the deadline (→ an empty page), the bus's shutdown (→ an empty page).
+//! 4. Woken, it checks that the agent is still active (revoked → `Unauthenticated`), fetches
+//!    again, and goes back to 3 with an empty result. A re-fetch that fails is logged and the
+//!    wait goes on: only the deadline ends it.
+//!
+//! # Where wake-ups come from
+//! - The reference worker, after a pass published and marked references: one notify per agent
+//!   per pass, through the [`Wakeups`](crewbus_ports::Wakeups) port, so a message sent through
+//!   one server wakes an agent waiting on another that shares the ledger. Never inside the send
+//!   transaction.
+//! - A revocation (`Bus::revoke_agent`), so a revoked agent's wait ends at once with 401.
+//! - The **safety sweep**: every [`topup_interval`] (half of `topup_after`), one ledger read
+//!   ([`Ledger::wakeable`](crewbus_ports::Ledger::wakeable)) over every agent waiting in this
+//!   process finds those with a message they could be handed (or that were revoked) and wakes
+//!   them with a top-up forced. So a message whose wake-up was lost, or that only the ledger
+//!   top-up can hand out, is returned within `1.5 × topup_after` of being stored (3 s by
+//!   default), and a revocation whose wake-up was lost ends the wait within `topup_after / 2`.
+//!   One read per interval for all waiters (not one fetch per waiter) keeps idle waiters cheap.
+//! - The listener reconnecting (or falling behind): every local waiter is woken.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crewbus_domain::{Agent, BusError, BusResult, MAX_PAGE, Wakeup, WakeupTarget};
+use tokio::sync::Notify;
+
+use crate::bus::Bus;
+use crate::deliver::{Delivery, topup_interval};
+use crate::shutdown::Shutdown;
+
+/// Each waiting agent's waiters: (waiter id, its wake-up slot).
+type Waiting = HashMap<WakeupTarget, Vec<(u64, Arc<Slot>)>>;
+
+/// The agents waiting in this process, each with its waiters' wake-up slots.
+#[derive(Default)]
+pub(crate) struct WaitRoom {
+    waiters: Mutex<Waiting>,
+    next_id: AtomicU64,
+    /// Waiters past their first fetch, waiting now.
+    parked: AtomicUsize,
+}
+
+/// Counts a waiter as waiting (past its first, empty fetch) while it lives.
+struct Parked<'a>(&'a AtomicUsize);
+
+impl<'a> Parked<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Parked(count)
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// One waiter's wake-up: a stored permit (a wake-up before the wait begins is kept) and whether
+/// the sweep woke it (its next fetch runs the ledger top-up).
+#[derive(Default)]
+struct Slot {
+    notify: Notify,
+    swept: AtomicBool,
+}
+
+/// A subscription to a `(team, agent)`'s wake-ups; leaves the room when dropped.
+pub(crate) struct Waiter {
+    room: Arc<WaitRoom>,
+    target: WakeupTarget,
+    id: u64,
+    slot: Arc<Slot>,
+}
+
+impl Waiter {
+    /// Resolves at the next wake-up since the subscription (or the last one); answers whether
+    /// the safety sweep sent it.
+    async fn woken(&self) -> bool {
+        self.slot.notify.notified().await;
+        self.slot.swept.swap(false, Ordering::AcqRel)
+    }
+}
+
+impl Drop for Waiter {
+    fn drop(&mut self) {
+        if let Ok(mut waiters) = self.room.waiters.lock()
+            && let Some(slots) = waiters.get_mut(&self.target)
+        {
+            slots.retain(|(id, _)| *id != self.id);
+            if slots.is_empty() {
+                waiters.remove(&self.target);
+            }
+        }
+    }
+}
+
+impl WaitRoom {
+    /// Subscribes to `target`'s wake-ups (before fetching).
+    pub(crate) fn subscribe(self: &Arc<Self>, target: WakeupTarget) -> Waiter {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot::default());
+        if let Ok(mut waiters) = self.waiters.lock() {
+            waiters
+                .entry(target)
+                .or_default()
+                .push((id, Arc::clone(&slot)));
+        }
+        Waiter {
+            room: Arc::clone(self),
+            target,
+            id,
+            slot,
+        }
+    }
+
+    /// Wakes every waiter of `target` (`swept`: the sweep found something for it).
+    pub(crate) fn wake(&self, target: WakeupTarget, swept: bool) {
+        if let Ok(waiters) = self.waiters.lock()
+            && let Some(slots) = waiters.get(&target)
+        {
+            for (_, slot) in slots {
+                if swept {
+                    slot.swept.store(true, Ordering::Release);
+                }
+                slot.notify.notify_one();
+            }
+        }
+    }
+
+    /// Wakes every waiter of this process (wake-ups may have been missed).
+    pub(crate) fn wake_everyone(&self) {
+        if let Ok(waiters) = self.waiters.lock() {
+            for (_, slot) in waiters.values().flatten() {
+                slot.notify.notify_one();
+            }
+        }
+    }
+
+    /// The agents waiting now, each once.
+    pub(crate) fn targets(&self) -> Vec<WakeupTarget> {
+        self.waiters
+            .lock()
+            .map(|w| w.keys().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Fetches waiting in this process now (past their first, empty fetch).
+    pub(crate) fn waiting(&self) -> usize {
+        self.parked.load(Ordering::Acquire)
+    }
+}
+
+impl Bus {
+    /// Hands out up to `limit` messages to `agent` like [`Bus::fetch`], waiting up to `wait` for
+    /// one when there is none now (see the module docs).
+    ///
+    /// Answers as soon as at least one delivery is handed out; else an empty page once `wait`
+    /// has passed (a re-fetch already running then finishes first), or at once when the bus
+    /// shuts down. `wait` zero is [`Bus::fetch`]. While it waits it holds no database
+    /// connection and no transaction.
+    ///
+    /// Errors: `wait` above `bus.max_wait_ms` → `Invalid`; the agent revoked while waiting →
+    /// `Unauthenticated`; as [`Bus::fetch`] for the first fetch (a failing re-fetch is logged
+    /// and the wait goes on).
+    pub async fn fetch_waiting(
+        &self,
+        agent: &Agent,
+        limit: usize,
+        wait: Duration,
+    ) -> BusResult<Vec<Delivery>> {
+        self.wait_and_fetch(agent, limit, wait, None).await
+    }
+
+    /// [`Bus::fetch_waiting`] handing out at most `max_body_bytes` of bodies per answer, as
+    /// [`Bus::fetch_within`] does (what does not fit is not handed out; the first delivery
+    /// always is). Errors: as [`Bus::fetch_waiting`].
+    pub async fn fetch_waiting_within(
+        &self,
+        agent: &Agent,
+        limit: usize,
+        wait: Duration,
+        max_body_bytes: usize,
+    ) -> BusResult<Vec<Delivery>> {
+        self.wait_and_fetch(agent, limit, wait, Some(max_body_bytes))
+            .await
+    }
+
+    async fn wait_and_fetch(
+        &self,
+        agent: &Agent,
+        limit: usize,
+        wait: Duration,
+        max_body_bytes: Option<usize>,
+    ) -> BusResult<Vec<Delivery>> {
+        if wait > self.settings.max_wait {
+            return Err(BusError::invalid(format!(
+                "wait_ms must be between 0 and {}",
+                self.settings.max_wait.as_millis()
+            )));
+        }
+        if wait.is_zero() {
+            return self.fetch_with(agent, limit, false, max_body_bytes).await;
+        }
+        let deadline = tokio::time::Instant::now() + wait;
+        let target = WakeupTarget::new(agent.team, agent.id);
+        let waiter = self.room.subscribe(target);
+        let first = self.fetch_with(agent, limit, false, max_body_bytes).await?;
+        if !first.is_empty() {
+            return Ok(first);
+        }
+        let _parked = Parked::new(&self.room.parked);
+        loop {
+            let swept = tokio::select! {
+                swept = waiter.woken() => swept,
+                () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
+                () = self.shutdown.wait() => return Ok(Vec::new()),
+            };
+            match self.ports.ledger.agent(agent.team, agent.id).await {
+                Ok(a) if a.revoked() => return Err(BusError::Unauthenticated),
+                Err(BusError::NotFound { .. }) => return Err(BusError::Unauthenticated),
+                Err(error) => {
+                    tracing::warn!(agent = %agent.id, code = error.code(), error = ?error, "waiting fetch: agent check failed; still waiting");
+                    continue;
+                }
+                Ok(_) => {}
+            }
+            match self.fetch_with(agent, limit, swept, max_body_bytes).await {
+                Ok(ds) if !ds.is_empty() => return Ok(ds),
+                Ok(_) => {}
+                Err(error) => {
+                    tracing::warn!(agent = %agent.id, code = error.code(), error = ?error, "waiting fetch: re-fetch failed; still waiting");
+                }
+            }
+        }
+    }
+
+    /// Wake-ups of agents `targets` on every server (after the change is committed). A failure
+    /// is logged: the safety sweep covers it.
+    pub(crate) async fn notify_waiters(&self, targets: &mut Vec<WakeupTarget>) {
+        targets.sort_unstable();
+        targets.dedup();
+        for chunk in targets.chunks(MAX_PAGE) {
+            if let Err(error) = self.ports.wakeups.notify(chunk).await {
+                tracing::warn!(code = error.code(), error = ?error, "wake-up notify failed; the waiters' sweep will find the messages");
+            }
+        }
+    }
+
+    /// One safety sweep over the agents waiting in this process (see the module docs). Returns
+    /// how many were woken. Errors: the ledger failing.
+    pub async fn wait_sweep(&self) -> BusResult<usize> {
+        let targets = self.room.targets();
+        let now = self.now();
+        let mut woken = 0;
+        for chunk in targets.chunks(MAX_PAGE) {
+            for t in self.ports.ledger.wakeable(chunk, now, now).await? {
+                self.room.wake(t, true);
+                woken += 1;
+            }
+        }
+        Ok(woken)
+    }
+
+    /// Fetches waiting in this process now: past their first fetch, which found nothing
+    /// (a re-fetch after a wake-up counts as waiting).
+    pub fn waiting_fetches(&self) -> usize {
+        self.room.waiting()
+    }
+}
+
+/// The wake-up listener: hands every wake-up from the [`Wakeups`](crewbus_ports::Wakeups) port
+/// to this process's waiters until shutdown. A lost listener is started again after a pause,
+/// and then every waiter is woken (wake-ups may have been missed meanwhile).
+pub(crate) async fn run_listener(bus: Bus, shutdown: Shutdown) {
+    let pause = Duration::from_secs(1);
+    while !shutdown.is_triggered() {
+        match bus.ports.wakeups.listen().await {
+            Ok(mut listener) => {
+                bus.room.wake_everyone();
+                loop {
+                    let next = tokio::select! {
+                        () = shutdown.wait() => return,
+                        next = listener.next() => next,
+                    };
+                    match next {
+                        Ok(Wakeup::Agents(targets)) => {
+                            for t in targets {
+                                bus.room.wake(t, false);
+                            }
+                        }
+                        Ok(Wakeup::Everyone) => bus.room.wake_everyone(),
+                        Err(error) => {
+                            tracing::warn!(code = error.code(), error = ?error, "wake-up listener lost; starting it again");
+                            break;
+                        }
+                    }
+                }
+            }
+            Err(error) => {
+                tracing::warn!(code = error.code(), error = ?error, "wake-up listener cannot start; retrying");
+            }
+        }
+        tokio::select! {
+            () = shutdown.wait() => return,
+            () = tokio::time::sleep(pause) => {}
+        }
+    }
+}
+
+/// The safety sweep, every [`topup_interval`], until shutdown.
+pub(crate) async fn run_sweep(bus: Bus, shutdown: Shutdown) {
+    let every = topup_interval(bus.settings.topup_after).max(Duration::from_millis(10));
+    let mut ticks = tokio::time::interval(every);
+    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            () = shutdown.wait() => return,
+            _ = ticks.tick() => {}
+        }
+        if let Err(error) = bus.wait_sweep().await {
+            tracing::warn!(code = error.code(), error = ?error, "waiting fetches' sweep failed");
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! `Wakeups` behaviours: a notify reaches every listener started before it, on every handle of
+//! one deployment (two handles stand for two servers sharing a ledger), whole.
+//!
+//! Each behaviour takes a [`WakeupsPair`] — two handles onto one fresh deployment — and polls
+//! with a deadline, never a fixed sleep. [`wakeups_trials`] registers them for a test target.
+
+use std::collections::HashSet;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use crewbus_domain::{Uuid, Wakeup, WakeupTarget};
+use crewbus_ports::{WakeupListener, Wakeups};
+use libtest_mimic::{Failed, Trial};
+use tokio::runtime::Runtime;
+
+use crate::FixtureError;
+use crate::harness::{TRIAL_TIMEOUT, panic_message};
+
+/// How long a behaviour waits for a wake-up to arrive.
+const ARRIVAL: Duration = Duration::from_secs(10);
+
+/// Two handles onto one fresh deployment (as two servers of it would hold), and whatever keeps
+/// it alive (a database) for the behaviour's life.
+pub struct WakeupsPair {
+    /// The first server's handle.
+    pub a: Arc<dyn Wakeups>,
+    /// The second server's handle.
+    pub b: Arc<dyn Wakeups>,
+    /// Dropped after the behaviour.
+    pub keep: Box<dyn Send + Sync>,
+}
+
+/// Builds a fresh [`WakeupsPair`] per behaviour.
+#[async_trait]
+pub trait WakeupsFactory: Send + Sync {
+    /// A fresh deployment. Errors: its server cannot be had (fails the trial loudly).
+    async fn pair(&self) -> Result<WakeupsPair, FixtureError>;
+}
+
+type Behaviour = fn(WakeupsPair) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// Every `Wakeups` behaviour, by name.
+pub fn wakeups_behaviours() -> Vec<(&'static str, Behaviour)> {
+    vec![
+        ("a_notify_reaches_every_listener_on_every_handle", |p| {
+            Box::pin(a_notify_reaches_every_listener_on_every_handle(p))
+        }),
+        ("a_batch_arrives_whole_and_in_order_of_notify", |p| {
+            Box::pin(a_batch_arrives_whole_and_in_order_of_notify(p))
+        }),
+    ]
+}
+
+/// Collects targets from `listener` until `want` are all seen (an `Everyone` counts as all),
+/// failing after [`ARRIVAL`]. Returns the targets in arrival order.
+async fn collect(
+    listener: &mut Box<dyn WakeupListener>,
+    want: &HashSet<WakeupTarget>,
+) -> Vec<WakeupTarget> {
+    let mut got = Vec::new();
+    let deadline = tokio::time::Instant::now() + ARRIVAL;
+    while !want.iter().all(|t| got.contains(t)) {
+        let next = tokio::time::timeout_at(deadline, listener.next())
+            .await
+            .unwrap_or_else(|_| panic!("wake-ups never arrived: got {got:?}"))
+            .expect("listener failed");
+        match next {
+            Wakeup::Agents(ts) => got.extend(ts),
+            Wakeup::Everyone => got.extend(want.iter().copied()),
+        }
+    }
+    got
+}
+
+fn targets(n: usize) -> Vec<WakeupTarget> {
+    let team = Uuid::new_v4();
+    (0..n)
+        .map(|_| WakeupTarget::new(team, Uuid::new_v4()))
+        .collect()
+}
+
+/// A notify through either handle reaches every listener started before it, on both handles
+/// (the notifier's own included).
+pub async fn a_notify_reaches_every_listener_on_every_handle(p: WakeupsPair) {
+    let mut on_a = p.a.listen().await.expect("listen on a");
+    let mut on_b = p.b.listen().await.expect("listen on b");
+    let mut also_on_b = p.b.listen().await.expect("listen on b again");
+    let first = targets(1);
+    p.a.notify(&first).await.expect("notify through a");
+    let want: HashSet<_> = first.iter().copied().collect();
+    for l in [&mut on_a, &mut on_b, &mut also_on_b] {
+        assert!(collect(l, &want).await.contains(&first[0]));
+    }
+    let second = targets(1);
+    p.b.notify(&second).await.expect("notify through b");
+    let want: HashSet<_> = second.iter().copied().collect();
+    assert!(collect(&mut on_a, &want).await.contains(&second[0]));
+    p.a.notify(&[]).await.expect("an empty batch is fine");
+}
+
+/// Every target of one notify arrives (possibly over several `next` calls), and two notifies
+/// arrive in the order they were made.
+pub async fn a_batch_arrives_whole_and_in_order_of_notify(p: WakeupsPair) {
+    let mut listener = p.b.listen().await.expect("listen");
+    let batch = targets(200);
+    let last = targets(1);
+    p.a.notify(&batch).await.expect("notify the batch");
+    p.a.notify(&last).await.expect("notify the last");
+    let mut want: HashSet<_> = batch.iter().copied().collect();
+    want.insert(last[0]);
+    let got = collect(&mut listener, &want).await;
+    let at = |t: &WakeupTarget| got.iter().position(|g| g == t).expect("arrived");
+    assert!(
+        batch.iter().all(|t| at(t) < at(&last[0])),
+        "the second notify overtook the first"
+    );
+}
+
+/// Every `Wakeups` behaviour as its own trial, named `<target>::wakeups::<behaviour>`, each on a
+/// fresh pair from `factory`, failing on a panic, a fixture error or after [`TRIAL_TIMEOUT`].
+pub fn wakeups_trials(
+    target: &str,
+    factory: Arc<dyn WakeupsFactory>,
+    runtime: &Arc<Runtime>,
+) -> Vec<Trial> {
+    wakeups_behaviours()
+        .into_iter()
+        .map(|(name, run)| {
+            let factory = Arc::clone(&factory);
+            let runtime = Arc::clone(runtime);
+            Trial::test(format!("{target}::wakeups::{name}"), move || {
+                let task = runtime.spawn(async move {
+                    let pair = factory
+                        .pair()
+                        .await
+                        .map_err(|e| Failed::from(format!("fixture failed: {e}")))?;
+                    run(pair).await;
+                    Ok::<(), Failed>(())
+                });
+                runtime.block_on(async move {
+                    match tokio::time::timeout(TRIAL_TIMEOUT, task).await {
+                        Ok(Ok(outcome)) => outcome,
+                        Ok(Err(join)) if join.is_panic() => {
+                            Err(panic_message(join.into_panic()).into())
+                        }
+                        Ok(Err(join)) => Err(format!("behaviour task ended: {join}").into()),
+                        Err(_) => Err(format!("timed out after {TRIAL_TIMEOUT:?}").into()),
+                    }
+                })
+            })
+        })
+        .collect()
+}
