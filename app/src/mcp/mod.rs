@@ -12,15 +12,15 @@
 //!   connection (and any proxy in between) alive. A reverse proxy needs an idle timeout above
 //!   60 s. Malformed requests (bad headers, a version mismatch) are plain JSON-RPC errors with a
 //!   4xx status.
-//! - **Identity** is the agent's bearer token, as on the HTTP API ([`auth`]): no or a bad token
+//! - **Identity** is the agent's bearer token, as on the HTTP API (`mcp/auth.rs`): no or a bad token
 //!   is `401` with `WWW-Authenticate: Bearer` before the MCP service is reached.
 //! - **DNS rebinding**: rmcp refuses (`403`) a `Host` that is not allowed and an `Origin` that
 //!   is not allowed; both default to loopback and are extended by `[mcp]`
 //!   ([`crate::config::McpConfig`]).
-//! - The request body limit is the HTTP API's ([`crate::http::extract::REQUEST_LIMIT_BYTES`]).
+//! - The request body limit is the HTTP API's (`REQUEST_LIMIT_BYTES`, 7 MiB).
 //!
-//! The tools ([`tools`]) call the same use cases as the HTTP handlers and answer with the same
-//! views ([`views`]); their schemas are generated from those types ([`schema`]).
+//! The tools (`mcp/tools.rs`) call the same use cases as the HTTP handlers and answer with the same
+//! views ([`views`]); their schemas are generated from those types (`mcp/schema.rs`).
 
 use std::borrow::Cow;
 use std::sync::Arc;

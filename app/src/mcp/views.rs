@@ -5,7 +5,7 @@
 //! whose HTTP answer is an array.
 //!
 //! Every type derives utoipa's `ToSchema`, like the HTTP views, so a tool's input and output
-//! schemas come from the same generator (and the same inliner, [`super::schema`]) as the
+//! schemas come from the same generator (and the same inliner, `mcp/schema.rs`) as the
 //! OpenAPI document. The rules (ranges of `limit`, title, body size…) stay in the use cases;
 //! the ranges declared here are the tool's own (`wait_seconds`, `max_bytes`).
 
