@@ -1046,3 +1046,31 @@ async fn a_waiting_fetch_inbox_returns_when_a_message_is_sent() {
     }
     app.finish_test().await;
 }
+
+#[tokio::test]
+async fn revoking_a_waiting_agent_ends_its_wait_with_unauthenticated_and_its_token_then_gets_401() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    let b = Mcp::for_agent(&app, 1, LEGACY);
+    let waiting =
+        tokio::spawn(async move { b.call("fetch_inbox", json!({"wait_seconds": 30})).await });
+    eventually("bob waiting in fetch_inbox", 10, || async {
+        (app.bus.waiting_fetches() == 1).then_some(())
+    })
+    .await;
+    app.bus
+        .revoke_agent(app.team.id, app.agents[1].id)
+        .await
+        .unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("a revocation ends the wait")
+        .unwrap();
+    assert_eq!(r["isError"], true, "{r}");
+    let body: Value = serde_json::from_str(r["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(body["code"], "unauthenticated");
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    let reply = Mcp::for_agent(&app, 1, LEGACY).post(&list, &[]).await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(reply.headers["www-authenticate"], "Bearer");
+    app.finish_test().await;
+}
