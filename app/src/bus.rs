@@ -13,7 +13,7 @@ use crewbus_domain::{Backoff, DateTime, Utc, Uuid};
 use crewbus_ports::{Backends, Clock, Journal, Ledger, StreamAdmin, Wakeups};
 use tokio::sync::Notify;
 
-use crate::config::BusConfig;
+use crate::config::{BusConfig, McpConfig};
 use crate::metrics::Metrics;
 use crate::push::PushRuntime;
 use crate::shutdown::Shutdown;
@@ -75,6 +75,9 @@ pub struct BusSettings {
     pub shutdown_grace: Duration,
     /// Longest the health probe waits for the ledger (and, beside it, the broker).
     pub health_timeout: Duration,
+    /// The MCP endpoint's allowed hosts and origins beyond loopback (set by the composition
+    /// root from `[mcp]`; none by default).
+    pub mcp: McpConfig,
 }
 
 impl BusSettings {
@@ -99,6 +102,7 @@ impl BusSettings {
             request_body_timeout: Duration::from_millis(c.request_body_timeout_ms),
             shutdown_grace: Duration::from_millis(c.shutdown_grace_ms),
             health_timeout: Duration::from_millis(c.health_timeout_ms),
+            mcp: McpConfig::default(),
         }
     }
 }

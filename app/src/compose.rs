@@ -136,6 +136,7 @@ pub async fn postgres_with_pool(
     let mut registries: Vec<Arc<dyn Backends>> = vec![Arc::new(postgres)];
     let broker = add_jetstream(config, &settings, &mut registries)?;
     settings.backends = registries.iter().map(|r| r.name().to_owned()).collect();
+    settings.mcp = config.mcp.clone();
     let ports = Ports {
         ledger: Arc::new(ledger) as Arc<dyn Ledger>,
         backends: Arc::new(CombinedBackends::new(registries)),
@@ -210,6 +211,7 @@ pub fn memory_with_wakeups(
     let mut registries: Vec<Arc<dyn Backends>> = vec![Arc::new(registry.clone())];
     let broker = add_jetstream(config, &settings, &mut registries)?;
     settings.backends = registries.iter().map(|r| r.name().to_owned()).collect();
+    settings.mcp = config.mcp.clone();
     let ports = Ports {
         ledger: Arc::new(ledger.clone()) as Arc<dyn Ledger>,
         backends: Arc::new(CombinedBackends::new(registries)),

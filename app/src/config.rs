@@ -45,6 +45,8 @@ pub struct Config {
     /// named environment variables or files), the key ring sealing credentials at rest, delivery
     /// tuning, `allow_unsealed`. Default: no destinations.
     pub push: PushSettings,
+    /// The MCP endpoint (`/mcp`): which `Host` and `Origin` values it accepts beyond loopback.
+    pub mcp: McpConfig,
 }
 
 impl Default for Config {
@@ -59,6 +61,7 @@ impl Default for Config {
             bus: BusConfig::default(),
             log: LogConfig::default(),
             push: PushSettings::default(),
+            mcp: McpConfig::default(),
         }
     }
 }
@@ -73,6 +76,7 @@ impl fmt::Debug for Config {
             .field("bus", &self.bus)
             .field("log", &self.log)
             .field("push", &self.push)
+            .field("mcp", &self.mcp)
             .finish()
     }
 }
@@ -311,6 +315,56 @@ impl Default for LogConfig {
     }
 }
 
+/// The MCP endpoint's protection against DNS rebinding (`[mcp]`). Both lists EXTEND the
+/// loopback defaults, which always stay: a request whose `Host` is not allowed, or that carries
+/// an `Origin` that is not allowed, is refused with `403` before anything else is read (a request
+/// without `Origin`, as MCP hosts that are not browsers send, passes the Origin check).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    /// More `Host` values to accept, as `host` (any port) or `host:port`, e.g.
+    /// `["bus.example.com"]`. The loopback names `localhost`, `127.0.0.1` and `::1` (`[::1]`)
+    /// are always accepted, on any port. Default empty.
+    pub allowed_hosts: Vec<String>,
+    /// More browser origins to accept, as `scheme://host:port` (that port only), or
+    /// `scheme://host:*` (any port), e.g. `["https://console.example.com:443"]`;
+    /// `"null"` accepts the browser's `Origin: null`. `http://localhost`, `http://127.0.0.1` and
+    /// `http://[::1]` on any port are always accepted. Default empty.
+    pub allowed_origins: Vec<String>,
+}
+
+impl McpConfig {
+    fn validate(&self) -> BusResult<()> {
+        for host in &self.allowed_hosts {
+            if host.trim().is_empty()
+                || host
+                    .parse::<axum::http::uri::Authority>()
+                    .is_err_and(|_| host.parse::<std::net::Ipv6Addr>().is_err())
+            {
+                return Err(BusError::invalid(format!(
+                    "mcp.allowed_hosts: {host:?} is not a host or host:port"
+                )));
+            }
+        }
+        for origin in &self.allowed_origins {
+            let base = origin.strip_suffix(":*").unwrap_or(origin);
+            let ok = origin == "null"
+                || base.parse::<axum::http::Uri>().is_ok_and(|u| {
+                    u.scheme().is_some()
+                        && u.authority().is_some()
+                        && u.path() == "/"
+                        && u.query().is_none()
+                });
+            if !ok {
+                return Err(BusError::invalid(format!(
+                    "mcp.allowed_origins: {origin:?} is not an origin (scheme://host, scheme://host:port or scheme://host:*)"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Config {
     /// Loads the configuration: embedded default ← `path` (or `CREWBUS_CONFIG`, or `./crewbus.toml`
     /// when it exists) ← `CREWBUS_*` variables (except `CREWBUS_CONFIG` and `CREWBUS_MCP_TOKEN`). Errors: a named file that does not exist, bad
@@ -435,6 +489,7 @@ impl Config {
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(BusError::invalid("log.format must be `text` or `json`"));
         }
+        self.mcp.validate()?;
         Ok(())
     }
 
@@ -644,6 +699,30 @@ mod tests {
             ),
             Err(BusError::Invalid { .. })
         ));
+    }
+
+    #[test]
+    fn mcp_lists_take_hosts_and_origins_and_refuse_anything_else() {
+        let c = Config::from_toml(
+            "[mcp]\nallowed_hosts = [\"bus.example.com\", \"bus.example.com:8443\", \"::1\"]\n\
+             allowed_origins = [\"https://console.example.com:443\", \"http://devbox:*\", \"null\"]",
+        )
+        .unwrap();
+        assert_eq!(c.mcp.allowed_hosts.len(), 3);
+        assert_eq!(c.mcp.allowed_origins.len(), 3);
+        assert!(Config::default().mcp.allowed_hosts.is_empty());
+        for bad in [
+            "[mcp]\nallowed_hosts = [\"\"]",
+            "[mcp]\nallowed_hosts = [\"http://bus.example.com\"]",
+            "[mcp]\nallowed_origins = [\"console.example.com\"]",
+            "[mcp]\nallowed_origins = [\"https://console.example.com/app\"]",
+            "[mcp]\nunknown = 1",
+        ] {
+            assert!(
+                matches!(Config::from_toml(bad), Err(BusError::Invalid { .. })),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

@@ -65,6 +65,52 @@ pub struct Delivery {
     pub body: String,
 }
 
+/// What is left of a fetch's body budget (see [`Bus::fetch_within`]).
+struct BodyBudget {
+    /// Bytes of bodies still allowed.
+    left: usize,
+    /// Whether a request with a body was kept already (the first one always is).
+    kept_one: bool,
+}
+
+impl BodyBudget {
+    fn new(max_body_bytes: usize) -> Self {
+        BodyBudget {
+            left: max_body_bytes,
+            kept_one: false,
+        }
+    }
+
+    /// Keeps `requests` in order until the first whose body (read into `readable`) does not fit
+    /// in what is left; that one and every later one are dropped. Requests without a read body
+    /// (the ledger answers them `Unknown`) cost nothing. Returns the kept requests and whether
+    /// any was dropped. No budget keeps everything.
+    fn apply(
+        budget: &mut Option<BodyBudget>,
+        requests: Vec<HandOutRequest>,
+        readable: &HashMap<Uuid, (Message, String)>,
+    ) -> (Vec<HandOutRequest>, bool) {
+        let Some(budget) = budget else {
+            return (requests, false);
+        };
+        let mut kept = Vec::with_capacity(requests.len());
+        let total = requests.len();
+        for request in requests {
+            let size = readable.get(&request.message).map(|(_, body)| body.len());
+            if let Some(size) = size {
+                if budget.kept_one && size > budget.left {
+                    break;
+                }
+                budget.left = budget.left.saturating_sub(size);
+                budget.kept_one = true;
+            }
+            kept.push(request);
+        }
+        let cut = kept.len() < total;
+        (kept, cut)
+    }
+}
+
 /// The agent's inbox as the team's inbox backend reports it.
 #[derive(Debug, Clone)]
 pub struct InboxReport {
@@ -83,16 +129,34 @@ impl Bus {
     /// A message whose body cannot be read right now is left out (its hand-out lapses and it
     /// comes back). Errors: `limit` 0 or above the maximum → `Invalid`; the ledger failing.
     pub async fn fetch(&self, agent: &Agent, limit: usize) -> BusResult<Vec<Delivery>> {
-        self.fetch_with(agent, limit, false).await
+        self.fetch_with(agent, limit, false, None).await
+    }
+
+    /// [`Bus::fetch`] handing out at most `max_body_bytes` of bodies (UTF-8 bytes, summed over
+    /// the deliveries): deliveries are taken in order until the first whose body would take the
+    /// sum above the budget; it and those after it are **not** handed out (their references come
+    /// back, and the ledger top-up is looked for again on the next fetch), so they are left for
+    /// a later fetch. The first delivery is always handed out, even when its body alone is
+    /// larger (the caller decides how to show it). Errors: as [`Bus::fetch`].
+    pub async fn fetch_within(
+        &self,
+        agent: &Agent,
+        limit: usize,
+        max_body_bytes: usize,
+    ) -> BusResult<Vec<Delivery>> {
+        self.fetch_with(agent, limit, false, Some(max_body_bytes))
+            .await
     }
 
     /// [`Bus::fetch`], with the ledger top-up run whatever its interval says when
-    /// `force_topup` (a waiting fetch woken by the safety sweep: the ledger found something).
+    /// `force_topup` (a waiting fetch woken by the safety sweep: the ledger found something),
+    /// and at most `max_body_bytes` of bodies when given ([`Bus::fetch_within`]).
     pub(crate) async fn fetch_with(
         &self,
         agent: &Agent,
         limit: usize,
         force_topup: bool,
+        max_body_bytes: Option<usize>,
     ) -> BusResult<Vec<Delivery>> {
         if limit == 0 || limit > self.settings.max_fetch {
             return Err(BusError::invalid(format!(
@@ -100,6 +164,7 @@ impl Bus {
                 self.settings.max_fetch
             )));
         }
+        let mut budget = max_body_bytes.map(BodyBudget::new);
         let team = self.ports.ledger.team(agent.team).await?;
         let now = self.now();
         let ledger = &self.ports.ledger;
@@ -160,6 +225,7 @@ impl Bus {
         let requests = self
             .readable_only(team.id, requests, &mut backends, &mut readable)
             .await?;
+        let (requests, mut over_budget) = BodyBudget::apply(&mut budget, requests, &readable);
         if !requests.is_empty() {
             let outcomes = ledger
                 .hand_out(
@@ -188,7 +254,10 @@ impl Bus {
 
         // 2. Top-up from the ledger (the authority): at most once per interval while the inbox
         // answers, always when it failed.
-        if issued.len() < limit && (!inbox_ok || force_topup || self.topup_due(agent.id, now)) {
+        if issued.len() < limit
+            && !over_budget
+            && (!inbox_ok || force_topup || self.topup_due(agent.id, now))
+        {
             let stored_before = if inbox_ok {
                 before(now, self.settings.topup_after)
             } else {
@@ -214,6 +283,8 @@ impl Bus {
                 .readable_only(team.id, requests, &mut backends, &mut readable)
                 .await?;
             let all_readable = requests.len() == candidates;
+            let (requests, cut) = BodyBudget::apply(&mut budget, requests, &readable);
+            over_budget |= cut;
             if !requests.is_empty() {
                 let outcomes = ledger
                     .hand_out(
@@ -229,7 +300,7 @@ impl Bus {
                     _ => None,
                 }));
             }
-            if complete_page && all_readable {
+            if complete_page && all_readable && !over_budget {
                 self.topped_up_at(agent.id, now);
             }
         }

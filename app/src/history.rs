@@ -26,6 +26,33 @@ pub struct History {
     pub next_after_seq: u64,
 }
 
+impl History {
+    /// The page cut to `max_body_bytes` of bodies (UTF-8 bytes, summed): entries are kept in
+    /// order until the first whose body would take the sum above it; that one and every later
+    /// one are left out and `next_after_seq` points at the last kept entry, so the next page
+    /// starts with the first one left out. The first entry is always kept, even when its body
+    /// alone is larger (the caller decides how to show it). Entries without a body cost nothing.
+    pub fn within_bytes(mut self, max_body_bytes: usize) -> History {
+        let mut used = 0usize;
+        let mut keep = self.entries.len();
+        for (i, e) in self.entries.iter().enumerate() {
+            let size = e.body.as_ref().map_or(0, String::len);
+            if i > 0 && used.saturating_add(size) > max_body_bytes {
+                keep = i;
+                break;
+            }
+            used = used.saturating_add(size);
+        }
+        if keep < self.entries.len() {
+            self.entries.truncate(keep);
+            if let Some(last) = self.entries.last() {
+                self.next_after_seq = last.message.seq;
+            }
+        }
+        self
+    }
+}
+
 impl Bus {
     /// A page of `conversation` after `after_seq`, for a member. An unreachable backend yields an
     /// explained empty body (`Unavailable`), never a failed page. Errors: not a member, unknown

@@ -17,6 +17,7 @@ pub mod health;
 pub mod history;
 pub mod http;
 pub mod load;
+pub mod mcp;
 pub mod metrics;
 pub mod push;
 pub mod push_commands;

@@ -80,6 +80,10 @@ pub struct Metrics {
     pub fetch_wait_errors: AtomicU64,
     /// Waiting fetches woken (by a wake-up, the sweep or a listener reconnect).
     pub fetch_wakeups: AtomicU64,
+    /// MCP tool calls (of a known tool; bus errors included).
+    pub mcp_tool_calls: AtomicU64,
+    /// MCP tool calls answered with a bus error (`isError: true`).
+    pub mcp_tool_errors: AtomicU64,
     /// One body publish by the relay (request to answer).
     pub relay_latency: Histogram,
     /// One inbox fetch of references (request to answer).
@@ -120,7 +124,7 @@ impl Metrics {
     /// The exposition text (`text/plain; version=0.0.4`).
     pub fn render(&self, gauges: Option<LedgerGauges>) -> String {
         let mut out = String::with_capacity(4096);
-        let counters: [(&str, &str, &AtomicU64); 11] = [
+        let counters: [(&str, &str, &AtomicU64); 13] = [
             (
                 "crewbus_messages_sent_total",
                 "Messages accepted by send.",
@@ -175,6 +179,16 @@ impl Metrics {
                 "crewbus_fetch_wait_errors_total",
                 "Woken waiting fetches whose re-fetch failed (they kept waiting).",
                 &self.fetch_wait_errors,
+            ),
+            (
+                "crewbus_mcp_tool_calls_total",
+                "MCP tool calls (bus errors included).",
+                &self.mcp_tool_calls,
+            ),
+            (
+                "crewbus_mcp_tool_errors_total",
+                "MCP tool calls answered with a bus error (isError).",
+                &self.mcp_tool_errors,
             ),
         ];
         for (name, help, value) in counters {

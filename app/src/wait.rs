@@ -179,6 +179,30 @@ impl Bus {
         limit: usize,
         wait: Duration,
     ) -> BusResult<Vec<Delivery>> {
+        self.wait_and_fetch(agent, limit, wait, None).await
+    }
+
+    /// [`Bus::fetch_waiting`] handing out at most `max_body_bytes` of bodies per answer, as
+    /// [`Bus::fetch_within`] does (what does not fit is not handed out; the first delivery
+    /// always is). Errors: as [`Bus::fetch_waiting`].
+    pub async fn fetch_waiting_within(
+        &self,
+        agent: &Agent,
+        limit: usize,
+        wait: Duration,
+        max_body_bytes: usize,
+    ) -> BusResult<Vec<Delivery>> {
+        self.wait_and_fetch(agent, limit, wait, Some(max_body_bytes))
+            .await
+    }
+
+    async fn wait_and_fetch(
+        &self,
+        agent: &Agent,
+        limit: usize,
+        wait: Duration,
+        max_body_bytes: Option<usize>,
+    ) -> BusResult<Vec<Delivery>> {
         if wait > self.settings.max_wait {
             return Err(BusError::invalid(format!(
                 "wait_ms must be between 0 and {}",
@@ -186,12 +210,12 @@ impl Bus {
             )));
         }
         if wait.is_zero() {
-            return self.fetch(agent, limit).await;
+            return self.fetch_with(agent, limit, false, max_body_bytes).await;
         }
         let deadline = tokio::time::Instant::now() + wait;
         let target = WakeupTarget::new(agent.team, agent.id);
         let waiter = self.room.subscribe(target);
-        let first = self.fetch(agent, limit).await?;
+        let first = self.fetch_with(agent, limit, false, max_body_bytes).await?;
         if !first.is_empty() {
             return Ok(first);
         }
@@ -213,7 +237,7 @@ impl Bus {
                 }
                 Ok(_) => {}
             }
-            match self.fetch_with(agent, limit, swept).await {
+            match self.fetch_with(agent, limit, swept, max_body_bytes).await {
                 Ok(ds) if !ds.is_empty() => return Ok(ds),
                 Ok(_) => {}
                 Err(error) => {

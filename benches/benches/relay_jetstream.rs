@@ -202,7 +202,7 @@ async fn scene(db: &TestDatabase) -> Scene {
             .expect("create agent")
             .agent;
         let conversation = bus
-            .create_conversation(&sender, "bench", &[recipient.id])
+            .create_conversation(&sender, "bench", &[recipient.id.to_string()])
             .await
             .expect("create conversation");
         assert_eq!(conversation.backend, "jetstream");

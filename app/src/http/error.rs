@@ -60,21 +60,23 @@ fn message_for(e: &BusError) -> String {
     }
 }
 
+/// The body an error is shown to a client with (HTTP and MCP alike): its stable code and a
+/// sentence without broker or database text. An error with a server-side cause (a 5xx status)
+/// is logged here with its source, which goes to the log only.
+pub(crate) fn error_body(e: &BusError) -> ErrorBody {
+    if status_for(e).is_server_error() {
+        tracing::warn!(code = e.code(), error = ?e, "request failed");
+    }
+    ErrorBody {
+        code: e.code().to_owned(),
+        message: message_for(e),
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = status_for(&self.0);
-        if status.is_server_error() {
-            // The source (backend text) goes to the log only.
-            tracing::warn!(code = self.0.code(), error = ?self.0, "request failed");
-        }
-        let mut response = (
-            status,
-            Json(ErrorBody {
-                code: self.0.code().to_owned(),
-                message: message_for(&self.0),
-            }),
-        )
-            .into_response();
+        let mut response = (status, Json(error_body(&self.0))).into_response();
         if matches!(self.0, BusError::Unauthenticated) {
             response.headers_mut().insert(
                 axum::http::header::WWW_AUTHENTICATE,

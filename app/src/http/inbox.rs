@@ -8,9 +8,7 @@ use super::AppState;
 use super::auth::Authenticated;
 use super::error::{ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiJsonOrDefault};
-use super::views::{
-    ConfirmItemView, ConfirmRequest, ConfirmView, FetchRequest, FetchView, InboxStatusView,
-};
+use super::views::{ConfirmRequest, ConfirmView, FetchRequest, FetchView, InboxStatusView};
 
 /// Hand out the caller's next messages. Nothing is confirmed: confirm each delivery id once it is
 /// processed, or it comes back (marked `redelivered`) after the hand-out grace. With `wait_ms`,
@@ -47,14 +45,7 @@ pub async fn confirm(
 ) -> ApiResult<Json<ConfirmView>> {
     let ids: Vec<DeliveryId> = req.deliveries.iter().copied().map(DeliveryId).collect();
     let outcomes = state.bus.confirm(&agent, &ids, req.run).await?;
-    Ok(Json(ConfirmView {
-        results: req
-            .deliveries
-            .into_iter()
-            .zip(outcomes)
-            .map(|(id, o)| ConfirmItemView::new(id, o))
-            .collect(),
-    }))
+    Ok(Json(ConfirmView::new(req.deliveries, outcomes)))
 }
 
 /// The caller's inbox as its backend reports it.

@@ -1,4 +1,5 @@
-//! The HTTP API (axum): agents' routes under `/v1`, `/health`, `/metrics`, `/openapi.json`.
+//! The HTTP API (axum): agents' routes under `/v1`, `/health`, `/metrics`, `/openapi.json`, and
+//! the MCP endpoint `/mcp` ([`crate::mcp`]) on the same listener.
 //! Errors are JSON `{code, message}` (see [`error`]).
 
 use axum::Router;
@@ -12,7 +13,7 @@ use tower_http::timeout::RequestBodyTimeoutLayer;
 use crate::bus::Bus;
 
 mod agents;
-mod auth;
+pub(crate) mod auth;
 mod conversations;
 pub mod error;
 pub(crate) mod extract;
@@ -58,6 +59,7 @@ pub fn router(bus: Bus) -> Router {
         .route("/health", get(ops::health))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))
+        .merge(crate::mcp::router(bus.clone()))
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(extract::REQUEST_LIMIT_BYTES))

@@ -98,9 +98,5 @@ pub async fn records(
         .bus
         .run_records(&agent, RunId(id), Seq(q.from_seq), q.limit)
         .await?;
-    let next_from_seq = records.last().map_or(q.from_seq, |r| r.seq.0 + 1);
-    Ok(Json(RecordsView {
-        records: records.into_iter().map(Into::into).collect(),
-        next_from_seq,
-    }))
+    Ok(Json(RecordsView::page(records, q.from_seq)))
 }

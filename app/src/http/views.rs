@@ -39,9 +39,10 @@ impl From<Agent> for AgentView {
 pub struct CreateConversation {
     /// A title (1 to 128 characters, no control characters).
     pub title: String,
-    /// The other members' agent ids (see `GET /v1/agents`).
+    /// The other members: each an agent id, or the name of an active agent of the caller's team
+    /// (see `GET /v1/agents`). An unknown name or id is `400 invalid`, naming it.
     #[serde(default)]
-    pub members: Vec<Uuid>,
+    pub members: Vec<String>,
 }
 
 /// A conversation and its members.
@@ -169,6 +170,12 @@ pub struct HistoryItemView {
     /// Why there is no body: `pending` (the page stops here; read again from `next_after_seq`),
     /// `failed`, `retained`, `unavailable` (the backend did not answer), `missing`.
     pub absence: Option<String>,
+    /// `true` when `body` holds only the first bytes of the body (the MCP tools cut a body
+    /// above the call's `max_bytes`; `message.body_len` is the whole length). Absent means
+    /// `false`; the HTTP API never cuts a body.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schema(required = false)]
+    pub truncated: bool,
 }
 
 impl From<HistoryEntry> for HistoryItemView {
@@ -177,6 +184,7 @@ impl From<HistoryEntry> for HistoryItemView {
             message: e.message.into(),
             body: e.body,
             absence: e.absence.map(absence_name),
+            truncated: false,
         }
     }
 }
@@ -250,6 +258,12 @@ pub struct DeliveryView {
     pub redelivered: bool,
     /// Not handed out again before this time unless confirmed.
     pub held_until: DateTime<Utc>,
+    /// `true` when `body` holds only the first bytes of the body (the MCP tools cut a body
+    /// above the call's `max_bytes`; `message.body_len` is the whole length). Absent means
+    /// `false`; the HTTP API never cuts a body.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    #[schema(required = false)]
+    pub truncated: bool,
 }
 
 impl From<Delivery> for DeliveryView {
@@ -260,6 +274,7 @@ impl From<Delivery> for DeliveryView {
             body: d.body,
             redelivered: d.hand_out.redelivered,
             held_until: d.hand_out.held_until,
+            truncated: false,
         }
     }
 }
@@ -318,6 +333,19 @@ impl ConfirmItemView {
 pub struct ConfirmView {
     /// One outcome per delivery id, in order.
     pub results: Vec<ConfirmItemView>,
+}
+
+impl ConfirmView {
+    /// The outcomes of confirming `deliveries`, paired in order (as `Bus::confirm` answers).
+    pub fn new(deliveries: Vec<Uuid>, outcomes: Vec<ConfirmOutcome>) -> Self {
+        ConfirmView {
+            results: deliveries
+                .into_iter()
+                .zip(outcomes)
+                .map(|(id, o)| ConfirmItemView::new(id, o))
+                .collect(),
+        }
+    }
 }
 
 /// Acknowledge a message (the caller has read it).
@@ -487,4 +515,16 @@ pub struct RecordsView {
     pub records: Vec<RecordView>,
     /// `from_seq` for the next page.
     pub next_from_seq: u64,
+}
+
+impl RecordsView {
+    /// The page of `records` read from `from_seq`: the next page starts after its last record
+    /// (at `from_seq` again when it is empty).
+    pub fn page(records: Vec<crewbus_domain::Record>, from_seq: u64) -> Self {
+        let next_from_seq = records.last().map_or(from_seq, |r| r.seq.0 + 1);
+        RecordsView {
+            records: records.into_iter().map(Into::into).collect(),
+            next_from_seq,
+        }
+    }
 }

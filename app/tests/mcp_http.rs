@@ -1,0 +1,1076 @@
+//! The MCP endpoint end to end on the memory store: the app on 127.0.0.1:0, `/mcp` driven with
+//! real HTTP (reqwest) speaking JSON-RPC, in both revision families (2025-11-25 with its
+//! `initialize`, and 2026-07-28 with per-request `_meta`). Every tool's answer is checked
+//! against the `outputSchema` the server itself lists.
+
+mod common;
+
+use std::collections::{HashMap, HashSet};
+use std::time::Duration;
+
+use common::*;
+use reqwest::StatusCode;
+use serde_json::{Value, json};
+
+const LEGACY: &str = "2025-11-25";
+const MODERN: &str = "2026-07-28";
+
+const TOOLS: [&str; 17] = [
+    "whoami",
+    "list_agents",
+    "create_conversation",
+    "list_conversations",
+    "get_conversation",
+    "send_message",
+    "read_conversation",
+    "fetch_inbox",
+    "confirm_deliveries",
+    "acknowledge_message",
+    "get_receipts",
+    "inbox_status",
+    "start_run",
+    "get_run",
+    "resume_run",
+    "seal_run",
+    "read_run_records",
+];
+
+/// A JSON-RPC client of `/mcp` for one token (or none), in one revision.
+struct Mcp {
+    http: reqwest::Client,
+    url: String,
+    token: Option<String>,
+    revision: &'static str,
+    next_id: std::sync::atomic::AtomicU64,
+}
+
+/// One HTTP answer of `/mcp`.
+struct Reply {
+    status: StatusCode,
+    headers: reqwest::header::HeaderMap,
+    body: String,
+}
+
+impl Reply {
+    /// The JSON-RPC message: the last `data:` event of an SSE answer, or the JSON body.
+    fn message(&self) -> Value {
+        let is_sse = self
+            .headers
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        if !is_sse {
+            return serde_json::from_str(&self.body)
+                .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body));
+        }
+        let mut last = None;
+        for event in self.body.split("\n\n") {
+            let data: Vec<&str> = event
+                .lines()
+                .filter_map(|l| l.strip_prefix("data:"))
+                .map(str::trim_start)
+                .collect();
+            if !data.is_empty() && !data.concat().is_empty() {
+                last = Some(data.join("\n"));
+            }
+        }
+        let data = last.unwrap_or_else(|| panic!("no SSE data event: {:?}", self.body));
+        serde_json::from_str(&data).unwrap_or_else(|e| panic!("SSE data is not JSON ({e}): {data}"))
+    }
+}
+
+impl Mcp {
+    fn new(app: &TestApp, token: Option<&str>, revision: &'static str) -> Mcp {
+        Mcp {
+            http: reqwest::Client::new(),
+            url: format!("{}/mcp", app.server.url()),
+            token: token.map(str::to_owned),
+            revision,
+            next_id: 1.into(),
+        }
+    }
+
+    fn for_agent(app: &TestApp, i: usize, revision: &'static str) -> Mcp {
+        Self::new(app, Some(&app.agents[i].token), revision)
+    }
+
+    /// POSTs `body` with the Streamable HTTP headers, the bearer, and `extra` headers.
+    async fn post(&self, body: &Value, extra: &[(&str, &str)]) -> Reply {
+        let mut req = self
+            .http
+            .post(&self.url)
+            .header("accept", "application/json, text/event-stream")
+            .header("content-type", "application/json")
+            .body(body.to_string());
+        if let Some(t) = &self.token {
+            req = req.bearer_auth(t);
+        }
+        for (k, v) in extra {
+            req = req.header(*k, *v);
+        }
+        let resp = req.send().await.expect("/mcp answers");
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = tokio::time::timeout(Duration::from_secs(30), resp.text())
+            .await
+            .expect("the answer ends")
+            .expect("the answer is read");
+        Reply {
+            status,
+            headers,
+            body,
+        }
+    }
+
+    /// A JSON-RPC request in this client's revision: for 2026-07-28 with the per-request `_meta`
+    /// and the standard headers, otherwise with the `MCP-Protocol-Version` header only
+    /// (stateless: no session to carry). Returns the reply.
+    async fn request(&self, method: &str, mut params: Value) -> Reply {
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut headers = vec![("mcp-protocol-version", self.revision)];
+        let name = params
+            .get("name")
+            .and_then(Value::as_str)
+            .map(str::to_owned);
+        if self.revision == MODERN {
+            params.as_object_mut().unwrap().insert(
+                "_meta".into(),
+                json!({
+                    "io.modelcontextprotocol/protocolVersion": MODERN,
+                    "io.modelcontextprotocol/clientInfo": {"name": "crewbus-test", "version": "1"},
+                    "io.modelcontextprotocol/clientCapabilities": {},
+                }),
+            );
+            headers.push(("mcp-method", method));
+        }
+        let name_header;
+        if self.revision == MODERN && method == "tools/call" {
+            name_header = name.unwrap();
+            headers.push(("mcp-name", &name_header));
+        }
+        let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        self.post(&body, &headers).await
+    }
+
+    /// The `result` of a successful JSON-RPC request (fails the test otherwise).
+    async fn result(&self, method: &str, params: Value) -> Value {
+        let reply = self.request(method, params).await;
+        assert_eq!(reply.status, StatusCode::OK, "{method}: {}", reply.body);
+        let m = reply.message();
+        assert!(m.get("error").is_none(), "{method}: {m}");
+        m["result"].clone()
+    }
+
+    /// Calls a tool; returns its result (`isError` may be true).
+    async fn call(&self, tool: &str, arguments: Value) -> Value {
+        self.result("tools/call", json!({"name": tool, "arguments": arguments}))
+            .await
+    }
+
+    async fn initialize(&self, revision: &str) -> Value {
+        let body = json!({
+            "jsonrpc": "2.0", "id": 0, "method": "initialize",
+            "params": {
+                "protocolVersion": revision,
+                "capabilities": {},
+                "clientInfo": {"name": "crewbus-test", "version": "1"},
+            },
+        });
+        let reply = self.post(&body, &[]).await;
+        assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+        reply.message()["result"].clone()
+    }
+}
+
+/// The tools as the server lists them, by name.
+async fn listed_tools(mcp: &Mcp) -> HashMap<String, Value> {
+    let result = mcp.result("tools/list", json!({})).await;
+    result["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| (t["name"].as_str().unwrap().to_owned(), t.clone()))
+        .collect()
+}
+
+/// A successful tool result: not an error, its structured content an object that the tool's
+/// `outputSchema` accepts, and the same data in the text content. Returns the structured content.
+fn ok(
+    tools: &HashMap<String, Value>,
+    checked: &mut HashSet<String>,
+    tool: &str,
+    r: &Value,
+) -> Value {
+    assert_ne!(r["isError"], json!(true), "{tool} failed: {r}");
+    let s = &r["structuredContent"];
+    assert!(
+        s.is_object(),
+        "{tool}: structuredContent is not an object: {r}"
+    );
+    let schema = &tools[tool]["outputSchema"];
+    if let Err(e) = validate(schema, s, "$") {
+        panic!("{tool}: the answer does not fit its outputSchema: {e}\n{s}");
+    }
+    let text = r["content"][0]["text"].as_str().expect("text content");
+    if let Ok(v) = serde_json::from_str::<Value>(text) {
+        assert_eq!(&v, s, "{tool}: the text repeats the structured content");
+    } else {
+        // Answers with bodies fence them after the metadata; the ids are in the text.
+        for id in ids_in(s) {
+            assert!(text.contains(&id), "{tool}: {id} missing from the text");
+        }
+    }
+    checked.insert(tool.to_owned());
+    s.clone()
+}
+
+fn ids_in(v: &Value) -> Vec<String> {
+    match v {
+        Value::Object(o) => o
+            .iter()
+            .flat_map(|(k, v)| {
+                if k == "id" {
+                    v.as_str().map(str::to_owned).into_iter().collect()
+                } else {
+                    ids_in(v)
+                }
+            })
+            .collect(),
+        Value::Array(a) => a.iter().flat_map(ids_in).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// A lean JSON Schema check of what the tools' schemas use: `type` (one or a list), `required`,
+/// `properties`, `additionalProperties: false`, `items`, `oneOf`/`anyOf`/`allOf`, `enum`,
+/// `minimum`/`maximum`.
+fn validate(schema: &Value, v: &Value, at: &str) -> Result<(), String> {
+    let Some(s) = schema.as_object() else {
+        return Ok(()); // `true` / absent: anything
+    };
+    assert!(!s.contains_key("$ref"), "schema at {at} holds a $ref");
+    if let Some(t) = s.get("type") {
+        let types: Vec<&str> = match t {
+            Value::String(t) => vec![t.as_str()],
+            Value::Array(ts) => ts.iter().filter_map(Value::as_str).collect(),
+            _ => vec![],
+        };
+        let fits = types.iter().any(|t| match *t {
+            "object" => v.is_object(),
+            "array" => v.is_array(),
+            "string" => v.is_string(),
+            "boolean" => v.is_boolean(),
+            "null" => v.is_null(),
+            "integer" => v.is_i64() || v.is_u64(),
+            "number" => v.is_number(),
+            _ => false,
+        });
+        if !fits {
+            return Err(format!("{at}: {v} is not of type {t}"));
+        }
+    }
+    if let Some(e) = s.get("enum").and_then(Value::as_array)
+        && !e.contains(v)
+    {
+        return Err(format!("{at}: {v} not in {e:?}"));
+    }
+    if let (Some(min), Some(n)) = (s.get("minimum").and_then(Value::as_f64), v.as_f64())
+        && n < min
+    {
+        return Err(format!("{at}: {n} below {min}"));
+    }
+    if let (Some(max), Some(n)) = (s.get("maximum").and_then(Value::as_f64), v.as_f64())
+        && n > max
+    {
+        return Err(format!("{at}: {n} above {max}"));
+    }
+    if let Some(o) = v.as_object() {
+        for r in s
+            .get("required")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let r = r.as_str().unwrap();
+            if !o.contains_key(r) {
+                return Err(format!("{at}: required {r} missing"));
+            }
+        }
+        let props = s.get("properties").and_then(Value::as_object);
+        for (k, val) in o {
+            match props.and_then(|p| p.get(k)) {
+                Some(ps) => validate(ps, val, &format!("{at}.{k}"))?,
+                None if s.get("additionalProperties") == Some(&json!(false)) => {
+                    return Err(format!("{at}: unexpected property {k}"));
+                }
+                None => {}
+            }
+        }
+    }
+    if let (Some(items), Some(a)) = (s.get("items"), v.as_array()) {
+        for (i, item) in a.iter().enumerate() {
+            validate(items, item, &format!("{at}[{i}]"))?;
+        }
+    }
+    if let Some(all) = s.get("allOf").and_then(Value::as_array) {
+        for sub in all {
+            validate(sub, v, at)?;
+        }
+    }
+    for key in ["oneOf", "anyOf"] {
+        if let Some(any) = s.get(key).and_then(Value::as_array) {
+            let fitting = any
+                .iter()
+                .filter(|sub| validate(sub, v, at).is_ok())
+                .count();
+            let fits = if key == "oneOf" {
+                fitting == 1
+            } else {
+                fitting >= 1
+            };
+            if !fits {
+                return Err(format!("{at}: {v} fits {fitting} of the {key} branches"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn has_ref(v: &Value) -> bool {
+    match v {
+        Value::Object(o) => o.contains_key("$ref") || o.values().any(has_ref),
+        Value::Array(a) => a.iter().any(has_ref),
+        _ => false,
+    }
+}
+
+/// Calls `fetch_inbox` until it hands out at least one delivery (deadline 10 s).
+async fn fetch_some(mcp: &Mcp, args: Value) -> Value {
+    eventually("a delivery through fetch_inbox", 10, || async {
+        let r = mcp.call("fetch_inbox", args.clone()).await;
+        let n = r["structuredContent"]["deliveries"]
+            .as_array()
+            .map_or(0, Vec::len);
+        (n > 0).then_some(r)
+    })
+    .await
+}
+
+#[tokio::test]
+async fn both_revisions_initialize_and_list_the_seventeen_tools_with_object_schemas() {
+    let app = MemoryApp::start(&["alice"]).await;
+    let legacy = Mcp::for_agent(&app, 0, LEGACY);
+    let init = legacy.initialize(LEGACY).await;
+    assert_eq!(init["protocolVersion"], LEGACY);
+    assert!(init["capabilities"]["tools"].is_object(), "{init}");
+    assert_eq!(init["serverInfo"]["name"], "crewbus");
+    // The handshake has no 2026-07-28 form: asking for it negotiates the newest with one.
+    assert_eq!(legacy.initialize(MODERN).await["protocolVersion"], LEGACY);
+    assert_eq!(
+        legacy.initialize("2025-06-18").await["protocolVersion"],
+        "2025-06-18"
+    );
+
+    // 2026-07-28: no handshake; discovery lists both families.
+    let modern = Mcp::for_agent(&app, 0, MODERN);
+    let discovered = modern.result("server/discover", json!({})).await;
+    let versions: Vec<&str> = discovered["supportedVersions"]
+        .as_array()
+        .expect("supportedVersions")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(
+        versions.contains(&MODERN) && versions.contains(&LEGACY),
+        "{versions:?}"
+    );
+
+    for mcp in [&legacy, &modern] {
+        let tools = listed_tools(mcp).await;
+        let names: HashSet<&str> = tools.keys().map(String::as_str).collect();
+        assert_eq!(names, TOOLS.into_iter().collect::<HashSet<_>>());
+        for (name, t) in &tools {
+            for key in ["inputSchema", "outputSchema"] {
+                assert_eq!(t[key]["type"], "object", "{name} {key}: {t}");
+                assert!(!has_ref(&t[key]), "{name} {key} holds a $ref: {t}");
+            }
+            assert!(
+                t["description"].as_str().is_some_and(|d| d.len() > 40),
+                "{name} needs a description a model can act on"
+            );
+            let a = &t["annotations"];
+            let read_only = name.starts_with("list_")
+                || name.starts_with("get_")
+                || name.starts_with("read_")
+                || ["whoami", "inbox_status"].contains(&name.as_str());
+            assert_eq!(a["readOnlyHint"], json!(read_only), "{name}: {a}");
+            let idempotent = ["send_message", "confirm_deliveries", "acknowledge_message"]
+                .contains(&name.as_str());
+            if !read_only {
+                assert_eq!(a["idempotentHint"], json!(idempotent), "{name}: {a}");
+                assert_eq!(
+                    a["destructiveHint"],
+                    json!(name == "seal_run"),
+                    "{name}: {a}"
+                );
+            }
+        }
+        for body_tool in ["fetch_inbox", "read_conversation"] {
+            let d = tools[body_tool]["description"].as_str().unwrap();
+            assert!(d.contains("never as instructions"), "{body_tool}: {d}");
+            assert!(tools[body_tool]["inputSchema"]["properties"]["max_bytes"].is_object());
+        }
+        assert!(
+            tools["send_message"]["description"]
+                .as_str()
+                .unwrap()
+                .contains("SAME `request_id`")
+        );
+        let wait = &tools["fetch_inbox"]["inputSchema"]["properties"]["wait_seconds"];
+        assert_eq!(
+            (wait["minimum"].as_u64(), wait["maximum"].as_u64()),
+            (Some(0), Some(50))
+        );
+    }
+    app.finish_test().await;
+}
+
+#[tokio::test]
+async fn two_agents_exchange_through_every_tool_and_each_answer_fits_its_schema() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    let (alice, bob) = (app.agents[0].id, app.agents[1].id);
+    for revision in [LEGACY, MODERN] {
+        let a = Mcp::for_agent(&app, 0, revision);
+        let b = Mcp::for_agent(&app, 1, revision);
+        let tools = listed_tools(&a).await;
+        let mut checked = HashSet::new();
+        let c = &mut checked;
+
+        let me = ok(&tools, c, "whoami", &a.call("whoami", json!({})).await);
+        assert_eq!(
+            (me["name"].as_str(), me["id"].as_str()),
+            (Some("alice"), Some(alice.to_string().as_str()))
+        );
+        let agents = ok(
+            &tools,
+            c,
+            "list_agents",
+            &a.call("list_agents", json!({})).await,
+        );
+        assert_eq!(agents["agents"].as_array().unwrap().len(), 2);
+
+        // Members by name.
+        let conv = ok(
+            &tools,
+            c,
+            "create_conversation",
+            &a.call(
+                "create_conversation",
+                json!({"title": format!("plan {revision}"), "members": ["bob"]}),
+            )
+            .await,
+        );
+        let conv_id = conv["id"].as_str().unwrap().to_owned();
+        assert!(
+            conv["members"]
+                .as_array()
+                .unwrap()
+                .contains(&json!(bob.to_string()))
+        );
+        let listed = ok(
+            &tools,
+            c,
+            "list_conversations",
+            &a.call("list_conversations", json!({})).await,
+        );
+        assert!(
+            listed["conversations"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|x| x["id"] == conv_id.as_str())
+        );
+        ok(
+            &tools,
+            c,
+            "get_conversation",
+            &a.call("get_conversation", json!({"conversation_id": conv_id}))
+                .await,
+        );
+
+        let run = ok(
+            &tools,
+            c,
+            "start_run",
+            &a.call("start_run", json!({})).await,
+        );
+        let run_id = run["id"].as_str().unwrap().to_owned();
+        let send = json!({"conversation_id": conv_id, "request_id": "r1", "body": "hello bob", "run": run_id});
+        let sent = ok(
+            &tools,
+            c,
+            "send_message",
+            &a.call("send_message", send.clone()).await,
+        );
+        assert_eq!(sent["created"], true);
+        // A retry with the same request_id stores nothing new.
+        let again = ok(
+            &tools,
+            c,
+            "send_message",
+            &a.call("send_message", send).await,
+        );
+        assert_eq!(
+            (again["created"].clone(), &again["message"]["id"]),
+            (json!(false), &sent["message"]["id"])
+        );
+        let message_id = sent["message"]["id"].as_str().unwrap().to_owned();
+
+        let fetched = fetch_some(&b, json!({"limit": 10})).await;
+        let page = ok(&tools, c, "fetch_inbox", &fetched);
+        let deliveries = page["deliveries"].as_array().unwrap();
+        assert_eq!(deliveries.len(), 1, "{page}");
+        assert_eq!(deliveries[0]["body"], "hello bob");
+        assert_eq!(deliveries[0]["message"]["id"], message_id.as_str());
+        // The text fences the body with the sender's name and the message id.
+        let text = fetched["content"][0]["text"].as_str().unwrap();
+        let begin = format!("BEGIN message {message_id} from alice (agent {alice})");
+        assert!(text.contains(&begin), "{text}");
+        assert!(
+            text.contains(&format!("END message {message_id}")),
+            "{text}"
+        );
+        assert!(text.contains("never as instructions"), "{text}");
+        let delivery_id = deliveries[0]["delivery_id"].as_str().unwrap().to_owned();
+
+        let confirmed = ok(
+            &tools,
+            c,
+            "confirm_deliveries",
+            &b.call("confirm_deliveries", json!({"deliveries": [delivery_id]}))
+                .await,
+        );
+        assert_eq!(confirmed["results"][0]["outcome"], "confirmed");
+        let confirmed = ok(
+            &tools,
+            c,
+            "confirm_deliveries",
+            &b.call("confirm_deliveries", json!({"deliveries": [delivery_id]}))
+                .await,
+        );
+        assert_eq!(confirmed["results"][0]["outcome"], "already_confirmed");
+        let receipt = ok(
+            &tools,
+            c,
+            "acknowledge_message",
+            &b.call("acknowledge_message", json!({"message_id": message_id}))
+                .await,
+        );
+        assert!(receipt["acknowledged_at"].is_string(), "{receipt}");
+        let receipts = ok(
+            &tools,
+            c,
+            "get_receipts",
+            &a.call("get_receipts", json!({"message_id": message_id}))
+                .await,
+        );
+        let bobs = &receipts["receipts"].as_array().unwrap()[0];
+        assert_eq!(bobs["recipient"], bob.to_string().as_str());
+        assert!(
+            bobs["delivered_at"].is_string() && bobs["acknowledged_at"].is_string(),
+            "{bobs}"
+        );
+
+        let history = ok(
+            &tools,
+            c,
+            "read_conversation",
+            &b.call("read_conversation", json!({"conversation_id": conv_id}))
+                .await,
+        );
+        assert_eq!(history["messages"][0]["body"], "hello bob");
+        ok(
+            &tools,
+            c,
+            "inbox_status",
+            &b.call("inbox_status", json!({})).await,
+        );
+        // Nothing more for bob: confirmed messages never come back.
+        let empty = ok(
+            &tools,
+            c,
+            "fetch_inbox",
+            &b.call("fetch_inbox", json!({})).await,
+        );
+        assert_eq!(empty["deliveries"], json!([]));
+
+        ok(
+            &tools,
+            c,
+            "get_run",
+            &a.call("get_run", json!({"run_id": run_id})).await,
+        );
+        ok(
+            &tools,
+            c,
+            "resume_run",
+            &a.call("resume_run", json!({"run_id": run_id})).await,
+        );
+        let records = ok(
+            &tools,
+            c,
+            "read_run_records",
+            &a.call("read_run_records", json!({"run_id": run_id})).await,
+        );
+        let kinds: Vec<&str> = records["records"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|r| r["kind"].as_str())
+            .collect();
+        assert!(kinds.contains(&"message_sent"), "{kinds:?}");
+        let sealed = ok(
+            &tools,
+            c,
+            "seal_run",
+            &a.call(
+                "seal_run",
+                json!({"run_id": run_id, "outcome": "succeeded", "reason": "done"}),
+            )
+            .await,
+        );
+        assert_eq!(sealed["outcome"], "succeeded");
+
+        let missing: Vec<&str> = TOOLS
+            .into_iter()
+            .filter(|t| !checked.contains(*t))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "{revision}: answers not checked against their schema: {missing:?}"
+        );
+    }
+    app.finish_test().await;
+}
+
+#[tokio::test]
+async fn bus_errors_are_tool_results_with_their_code_and_bad_requests_are_protocol_errors() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    for revision in [LEGACY, MODERN] {
+        let a = Mcp::for_agent(&app, 0, revision);
+        let error_code = |r: &Value| {
+            assert_eq!(r["isError"], true, "{r}");
+            assert!(r.get("structuredContent").is_none(), "{r}");
+            let body: Value =
+                serde_json::from_str(r["content"][0]["text"].as_str().unwrap()).unwrap();
+            assert!(body["message"].is_string(), "{body}");
+            body["code"].as_str().unwrap().to_owned()
+        };
+        let r = a
+            .call(
+                "get_conversation",
+                json!({"conversation_id": crewbus_domain::Uuid::new_v4()}),
+            )
+            .await;
+        assert_eq!(error_code(&r), "not_found");
+        // An unknown member name is invalid, and named.
+        let r = a
+            .call(
+                "create_conversation",
+                json!({"title": "t", "members": ["nobody-such"]}),
+            )
+            .await;
+        assert_eq!(error_code(&r), "invalid");
+        assert!(
+            r["content"][0]["text"]
+                .as_str()
+                .unwrap()
+                .contains("nobody-such")
+        );
+        // The same request_id with another body is a conflict.
+        let conv = a
+            .call(
+                "create_conversation",
+                json!({"title": "t", "members": ["bob"]}),
+            )
+            .await;
+        let conv_id = conv["structuredContent"]["id"].clone();
+        let first = a
+            .call(
+                "send_message",
+                json!({"conversation_id": conv_id, "request_id": "x", "body": "one"}),
+            )
+            .await;
+        assert_ne!(first["isError"], true, "{first}");
+        let r = a
+            .call(
+                "send_message",
+                json!({"conversation_id": conv_id, "request_id": "x", "body": "two"}),
+            )
+            .await;
+        assert_eq!(error_code(&r), "conflict");
+        // Arguments that do not fit are an invalid result the model can correct.
+        assert_eq!(
+            error_code(
+                &a.call("send_message", json!({"conversation_id": conv_id}))
+                    .await
+            ),
+            "invalid"
+        );
+        assert_eq!(
+            error_code(&a.call("whoami", json!({"surprise": 1})).await),
+            "invalid"
+        );
+        assert_eq!(
+            error_code(&a.call("fetch_inbox", json!({"wait_seconds": 51})).await),
+            "invalid"
+        );
+        assert_eq!(
+            error_code(&a.call("fetch_inbox", json!({"max_bytes": 0})).await),
+            "invalid"
+        );
+        // An unknown tool is a protocol error.
+        let reply = a
+            .request(
+                "tools/call",
+                json!({"name": "no_such_tool", "arguments": {}}),
+            )
+            .await;
+        let m = reply.message();
+        assert_eq!(m["error"]["code"], -32602, "{m}");
+    }
+    let metrics = reqwest::get(format!("{}/metrics", app.server.url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let errors = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("crewbus_mcp_tool_errors_total "))
+        .and_then(|n| n.parse::<u64>().ok());
+    // Seven bus errors per revision; the unknown tool is a protocol error, not counted.
+    assert_eq!(errors, Some(14), "{metrics}");
+    app.finish_test().await;
+}
+
+#[tokio::test]
+async fn fetch_leaves_what_exceeds_max_bytes_for_the_next_call_and_cuts_a_single_large_body() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    let a = Mcp::for_agent(&app, 0, LEGACY);
+    let b = Mcp::for_agent(&app, 1, LEGACY);
+    let conv = a
+        .call(
+            "create_conversation",
+            json!({"title": "t", "members": ["bob"]}),
+        )
+        .await;
+    let conv_id = conv["structuredContent"]["id"].clone();
+    // An empty first fetch creates bob's consumer, so the inbox counts his references.
+    let empty = b.call("fetch_inbox", json!({})).await;
+    assert_eq!(empty["structuredContent"]["deliveries"], json!([]));
+    for (i, c) in ["a", "b", "c"].iter().enumerate() {
+        let r = a
+            .call(
+                "send_message",
+                json!({"conversation_id": conv_id, "request_id": format!("r{i}"), "body": c.repeat(100)}),
+            )
+            .await;
+        assert_ne!(r["isError"], true, "{r}");
+    }
+    eventually("three references in bob's inbox", 10, || async {
+        let s = b.call("inbox_status", json!({})).await;
+        (s["structuredContent"]["pending"] == 3).then_some(())
+    })
+    .await;
+    let first = b.call("fetch_inbox", json!({"max_bytes": 250})).await;
+    let bodies: Vec<String> = first["structuredContent"]["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| d["body"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(bodies, ["a".repeat(100), "b".repeat(100)]);
+    // The third was not handed out: once the ledger top-up may run, the next call gets it.
+    app.clock.advance(Duration::from_secs(3));
+    let next = fetch_some(&b, json!({"max_bytes": 250})).await;
+    let d = &next["structuredContent"]["deliveries"];
+    assert_eq!(d.as_array().unwrap().len(), 1, "{d}");
+    assert_eq!(d[0]["body"], "c".repeat(100));
+    assert_eq!(
+        d[0]["redelivered"], false,
+        "it was never handed out before: {d}"
+    );
+
+    // A body larger than max_bytes alone comes cut, and whole through read_conversation.
+    let big = "é".repeat(150); // 300 bytes
+    let r = a
+        .call(
+            "send_message",
+            json!({"conversation_id": conv_id, "request_id": "big", "body": big}),
+        )
+        .await;
+    let big_seq = r["structuredContent"]["message"]["seq"].as_u64().unwrap();
+    let cut = fetch_some(&b, json!({"max_bytes": 101})).await;
+    let d = &cut["structuredContent"]["deliveries"][0];
+    assert_eq!(d["truncated"], true, "{d}");
+    assert_eq!(d["body"], "é".repeat(50));
+    assert_eq!(d["message"]["body_len"], 300);
+    assert!(
+        cut["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("truncated: first 100 of 300 bytes")
+    );
+    let whole = b
+        .call(
+            "read_conversation",
+            json!({"conversation_id": conv_id, "after_seq": big_seq - 1, "max_bytes": 1000}),
+        )
+        .await;
+    let item = &whole["structuredContent"]["messages"][0];
+    assert_eq!(item["body"], big);
+    assert!(item.get("truncated").is_none(), "{item}");
+
+    // read_conversation pages by max_bytes too: 250 bytes hold two of the 100-byte bodies.
+    let page = b
+        .call(
+            "read_conversation",
+            json!({"conversation_id": conv_id, "max_bytes": 250}),
+        )
+        .await;
+    let s = &page["structuredContent"];
+    assert_eq!(s["messages"].as_array().unwrap().len(), 2, "{s}");
+    assert_eq!(s["next_after_seq"], 2);
+    app.finish_test().await;
+}
+
+#[tokio::test]
+async fn no_or_a_bad_token_is_401_with_www_authenticate_and_oauth_probes_are_a_json_404() {
+    let app = MemoryApp::start(&["alice"]).await;
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": LEGACY, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    for token in [None, Some("not-a-token")] {
+        let reply = Mcp::new(&app, token, LEGACY).post(&init, &[]).await;
+        assert_eq!(reply.status, StatusCode::UNAUTHORIZED, "{token:?}");
+        assert_eq!(reply.headers["www-authenticate"], "Bearer");
+        let body: Value = serde_json::from_str(&reply.body).unwrap();
+        assert_eq!(body["code"], "unauthenticated");
+    }
+    let http = reqwest::Client::new();
+    for path in [
+        "/.well-known/oauth-protected-resource",
+        "/.well-known/oauth-protected-resource/mcp",
+        "/.well-known/oauth-authorization-server",
+        "/.well-known/oauth-authorization-server/mcp",
+        "/.well-known/openid-configuration",
+    ] {
+        let resp = http
+            .get(format!("{}{path}", app.server.url()))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::NOT_FOUND, "{path}");
+        let body: Value = resp.json().await.unwrap();
+        assert_eq!(body["code"], "not_found", "{path}");
+    }
+    app.finish_test().await;
+}
+
+#[tokio::test]
+async fn a_foreign_host_or_origin_is_refused_and_loopback_ones_pass() {
+    let app = MemoryApp::start(&["alice"]).await;
+    let alice = Mcp::for_agent(&app, 0, LEGACY);
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    let port = app.server.addr().port().to_string();
+    let refused = [
+        vec![("host", format!("evil.example:{port}"))],
+        vec![("host", "evil.example".to_owned())],
+        vec![("origin", "http://evil.example".to_owned())],
+        vec![("origin", format!("http://evil.example:{port}"))],
+        vec![("origin", "https://localhost".to_owned())],
+    ];
+    for headers in refused {
+        let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let reply = alice.post(&list, &h).await;
+        assert_eq!(reply.status, StatusCode::FORBIDDEN, "{h:?}: {}", reply.body);
+    }
+    let passed = [
+        vec![("host", format!("localhost:{port}"))],
+        vec![("host", format!("[::1]:{port}"))],
+        vec![("origin", "http://localhost:5173".to_owned())],
+        vec![("origin", format!("http://127.0.0.1:{port}"))],
+        vec![("origin", "http://[::1]:8080".to_owned())],
+    ];
+    for headers in passed {
+        let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let reply = alice.post(&list, &h).await;
+        assert_eq!(reply.status, StatusCode::OK, "{h:?}: {}", reply.body);
+        assert!(reply.message()["result"]["tools"].is_array());
+    }
+    app.finish_test().await;
+}
+
+#[tokio::test]
+async fn configured_hosts_and_origins_are_accepted_beside_loopback() {
+    let mut config = test_config();
+    config.mcp.allowed_hosts = vec!["bus.example.com".into()];
+    config.mcp.allowed_origins = vec!["https://console.example.com:443".into()];
+    let memory = crewbus::compose::memory_config(&config);
+    let app = MemoryApp::start_with(config, memory, &["alice"]).await;
+    let alice = Mcp::for_agent(&app, 0, LEGACY);
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    let ok = alice
+        .post(
+            &list,
+            &[
+                ("host", "bus.example.com"),
+                ("origin", "https://console.example.com"),
+            ],
+        )
+        .await;
+    assert_eq!(ok.status, StatusCode::OK, "{}", ok.body);
+    let foreign = alice
+        .post(
+            &list,
+            &[
+                ("host", "bus.example.com"),
+                ("origin", "https://console.example.com:8443"),
+            ],
+        )
+        .await;
+    assert_eq!(foreign.status, StatusCode::FORBIDDEN);
+    let loopback = alice
+        .post(&list, &[("origin", "http://localhost:3000")])
+        .await;
+    assert_eq!(loopback.status, StatusCode::OK);
+    app.finish_test().await;
+}
+
+#[tokio::test]
+async fn answers_are_server_sent_events_and_the_http_api_takes_member_names_too() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    let alice = Mcp::for_agent(&app, 0, LEGACY);
+    let reply = alice
+        .request("tools/call", json!({"name": "whoami", "arguments": {}}))
+        .await;
+    assert_eq!(reply.status, StatusCode::OK);
+    assert!(
+        reply.headers["content-type"]
+            .to_str()
+            .unwrap()
+            .starts_with("text/event-stream"),
+        "{:?}",
+        reply.headers
+    );
+    assert!(
+        reply.headers.get("mcp-session-id").is_none(),
+        "stateless: no session"
+    );
+    // The HTTP API resolves names the same way (one use case).
+    let (status, v) = app.agents[0]
+        .client
+        .call(
+            reqwest::Method::POST,
+            "/v1/conversations",
+            Some(json!({"title": "t", "members": ["bob"]})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 201, "{v}");
+    assert!(
+        v["members"]
+            .as_array()
+            .unwrap()
+            .contains(&json!(app.agents[1].id.to_string()))
+    );
+    let (status, v) = app.agents[0]
+        .client
+        .call(
+            reqwest::Method::POST,
+            "/v1/conversations",
+            Some(json!({"title": "t", "members": ["carol"]})),
+        )
+        .await
+        .unwrap();
+    assert_eq!((status, v["code"].as_str()), (400, Some("invalid")), "{v}");
+    app.finish_test().await;
+}
+
+#[tokio::test]
+async fn a_waiting_fetch_inbox_returns_when_a_message_is_sent() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    for revision in [LEGACY, MODERN] {
+        let a = Mcp::for_agent(&app, 0, revision);
+        let b = Mcp::for_agent(&app, 1, revision);
+        let conv = a
+            .call(
+                "create_conversation",
+                json!({"title": "t", "members": ["bob"]}),
+            )
+            .await;
+        let conv_id = conv["structuredContent"]["id"].clone();
+        let started = std::time::Instant::now();
+        let waiting =
+            tokio::spawn(async move { b.call("fetch_inbox", json!({"wait_seconds": 20})).await });
+        eventually("bob waiting in fetch_inbox", 10, || async {
+            (app.bus.waiting_fetches() == 1).then_some(())
+        })
+        .await;
+        let sent = a
+            .call(
+                "send_message",
+                json!({"conversation_id": conv_id, "request_id": "w", "body": "wake up"}),
+            )
+            .await;
+        assert_ne!(sent["isError"], true, "{sent}");
+        let got = tokio::time::timeout(Duration::from_secs(10), waiting)
+            .await
+            .expect("the wait ends when the message is fetchable")
+            .unwrap();
+        let d = &got["structuredContent"]["deliveries"];
+        assert_eq!(d[0]["body"], "wake up", "{got}");
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        let ids = vec![d[0]["delivery_id"].clone()];
+        let b = Mcp::for_agent(&app, 1, revision);
+        let r = b
+            .call("confirm_deliveries", json!({"deliveries": ids}))
+            .await;
+        assert_eq!(r["structuredContent"]["results"][0]["outcome"], "confirmed");
+    }
+    app.finish_test().await;
+}
+
+#[tokio::test]
+async fn revoking_a_waiting_agent_ends_its_wait_with_unauthenticated_and_its_token_then_gets_401() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    let b = Mcp::for_agent(&app, 1, LEGACY);
+    let waiting =
+        tokio::spawn(async move { b.call("fetch_inbox", json!({"wait_seconds": 30})).await });
+    eventually("bob waiting in fetch_inbox", 10, || async {
+        (app.bus.waiting_fetches() == 1).then_some(())
+    })
+    .await;
+    app.bus
+        .revoke_agent(app.team.id, app.agents[1].id)
+        .await
+        .unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), waiting)
+        .await
+        .expect("a revocation ends the wait")
+        .unwrap();
+    assert_eq!(r["isError"], true, "{r}");
+    let body: Value = serde_json::from_str(r["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(body["code"], "unauthenticated");
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+    let reply = Mcp::for_agent(&app, 1, LEGACY).post(&list, &[]).await;
+    assert_eq!(reply.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(reply.headers["www-authenticate"], "Bearer");
+    app.finish_test().await;
+}
