@@ -55,3 +55,34 @@ setup_mcp_clients() {
     "and $("$MCP_NODE" "$MCP_NODE_DIR/node_modules/conformance-2026/dist/index.js" --version)"
   export MCP_PYTHON MCP_NODE MCP_NODE_DIR
 }
+
+# The MCP tests (after setup_postgres and setup_nats): the e2e test of the Python SDK on the
+# memory store and on Postgres + JetStream (Debian's nats-server), then the conformance suite.
+# The crewbus binary is the workspace build of the test run (`cargo build --workspace
+# --all-features --bin crewbus` after `cargo test --workspace --all-features` builds nothing new),
+# copied aside so a concurrent build cannot swap it mid-run. Both parts run; either failing fails
+# the step, loudly, with its `N passed, N failed` line.
+run_mcp_tests() {
+  step "MCP clients: the Python MCP SDK and the conformance suite (.tools/)"
+  setup_mcp_clients
+
+  step "MCP tests: the crewbus binary"
+  cargo build --workspace --all-features --bin crewbus
+  local target="${CARGO_TARGET_DIR:-$PWD/target}" bin_dir
+  bin_dir="$(mktemp -d /tmp/crewbus-mcp-bin-XXXXXX)"
+  on_exit "rm -rf '$bin_dir'"
+  cp "$target/debug/crewbus" "$bin_dir/crewbus"
+  export CREWBUS_BIN="$bin_dir/crewbus"
+
+  local failed=()
+  step "MCP e2e: the Python MCP SDK (legacy and 2026-07-28; memory, Postgres + JetStream; stdio bridge)"
+  NATS_SERVER_BIN="$NATS_DEBIAN" "$MCP_PYTHON" mcp-tests/e2e.py || failed+=("the MCP e2e test (mcp-tests/e2e.py)")
+
+  step "MCP conformance suite (2025-11-25 and 2026-07-28, through the bearer proxy)"
+  "$MCP_PYTHON" mcp-tests/conformance.py || failed+=("the MCP conformance suite (mcp-tests/conformance.py)")
+
+  if [ "${#failed[@]}" -gt 0 ]; then
+    printf 'MCP tests FAILED: %s\n' "${failed[@]}" >&2
+    exit 1
+  fi
+}
