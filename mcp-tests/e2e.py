@@ -5,8 +5,9 @@ and against it, once per protocol mode — `legacy` (the initialize handshake: 2
 `2026-07-28` (stateless, per-request `_meta`) — with the negotiated revision asserted:
 
 - over Streamable HTTP (`/mcp`, the agent's bearer in `Authorization`): two agents; bob waits in
-  `fetch_inbox` (wait_seconds) while alice sends with `send_message`, and the wait returns the
-  message; the same `send_message` repeated with its `request_id` stores once; bob confirms
+  `fetch_inbox` (wait_seconds) and, once the server has started his call (its
+  `crewbus_mcp_tool_calls_total` on /metrics moved), alice sends with `send_message`: the wait
+  returns the message within a few seconds; the same `send_message` repeated with its `request_id` stores once; bob confirms
   (`confirm_deliveries`); an empty wait lasts as long as asked and hands out nothing more;
   `read_conversation` shows the message once; `get_conversation` of a random id is a tool result
   with `isError: true` and code `not_found`;
@@ -31,6 +32,7 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import sys
 import tempfile
 import time
@@ -157,14 +159,10 @@ def error_code(result: Any) -> str | None:
 
 
 @contextlib.asynccontextmanager
-async def http_agent(
-    bus: harness.Crewbus, name: str, mode: str, on_request: Callable[[httpx2.Request], Awaitable[None]] | None = None
-) -> AsyncIterator[Agent]:
-    hooks = {"request": [on_request]} if on_request else {}
+async def http_agent(bus: harness.Crewbus, name: str, mode: str) -> AsyncIterator[Agent]:
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {bus.tokens[name]}"},
         timeout=httpx2.Timeout(30.0, read=300.0),
-        event_hooks=hooks,
     )
     async with http, Client(streamable_http_client(bus.mcp_url, http_client=http), mode=mode) as client:
         expect(
@@ -189,35 +187,32 @@ async def stdio_agent(bus: harness.Crewbus, name: str, mode: str, errlog: Any) -
         yield Agent(name, client, mode)
 
 
-def posted_tool(tool: str) -> tuple[asyncio.Event, Callable[[httpx2.Request], Awaitable[None]]]:
-    """An event set when the HTTP client sends a `tools/call` of `tool`."""
-    event = asyncio.Event()
-
-    async def hook(request: httpx2.Request) -> None:
-        if request.method == "POST":
-            with contextlib.suppress(ValueError, httpx2.RequestNotRead):
-                msg = json.loads(request.content)
-                if msg.get("method") == "tools/call" and msg.get("params", {}).get("name") == tool:
-                    event.set()
-
-    return event, hook
+TOOL_CALLS = "crewbus_mcp_tool_calls_total"
 
 
-async def wait_for(event: asyncio.Event, seconds: float, what: str) -> None:
-    try:
-        await asyncio.wait_for(event.wait(), seconds)
-    except asyncio.TimeoutError:
-        raise Failure(f"{what} within {seconds} s") from None
+async def tool_calls(bus: harness.Crewbus) -> int:
+    """The server's count of MCP tool calls so far (`/metrics`; counted as a call starts)."""
+    async with httpx2.AsyncClient() as http:
+        r = await http.get(bus.url + "/metrics")
+    m = re.search(rf"^{TOOL_CALLS} (\d+)$", r.text, re.M)
+    expect(r.status_code == 200 and m is not None, f"/metrics has no {TOOL_CALLS}")
+    return int(m.group(1))
 
 
-async def send_while_waiting(alice: Agent, bob: Agent, posted: asyncio.Event, conv: str, body: str) -> tuple[dict, dict]:
-    """bob waits in fetch_inbox; once his call is on the wire alice sends `body`; returns (the
-    send's answer, bob's delivery of it)."""
+async def send_while_waiting(alice: Agent, bob: Agent, bus: harness.Crewbus, conv: str, body: str) -> tuple[dict, dict]:
+    """bob waits in fetch_inbox; once the server has started his call (its tool-call counter
+    moved), alice sends `body`; returns (the send's answer, bob's delivery of it)."""
+    if not bob.validators:
+        await bob.list_tools()
+    before = await tool_calls(bus)
     started = time.monotonic()
     waiting = asyncio.create_task(bob.call("fetch_inbox", {"wait_seconds": LONG_WAIT_S, "limit": 10}))
     try:
-        if posted is not None:
-            await wait_for(posted, 10, "bob's fetch_inbox was not sent")
+        deadline = time.monotonic() + 10
+        while await tool_calls(bus) <= before:
+            expect(not waiting.done(), f"bob's fetch_inbox ended before the server counted it: {waiting}")
+            expect(time.monotonic() < deadline, "the server did not start bob's fetch_inbox within 10 s")
+            await asyncio.sleep(0.005)
         sent_at = time.monotonic()
         sent = await alice.call(
             "send_message", {"conversation_id": conv, "request_id": f"r-{uuid.uuid4()}", "body": body}
@@ -260,8 +255,7 @@ async def check_tools_list(bus: harness.Crewbus, mode: str) -> None:
 
 
 async def check_exchange(bus: harness.Crewbus, mode: str) -> None:
-    posted, hook = posted_tool("fetch_inbox")
-    async with http_agent(bus, "alice", mode) as alice, http_agent(bus, "bob", mode, hook) as bob:
+    async with http_agent(bus, "alice", mode) as alice, http_agent(bus, "bob", mode) as bob:
         me = await alice.call("whoami", {})
         expect(me["name"] == "alice", f"whoami says {me['name']}")
         bob_me = await bob.call("whoami", {})
@@ -277,7 +271,7 @@ async def check_exchange(bus: harness.Crewbus, mode: str) -> None:
         expect(conv_id in {c["id"] for c in listed["conversations"]}, "list_conversations lacks it")
 
         body = f"hello bob over MCP ({mode})"
-        sent, delivery = await send_while_waiting(alice, bob, posted, conv_id, body)
+        sent, delivery = await send_while_waiting(alice, bob, bus, conv_id, body)
         message_id = sent["message"]["id"]
         expect(sent["created"] is True, "the first send_message was not created")
 
@@ -327,11 +321,7 @@ async def check_stdio_bridge(bus: harness.Crewbus, mode: str) -> None:
                 me = await bob.call("whoami", {})
                 expect(me["name"] == "bob", f"whoami through the bridge says {me['name']}")
                 conv = await alice.call("create_conversation", {"title": f"bridge {mode}", "members": [me["id"]]})
-                # The bridge is a subprocess: its request is on the wire once the client sent it;
-                # the waiting task is started first, the send follows.
-                ready = asyncio.Event()
-                ready.set()
-                _, delivery = await send_while_waiting(alice, bob, ready, conv["id"], f"through the bridge ({mode})")
+                _, delivery = await send_while_waiting(alice, bob, bus, conv["id"], f"through the bridge ({mode})")
                 confirmed = await bob.call("confirm_deliveries", {"deliveries": [delivery["delivery_id"]]})
                 expect([r["outcome"] for r in confirmed["results"]] == ["confirmed"], f"confirm: {confirmed}")
                 err = await bob.call("get_conversation", {"conversation_id": str(uuid.uuid4())}, error=True)
@@ -360,14 +350,16 @@ async def check_no_token_is_401(bus: harness.Crewbus, _mode: str) -> None:
         },
     }
     headers = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
-    async with httpx2.AsyncClient() as http:
-        for label, extra in (("no token", {}), ("a wrong token", {"Authorization": "Bearer cbt_not-a-token"})):
+    # One connection per request: the server may close a connection after a 401 without saying
+    # so (`Connection: close`), and a reused keep-alive connection then races that close.
+    for label, extra in (("no token", {}), ("a wrong token", {"Authorization": "Bearer cbt_not-a-token"})):
+        async with httpx2.AsyncClient() as http:
             r = await http.post(bus.mcp_url, json=init, headers={**headers, **extra})
-            expect(r.status_code == 401, f"{label}: HTTP {r.status_code}, expected 401")
-            expect(
-                r.headers.get("www-authenticate", "").lower().startswith("bearer"),
-                f"{label}: WWW-Authenticate is {r.headers.get('www-authenticate')!r}",
-            )
+        expect(r.status_code == 401, f"{label}: HTTP {r.status_code}, expected 401")
+        expect(
+            r.headers.get("www-authenticate", "").lower().startswith("bearer"),
+            f"{label}: WWW-Authenticate is {r.headers.get('www-authenticate')!r}",
+        )
 
 
 # --- runner --------------------------------------------------------------------------------------
