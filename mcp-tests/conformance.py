@@ -156,6 +156,17 @@ def judge(results: dict[str, list[dict]], entries: list[tuple[str, str | None]])
     return v
 
 
+def self_test() -> list[str]:
+    """The baseline rule on made-up results: what `judge` must find (problems, if any)."""
+    ok, warn, bad = {"status": "SUCCESS", "id": "a"}, {"status": "WARNING", "id": "w"}, {"status": "FAILURE", "id": "b"}
+    results = {"p": [ok], "f": [ok, bad], "listed-pass": [ok], "w": [ok, warn], "c": [ok, bad], "c2": [ok, bad]}
+    entries = [("f", None), ("listed-pass", None), ("c", "b"), ("c2", "a")]
+    v = judge(results, entries)
+    want = Verdict(passed=["p"], expected=["c:b", "f"], unexpected=["c2:b", "w"], stale=["c2:a", "listed-pass"])
+    got = Verdict(*(sorted(x) for x in (v.passed, v.expected, v.unexpected, v.stale)))
+    return [] if got == want else [f"judge() found {got}, expected {want}"]
+
+
 def run_suite(run: Run, node: str, node_dir: Path, url: str, out_root: Path, tally: list[tuple[str, bool]]) -> None:
     def record(what: str, ok: bool, detail: str = "") -> None:
         print(f"{'ok  ' if ok else 'FAIL'} [{run.label}] {what}{': ' + detail if detail else ''}", flush=True)
@@ -221,6 +232,9 @@ def main() -> int:
     try:
         if not node or not node_dir:
             raise harness.HarnessError("MCP_NODE and MCP_NODE_DIR are not set (scripts/lib/mcp-clients.sh)")
+        problems = self_test()
+        print(f"{'ok  ' if not problems else 'FAIL'} the baseline rule (self-test){': ' + problems[0] if problems else ''}")
+        tally.append(("self-test", not problems))
         binary = harness.crewbus_binary()
         with tempfile.TemporaryDirectory(prefix="crewbus-conformance-") as tmp:
             out_root = args.keep or Path(tmp)
