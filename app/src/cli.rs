@@ -150,6 +150,17 @@ Examples:
     Push(PushCommand),
 }
 
+impl Command {
+    /// Whether the command composes the bus (and so reads the push destinations' secrets and
+    /// the key ring): every command but `mcp`, `migrate` and `health`.
+    pub fn composes(&self) -> bool {
+        !matches!(
+            self,
+            Command::Mcp(_) | Command::Migrate | Command::Health(_)
+        )
+    }
+}
+
 /// `crewbus push …`
 #[derive(Debug, Clone, Subcommand)]
 pub enum PushCommand {

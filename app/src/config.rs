@@ -891,9 +891,7 @@ mod tests {
             jail.set_env("CREWBUS_MASTER_KEY", "c2VjcmV0");
             // crewbus.example.toml's old name for the master key, never named by a `*_env` key.
             jail.set_env("CREWBUS_PUSH_MASTER_KEY", "also-a-secret");
-            let err = Config::load(None)
-                .err()
-                .expect("an unknown variable is refused");
+            let err = Config::load(None).expect_err("an unknown variable is refused");
             let text = err.to_string();
             assert!(matches!(err, BusError::Invalid { .. }));
             assert!(text.contains("CREWBUS_PUSH_MASTER_KEY"), "{text}");

@@ -63,6 +63,66 @@ fn a_bad_environment_override_is_refused_without_echoing_it() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"));
 }
 
+/// Every push destination error found at start-up is a configuration error: exit 2, naming
+/// its key, never echoing a secret.
+#[test]
+fn push_configuration_errors_exit_2_naming_their_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let dest = |extra: &str| {
+        format!(
+            "[[push.destinations]]\nname = \"ops\"\nurl = \"https://hooks.example.com/x\"\n{extra}"
+        )
+    };
+    let cases = [
+        (
+            format!("{}{}", dest(""), dest("")),
+            "push.destinations[1].name",
+        ),
+        (
+            "[[push.destinations]]\nname = \" \"\nurl = \"https://h.example/x\"\n".to_owned(),
+            "push.destinations[0]",
+        ),
+        (
+            "[[push.destinations]]\nname = \"ops\"\nurl = \"not a url\"\n".to_owned(),
+            "push.destinations[0]",
+        ),
+        (
+            dest(
+                "authentication = { scheme = \"Bearer\", credentials = { env = \"CB_TEST_UNSET_VAR\" } }\n",
+            ),
+            "push.destinations[0].authentication.credentials",
+        ),
+        (
+            dest("signing_keys = [{ env = \"CB_TEST_BAD_WHSEC\" }]\n"),
+            "push.destinations[0].signing_keys",
+        ),
+        (
+            "[push]\nkey_ring = { master_key_env = \"CB_TEST_BAD_MASTER\", dir = \"keys\" }\n"
+                .to_owned(),
+            "push.key_ring.master_key_env",
+        ),
+    ];
+    for (text, key) in cases {
+        let file = dir.path().join("crewbus.toml");
+        std::fs::write(&file, &text).unwrap();
+        let out = crewbus()
+            .env("CB_TEST_BAD_WHSEC", "whsec_hunter2-not-base64!")
+            .env("CB_TEST_BAD_MASTER", "hunter3")
+            .arg("--config")
+            .arg(&file)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{key}: {err}");
+        assert!(err.contains(key), "the error does not name {key}: {err}");
+        for secret in ["hunter2", "hunter3"] {
+            assert!(!err.contains(secret), "{err}");
+        }
+    }
+}
+
 #[test]
 fn operator_commands_explain_what_they_need() {
     let out = crewbus().args(["team", "list"]).output().unwrap();

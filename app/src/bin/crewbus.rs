@@ -23,6 +23,15 @@ fn main() -> ExitCode {
         }
     };
     crewbus::logging::init(&config.log);
+    // What only the composition can check (push destinations and their secrets, the key ring,
+    // the listener URL) is configuration too: refused here, exit 2, for every command that
+    // composes the bus.
+    if cli.command.composes()
+        && let Err(e) = crewbus::compose::check_configuration(&config)
+    {
+        eprintln!("crewbus: {e}");
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -91,18 +91,24 @@ pub enum PushSetupError {
     #[error("push destination: {0}")]
     Destination(String),
     /// The master key cannot be loaded.
-    #[error("push key ring: {0}")]
-    MasterKey(#[from] MasterKeyError),
+    #[error("{key}: {source}")]
+    MasterKey {
+        /// The configuration key naming the master key's source.
+        key: &'static str,
+        /// Why it cannot be loaded.
+        #[source]
+        source: MasterKeyError,
+    },
     /// The key ring directory cannot be used.
-    #[error("push key ring: {0}")]
+    #[error("push.key_ring.dir: {0}")]
     KeyRing(#[source] StoreError),
     /// A persistent push store without a key ring, and `allow_unsealed` is not set.
     #[error(
-        "a persistent push store needs [push.key_ring] (credentials are sealed at rest); set push.allow_unsealed = true only for development"
+        "push.key_ring: a persistent push store needs [push.key_ring] (credentials are sealed at rest); set push.allow_unsealed = true only for development"
     )]
     UnsealedRefused,
     /// The HTTP client cannot be built.
-    #[error("push transport: the HTTP client cannot be built")]
+    #[error("push.timeout_ms: the push HTTP client cannot be built")]
     Transport,
 }
 
@@ -252,14 +258,16 @@ impl PushSettings {
     pub fn destinations(&self) -> Result<Vec<Destination>, PushSetupError> {
         let mut names = HashSet::new();
         let mut out = Vec::with_capacity(self.destinations.len());
-        for d in &self.destinations {
+        for (i, d) in self.destinations.iter().enumerate() {
             let name = d.name.trim();
+            // Every error names the key (`push.destinations[i]…`) and the destination.
+            let key = format!("push.destinations[{i}]");
             let authentication = match &d.authentication {
                 Some(a) => Some(PushAuthentication {
                     scheme: a.scheme.clone(),
-                    credentials: a
-                        .credentials
-                        .read(&format!("push destination {name}: credentials"))?,
+                    credentials: a.credentials.read(&format!(
+                        "{key}.authentication.credentials (destination {name:?})"
+                    ))?,
                 }),
                 None => None,
             };
@@ -267,7 +275,7 @@ impl PushSettings {
                 .signing_keys
                 .iter()
                 .enumerate()
-                .map(|(i, s)| s.read(&format!("push destination {name}: signing key {i}")))
+                .map(|(k, s)| s.read(&format!("{key}.signing_keys[{k}] (destination {name:?})")))
                 .collect::<Result<Vec<_>, _>>()?;
             let destination = Destination {
                 name: d.name.clone(),
@@ -277,12 +285,15 @@ impl PushSettings {
             };
             destination
                 .validate()
-                .map_err(|e| PushSetupError::Destination(e.to_string()))?;
-            Signer::new(&destination.signing_keys)
-                .map_err(|e| PushSetupError::Destination(format!("{name}: {e}")))?;
+                .map_err(|e| PushSetupError::Destination(format!("{key}: {e}")))?;
+            Signer::new(&destination.signing_keys).map_err(|e| {
+                PushSetupError::Destination(format!(
+                    "{key}.signing_keys (destination {name:?}): {e}"
+                ))
+            })?;
             if !names.insert(name.to_owned()) {
                 return Err(PushSetupError::Destination(format!(
-                    "two destinations are named {name:?}"
+                    "{key}.name: two destinations are named {name:?}"
                 )));
             }
             out.push(destination);
@@ -297,11 +308,22 @@ impl PushSettings {
             return Ok(None);
         };
         let master = match (&k.master_key_env, &k.master_key_file) {
-            (Some(var), None) => MasterKey::from_env(var)?,
-            (None, Some(path)) => MasterKey::from_file(path)?,
+            (Some(var), None) => {
+                MasterKey::from_env(var).map_err(|e| PushSetupError::MasterKey {
+                    key: "push.key_ring.master_key_env",
+                    source: e,
+                })?
+            }
+            (None, Some(path)) => {
+                MasterKey::from_file(path).map_err(|e| PushSetupError::MasterKey {
+                    key: "push.key_ring.master_key_file",
+                    source: e,
+                })?
+            }
             _ => {
                 return Err(PushSetupError::SecretSource {
-                    what: "push key ring: master key (master_key_env or master_key_file)".into(),
+                    what: "push.key_ring: the master key (master_key_env or master_key_file)"
+                        .into(),
                 });
             }
         };
