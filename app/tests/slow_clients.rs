@@ -209,8 +209,9 @@ async fn a_trickled_body_is_cut_at_the_body_deadline_with_400_invalid_and_connec
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
-    stream.write_all(head.as_bytes()).await.unwrap();
+    // Taken before the head is written, so the server's clock starts no earlier.
     let sent_head = Instant::now();
+    stream.write_all(head.as_bytes()).await.unwrap();
     let (mut read, mut write) = stream.into_split();
     let trickle = tokio::spawn(async move {
         for byte in body.bytes() {
@@ -263,7 +264,8 @@ async fn a_waiting_fetch_and_a_waiting_mcp_tool_call_outlive_short_head_and_body
     )
     .await;
     let conv = conversation(&app).await;
-    // Held well past both bounds before a message arrives.
+    // Each wait is held well past both bounds before a message arrives: the hold is the premise
+    // of the test (the message is sent once `held` has passed), not a wait for a condition.
     let held = Duration::from_millis(1_500);
 
     // The HTTP API's waiting fetch.
