@@ -248,9 +248,18 @@ pub struct BusConfig {
     /// is `400 invalid`), ms. Keep it below the ~60 s an MCP host allows a tool call. Default
     /// 50 000.
     pub max_wait_ms: u64,
-    /// A request body that delivers no data for this long is abandoned (`400 invalid`), ms.
-    /// Default 30 000.
+    /// Deadline for a request's whole body, counted from the end of its headers: a body not
+    /// fully received by then is cut and answered `400 invalid` (with `Connection: close`), however
+    /// steadily it trickles. It bounds reading the body only, never the handler or a streamed
+    /// answer (a waiting fetch, MCP's SSE answers), ms. Default 30 000.
     pub request_body_timeout_ms: u64,
+    /// A connection that has not sent a complete request head (request line and headers) this
+    /// long after it opened, or after its previous answer (an idle kept-alive connection), is
+    /// closed, ms. Default 10 000.
+    pub header_read_timeout_ms: u64,
+    /// Most HTTP connections open at once; a connection accepted beyond it is closed at once
+    /// (a warning, at most one every 5 s, counts them). Default 4 096.
+    pub max_http_connections: usize,
     /// After a shutdown signal, how long `serve` waits for open HTTP connections and the
     /// workers' passes in progress before it abandons them (logged as a warning) and exits, ms.
     /// Default 10 000.
@@ -279,6 +288,8 @@ impl Default for BusConfig {
             max_fetch: 100,
             max_wait_ms: 50_000,
             request_body_timeout_ms: 30_000,
+            header_read_timeout_ms: 10_000,
+            max_http_connections: 4_096,
             shutdown_grace_ms: 10_000,
             health_timeout_ms: 2_000,
         }
@@ -455,6 +466,16 @@ impl Config {
             return Err(BusError::invalid(
                 "bus.relay_lease_ms, bus.idle_poll_ms, bus.request_body_timeout_ms and \
                  bus.health_timeout_ms must be at least 1",
+            ));
+        }
+        if self.bus.header_read_timeout_ms == 0 {
+            return Err(BusError::invalid(
+                "bus.header_read_timeout_ms must be at least 1",
+            ));
+        }
+        if self.bus.max_http_connections == 0 {
+            return Err(BusError::invalid(
+                "bus.max_http_connections must be at least 1",
             ));
         }
         if let Some(db) = &self.database {
@@ -700,6 +721,8 @@ mod tests {
         assert_eq!(c.push.poll_ms, 250);
         assert_eq!(c.bus.shutdown_grace_ms, 10_000);
         assert_eq!(c.bus.request_body_timeout_ms, 30_000);
+        assert_eq!(c.bus.header_read_timeout_ms, 10_000);
+        assert_eq!(c.bus.max_http_connections, 4_096);
         assert_eq!(c.bus.max_wait_ms, 50_000);
         assert_eq!(c.log.format, "text");
         // Every [push] key of the example is documented commented-in or out; the commented
@@ -757,6 +780,12 @@ mod tests {
             Config::from_toml("[bus]\nrequest_body_timeout_ms = 0"),
             Err(BusError::Invalid { .. })
         ));
+        for zero in ["header_read_timeout_ms", "max_http_connections"] {
+            assert!(matches!(
+                Config::from_toml(&format!("[bus]\n{zero} = 0")),
+                Err(BusError::Invalid { .. })
+            ));
+        }
         assert!(matches!(
             Config::from_toml("[bus]\nmax_wait_ms = 300001"),
             Err(BusError::Invalid { .. })

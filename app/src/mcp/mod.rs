@@ -151,7 +151,7 @@ fn transport_config(mcp: &McpConfig) -> StreamableHttpServerConfig {
 }
 
 /// The `/mcp` route: the bearer-token middleware in front of the rmcp service. Merged into the
-/// HTTP API's router ([`crate::http::router`]), so its body timeout and declared-size check apply.
+/// HTTP API's router ([`crate::http::router`]), so its body deadline and declared-size check apply.
 pub(crate) fn router<S: Clone + Send + Sync + 'static>(bus: Bus) -> Router<S> {
     let handler = CrewbusMcp { bus: bus.clone() };
     let service = StreamableHttpService::new(
