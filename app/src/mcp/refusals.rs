@@ -4,7 +4,6 @@
 //! it into the JSON `{code, message}` every other crewbus error has, with a message that says
 //! what to change. JSON-RPC answers (`application/json`, `text/event-stream`) pass unchanged.
 
-use axum::body::Body;
 use axum::extract::Request;
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
