@@ -161,7 +161,9 @@ fn bearer() -> String {
 pub struct DestinationSettings {
     /// Unique, non-blank name; the registration id is `operator:<name>`.
     pub name: String,
-    /// Absolute http(s) URL. Do not put credentials in it: the URL is stored in clear.
+    /// Absolute http(s) URL, without userinfo (`user:password@` is refused at start-up: give
+    /// credentials in `authentication`, which is sealed). Stored in clear as configured, query
+    /// string included; printed and logged without userinfo or query.
     pub url: String,
     /// Optional `Authorization` header.
     #[serde(default)]
@@ -432,6 +434,33 @@ mod tests {
             let settings = parse(case.clone()).unwrap();
             assert!(settings.destinations().is_err(), "{case}");
         }
+    }
+
+    #[test]
+    fn a_url_with_userinfo_is_refused_at_start_up_without_echoing_it() {
+        let settings = parse(serde_json::json!({
+            "destinations": [{ "name": "ops", "url": "https://hookuser:hookpass77@h.example/in?k=v" }]
+        }))
+        .unwrap();
+        match settings.destinations() {
+            Err(error @ PushSetupError::Destination(_)) => {
+                let text = format!("{error} {error:?}");
+                assert!(text.contains("`authentication`"), "{text}");
+                for leak in ["hookpass77", "hookuser", "k=v"] {
+                    assert!(!text.contains(leak), "{text} leaks {leak}");
+                }
+            }
+            other => panic!("expected a destination error, got {other:?}"),
+        }
+        // A query string alone is accepted.
+        let settings = parse(serde_json::json!({
+            "destinations": [{ "name": "ops", "url": "https://h.example/in?k=v" }]
+        }))
+        .unwrap();
+        assert_eq!(
+            settings.destinations().unwrap()[0].url,
+            "https://h.example/in?k=v"
+        );
     }
 
     #[test]
