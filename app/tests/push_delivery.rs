@@ -206,7 +206,11 @@ async fn not_found_and_server_errors_retry_with_backoff_then_park_at_the_ceiling
     assert_eq!(sweep.parked, 1);
     let parked = s.store.parked(10).await.unwrap();
     assert_eq!(parked.len(), 1);
-    assert!(parked[0].last_error.as_deref().unwrap().contains("503"));
+    let error = parked[0].last_error.as_deref().unwrap();
+    assert!(error.contains("503"));
+    // What `push parked` shows agrees with the error and with the POSTs made.
+    assert!(error.contains("gave up after 3 attempts"), "{error}");
+    assert_eq!(parked[0].attempts, 3);
     assert_eq!(rx.hits("/ok/ops").len(), 3);
 
     // Un-parked, it delivers (the script is used up: 200).
@@ -359,6 +363,8 @@ async fn gone_parks_at_once() {
     assert_eq!(parked.len(), 1);
     assert_eq!(parked[0].next_seq, Seq(1));
     assert!(parked[0].last_error.as_deref().unwrap().contains("410"));
+    // The answered POST counts as an attempt.
+    assert_eq!(parked[0].attempts, 1);
     // Parked rows leave `due`.
     assert_eq!(s.worker.run_once(at, 10).await.unwrap().claimed, 0);
     assert_eq!(rx.hits("/ok/ops").len(), 1);

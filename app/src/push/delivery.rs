@@ -106,8 +106,9 @@ impl Sweep {
 
 /// Why a turn stopped before the end of its page.
 enum Failure {
-    /// Park at once (410 Gone, a request that cannot be sent, an unknown destination).
-    Park(String),
+    /// Park at once (410 Gone, a request that cannot be sent). `attempted`: a POST was answered
+    /// (410), so it counts as a failed attempt like any other.
+    Park { error: String, attempted: bool },
     /// Retry after a backoff (honouring the receiver's `Retry-After`, within the cap).
     Retry {
         error: String,
@@ -430,9 +431,10 @@ impl DeliveryWorker {
                         *delivered += 1;
                     }
                     Ok(response) if response.status == 410 => {
-                        failure = Some(Failure::Park(format!(
-                            "the receiver answered 410 Gone to seq {seq}"
-                        )));
+                        failure = Some(Failure::Park {
+                            error: format!("the receiver answered 410 Gone to seq {seq}"),
+                            attempted: true,
+                        });
                         break;
                     }
                     Ok(response) => {
@@ -446,9 +448,10 @@ impl DeliveryWorker {
                         break;
                     }
                     Err(TransportError::Invalid(reason)) => {
-                        failure = Some(Failure::Park(format!(
-                            "the request for seq {seq} cannot be sent: {reason}"
-                        )));
+                        failure = Some(Failure::Park {
+                            error: format!("the request for seq {seq} cannot be sent: {reason}"),
+                            attempted: false,
+                        });
                         break;
                     }
                     Err(error) => {
@@ -478,7 +481,13 @@ impl DeliveryWorker {
         }
         let turn = match failure {
             None => Turn::Advanced,
-            Some(Failure::Park(error)) => {
+            Some(Failure::Park { error, attempted }) => {
+                if attempted {
+                    // Count the answered POST (keeping the claim), so `push parked` shows it.
+                    self.store
+                        .retry(run, id, later(at, self.settings.lease), &error)
+                        .await?;
+                }
                 self.store.park(run, id, &error).await?;
                 tracing::warn!(%run, %id, url = %redact_url(&config.url), %error, "push: registration parked");
                 Turn::Parked
@@ -492,6 +501,13 @@ impl DeliveryWorker {
                 let backoff = &self.settings.backoff;
                 if backoff.exhausted(attempts) {
                     let error = format!("{error}; gave up after {attempts} attempts");
+                    // Record the last failed attempt first (keeping the claim: the row's
+                    // `next_attempt_at` is already `at + lease`), so the parked row's `attempts`
+                    // — what `push parked` shows — is the count in its error. A crash between the
+                    // two leaves an exhausted row that parks on its next failure.
+                    self.store
+                        .retry(run, id, later(at, self.settings.lease), &error)
+                        .await?;
                     self.store.park(run, id, &error).await?;
                     tracing::warn!(%run, %id, url = %redact_url(&config.url), %error, "push: registration parked");
                     Turn::Parked
