@@ -1051,11 +1051,14 @@ async fn account_budget_refuses_a_stream_that_does_not_fit(_h: Arc<Harness>) {
     match refused {
         Err(BusError::InsufficientStorage {
             extra,
+            per_replica,
+            replicas,
             reserved,
             budget,
             ..
         }) => {
             assert_eq!(extra, 8 * MIB);
+            assert_eq!((per_replica, replicas), (8 * MIB, 1));
             assert_eq!(reserved, 18 * MIB);
             assert_eq!(budget, Some(20 * MIB));
         }
