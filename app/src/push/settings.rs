@@ -340,7 +340,8 @@ impl PushSettings {
 
     /// The outbox over `store` per PUSH.md §6: destinations resolved, and the store sealed with
     /// `key_ring` when given (always, for a persistent store). A persistent store without a key
-    /// ring is refused (`UnsealedRefused`) unless `allow_unsealed` is set.
+    /// ring is refused (`UnsealedRefused`) unless `allow_unsealed` is set; then a warning is logged
+    /// when a destination has credentials (they are stored unsealed).
     pub fn outbox(
         &self,
         store: Arc<dyn PushStore>,
@@ -348,12 +349,16 @@ impl PushSettings {
         key_ring: Option<Arc<dyn KeyRing>>,
         tenant: TenantId,
     ) -> Result<Outbox, PushSetupError> {
-        let outbox = Outbox::new(store, self.destinations()?);
+        let destinations = self.destinations()?;
+        let credentials = destinations.iter().any(|d| d.authentication.is_some());
+        let outbox = Outbox::new(store, destinations);
         match key_ring {
             Some(keys) => Ok(outbox.sealed(keys, tenant)),
             None if persistent && !self.allow_unsealed => Err(PushSetupError::UnsealedRefused),
             None => {
-                if persistent {
+                // Only a destination's `authentication` is sealed: without one there is nothing
+                // stored unsealed to warn about.
+                if persistent && credentials {
                     tracing::warn!(
                         "push credentials are stored unsealed (push.allow_unsealed = true)"
                     );
