@@ -109,8 +109,8 @@ Examples:
 Examples:
   crewbus demo                 embedded default: no services needed
   crewbus --json demo          the transcript and the summary as one JSON document
-  crewbus --config crewbus.toml demo   against the configured Postgres / NATS")]
-    Demo,
+  crewbus --config crewbus.toml demo --keep   against the configured Postgres (what it creates stays)")]
+    Demo(crate::demo::DemoArgs),
 
     /// Create or upgrade the Postgres schema (needs [database]).
     #[command(after_help = "\

@@ -162,17 +162,15 @@ impl Server {
     /// passes in progress for at most the bus's `shutdown_grace`, and abandons what is left (a
     /// warning names it). Errors: the address cannot be bound → `Unavailable`.
     pub async fn start(bus: Bus, listen: SocketAddr, shutdown: Shutdown) -> BusResult<Server> {
-        let listener = TcpListener::bind(listen)
-            .await
-            .map_err(|e| {
-                let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
-                    " (the address is in use: another crewbus may be running; choose another \
+        let listener = TcpListener::bind(listen).await.map_err(|e| {
+            let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+                " (the address is in use: another crewbus may be running; choose another \
                      with --listen or CREWBUS_LISTEN)"
-                } else {
-                    ""
-                };
-                BusError::unavailable_from(format!("cannot listen on {listen}{hint}"), e)
-            })?;
+            } else {
+                ""
+            };
+            BusError::unavailable_from(format!("cannot listen on {listen}{hint}"), e)
+        })?;
         let addr = listener
             .local_addr()
             .map_err(|e| BusError::unavailable_from("listener address", e))?;

@@ -609,3 +609,97 @@ fn with_a_database_dev_agents_need_an_explicit_dev_team() {
         "nothing written"
     );
 }
+
+/// A configuration file in a fresh temporary directory (kept alive by the returned guard).
+fn config_file(toml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crewbus.toml");
+    std::fs::write(&path, toml).unwrap();
+    (dir, path)
+}
+
+/// Against a configured database the demo would leave its team behind: without `--keep` it
+/// refuses before contacting anything (`invalid`, not `unavailable`, on a port nobody serves),
+/// saying what it would create and how to go on.
+#[test]
+fn demo_refuses_a_configured_database_without_keep() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let (_dir, path) = config_file(&format!(
+        "[database]\nurl = \"postgres://postgres@127.0.0.1:{port}/nowhere\"\n"
+    ));
+    let out = crewbus()
+        .arg("--config")
+        .arg(&path)
+        .args(["--json", "demo"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(v["error"]["code"], "invalid", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    for needle in ["--keep", "team demo-", "alice", "cannot delete"] {
+        assert!(message.contains(needle), "{message} lacks {needle}");
+    }
+}
+
+/// With `--keep` on Postgres the demo runs, says what it left (JSON `summary.kept`), and its
+/// agents are revoked afterwards; no warning about unsealed credentials (it stores none).
+#[tokio::test]
+async fn demo_with_keep_on_postgres_says_what_it_leaves_and_revokes_its_agents() {
+    let db =
+        crewbus_conformance::postgres::TestDatabase::create("cli_demo_keep", |pool| async move {
+            crewbus_postgres::migrate(&pool).await
+        })
+        .await;
+    let pg = crewbus_conformance::postgres::database_url_options();
+    let (_dir, path) = config_file(&format!(
+        "[database]\nurl = \"postgres://{}@{}:{}/{}\"\n",
+        pg.get_username(),
+        pg.get_host(),
+        pg.get_port(),
+        db.name()
+    ));
+    let run = |args: &[&str]| {
+        crewbus()
+            .arg("--config")
+            .arg(&path)
+            .arg("--json")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["demo", "--keep"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("unsealed"), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &v["summary"];
+    assert_eq!(s["exactly_once"], true, "{s}");
+    let kept = &s["kept"];
+    assert_eq!(
+        kept["agents_revoked"],
+        serde_json::json!(["alice", "bob", "carol"])
+    );
+    assert_eq!(kept["messages"], s["messages"]);
+    let team = kept["team"].as_str().unwrap();
+    assert!(team.starts_with("demo-"), "{kept}");
+
+    // What it said it left is there, and the agents' tokens are dead.
+    let out = run(&["agent", "list", "--team", team]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let agents: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let agents = agents.as_array().unwrap();
+    assert_eq!(agents.len(), 3);
+    assert!(
+        agents.iter().all(|a| !a["revoked_at"].is_null()),
+        "{agents:?}"
+    );
+    db.passed().await;
+}

@@ -69,7 +69,7 @@ async fn run(cli: Cli, config: Config) -> anyhow::Result<ExitCode> {
     let json = cli.json;
     match cli.command {
         Command::Serve(args) => Ok(crewbus::commands::serve(config, args, json).await?),
-        Command::Demo => crewbus::demo::run(config, json).await.context("demo"),
+        Command::Demo(args) => crewbus::demo::run(config, args, json).await.context("demo"),
         Command::Migrate => Ok(crewbus::commands::migrate(config, json).await?),
         Command::Team(cmd) => Ok(crewbus::commands::team(config, cmd, json).await?),
         Command::Agent(cmd) => Ok(crewbus::commands::agent(config, cmd, json).await?),

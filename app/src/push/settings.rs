@@ -167,7 +167,9 @@ fn bearer() -> String {
 pub struct DestinationSettings {
     /// Unique, non-blank name; the registration id is `operator:<name>`.
     pub name: String,
-    /// Absolute http(s) URL. Do not put credentials in it: the URL is stored in clear.
+    /// Absolute http(s) URL, without userinfo (`user:password@` is refused at start-up: give
+    /// credentials in `authentication`, which is sealed). Stored in clear as configured, query
+    /// string included; printed and logged without userinfo or query.
     pub url: String,
     /// Optional `Authorization` header.
     #[serde(default)]
@@ -360,7 +362,8 @@ impl PushSettings {
 
     /// The outbox over `store` per PUSH.md §6: destinations resolved, and the store sealed with
     /// `key_ring` when given (always, for a persistent store). A persistent store without a key
-    /// ring is refused (`UnsealedRefused`) unless `allow_unsealed` is set.
+    /// ring is refused (`UnsealedRefused`) unless `allow_unsealed` is set; then a warning is logged
+    /// when a destination has credentials (they are stored unsealed).
     pub fn outbox(
         &self,
         store: Arc<dyn PushStore>,
@@ -368,12 +371,16 @@ impl PushSettings {
         key_ring: Option<Arc<dyn KeyRing>>,
         tenant: TenantId,
     ) -> Result<Outbox, PushSetupError> {
-        let outbox = Outbox::new(store, self.destinations()?);
+        let destinations = self.destinations()?;
+        let credentials = destinations.iter().any(|d| d.authentication.is_some());
+        let outbox = Outbox::new(store, destinations);
         match key_ring {
             Some(keys) => Ok(outbox.sealed(keys, tenant)),
             None if persistent && !self.allow_unsealed => Err(PushSetupError::UnsealedRefused),
             None => {
-                if persistent {
+                // Only a destination's `authentication` is sealed: without one there is nothing
+                // stored unsealed to warn about.
+                if persistent && credentials {
                     tracing::warn!(
                         "push credentials are stored unsealed (push.allow_unsealed = true)"
                     );
@@ -454,6 +461,33 @@ mod tests {
             let settings = parse(case.clone()).unwrap();
             assert!(settings.destinations().is_err(), "{case}");
         }
+    }
+
+    #[test]
+    fn a_url_with_userinfo_is_refused_at_start_up_without_echoing_it() {
+        let settings = parse(serde_json::json!({
+            "destinations": [{ "name": "ops", "url": "https://hookuser:hookpass77@h.example/in?k=v" }]
+        }))
+        .unwrap();
+        match settings.destinations() {
+            Err(error @ PushSetupError::Destination(_)) => {
+                let text = format!("{error} {error:?}");
+                assert!(text.contains("`authentication`"), "{text}");
+                for leak in ["hookpass77", "hookuser", "k=v"] {
+                    assert!(!text.contains(leak), "{text} leaks {leak}");
+                }
+            }
+            other => panic!("expected a destination error, got {other:?}"),
+        }
+        // A query string alone is accepted.
+        let settings = parse(serde_json::json!({
+            "destinations": [{ "name": "ops", "url": "https://h.example/in?k=v" }]
+        }))
+        .unwrap();
+        assert_eq!(
+            settings.destinations().unwrap()[0].url,
+            "https://h.example/in?k=v"
+        );
     }
 
     #[test]
