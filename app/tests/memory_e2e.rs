@@ -169,13 +169,8 @@ async fn history_stops_before_a_pending_message_and_an_outage_queues_sends() {
     assert_eq!(v["message"]["publication"], "pending_publication");
     eventually("a failed attempt", 10, || async {
         let h = app.bus.health().await;
-        (app.bus
-            .metrics()
-            .relay_retried
-            .load(std::sync::atomic::Ordering::Relaxed)
-            > 0
-            && h.publication_pending == Some(1))
-        .then_some(())
+        (app.bus.metrics().relay_retried.get() > 0 && h.publication_pending == Some(1))
+            .then_some(())
     })
     .await;
     let h = bob.client.history(conv, 0, 10).await.unwrap();
