@@ -722,3 +722,69 @@ async fn metrics_keep_their_names_labels_buckets_and_types() {
     }
     app.finish_test().await;
 }
+
+/// The bounds as OpenMetrics writes them (its canonical numbers: `1.0`, not `1`).
+const LE_OPENMETRICS: [&str; 13] = [
+    "0.001", "0.0025", "0.005", "0.01", "0.025", "0.05", "0.1", "0.25", "0.5", "1.0", "2.5",
+    "10.0", "+Inf",
+];
+
+#[tokio::test]
+async fn metrics_in_openmetrics_when_the_scraper_asks_for_it() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    // Prometheus 2's scrape header: OpenMetrics first, the text format as a fallback.
+    let accept = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                  version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+    let (content_type, text) = scrape_after_traffic(&app, Some(accept)).await;
+    let params: Vec<&str> = content_type.split(';').map(str::trim).collect();
+    assert_eq!(params[0], "application/openmetrics-text", "{content_type}");
+    assert!(params.contains(&"version=1.0.0"), "{content_type}");
+    let e = Exposition::parse(&text, true);
+    assert!(e.eof && text.ends_with("\n# EOF\n"), "ends with # EOF");
+    // The same families, a counter's family named without `_total` (its sample keeps it).
+    let mut families: Vec<(String, String, String)> = expected_families()
+        .into_iter()
+        .map(|(name, kind, help)| match kind.as_str() {
+            "counter" => (name.strip_suffix("_total").unwrap().into(), kind, help),
+            _ => (name, kind, help),
+        })
+        .collect();
+    families.sort();
+    assert_eq!(e.sorted_families(), families);
+    let mut units: Vec<(String, String)> = e.units.clone();
+    units.sort();
+    assert_eq!(
+        units,
+        [
+            ("crewbus_delivery_latency_seconds", "seconds"),
+            ("crewbus_inbox_fetch_latency_seconds", "seconds"),
+            ("crewbus_publication_oldest_pending_age_seconds", "seconds"),
+            ("crewbus_relay_latency_seconds", "seconds"),
+        ]
+        .map(|(n, u)| (n.to_string(), u.to_string()))
+    );
+    // The same series but for the bounds' spelling.
+    let mut series: Vec<String> = expected_series()
+        .into_iter()
+        .map(|s| {
+            match LE
+                .iter()
+                .position(|le| s.ends_with(&format!("{{le=\"{le}\"}}")))
+            {
+                Some(i) => s.replace(
+                    &format!("le=\"{}\"", LE[i]),
+                    &format!("le=\"{}\"", LE_OPENMETRICS[i]),
+                ),
+                None => s,
+            }
+        })
+        .collect();
+    series.sort();
+    assert_eq!(e.sorted_series(), series);
+    assert_values_after_traffic(&e, &LE_OPENMETRICS.map(String::from));
+    // Asked for alone, too.
+    let (content_type, text) = scrape(&app, Some("application/openmetrics-text")).await;
+    assert!(content_type.starts_with("application/openmetrics-text"));
+    assert_eq!(Exposition::parse(&text, true).sorted_series(), series);
+    app.finish_test().await;
+}
