@@ -5,7 +5,7 @@ use serde::Serialize;
 use utoipa::ToSchema;
 
 use crate::bus::Bus;
-use crate::metrics::LedgerGauges;
+use crate::metrics::{Format, LedgerGauges};
 
 /// The answer of `/health`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
@@ -91,8 +91,8 @@ impl Bus {
         }
     }
 
-    /// The Prometheus exposition, with ledger gauges when the ledger answers.
-    pub async fn metrics_text(&self) -> String {
+    /// The metrics exposition in `format`, with ledger gauges when the ledger answers.
+    pub async fn metrics_text(&self, format: Format) -> String {
         let gauges = self
             .ports
             .ledger
@@ -100,7 +100,7 @@ impl Bus {
             .await
             .ok()
             .map(gauges_of);
-        self.metrics.render(gauges)
+        self.metrics.render(gauges, format)
     }
 }
 

@@ -1,95 +1,206 @@
-//! Prometheus metrics, written by hand in the text exposition format (version 0.0.4).
+//! Prometheus metrics through `prometheus-client`, the Prometheus project's Rust client.
 //!
-//! Counters and histograms live here and are bumped by the use cases; gauges that describe the
-//! ledger (publications pending/failed, age of the oldest pending one) are read from the ledger
-//! when `/metrics` is scraped.
+//! Counters and histograms live in one registry made with the bus and are bumped by the use
+//! cases; gauges that describe the ledger (publications pending/failed, age of the oldest pending
+//! one, inbox events pending) are read from the ledger when `/metrics` is scraped and encoded from
+//! a registry made for that scrape, so a ledger that does not answer leaves them out.
+//!
+//! Two formats ([`Format`]): the Prometheus text format 0.0.4 by default, OpenMetrics 1.0 when the
+//! scraper's `Accept` asks for it. The names are the same samples in both: a counter registered
+//! as `crewbus_x` is `crewbus_x_total` everywhere in 0.0.4 (`# HELP`, `# TYPE`, sample) and, as
+//! OpenMetrics wants, the family `crewbus_x` with the sample `crewbus_x_total`; the histograms and
+//! the age gauge carry the unit seconds, so their names end in `_seconds` in both (OpenMetrics adds
+//! a `# UNIT` line). Only OpenMetrics ends with `# EOF`. Histogram bounds are written `le="1"` in
+//! 0.0.4 (as the Go client writes them) and `le="1.0"` in OpenMetrics (its canonical number form).
 
-use std::fmt::Write as _;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-/// Upper bounds of the latency histograms, in seconds.
+use prometheus_client::encoding::{prometheus_text, text};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram;
+use prometheus_client::registry::{Registry, Unit};
+
+/// Upper bounds of the latency histograms, in seconds (`+Inf` is implicit).
 const BUCKETS: [f64; 12] = [
     0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0,
 ];
 
-/// A fixed-bucket latency histogram (seconds). Lock-free.
-#[derive(Default)]
-pub struct Histogram {
-    counts: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
-    sum_micros: AtomicU64,
+/// A latency histogram in seconds over [`BUCKETS`].
+#[derive(Debug)]
+pub struct Histogram(histogram::Histogram);
+
+impl Default for Histogram {
+    fn default() -> Self {
+        Histogram(histogram::Histogram::new(BUCKETS))
+    }
 }
 
 impl Histogram {
-    /// Records one observation.
+    /// Records one observation (as seconds).
     pub fn observe(&self, d: Duration) {
-        let secs = d.as_secs_f64();
-        for (bound, slot) in BUCKETS.iter().zip(&self.counts) {
-            if secs <= *bound {
-                slot.fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_micros.fetch_add(
-            d.as_micros().min(u128::from(u64::MAX)) as u64,
-            Ordering::Relaxed,
-        );
-    }
-
-    fn write(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for (bound, slot) in BUCKETS.iter().zip(&self.counts) {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{le=\"{bound}\"}} {}",
-                slot.load(Ordering::Relaxed)
-            );
-        }
-        let count = self.count.load(Ordering::Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let sum = self.sum_micros.load(Ordering::Relaxed) as f64 / 1e6;
-        let _ = writeln!(out, "{name}_sum {sum}\n{name}_count {count}");
+        self.0.observe(d.as_secs_f64());
     }
 }
 
-/// The process's counters and histograms.
-#[derive(Default)]
+/// The process's counters and histograms, and the registry that exposes them.
+#[derive(Debug)]
 pub struct Metrics {
     /// Messages accepted by send (new ones, not idempotent repeats).
-    pub messages_sent: AtomicU64,
+    pub messages_sent: Counter,
     /// Bodies the relay got confirmed by a body backend.
-    pub relay_published: AtomicU64,
+    pub relay_published: Counter,
     /// Relay attempts that will be retried (retryable or uncertain outcomes).
-    pub relay_retried: AtomicU64,
+    pub relay_retried: Counter,
     /// Messages the relay marked failed.
-    pub relay_failed: AtomicU64,
+    pub relay_failed: Counter,
     /// Inbox references published by the reference worker.
-    pub references_published: AtomicU64,
+    pub references_published: Counter,
     /// Deliveries handed to agents by inbox fetches (redeliveries included).
-    pub deliveries_handed_out: AtomicU64,
+    pub deliveries_handed_out: Counter,
     /// Receipts committed by confirm (first confirmation only).
-    pub deliveries_confirmed: AtomicU64,
+    pub deliveries_confirmed: Counter,
     /// Inbox acks that failed after the receipt was committed (redelivery will absorb them).
-    pub inbox_ack_failures: AtomicU64,
+    pub inbox_ack_failures: Counter,
     /// Inbox fetches whose inbox failed (down, not provisioned, erroring): the ledger topped the
     /// agent up alone.
-    pub inbox_fetch_failures: AtomicU64,
+    pub inbox_fetch_failures: Counter,
     /// Waiting fetches woken (by a wake-up or the sweep) whose agent check or re-fetch failed;
     /// each kept waiting.
-    pub fetch_wait_errors: AtomicU64,
+    pub fetch_wait_errors: Counter,
     /// Waiting fetches woken (by a wake-up, the sweep or a listener reconnect).
-    pub fetch_wakeups: AtomicU64,
+    pub fetch_wakeups: Counter,
     /// MCP tool calls (of a known tool; bus errors included).
-    pub mcp_tool_calls: AtomicU64,
+    pub mcp_tool_calls: Counter,
     /// MCP tool calls answered with a bus error (`isError: true`).
-    pub mcp_tool_errors: AtomicU64,
+    pub mcp_tool_errors: Counter,
     /// One body publish by the relay (request to answer).
     pub relay_latency: Histogram,
     /// One inbox fetch of references (request to answer).
     pub inbox_latency: Histogram,
     /// Send → first hand-out to the recipient.
     pub delivery_latency: Histogram,
+    /// The counters and histograms above, under their exposed names.
+    registry: Registry,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let mut m = Metrics {
+            messages_sent: Counter::default(),
+            relay_published: Counter::default(),
+            relay_retried: Counter::default(),
+            relay_failed: Counter::default(),
+            references_published: Counter::default(),
+            deliveries_handed_out: Counter::default(),
+            deliveries_confirmed: Counter::default(),
+            inbox_ack_failures: Counter::default(),
+            inbox_fetch_failures: Counter::default(),
+            fetch_wait_errors: Counter::default(),
+            fetch_wakeups: Counter::default(),
+            mcp_tool_calls: Counter::default(),
+            mcp_tool_errors: Counter::default(),
+            relay_latency: Histogram::default(),
+            inbox_latency: Histogram::default(),
+            delivery_latency: Histogram::default(),
+            registry: Registry::default(),
+        };
+        // Names without `_total` (the encoders add it) and help without the final full stop (the
+        // registry adds it).
+        let counters = [
+            (
+                "crewbus_messages_sent",
+                "Messages accepted by send",
+                &m.messages_sent,
+            ),
+            (
+                "crewbus_relay_published",
+                "Bodies confirmed by a body backend",
+                &m.relay_published,
+            ),
+            (
+                "crewbus_relay_retried",
+                "Relay attempts to be retried",
+                &m.relay_retried,
+            ),
+            (
+                "crewbus_relay_failed",
+                "Messages the relay marked failed",
+                &m.relay_failed,
+            ),
+            (
+                "crewbus_references_published",
+                "Inbox references published",
+                &m.references_published,
+            ),
+            (
+                "crewbus_deliveries",
+                "Deliveries handed to agents (redeliveries included)",
+                &m.deliveries_handed_out,
+            ),
+            (
+                "crewbus_deliveries_confirmed",
+                "Receipts committed by confirm",
+                &m.deliveries_confirmed,
+            ),
+            (
+                "crewbus_inbox_ack_failures",
+                "Inbox acks that failed after the receipt was committed",
+                &m.inbox_ack_failures,
+            ),
+            (
+                "crewbus_inbox_fetch_failures",
+                "Inbox fetches whose inbox failed; the ledger topped the agent up alone",
+                &m.inbox_fetch_failures,
+            ),
+            (
+                "crewbus_fetch_wakeups",
+                "Waiting fetches woken to look again",
+                &m.fetch_wakeups,
+            ),
+            (
+                "crewbus_fetch_wait_errors",
+                "Woken waiting fetches whose re-fetch failed (they kept waiting)",
+                &m.fetch_wait_errors,
+            ),
+            (
+                "crewbus_mcp_tool_calls",
+                "MCP tool calls (bus errors included)",
+                &m.mcp_tool_calls,
+            ),
+            (
+                "crewbus_mcp_tool_errors",
+                "MCP tool calls answered with a bus error (isError)",
+                &m.mcp_tool_errors,
+            ),
+        ];
+        let mut registry = Registry::default();
+        for (name, help, counter) in counters {
+            registry.register(name, help, counter.clone());
+        }
+        let histograms = [
+            (
+                "crewbus_relay_latency",
+                "One relay publish to a body backend, seconds",
+                &m.relay_latency,
+            ),
+            (
+                "crewbus_inbox_fetch_latency",
+                "One fetch of references from an inbox, seconds",
+                &m.inbox_latency,
+            ),
+            (
+                "crewbus_delivery_latency",
+                "Send to first hand-out, seconds",
+                &m.delivery_latency,
+            ),
+        ];
+        for (name, help, h) in histograms {
+            registry.register_with_unit(name, help, Unit::Seconds, h.0.clone());
+        }
+        m.registry = registry;
+        m
+    }
 }
 
 /// Gauges read from the ledger at scrape time.
@@ -105,144 +216,119 @@ pub struct LedgerGauges {
     pub inbox_events_pending: u64,
 }
 
+impl LedgerGauges {
+    /// A registry of these values, for one scrape.
+    fn registry(self) -> Registry {
+        let mut r = Registry::default();
+        r.register(
+            "crewbus_publication_pending",
+            "Messages waiting for the relay",
+            ConstGauge::new(self.publication_pending),
+        );
+        r.register(
+            "crewbus_publication_failed",
+            "Messages the relay gave up on",
+            ConstGauge::new(self.publication_failed),
+        );
+        r.register_with_unit(
+            "crewbus_publication_oldest_pending_age",
+            "Age of the oldest pending publication",
+            Unit::Seconds,
+            ConstGauge::new(self.oldest_pending_age_seconds),
+        );
+        r.register(
+            "crewbus_inbox_events_pending",
+            "Inbox events not yet published",
+            ConstGauge::new(self.inbox_events_pending),
+        );
+        r
+    }
+}
+
+/// An exposition format of `/metrics`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// The Prometheus text format, version 0.0.4 (the default).
+    Prometheus,
+    /// OpenMetrics 1.0 text.
+    OpenMetrics,
+}
+
+impl Format {
+    /// The format a scraper's `Accept` header value asks for: OpenMetrics when it accepts
+    /// `application/openmetrics-text` (any version) with a quality above 0 and at least that of
+    /// the text format (`text/plain`, `text/*`, `*/*`); the Prometheus text format otherwise,
+    /// also when there is no header. Media ranges that do not parse are skipped.
+    pub fn negotiate(accept: Option<&str>) -> Format {
+        let (mut openmetrics, mut text) = (0.0_f64, 0.0_f64);
+        for range in accept.unwrap_or("").split(',') {
+            let Ok(m) = range.trim().parse::<mime::Mime>() else {
+                continue;
+            };
+            let q = m
+                .get_param("q")
+                .map_or(Some(1.0), |q| q.as_str().parse::<f64>().ok())
+                .unwrap_or(0.0);
+            match (m.type_().as_str(), m.subtype().as_str()) {
+                ("application", "openmetrics-text") => openmetrics = openmetrics.max(q),
+                ("text", "plain" | "*") | ("*", "*") => text = text.max(q),
+                _ => {}
+            }
+        }
+        if openmetrics > 0.0 && openmetrics >= text {
+            Format::OpenMetrics
+        } else {
+            Format::Prometheus
+        }
+    }
+
+    /// The `Content-Type` of this format.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Prometheus => prometheus_text::CONTENT_TYPE,
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
+    }
+}
+
 impl Metrics {
     /// Adds one to a counter.
-    pub fn inc(counter: &AtomicU64) {
-        counter.fetch_add(1, Ordering::Relaxed);
+    pub fn inc(counter: &Counter) {
+        counter.inc();
     }
 
     /// Woken waiting fetches whose re-fetch failed so far (they kept waiting).
     pub fn wait_errors(&self) -> u64 {
-        self.fetch_wait_errors.load(Ordering::Relaxed)
+        self.fetch_wait_errors.get()
     }
 
     /// Adds `n` to a counter.
-    pub fn add(counter: &AtomicU64, n: u64) {
-        counter.fetch_add(n, Ordering::Relaxed);
+    pub fn add(counter: &Counter, n: u64) {
+        counter.inc_by(n);
     }
 
-    /// The exposition text (`text/plain; version=0.0.4`).
-    pub fn render(&self, gauges: Option<LedgerGauges>) -> String {
-        let mut out = String::with_capacity(4096);
-        let counters: [(&str, &str, &AtomicU64); 13] = [
-            (
-                "crewbus_messages_sent_total",
-                "Messages accepted by send.",
-                &self.messages_sent,
-            ),
-            (
-                "crewbus_relay_published_total",
-                "Bodies confirmed by a body backend.",
-                &self.relay_published,
-            ),
-            (
-                "crewbus_relay_retried_total",
-                "Relay attempts to be retried.",
-                &self.relay_retried,
-            ),
-            (
-                "crewbus_relay_failed_total",
-                "Messages the relay marked failed.",
-                &self.relay_failed,
-            ),
-            (
-                "crewbus_references_published_total",
-                "Inbox references published.",
-                &self.references_published,
-            ),
-            (
-                "crewbus_deliveries_total",
-                "Deliveries handed to agents (redeliveries included).",
-                &self.deliveries_handed_out,
-            ),
-            (
-                "crewbus_deliveries_confirmed_total",
-                "Receipts committed by confirm.",
-                &self.deliveries_confirmed,
-            ),
-            (
-                "crewbus_inbox_ack_failures_total",
-                "Inbox acks that failed after the receipt was committed.",
-                &self.inbox_ack_failures,
-            ),
-            (
-                "crewbus_inbox_fetch_failures_total",
-                "Inbox fetches whose inbox failed; the ledger topped the agent up alone.",
-                &self.inbox_fetch_failures,
-            ),
-            (
-                "crewbus_fetch_wakeups_total",
-                "Waiting fetches woken to look again.",
-                &self.fetch_wakeups,
-            ),
-            (
-                "crewbus_fetch_wait_errors_total",
-                "Woken waiting fetches whose re-fetch failed (they kept waiting).",
-                &self.fetch_wait_errors,
-            ),
-            (
-                "crewbus_mcp_tool_calls_total",
-                "MCP tool calls (bus errors included).",
-                &self.mcp_tool_calls,
-            ),
-            (
-                "crewbus_mcp_tool_errors_total",
-                "MCP tool calls answered with a bus error (isError).",
-                &self.mcp_tool_errors,
-            ),
-        ];
-        for (name, help, value) in counters {
-            let _ = writeln!(
-                out,
-                "# HELP {name} {help}\n# TYPE {name} counter\n{name} {}",
-                value.load(Ordering::Relaxed)
-            );
-        }
-        if let Some(g) = gauges {
-            let gauges: [(&str, &str, f64); 4] = [
-                (
-                    "crewbus_publication_pending",
-                    "Messages waiting for the relay.",
-                    g.publication_pending as f64,
-                ),
-                (
-                    "crewbus_publication_failed",
-                    "Messages the relay gave up on.",
-                    g.publication_failed as f64,
-                ),
-                (
-                    "crewbus_publication_oldest_pending_age_seconds",
-                    "Age of the oldest pending publication.",
-                    g.oldest_pending_age_seconds,
-                ),
-                (
-                    "crewbus_inbox_events_pending",
-                    "Inbox events not yet published.",
-                    g.inbox_events_pending as f64,
-                ),
-            ];
-            for (name, help, value) in gauges {
-                let _ = writeln!(
-                    out,
-                    "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
-                );
+    /// The exposition in `format` ([`Format::content_type`]); the ledger's gauges only when given.
+    pub fn render(&self, gauges: Option<LedgerGauges>, format: Format) -> String {
+        let mut out = String::with_capacity(8192);
+        let gauges = gauges.map(LedgerGauges::registry);
+        // Writing to a String does not fail; an encoder error would be a bug in the encoder.
+        let written = match format {
+            Format::Prometheus => {
+                prometheus_text::encode(&mut out, &self.registry).and_then(|()| {
+                    gauges
+                        .as_ref()
+                        .map_or(Ok(()), |g| prometheus_text::encode(&mut out, g))
+                })
             }
-        }
-        self.relay_latency.write(
-            &mut out,
-            "crewbus_relay_latency_seconds",
-            "One relay publish to a body backend, seconds.",
-        );
-        self.inbox_latency.write(
-            &mut out,
-            "crewbus_inbox_fetch_latency_seconds",
-            "One fetch of references from an inbox, seconds.",
-        );
-        self.delivery_latency.write(
-            &mut out,
-            "crewbus_delivery_latency_seconds",
-            "Send to first hand-out, seconds.",
-        );
+            Format::OpenMetrics => text::encode_registry(&mut out, &self.registry)
+                .and_then(|()| {
+                    gauges
+                        .as_ref()
+                        .map_or(Ok(()), |g| text::encode_registry(&mut out, g))
+                })
+                .and_then(|()| text::encode_eof(&mut out)),
+        };
+        debug_assert!(written.is_ok(), "encoding metrics into a String failed");
         out
     }
 }
@@ -251,26 +337,127 @@ impl Metrics {
 mod tests {
     use super::*;
 
-    #[test]
-    fn exposition_is_well_formed() {
+    fn some_traffic() -> Metrics {
         let m = Metrics::default();
         Metrics::inc(&m.messages_sent);
+        Metrics::add(&m.relay_published, 3);
         m.relay_latency.observe(Duration::from_millis(3));
         m.relay_latency.observe(Duration::from_secs(20));
-        let text = m.render(Some(LedgerGauges {
+        m
+    }
+
+    fn gauges() -> Option<LedgerGauges> {
+        Some(LedgerGauges {
             publication_pending: 2,
+            oldest_pending_age_seconds: 1.5,
             ..Default::default()
-        }));
-        assert!(text.contains("crewbus_messages_sent_total 1\n"));
-        assert!(text.contains("crewbus_publication_pending 2\n"));
-        assert!(text.contains("crewbus_relay_latency_seconds_bucket{le=\"0.005\"} 1\n"));
-        assert!(text.contains("crewbus_relay_latency_seconds_bucket{le=\"+Inf\"} 2\n"));
-        assert!(text.contains("crewbus_relay_latency_seconds_count 2\n"));
+        })
+    }
+
+    #[test]
+    fn the_prometheus_text_keeps_the_names_of_the_hand_written_one() {
+        let text = some_traffic().render(gauges(), Format::Prometheus);
+        for line in [
+            "# HELP crewbus_messages_sent_total Messages accepted by send.",
+            "# TYPE crewbus_messages_sent_total counter",
+            "crewbus_messages_sent_total 1",
+            "crewbus_relay_published_total 3",
+            "# TYPE crewbus_publication_pending gauge",
+            "crewbus_publication_pending 2",
+            "# TYPE crewbus_publication_oldest_pending_age_seconds gauge",
+            "crewbus_publication_oldest_pending_age_seconds 1.5",
+            "# HELP crewbus_relay_latency_seconds One relay publish to a body backend, seconds.",
+            "# TYPE crewbus_relay_latency_seconds histogram",
+            "crewbus_relay_latency_seconds_bucket{le=\"0.0025\"} 0",
+            "crewbus_relay_latency_seconds_bucket{le=\"0.005\"} 1",
+            "crewbus_relay_latency_seconds_bucket{le=\"1\"} 1",
+            "crewbus_relay_latency_seconds_bucket{le=\"10\"} 1",
+            "crewbus_relay_latency_seconds_bucket{le=\"+Inf\"} 2",
+            "crewbus_relay_latency_seconds_count 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
         for line in text.lines() {
             assert!(
                 line.starts_with('#') || line.split(' ').count() == 2,
                 "{line}"
             );
+        }
+    }
+
+    #[test]
+    fn openmetrics_names_counter_families_without_total_and_ends_with_eof() {
+        let text = some_traffic().render(gauges(), Format::OpenMetrics);
+        for line in [
+            "# HELP crewbus_messages_sent Messages accepted by send.",
+            "# TYPE crewbus_messages_sent counter",
+            "crewbus_messages_sent_total 1",
+            "# TYPE crewbus_relay_latency_seconds histogram",
+            "# UNIT crewbus_relay_latency_seconds seconds",
+            "crewbus_relay_latency_seconds_bucket{le=\"1.0\"} 1",
+            "crewbus_relay_latency_seconds_bucket{le=\"+Inf\"} 2",
+            "# UNIT crewbus_publication_oldest_pending_age_seconds seconds",
+            "crewbus_publication_pending 2",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        assert!(text.ends_with("\n# EOF\n"), "{text}");
+        assert_eq!(text.matches("# EOF").count(), 1);
+    }
+
+    #[test]
+    fn without_the_ledger_the_gauges_are_left_out() {
+        for format in [Format::Prometheus, Format::OpenMetrics] {
+            let text = some_traffic().render(None, format);
+            assert!(!text.contains("crewbus_publication"), "{text}");
+            assert!(text.contains("crewbus_messages_sent_total 1\n"), "{text}");
+        }
+    }
+
+    #[test]
+    fn openmetrics_is_served_only_when_asked_for() {
+        use Format::{OpenMetrics, Prometheus};
+        for (accept, want) in [
+            (None, Prometheus),
+            (Some(""), Prometheus),
+            (Some("*/*"), Prometheus),
+            (Some("text/plain"), Prometheus),
+            (Some("text/plain;version=0.0.4"), Prometheus),
+            (Some("application/json"), Prometheus),
+            (Some("not a media type"), Prometheus),
+            (Some("application/openmetrics-text"), OpenMetrics),
+            (
+                Some("application/openmetrics-text; version=1.0.0; charset=utf-8"),
+                OpenMetrics,
+            ),
+            // Prometheus 2's scrape header, and Prometheus 3's.
+            (
+                Some(
+                    "application/openmetrics-text;version=1.0.0,application/openmetrics-text;\
+                     version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1",
+                ),
+                OpenMetrics,
+            ),
+            (
+                Some(
+                    "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,\
+                     application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=1.0.0;\
+                     escaping=allow-utf-8;q=0.4,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+                ),
+                OpenMetrics,
+            ),
+            // Refused or preferred less than the text format.
+            (Some("application/openmetrics-text;q=0"), Prometheus),
+            (
+                Some("text/plain;version=0.0.4,application/openmetrics-text;q=0.5"),
+                Prometheus,
+            ),
+        ] {
+            assert_eq!(Format::negotiate(accept), want, "{accept:?}");
         }
     }
 }

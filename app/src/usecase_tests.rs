@@ -165,12 +165,7 @@ async fn a_second_confirm_acks_again_and_an_ack_failure_does_not_fail_the_confir
         .await
         .unwrap();
     assert!(matches!(out[0], ConfirmOutcome::AlreadyConfirmed { .. }));
-    assert_eq!(
-        b.metrics()
-            .inbox_ack_failures
-            .load(std::sync::atomic::Ordering::Relaxed),
-        1
-    );
+    assert_eq!(b.metrics().inbox_ack_failures.get(), 1);
 }
 
 #[tokio::test]

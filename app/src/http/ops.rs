@@ -2,7 +2,7 @@
 
 use axum::Json;
 use axum::extract::State;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use crewbus_domain::BusError;
 use utoipa::OpenApi;
@@ -10,6 +10,7 @@ use utoipa::OpenApi;
 use super::AppState;
 use super::error::ApiError;
 use crate::health::HealthReport;
+use crate::metrics::Format;
 
 /// Liveness and readiness: `200` when the ledger answers, `503` when it does not. The broker is
 /// reported and never fails the probe.
@@ -25,13 +26,18 @@ pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
     (status, Json(report))
 }
 
-/// Prometheus metrics (text exposition format 0.0.4).
+/// Prometheus metrics: the text exposition format 0.0.4, or OpenMetrics 1.0 when `Accept` asks for
+/// `application/openmetrics-text` ([`Format::negotiate`]).
 #[utoipa::path(get, path = "/metrics", tag = "operations",
-    responses((status = 200, description = "Prometheus text", content_type = "text/plain")))]
-pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
+    responses((status = 200,
+        description = "Prometheus text 0.0.4, or OpenMetrics text when negotiated",
+        content_type = "text/plain")))]
+pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> impl IntoResponse {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = Format::negotiate(accept);
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-        state.bus.metrics_text().await,
+        [(header::CONTENT_TYPE, format.content_type())],
+        state.bus.metrics_text(format).await,
     )
 }
 
