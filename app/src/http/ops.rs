@@ -5,7 +5,6 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use crewbus_domain::BusError;
-use utoipa::OpenApi;
 
 use super::AppState;
 use super::error::ApiError;
@@ -13,7 +12,7 @@ use crate::health::HealthReport;
 
 /// Liveness and readiness: `200` when the ledger answers, `503` when it does not. The broker is
 /// reported and never fails the probe.
-#[utoipa::path(get, path = "/health", tag = "operations",
+#[utoipa::path(get, path = "/health", tag = "operations", operation_id = "health",
     responses((status = 200, body = HealthReport), (status = 503, body = HealthReport)))]
 pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
     let report = state.bus.health().await;
@@ -26,7 +25,7 @@ pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
 }
 
 /// Prometheus metrics (text exposition format 0.0.4).
-#[utoipa::path(get, path = "/metrics", tag = "operations",
+#[utoipa::path(get, path = "/metrics", tag = "operations", operation_id = "metrics",
     responses((status = 200, description = "Prometheus text", content_type = "text/plain")))]
 pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     (
@@ -35,9 +34,9 @@ pub async fn metrics(State(state): State<AppState>) -> impl IntoResponse {
     )
 }
 
-/// This document.
-pub async fn openapi() -> impl IntoResponse {
-    Json(super::openapi::ApiDoc::openapi())
+/// This document, with this server's configured limits ([`super::openapi::document`]).
+pub async fn openapi(State(state): State<AppState>) -> impl IntoResponse {
+    Json(super::openapi::document(&state.bus.settings))
 }
 
 /// Any other path.
