@@ -995,7 +995,11 @@ async fn answers_are_server_sent_events_and_the_http_api_takes_member_names_too(
         )
         .await
         .unwrap();
-    assert_eq!((status, v["code"].as_str()), (404, Some("not_found")), "{v}");
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (404, Some("not_found")),
+        "{v}"
+    );
     app.finish_test().await;
 }
 

@@ -177,3 +177,31 @@ where
             })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::views::{AcknowledgeRequest, FetchRequest, SendMessage};
+
+    fn object<T: DeserializeOwned>(json: &str) -> Result<T, serde_json::Error> {
+        serde_json::from_str::<Object<T>>(json).map(|Object(v)| v)
+    }
+
+    #[test]
+    fn a_request_body_is_an_object_never_an_array_of_its_fields() {
+        let sent: SendMessage = object(r#"{"request_id": "r1", "body": "hi"}"#).unwrap();
+        assert_eq!((sent.request_id.as_str(), sent.body.as_str()), ("r1", "hi"));
+        // serde's derived struct alone takes this; the API does not.
+        assert!(serde_json::from_str::<SendMessage>(r#"["r1", "hi"]"#).is_ok());
+        assert!(
+            object::<SendMessage>(r#"["r1", "hi"]"#)
+                .unwrap_err()
+                .is_data()
+        );
+        assert!(object::<FetchRequest>("[]").unwrap_err().is_data());
+        assert!(object::<AcknowledgeRequest>("5").unwrap_err().is_data());
+        // Unknown fields are still refused through the wrapper.
+        assert!(object::<AcknowledgeRequest>(r#"{"other": 1}"#).is_err());
+        assert!(object::<AcknowledgeRequest>("{}").unwrap().run.is_none());
+    }
+}

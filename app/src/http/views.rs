@@ -639,3 +639,34 @@ impl RecordsView {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fetch_integers_may_be_written_as_whole_json_numbers() {
+        let f: FetchRequest = serde_json::from_str(r#"{"limit": 2.0, "wait_ms": 5e2}"#).unwrap();
+        assert_eq!((f.limit, f.wait_ms), (2, 500));
+        let f: FetchRequest = serde_json::from_str(r#"{"limit": 3}"#).unwrap();
+        assert_eq!((f.limit, f.wait_ms), (3, 0));
+        let f: FetchRequest = serde_json::from_str("{}").unwrap();
+        assert_eq!((f.limit, f.wait_ms), (10, 0));
+        for bad in [
+            r#"{"limit": 2.5}"#,
+            r#"{"limit": -1}"#,
+            r#"{"limit": -1.0}"#,
+            r#"{"wait_ms": 1e30}"#,
+            r#"{"wait_ms": "5"}"#,
+            r#"{"limit": null}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<FetchRequest>(bad).is_err(),
+                "{bad} was taken"
+            );
+        }
+        let max: FetchRequest =
+            serde_json::from_str(r#"{"wait_ms": 18446744073709551615}"#).unwrap();
+        assert_eq!(max.wait_ms, u64::MAX);
+    }
+}
