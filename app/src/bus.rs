@@ -69,8 +69,14 @@ pub struct BusSettings {
     pub retention_interval: Duration,
     /// The body backend and inbox names this deployment serves (set by the composition root).
     pub backends: Vec<String>,
-    /// A request body that delivers no data for this long is abandoned.
+    /// Deadline for a request's whole body, from the end of its headers
+    /// (`bus.request_body_timeout_ms`).
     pub request_body_timeout: Duration,
+    /// A connection without a complete request head this long after it opened or after its
+    /// previous answer is closed (`bus.header_read_timeout_ms`).
+    pub header_read_timeout: Duration,
+    /// Most HTTP connections open at once (`bus.max_http_connections`).
+    pub max_http_connections: usize,
     /// After shutdown fires, how long the server waits for open connections and worker passes.
     pub shutdown_grace: Duration,
     /// Longest the health probe waits for the ledger (and, beside it, the broker).
@@ -100,6 +106,8 @@ impl BusSettings {
             retention_interval: Duration::from_secs(c.retention_interval_s.max(1)),
             backends: vec!["memory".to_owned()],
             request_body_timeout: Duration::from_millis(c.request_body_timeout_ms),
+            header_read_timeout: Duration::from_millis(c.header_read_timeout_ms),
+            max_http_connections: c.max_http_connections,
             shutdown_grace: Duration::from_millis(c.shutdown_grace_ms),
             health_timeout: Duration::from_millis(c.health_timeout_ms),
             mcp: McpConfig::default(),

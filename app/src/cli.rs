@@ -109,8 +109,8 @@ Examples:
 Examples:
   crewbus demo                 embedded default: no services needed
   crewbus --json demo          the transcript and the summary as one JSON document
-  crewbus --config crewbus.toml demo   against the configured Postgres / NATS")]
-    Demo,
+  crewbus --config crewbus.toml demo --keep   against the configured Postgres (what it creates stays)")]
+    Demo(crate::demo::DemoArgs),
 
     /// Create or upgrade the Postgres schema (needs [database]).
     #[command(after_help = "\
@@ -148,6 +148,17 @@ Examples:
     /// (needs [database]). Credentials are never printed; URLs without userinfo or query.
     #[command(subcommand)]
     Push(PushCommand),
+}
+
+impl Command {
+    /// Whether the command composes the bus (and so reads the push destinations' secrets and
+    /// the key ring): every command but `mcp`, `migrate` and `health`.
+    pub fn composes(&self) -> bool {
+        !matches!(
+            self,
+            Command::Mcp(_) | Command::Migrate | Command::Health(_)
+        )
+    }
 }
 
 /// `crewbus push …`

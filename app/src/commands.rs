@@ -40,6 +40,10 @@ pub async fn serve(mut config: Config, args: ServeArgs, json: bool) -> BusResult
     let composed = compose(&config).await?;
     tracing::info!(adapters = %composed.description, "composed");
     let bus = composed.bus;
+    // Listen first: an address in use is refused before any dev agent or token is set up.
+    let shutdown = Shutdown::new();
+    let server = Server::start(bus.clone(), config.listen, shutdown.clone()).await?;
+    tokio::spawn(shutdown.clone().on_signals());
     let mut dev = None;
     if let Some(team_name) = team_name {
         let names: Vec<String> = if args.dev_agents.is_empty() {
@@ -58,9 +62,6 @@ pub async fn serve(mut config: Config, args: ServeArgs, json: bool) -> BusResult
         }
         dev = Some((team, agents, tokens));
     }
-    let shutdown = Shutdown::new();
-    let server = Server::start(bus, config.listen, shutdown.clone()).await?;
-    tokio::spawn(shutdown.clone().on_signals());
     let base = dev_team::local_url(server.addr());
     let mcp_url = format!("{base}/mcp");
     if json {

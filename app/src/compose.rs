@@ -323,6 +323,31 @@ pub fn push_runtime(
     }))
 }
 
+/// Checks what only building the composition can check, without connecting anything: the push
+/// destinations (their secrets read from their variables and files, every rule checked), the
+/// key ring's master key and directory, and `database.listen_url`. The binary runs it before
+/// every command that composes, so a configuration error exits 2 naming its key.
+///
+/// Errors: `Invalid`, naming the key (never a secret).
+pub fn check_configuration(config: &Config) -> BusResult<()> {
+    let persistent = config.database.is_some();
+    let store: Arc<dyn PushStore> = Arc::new(MemoryPushStore::new(config.tenant.clone()));
+    let ledger = MemoryLedger::new(config.tenant.clone());
+    push_runtime(
+        config,
+        store,
+        persistent,
+        Arc::new(ledger.journal()),
+        Arc::new(SystemClock),
+    )?;
+    if let Some(url) = config.database.as_ref().and_then(|d| d.listen_url.as_ref()) {
+        url.expose()
+            .parse::<sqlx::postgres::PgConnectOptions>()
+            .map_err(|_| BusError::invalid("database.listen_url does not parse as postgres://…"))?;
+    }
+    Ok(())
+}
+
 /// The memory adapters' limits for `config`: the body limit of `bus.max_body_bytes`, an inbox
 /// whose ack wait is the hand-out grace.
 pub fn memory_config(config: &Config) -> MemoryConfig {

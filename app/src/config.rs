@@ -248,9 +248,18 @@ pub struct BusConfig {
     /// is `400 invalid`), ms. Keep it below the ~60 s an MCP host allows a tool call. Default
     /// 50 000.
     pub max_wait_ms: u64,
-    /// A request body that delivers no data for this long is abandoned (`400 invalid`), ms.
-    /// Default 30 000.
+    /// Deadline for a request's whole body, counted from the end of its headers: a body not
+    /// fully received by then is cut and answered `400 invalid` (with `Connection: close`), however
+    /// steadily it trickles. It bounds reading the body only, never the handler or a streamed
+    /// answer (a waiting fetch, MCP's SSE answers), ms. Default 30 000.
     pub request_body_timeout_ms: u64,
+    /// A connection that has not sent a complete request head (request line and headers) this
+    /// long after it opened, or after its previous answer (an idle kept-alive connection), is
+    /// closed, ms. Default 10 000.
+    pub header_read_timeout_ms: u64,
+    /// Most HTTP connections open at once; a connection accepted beyond it is closed at once
+    /// (a warning, at most one every 5 s, counts them). Default 4 096.
+    pub max_http_connections: usize,
     /// After a shutdown signal, how long `serve` waits for open HTTP connections and the
     /// workers' passes in progress before it abandons them (logged as a warning) and exits, ms.
     /// Default 10 000.
@@ -279,6 +288,8 @@ impl Default for BusConfig {
             max_fetch: 100,
             max_wait_ms: 50_000,
             request_body_timeout_ms: 30_000,
+            header_read_timeout_ms: 10_000,
+            max_http_connections: 4_096,
             shutdown_grace_ms: 10_000,
             health_timeout_ms: 2_000,
         }
@@ -367,8 +378,11 @@ impl McpConfig {
 
 impl Config {
     /// Loads the configuration: embedded default ← `path` (or `CREWBUS_CONFIG`, or `./crewbus.toml`
-    /// when it exists) ← `CREWBUS_*` variables (except `CREWBUS_CONFIG` and `CREWBUS_MCP_TOKEN`). Errors: a named file that does not exist, bad
-    /// TOML, an unknown key or a wrong type → `Invalid` naming the key (never a value).
+    /// when it exists) ← `CREWBUS_*` variables, except `CREWBUS_CONFIG`, `CREWBUS_MCP_TOKEN` and
+    /// those the configuration names as a secret's source (a `*_env` key, or `env` of a secret
+    /// source). Errors: a named file that does not exist, bad TOML, an unknown key or a wrong
+    /// type → `Invalid` naming the key — and the variable, when it came from one — never a
+    /// value.
     pub fn load(path: Option<&Path>) -> BusResult<Config> {
         let mut figment = Figment::new();
         let file = path
@@ -386,15 +400,21 @@ impl Config {
             }
             None => figment = figment.merge(Toml::file("crewbus.toml")),
         }
-        figment = figment.merge(
-            Env::prefixed("CREWBUS_")
-                // Not keys (compared without the prefix, in any case): the file's path, and the
-                // `crewbus mcp` bridge's token, which may well be exported in a server's shell.
-                .ignore(&["CONFIG", "MCP_TOKEN"])
-                .split("__")
-                .lowercase(true),
-        );
-        Self::from_figment(figment)
+        // Not keys: the file's path, the `crewbus mcp` bridge's token (which may well be
+        // exported in a server's shell), and every variable a `*_env` key (or a secret source's
+        // `env`) names as where a secret comes from — `master_key_env = "CREWBUS_MASTER_KEY"`
+        // names a secret, not a key `master_key`. Any other `CREWBUS_*` variable is a key, and
+        // an unknown one is refused naming the variable.
+        let mut ignored: Vec<String> = NOT_KEYS.iter().map(|v| (*v).to_owned()).collect();
+        let first = figment.clone().merge(env_keys(&ignored));
+        if let Ok(value) = first.find_value("") {
+            ignored.extend(
+                secret_variables(&value)
+                    .into_iter()
+                    .filter_map(|v| v.strip_prefix(ENV_PREFIX).map(str::to_owned)),
+            );
+        }
+        Self::from_figment(figment.merge(env_keys(&ignored)))
     }
 
     /// Parses a configuration from TOML text alone (no environment), for tests and tools.
@@ -409,13 +429,16 @@ impl Config {
             // only the kind and the path.
             let path = e.path.join(".");
             BusError::invalid(format!(
-                "configuration: {}{}",
+                "configuration: {}{}{}",
                 describe_figment_kind(&e.kind),
                 if path.is_empty() {
                     String::new()
                 } else {
                     format!(" at `{path}`")
-                }
+                },
+                from_variable(&e)
+                    .map(|v| format!(" (from the environment variable {v})"))
+                    .unwrap_or_default(),
             ))
         })?;
         config.validate()?;
@@ -443,6 +466,16 @@ impl Config {
             return Err(BusError::invalid(
                 "bus.relay_lease_ms, bus.idle_poll_ms, bus.request_body_timeout_ms and \
                  bus.health_timeout_ms must be at least 1",
+            ));
+        }
+        if self.bus.header_read_timeout_ms == 0 {
+            return Err(BusError::invalid(
+                "bus.header_read_timeout_ms must be at least 1",
+            ));
+        }
+        if self.bus.max_http_connections == 0 {
+            return Err(BusError::invalid(
+                "bus.max_http_connections must be at least 1",
             ));
         }
         if let Some(db) = &self.database {
@@ -514,6 +547,62 @@ impl Config {
         };
         format!("ledger={ledger} inbox={ledger} bodies={ledger} ({nats})")
     }
+}
+
+/// The prefix of the variables read as configuration keys.
+const ENV_PREFIX: &str = "CREWBUS_";
+
+/// `CREWBUS_*` variables that are never configuration keys (without the prefix): the file's
+/// path and the `crewbus mcp` bridge's token.
+pub const NOT_KEYS: [&str; 2] = ["CONFIG", "MCP_TOKEN"];
+
+/// The `CREWBUS_*` variables as keys (nested keys joined with `__`), but `ignored` (names
+/// without the prefix, any case).
+fn env_keys(ignored: &[String]) -> Env {
+    let ignored: Vec<&str> = ignored.iter().map(String::as_str).collect();
+    Env::prefixed(ENV_PREFIX)
+        .ignore(&ignored)
+        .split("__")
+        .lowercase(true)
+}
+
+/// Every environment variable the configuration names as a secret's source: the string value
+/// of any key ending in `_env` (`master_key_env`) and of any key `env` (a secret source
+/// `{ env = "…" }`), anywhere in the tree.
+fn secret_variables(value: &figment::value::Value) -> Vec<String> {
+    use figment::value::Value;
+    let mut found = Vec::new();
+    let mut stack = vec![value];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Dict(_, dict) => {
+                for (key, v) in dict {
+                    if (key == "env" || key.ends_with("_env"))
+                        && let Value::String(_, name) = v
+                    {
+                        found.push(name.to_ascii_uppercase());
+                    }
+                    stack.push(v);
+                }
+            }
+            Value::Array(_, items) => stack.extend(items),
+            _ => {}
+        }
+    }
+    found
+}
+
+/// The environment variable an error came from, when it came from one (`CREWBUS_X__Y`).
+fn from_variable(e: &figment::Error) -> Option<String> {
+    let metadata = e.metadata.as_ref()?;
+    if !metadata.name.contains("environment") {
+        return None;
+    }
+    // The key's path, as `env_keys` splits a variable name: nested keys joined with `__`.
+    (!e.path.is_empty()).then(|| {
+        let keys: Vec<String> = e.path.iter().map(|k| k.to_ascii_uppercase()).collect();
+        format!("{ENV_PREFIX}{}", keys.join("__"))
+    })
 }
 
 fn describe_figment_kind(kind: &figment::error::Kind) -> String {
@@ -632,6 +721,8 @@ mod tests {
         assert_eq!(c.push.poll_ms, 250);
         assert_eq!(c.bus.shutdown_grace_ms, 10_000);
         assert_eq!(c.bus.request_body_timeout_ms, 30_000);
+        assert_eq!(c.bus.header_read_timeout_ms, 10_000);
+        assert_eq!(c.bus.max_http_connections, 4_096);
         assert_eq!(c.bus.max_wait_ms, 50_000);
         assert_eq!(c.log.format, "text");
         // Every [push] key of the example is documented commented-in or out; the commented
@@ -689,6 +780,12 @@ mod tests {
             Config::from_toml("[bus]\nrequest_body_timeout_ms = 0"),
             Err(BusError::Invalid { .. })
         ));
+        for zero in ["header_read_timeout_ms", "max_http_connections"] {
+            assert!(matches!(
+                Config::from_toml(&format!("[bus]\n{zero} = 0")),
+                Err(BusError::Invalid { .. })
+            ));
+        }
         assert!(matches!(
             Config::from_toml("[bus]\nmax_wait_ms = 300001"),
             Err(BusError::Invalid { .. })
@@ -793,5 +890,61 @@ mod tests {
             assert!(matches!(Config::load(None), Err(BusError::Invalid { .. })));
             Ok(())
         });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)]
+    fn variables_named_as_secret_sources_are_not_keys_and_others_are_named() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "crewbus.toml",
+                "[push]\nkey_ring = { master_key_env = \"CREWBUS_MASTER_KEY\", dir = \"keys\" }\n\
+                 [[push.destinations]]\nname = \"ops\"\nurl = \"https://hooks.example.com/x\"\n\
+                 authentication = { scheme = \"Bearer\", credentials = { env = \"CREWBUS_OPS_TOKEN\" } }\n",
+            )?;
+            jail.set_env("CREWBUS_MASTER_KEY", "c2VjcmV0");
+            jail.set_env("CREWBUS_OPS_TOKEN", "hunter2");
+            let c = Config::load(None).expect("the named secret variables are not keys");
+            assert_eq!(c.push.destinations.len(), 1);
+            // A nested key from the environment is named as its variable.
+            jail.set_env("CREWBUS_BUS__NOT_A_KEY", "1");
+            let text = Config::load(None).err().unwrap().to_string();
+            assert!(text.contains("CREWBUS_BUS__NOT_A_KEY"), "{text}");
+            Ok(())
+        });
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "crewbus.toml",
+                "[push]\nkey_ring = { master_key_env = \"CREWBUS_MASTER_KEY\", dir = \"keys\" }\n",
+            )?;
+            jail.set_env("CREWBUS_MASTER_KEY", "c2VjcmV0");
+            // crewbus.example.toml's old name for the master key, never named by a `*_env` key.
+            jail.set_env("CREWBUS_PUSH_MASTER_KEY", "also-a-secret");
+            let err = Config::load(None).expect_err("an unknown variable is refused");
+            let text = err.to_string();
+            assert!(matches!(err, BusError::Invalid { .. }));
+            assert!(text.contains("CREWBUS_PUSH_MASTER_KEY"), "{text}");
+            assert!(!text.contains("also-a-secret"), "{text}");
+            Ok(())
+        });
+    }
+
+    /// Every TOML example in README.md loads as written (a secret's variables set, as a user
+    /// following it would).
+    #[test]
+    fn every_configuration_example_of_the_readme_loads() {
+        let readme = include_str!("../../README.md");
+        let mut blocks = 0;
+        let mut rest = readme;
+        while let Some(start) = rest.find("```toml\n") {
+            let body = &rest[start + 8..];
+            let end = body.find("```").expect("a closed code block");
+            let block = &body[..end];
+            Config::from_toml(block)
+                .unwrap_or_else(|e| panic!("README example does not load: {e}\n{block}"));
+            blocks += 1;
+            rest = &body[end..];
+        }
+        assert!(blocks >= 1, "the README has configuration examples");
     }
 }

@@ -11,6 +11,14 @@
 //! webhook receiver on 127.0.0.1:0 in-process and configures it as the only push destination
 //! (signed with a fresh Standard Webhooks key), so the runs' journals arrive there as CloudEvents:
 //! the transcript shows the event types received, the summary counts them.
+//!
+//! On the embedded default (no `[database]`) everything lives in memory and is gone when the
+//! demo ends. Against a configured database the demo refuses to start unless `--keep` is given:
+//! what it creates there (a team, three agents, their runs, a conversation and its messages)
+//! would stay, because crewbus has no command that deletes a team. With `--keep` it says up front
+//! what it creates, revokes its three agents when it ends (their tokens stop working), and says
+//! what it left. Its push destination carries no credential, so nothing secret is ever stored,
+//! sealed or not.
 
 use std::collections::HashMap;
 use std::process::ExitCode;
@@ -31,6 +39,33 @@ use crate::shutdown::Shutdown;
 
 /// Messages each agent sends in the burst.
 const BURST_PER_AGENT: usize = 20;
+
+/// Messages the script sends: alice's question, bob's answer, then the burst.
+const MESSAGES: usize = 2 + 3 * BURST_PER_AGENT;
+
+/// The demo's agents.
+const AGENTS: [&str; 3] = ["alice", "bob", "carol"];
+
+/// `crewbus demo` options.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct DemoArgs {
+    /// Run against the configured database although what the demo creates stays there: a team
+    /// `demo-<8 hex>`, agents alice, bob and carol (revoked when the demo ends), their three
+    /// runs, one conversation and its messages (crewbus cannot delete a team). Without a
+    /// configured database nothing is kept and this flag changes nothing.
+    #[arg(long)]
+    pub keep: bool,
+}
+
+/// What the demo creates in `where_`, in words.
+fn created_text(team: &str, where_: &str) -> String {
+    format!(
+        "team {team}, agents {} (with tokens), their {} runs, one conversation and its \
+         {MESSAGES} messages in {where_}",
+        AGENTS.join(", "),
+        AGENTS.len()
+    )
+}
 
 struct DemoAgent {
     name: &'static str,
@@ -77,7 +112,19 @@ fn failure(e: ApiFailure) -> BusError {
 
 /// Runs the demo against the configured services (the embedded default when none). The hand-out
 /// grace is shortened to one second so the redelivery shows quickly.
-pub async fn run(mut config: Config, json: bool) -> BusResult<ExitCode> {
+///
+/// Errors: a configured database without `args.keep` → [`BusError::Invalid`] saying what would
+/// be created and left there (nothing is contacted); then any failure of the script.
+pub async fn run(mut config: Config, args: DemoArgs, json: bool) -> BusResult<ExitCode> {
+    let persistent = config.database.is_some();
+    if persistent && !args.keep {
+        return Err(BusError::invalid(format!(
+            "crewbus demo would create {} and leave them there: crewbus cannot delete a team. \
+             Run it without [database] (the embedded default keeps nothing), or pass --keep to \
+             create them anyway (its agents are revoked when it ends)",
+            created_text("demo-<8 hex>", "the configured database")
+        )));
+    }
     config.listen = "127.0.0.1:0".parse().expect("loopback parses");
     config.bus.handout_grace_ms = 1_000;
     config.bus.topup_after_ms = 500;
@@ -108,7 +155,8 @@ pub async fn run(mut config: Config, json: bool) -> BusResult<ExitCode> {
     config.push.poll_ms = 20;
     config.push.idle_ms = 50;
     if config.push.key_ring.is_none() {
-        // The demo destination carries no credential: nothing secret is stored.
+        // The demo destination carries no credential (`authentication: None` above): nothing
+        // secret is stored, so there is nothing to seal (and no warning about it).
         config.push.allow_unsealed = true;
     }
     let composed = compose(&config).await;
@@ -119,8 +167,9 @@ pub async fn run(mut config: Config, json: bool) -> BusResult<ExitCode> {
     let team = bus.add_team(&format!("demo-{suffix}"), None, None).await?;
     let server = Server::start(bus.clone(), config.listen, Shutdown::new()).await?;
     let base = server.url();
+    let kept = persistent.then(|| created_text(&team.name, "the configured database"));
     let mut agents = Vec::new();
-    for name in ["alice", "bob", "carol"] {
+    for name in AGENTS {
         let new = bus.add_agent(team.id, name).await?;
         agents.push(DemoAgent {
             name,
@@ -140,6 +189,12 @@ pub async fn run(mut config: Config, json: bool) -> BusResult<ExitCode> {
              push receiver at {} (every run's journal arrives there as signed CloudEvents)\n",
             composed.description, team.name, receiver.url
         );
+        if let Some(kept) = &kept {
+            println!(
+                "--keep: creates {kept}; they stay there, and the agents are revoked when the \
+                 demo ends\n"
+            );
+        }
     }
     let stats = Arc::new(Mutex::new(Stats::default()));
     let result = async {
@@ -150,6 +205,15 @@ pub async fn run(mut config: Config, json: bool) -> BusResult<ExitCode> {
     }
     .await;
     server.stop().await;
+    // Against a database, the agents are revoked whatever happened: their tokens are the only
+    // credentials the demo created, and they must not outlive it.
+    let mut revoked = Vec::new();
+    if persistent {
+        for agent in &agents {
+            bus.revoke_agent(team.id, agent.id).await?;
+            revoked.push(agent.name);
+        }
+    }
     let push = result?;
 
     let s = stats.lock().expect("stats lock");
@@ -183,6 +247,14 @@ pub async fn run(mut config: Config, json: bool) -> BusResult<ExitCode> {
                     "push_signatures_verified": push.verified,
                     "push_in_journal_order": push.in_order,
                     "push_event_types": push.by_type.iter().map(|(k, n)| json!({"type": k, "count": n})).collect::<Vec<_>>(),
+                    "kept": kept.as_ref().map(|_| json!({
+                        "team": team.name,
+                        "team_id": team.id,
+                        "agents_revoked": revoked,
+                        "runs_sealed": agents.len(),
+                        "conversations": 1,
+                        "messages": s.messages,
+                    })),
                 }
             })
         );
@@ -211,6 +283,17 @@ pub async fn run(mut config: Config, json: bool) -> BusResult<ExitCode> {
             }
         );
         println!("  wall time             {:.2} s", elapsed.as_secs_f64());
+        if persistent {
+            println!(
+                "  left in the database  team {} ({}): agents {} (revoked), {} sealed runs, \
+                 1 conversation, {} messages",
+                team.name,
+                team.id,
+                revoked.join(", "),
+                agents.len(),
+                s.messages
+            );
+        }
     }
     // The demo doubles as a smoke test: a receipt count that does not add up fails the process.
     Ok(if s.confirmed == expected {

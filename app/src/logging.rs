@@ -15,10 +15,10 @@ use crate::config::LogConfig;
 /// line with `timestamp`, `level`, `target` and `fields`; anything else: text) to stderr. A bad
 /// directive falls back to `info` with a warning.
 pub fn init(config: &LogConfig) {
-    // sqlx logs every server notice and async-nats every connect at info; keep them at warn
-    // unless asked for.
+    // sqlx logs every server notice, async-nats every connect and rmcp three lines per MCP
+    // request at info; keep them at warn unless asked for.
     let mut level = config.level.clone();
-    for noisy in ["sqlx", "async_nats"] {
+    for noisy in ["sqlx", "async_nats", "rmcp"] {
         if !level.contains(noisy) {
             level = format!("{noisy}=warn,{level}");
         }

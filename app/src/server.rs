@@ -1,10 +1,25 @@
 //! Running the bus: the HTTP server and the workers, with graceful shutdown bounded by the
 //! shutdown grace (`bus.shutdown_grace_ms`).
+//!
+//! The accept loop is our own (hyper's HTTP/1 connections on a Tokio timer), so that slow clients
+//! are bounded: a connection that has not sent a complete request head within
+//! `bus.header_read_timeout_ms` of opening (or of its previous answer) is closed, at most
+//! `bus.max_http_connections` connections are open at once (one beyond is closed at once), and
+//! the request body deadline ([`crate::http::body_deadline`]) bounds reading a body.
 
 use std::net::SocketAddr;
+use std::pin::pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
+use axum::Router;
 use crewbus_domain::{BusError, BusResult};
-use tokio::task::JoinHandle;
+use hyper::server::conn::http1;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio::task::{JoinHandle, JoinSet};
 
 use crate::bus::Bus;
 use crate::http::router;
@@ -18,15 +33,144 @@ pub struct Server {
     task: JoinHandle<()>,
 }
 
+/// The bounds on connections the accept loop enforces.
+#[derive(Debug, Clone, Copy)]
+struct ConnectionLimits {
+    header_read_timeout: Duration,
+    max_connections: usize,
+}
+
+/// How often, at most, the "connection limit reached" warning is logged.
+const REFUSAL_WARNING_EVERY: Duration = Duration::from_secs(5);
+
+/// Serves `app` on `listener` until `shutdown` fires; then stops accepting, lets every open
+/// connection finish its request in flight (idle ones close at once) and returns once all are
+/// closed. Dropping (aborting) this future drops the connections still open.
+async fn serve(listener: TcpListener, app: Router, limits: ConnectionLimits, shutdown: Shutdown) {
+    let mut builder = http1::Builder::new();
+    builder
+        .timer(TokioTimer::new())
+        .header_read_timeout(limits.header_read_timeout);
+    let permits = Arc::new(Semaphore::new(limits.max_connections));
+    let mut refusals = Refusals::default();
+    let mut connections = JoinSet::new();
+    let mut stopped = pin!(shutdown.wait());
+    loop {
+        let (stream, _peer) = tokio::select! {
+            () = &mut stopped => break,
+            Some(done) = connections.join_next(), if !connections.is_empty() => {
+                if let Err(e) = done
+                    && e.is_panic()
+                {
+                    tracing::error!(error = %e, "HTTP connection task panicked");
+                }
+                continue;
+            }
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(e) if is_connection_error(&e) => continue,
+                Err(e) => {
+                    // Out of file descriptors and the like: wait before trying again.
+                    tracing::error!(error = %e, "cannot accept HTTP connections");
+                    tokio::select! {
+                        () = &mut stopped => break,
+                        () = tokio::time::sleep(Duration::from_secs(1)) => continue,
+                    }
+                }
+            },
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            // Closed at once: dropping the stream closes the socket.
+            drop(stream);
+            if let Some(refused) = refusals.note(Instant::now()) {
+                tracing::warn!(
+                    max_http_connections = limits.max_connections,
+                    refused,
+                    "HTTP connection limit reached: closing new connections \
+                     (bus.max_http_connections)"
+                );
+            }
+            continue;
+        };
+        let connection =
+            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+        let shutdown = shutdown.clone();
+        connections.spawn(async move {
+            let _permit = permit;
+            let mut connection = pin!(connection);
+            let result = tokio::select! {
+                result = connection.as_mut() => result,
+                () = shutdown.wait() => {
+                    // Finish the request in flight, then close; an idle connection closes now.
+                    connection.as_mut().graceful_shutdown();
+                    connection.await
+                }
+            };
+            if let Err(e) = result {
+                // A client that went away, sent garbage or too slow a request head.
+                tracing::debug!(error = %e, "HTTP connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    while let Some(done) = connections.join_next().await {
+        if let Err(e) = done
+            && e.is_panic()
+        {
+            tracing::error!(error = %e, "HTTP connection task panicked");
+        }
+    }
+}
+
+/// Errors of one incoming connection, not of the listener: accepting goes on at once.
+fn is_connection_error(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::ConnectionRefused
+            | std::io::ErrorKind::ConnectionAborted
+            | std::io::ErrorKind::ConnectionReset
+    )
+}
+
+/// Rate-limits the warning about refused connections: at most one per
+/// [`REFUSAL_WARNING_EVERY`], counting the refusals since the previous one.
+#[derive(Debug, Default)]
+struct Refusals {
+    last_warning: Option<Instant>,
+    unreported: u64,
+}
+
+impl Refusals {
+    /// Counts one refused connection at `now`; returns the number to report when a warning is
+    /// due (this one included), `None` while the last warning is recent.
+    fn note(&mut self, now: Instant) -> Option<u64> {
+        self.unreported += 1;
+        let due = self
+            .last_warning
+            .is_none_or(|at| now.saturating_duration_since(at) >= REFUSAL_WARNING_EVERY);
+        if !due {
+            return None;
+        }
+        self.last_warning = Some(now);
+        Some(std::mem::take(&mut self.unreported))
+    }
+}
+
 impl Server {
     /// Binds `listen` (port 0 picks a free port), starts the workers and serves until the
     /// shutdown fires. Then it stops accepting, waits for open connections and the workers'
     /// passes in progress for at most the bus's `shutdown_grace`, and abandons what is left (a
     /// warning names it). Errors: the address cannot be bound → `Unavailable`.
     pub async fn start(bus: Bus, listen: SocketAddr, shutdown: Shutdown) -> BusResult<Server> {
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .map_err(|e| BusError::unavailable_from(format!("cannot listen on {listen}"), e))?;
+        let listener = TcpListener::bind(listen).await.map_err(|e| {
+            let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+                " (the address is in use: another crewbus may be running; choose another \
+                     with --listen or CREWBUS_LISTEN)"
+            } else {
+                ""
+            };
+            BusError::unavailable_from(format!("cannot listen on {listen}{hint}"), e)
+        })?;
         let addr = listener
             .local_addr()
             .map_err(|e| BusError::unavailable_from("listener address", e))?;
@@ -34,24 +178,21 @@ impl Server {
         let bus = bus.with_shutdown(shutdown.clone());
         let workers = Workers::spawn(&bus, &shutdown);
         let grace = bus.settings.shutdown_grace;
+        let limits = ConnectionLimits {
+            header_read_timeout: bus.settings.header_read_timeout,
+            max_connections: bus.settings.max_http_connections,
+        };
         let app = router(bus);
         let s = shutdown.clone();
         let task = tokio::spawn(async move {
-            let signal = s.clone();
-            let mut http = tokio::spawn(async move {
-                let serve = axum::serve(listener, app)
-                    .with_graceful_shutdown(async move { signal.wait().await });
-                if let Err(e) = serve.await {
-                    tracing::error!(error = %e, "HTTP server failed");
-                }
-            });
+            let mut http = tokio::spawn(serve(listener, app, limits, s.clone()));
             s.wait().await;
             let deadline = tokio::time::Instant::now() + grace;
             match tokio::time::timeout_at(deadline, &mut http).await {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => tracing::error!(error = %e, "HTTP server panicked"),
                 Err(_) => {
-                    // Connection tasks end with the runtime when the process exits.
+                    // Aborting the accept loop drops its connection tasks with it.
                     http.abort();
                     tracing::warn!(
                         grace_ms = grace.as_millis() as u64,
@@ -99,5 +240,25 @@ impl Server {
     /// Waits until the server stopped (after the shutdown fired elsewhere, e.g. a signal).
     pub async fn wait(self) {
         let _ = self.task.await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusal_warnings_are_one_per_period_and_count_what_they_skipped() {
+        let mut r = Refusals::default();
+        let t0 = Instant::now();
+        assert_eq!(r.note(t0), Some(1));
+        assert_eq!(r.note(t0 + Duration::from_millis(10)), None);
+        assert_eq!(r.note(t0 + Duration::from_secs(4)), None);
+        assert_eq!(r.note(t0 + REFUSAL_WARNING_EVERY), Some(3));
+        assert_eq!(
+            r.note(t0 + REFUSAL_WARNING_EVERY + Duration::from_secs(1)),
+            None
+        );
+        assert_eq!(r.note(t0 + REFUSAL_WARNING_EVERY * 3), Some(2));
     }
 }

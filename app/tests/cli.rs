@@ -63,6 +63,66 @@ fn a_bad_environment_override_is_refused_without_echoing_it() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"));
 }
 
+/// Every push destination error found at start-up is a configuration error: exit 2, naming
+/// its key, never echoing a secret.
+#[test]
+fn push_configuration_errors_exit_2_naming_their_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let dest = |extra: &str| {
+        format!(
+            "[[push.destinations]]\nname = \"ops\"\nurl = \"https://hooks.example.com/x\"\n{extra}"
+        )
+    };
+    let cases = [
+        (
+            format!("{}{}", dest(""), dest("")),
+            "push.destinations[1].name",
+        ),
+        (
+            "[[push.destinations]]\nname = \" \"\nurl = \"https://h.example/x\"\n".to_owned(),
+            "push.destinations[0]",
+        ),
+        (
+            "[[push.destinations]]\nname = \"ops\"\nurl = \"not a url\"\n".to_owned(),
+            "push.destinations[0]",
+        ),
+        (
+            dest(
+                "authentication = { scheme = \"Bearer\", credentials = { env = \"CB_TEST_UNSET_VAR\" } }\n",
+            ),
+            "push.destinations[0].authentication.credentials",
+        ),
+        (
+            dest("signing_keys = [{ env = \"CB_TEST_BAD_WHSEC\" }]\n"),
+            "push.destinations[0].signing_keys",
+        ),
+        (
+            "[push]\nkey_ring = { master_key_env = \"CB_TEST_BAD_MASTER\", dir = \"keys\" }\n"
+                .to_owned(),
+            "push.key_ring.master_key_env",
+        ),
+    ];
+    for (text, key) in cases {
+        let file = dir.path().join("crewbus.toml");
+        std::fs::write(&file, &text).unwrap();
+        let out = crewbus()
+            .env("CB_TEST_BAD_WHSEC", "whsec_hunter2-not-base64!")
+            .env("CB_TEST_BAD_MASTER", "hunter3")
+            .arg("--config")
+            .arg(&file)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{key}: {err}");
+        assert!(err.contains(key), "the error does not name {key}: {err}");
+        for secret in ["hunter2", "hunter3"] {
+            assert!(!err.contains(secret), "{err}");
+        }
+    }
+}
+
 #[test]
 fn operator_commands_explain_what_they_need() {
     let out = crewbus().args(["team", "list"]).output().unwrap();
@@ -548,4 +608,98 @@ fn with_a_database_dev_agents_need_an_explicit_dev_team() {
         std::fs::read_dir(state.path()).unwrap().next().is_none(),
         "nothing written"
     );
+}
+
+/// A configuration file in a fresh temporary directory (kept alive by the returned guard).
+fn config_file(toml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("crewbus.toml");
+    std::fs::write(&path, toml).unwrap();
+    (dir, path)
+}
+
+/// Against a configured database the demo would leave its team behind: without `--keep` it
+/// refuses before contacting anything (`invalid`, not `unavailable`, on a port nobody serves),
+/// saying what it would create and how to go on.
+#[test]
+fn demo_refuses_a_configured_database_without_keep() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    drop(listener);
+    let (_dir, path) = config_file(&format!(
+        "[database]\nurl = \"postgres://postgres@127.0.0.1:{port}/nowhere\"\n"
+    ));
+    let out = crewbus()
+        .arg("--config")
+        .arg(&path)
+        .args(["--json", "demo"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(v["error"]["code"], "invalid", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    for needle in ["--keep", "team demo-", "alice", "cannot delete"] {
+        assert!(message.contains(needle), "{message} lacks {needle}");
+    }
+}
+
+/// With `--keep` on Postgres the demo runs, says what it left (JSON `summary.kept`), and its
+/// agents are revoked afterwards; no warning about unsealed credentials (it stores none).
+#[tokio::test]
+async fn demo_with_keep_on_postgres_says_what_it_leaves_and_revokes_its_agents() {
+    let db =
+        crewbus_conformance::postgres::TestDatabase::create("cli_demo_keep", |pool| async move {
+            crewbus_postgres::migrate(&pool).await
+        })
+        .await;
+    let pg = crewbus_conformance::postgres::database_url_options();
+    let (_dir, path) = config_file(&format!(
+        "[database]\nurl = \"postgres://{}@{}:{}/{}\"\n",
+        pg.get_username(),
+        pg.get_host(),
+        pg.get_port(),
+        db.name()
+    ));
+    let run = |args: &[&str]| {
+        crewbus()
+            .arg("--config")
+            .arg(&path)
+            .arg("--json")
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["demo", "--keep"]);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains("unsealed"), "{stderr}");
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = &v["summary"];
+    assert_eq!(s["exactly_once"], true, "{s}");
+    let kept = &s["kept"];
+    assert_eq!(
+        kept["agents_revoked"],
+        serde_json::json!(["alice", "bob", "carol"])
+    );
+    assert_eq!(kept["messages"], s["messages"]);
+    let team = kept["team"].as_str().unwrap();
+    assert!(team.starts_with("demo-"), "{kept}");
+
+    // What it said it left is there, and the agents' tokens are dead.
+    let out = run(&["agent", "list", "--team", team]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let agents: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let agents = agents.as_array().unwrap();
+    assert_eq!(agents.len(), 3);
+    assert!(
+        agents.iter().all(|a| !a["revoked_at"].is_null()),
+        "{agents:?}"
+    );
+    db.passed().await;
 }

@@ -896,6 +896,15 @@ async fn a_foreign_host_or_origin_is_refused_and_loopback_ones_pass() {
         let h: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
         let reply = alice.post(&list, &h).await;
         assert_eq!(reply.status, StatusCode::FORBIDDEN, "{h:?}: {}", reply.body);
+        // The API's error shape, saying which allow-list to extend.
+        let body: Value = serde_json::from_str(&reply.body).expect("a JSON refusal");
+        assert_eq!(body["code"], "forbidden");
+        let key = if h[0].0 == "origin" {
+            "allowed_origins"
+        } else {
+            "allowed_hosts"
+        };
+        assert!(body["message"].as_str().unwrap().contains(key), "{body}");
     }
     let passed = [
         vec![("host", format!("localhost:{port}"))],
@@ -909,6 +918,75 @@ async fn a_foreign_host_or_origin_is_refused_and_loopback_ones_pass() {
         let reply = alice.post(&list, &h).await;
         assert_eq!(reply.status, StatusCode::OK, "{h:?}: {}", reply.body);
         assert!(reply.message()["result"]["tools"].is_array());
+    }
+    app.finish_test().await;
+}
+
+/// What the transport refuses before a tool runs comes in the API's JSON error shape: another
+/// method, no Accept, a body that is not JSON, a batch, an unknown revision header.
+#[tokio::test]
+async fn transport_refusals_are_json_errors_with_their_status() {
+    let app = MemoryApp::start(&["alice"]).await;
+    let token = app.agents[0].token.clone();
+    let url = format!("{}/mcp", app.server.url());
+    let http = reqwest::Client::new();
+    let accept = "application/json, text/event-stream";
+    let cases: Vec<(reqwest::RequestBuilder, StatusCode)> = vec![
+        (
+            http.get(&url).header("accept", accept),
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
+            http.delete(&url).header("accept", accept),
+            StatusCode::METHOD_NOT_ALLOWED,
+        ),
+        (
+            http.post(&url)
+                .header("content-type", "application/json")
+                .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            StatusCode::NOT_ACCEPTABLE,
+        ),
+        (
+            http.post(&url)
+                .header("accept", accept)
+                .header("content-type", "application/json")
+                .body(r#"{"jsonrpc":"2.0","#),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            http.post(&url)
+                .header("accept", accept)
+                .header("content-type", "application/json")
+                .body(r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#),
+            StatusCode::BAD_REQUEST,
+        ),
+        (
+            http.post(&url)
+                .header("accept", accept)
+                .header("content-type", "text/plain")
+                .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        ),
+        (
+            http.post(&url)
+                .header("accept", accept)
+                .header("content-type", "application/json")
+                .header("mcp-protocol-version", "1999-01-01")
+                .body(r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#),
+            StatusCode::BAD_REQUEST,
+        ),
+    ];
+    for (req, want) in cases {
+        let resp = req.bearer_auth(&token).send().await.unwrap();
+        let status = resp.status();
+        let text = resp.text().await.unwrap();
+        assert_eq!(status, want, "{text}");
+        let body: Value = serde_json::from_str(&text)
+            .unwrap_or_else(|e| panic!("not the JSON error shape ({e}): {text}"));
+        assert!(
+            body["code"].is_string() && body["message"].is_string(),
+            "{body}"
+        );
     }
     app.finish_test().await;
 }

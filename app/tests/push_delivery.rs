@@ -3,7 +3,7 @@
 mod push_support;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -32,8 +32,11 @@ struct Scene {
     journal: MemoryJournal,
     outbox: Outbox,
     worker: DeliveryWorker,
-    /// The time the outbox registers at (a manual clock standing still).
+    /// The time the outbox registers at (the manual clock's start).
     at: DateTime<Utc>,
+    /// The clock of the outbox and of the worker's answers: stands still unless a test (or a
+    /// `/slow/` receiver) moves it.
+    clock: ManualClock,
 }
 
 fn scene(destinations: Vec<crewbus::push::Destination>, timeout: Duration) -> Scene {
@@ -41,16 +44,19 @@ fn scene(destinations: Vec<crewbus::push::Destination>, timeout: Duration) -> Sc
     let store = MemoryPushStore::new(t.clone());
     let journal = journal(&t);
     let at = Utc::now();
-    let outbox = Outbox::new(Arc::new(store.clone()), destinations)
-        .with_clock(Arc::new(ManualClock::new(at)));
+    let clock = ManualClock::new(at);
+    let outbox =
+        Outbox::new(Arc::new(store.clone()), destinations).with_clock(Arc::new(clock.clone()));
     let worker = DeliveryWorker::new(&outbox, Arc::new(journal.clone()), transport(timeout))
-        .with_settings(settings());
+        .with_settings(settings())
+        .with_clock(Arc::new(clock.clone()));
     Scene {
         store,
         journal,
         outbox,
         worker,
         at,
+        clock,
     }
 }
 
@@ -200,7 +206,11 @@ async fn not_found_and_server_errors_retry_with_backoff_then_park_at_the_ceiling
     assert_eq!(sweep.parked, 1);
     let parked = s.store.parked(10).await.unwrap();
     assert_eq!(parked.len(), 1);
-    assert!(parked[0].last_error.as_deref().unwrap().contains("503"));
+    let error = parked[0].last_error.as_deref().unwrap();
+    assert!(error.contains("503"));
+    // What `push parked` shows agrees with the error and with the POSTs made.
+    assert!(error.contains("gave up after 3 attempts"), "{error}");
+    assert_eq!(parked[0].attempts, 3);
     assert_eq!(rx.hits("/ok/ops").len(), 3);
 
     // Un-parked, it delivers (the script is used up: 200).
@@ -232,6 +242,110 @@ async fn retry_after_is_honoured_within_the_cap() {
     assert_eq!(b.next_attempt_at - at, chrono::Duration::seconds(60));
 }
 
+/// A receiver that takes 1.5 s to answer 503 with `Retry-After: 2` is retried 2 s after its
+/// answer (3.5 s after the POST started), not 2 s after the POST started.
+#[tokio::test]
+async fn retry_after_counts_from_the_answer_of_a_slow_receiver() {
+    let rx = Receiver::start().await;
+    let s = scene(
+        vec![destination("ops", &rx.url("/slow/ops"))],
+        Duration::from_secs(5),
+    );
+    rx.slow(&s.clock, Duration::from_millis(1500));
+    rx.script("/slow/ops", [(503, Some(2))]);
+    let at = s.at;
+    let run = run_with_notes(&s.journal, 0, at).await;
+    s.outbox.open(run).await.unwrap();
+    let sweep = s.worker.run_once(at, 10).await.unwrap();
+    assert_eq!(sweep.retried, 1);
+    let reg = registration(&s.store, run, "operator:ops").await;
+    assert_eq!(
+        reg.next_attempt_at - at,
+        chrono::Duration::milliseconds(3500),
+        "Retry-After counts from the answer at +1.5 s"
+    );
+    assert_eq!(
+        s.worker
+            .run_once(at + chrono::Duration::milliseconds(3499), 10)
+            .await
+            .unwrap()
+            .claimed,
+        0
+    );
+    // The jittered backoff counts from the answer too: a slow 500 without Retry-After.
+    rx.script("/slow/ops", [(500, None)]);
+    let second = reg.next_attempt_at;
+    s.clock.set(second);
+    assert_eq!(s.worker.run_once(second, 10).await.unwrap().retried, 1);
+    let reg = registration(&s.store, run, "operator:ops").await;
+    let answered = second + chrono::Duration::milliseconds(1500);
+    let delay = (reg.next_attempt_at - answered).num_milliseconds();
+    // Attempt 2 of base 1 s doubling: within [1 s, 2 s] of the answer.
+    assert!(
+        (1000..=2000).contains(&delay),
+        "{delay} ms after the answer"
+    );
+}
+
+/// The running worker reads the answer's time from the clock it runs on.
+#[tokio::test]
+async fn the_running_worker_counts_retry_after_from_the_answer() {
+    let rx = Receiver::start().await;
+    let t = tenant("acme");
+    let store = Arc::new(CrashBeforeAdvance {
+        inner: MemoryPushStore::new(t.clone()),
+        crash: AtomicBool::new(false),
+        retries: AtomicUsize::new(0),
+    });
+    let journal = journal(&t);
+    let at = Utc::now();
+    let clock = ManualClock::new(at);
+    let outbox = Outbox::new(
+        store.clone(),
+        vec![destination("ops", &rx.url("/slow/ops"))],
+    )
+    .with_clock(Arc::new(clock.clone()));
+    // The worker's own clock is another one: `run` must use the clock it is given.
+    let worker = DeliveryWorker::new(
+        &outbox,
+        Arc::new(journal.clone()),
+        transport(Duration::from_secs(5)),
+    )
+    .with_settings(settings())
+    .with_clock(Arc::new(SystemClock));
+    rx.slow(&clock, Duration::from_millis(1500));
+    rx.script("/slow/ops", [(503, Some(2))]);
+    let run = run_with_notes(&journal, 0, at).await;
+    outbox.open(run).await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = Arc::new(clock.clone());
+    let task = tokio::spawn(async move {
+        worker
+            .run(running, Duration::from_millis(5), async {
+                let _ = stopped.await;
+            })
+            .await;
+    });
+    let recorded = Arc::clone(&store);
+    eventually("the 503 is recorded", Duration::from_secs(10), || {
+        recorded.retries.load(Ordering::SeqCst) == 1
+    })
+    .await;
+    // Not due again before its time (the clock stands at the answer): the worker leaves it be.
+    stop.send(()).unwrap();
+    tokio::time::timeout(Duration::from_secs(10), task)
+        .await
+        .unwrap()
+        .unwrap();
+    let reg = registration(&store.inner, run, "operator:ops").await;
+    assert_eq!(reg.attempts, 1);
+    assert_eq!(
+        reg.next_attempt_at - at,
+        chrono::Duration::milliseconds(3500)
+    );
+    assert_eq!(rx.hits("/slow/ops").len(), 1);
+}
+
 #[tokio::test]
 async fn gone_parks_at_once() {
     let rx = Receiver::start().await;
@@ -249,6 +363,8 @@ async fn gone_parks_at_once() {
     assert_eq!(parked.len(), 1);
     assert_eq!(parked[0].next_seq, Seq(1));
     assert!(parked[0].last_error.as_deref().unwrap().contains("410"));
+    // The answered POST counts as an attempt.
+    assert_eq!(parked[0].attempts, 1);
     // Parked rows leave `due`.
     assert_eq!(s.worker.run_once(at, 10).await.unwrap().claimed, 0);
     assert_eq!(rx.hits("/ok/ops").len(), 1);
@@ -320,10 +436,12 @@ async fn the_page_bounds_one_turn_and_the_terminal_record_deletes_the_registrati
 }
 
 /// A push store whose `advance` fails while `crash` is set: the POST happened, the cursor was not
-/// saved — the state a crash between the two leaves behind.
+/// saved — the state a crash between the two leaves behind. It also counts `retry` calls, so a
+/// test can wait for a turn's failure to be recorded without reading the store under the worker.
 struct CrashBeforeAdvance {
     inner: MemoryPushStore,
     crash: AtomicBool,
+    retries: AtomicUsize,
 }
 
 #[async_trait]
@@ -364,7 +482,9 @@ impl PushStore for CrashBeforeAdvance {
         self.inner.defer(r, id, u).await
     }
     async fn retry(&self, r: RunId, id: &str, n: DateTime<Utc>, e: &str) -> Result<(), StoreError> {
-        self.inner.retry(r, id, n, e).await
+        let done = self.inner.retry(r, id, n, e).await;
+        self.retries.fetch_add(1, Ordering::SeqCst);
+        done
     }
     async fn park(&self, r: RunId, id: &str, e: &str) -> Result<(), StoreError> {
         self.inner.park(r, id, e).await
@@ -387,6 +507,7 @@ async fn a_crash_between_post_and_advance_redelivers_with_the_same_webhook_id() 
     let store = Arc::new(CrashBeforeAdvance {
         inner: MemoryPushStore::new(t.clone()),
         crash: AtomicBool::new(true),
+        retries: AtomicUsize::new(0),
     });
     let journal = journal(&t);
     let at = Utc::now();

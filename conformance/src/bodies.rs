@@ -387,3 +387,57 @@ pub async fn reconcile_when_the_quota_is_full_is_none<F: BodyFixture + ?Sized>(f
     let env = envelope(fx.team(), "no room");
     assert_eq!(bodies.reconcile(&env).await.unwrap(), None);
 }
+
+/// A body removed by `retain` and published again under the same publish key (within a broker's
+/// duplicate window, where one applies) is stored anew: `Confirmed { duplicate: false }` at a
+/// locator where it is fetchable — never a confirmation of the removed copy. A further repeat
+/// is then a duplicate at that new locator.
+pub async fn republish_after_retain_stores_the_body_again<F: BodyFixture + ?Sized>(fx: &F) {
+    let bodies = fx.bodies();
+    let env = envelope(fx.team(), "stored, retained, stored again");
+    let (old, _) = confirmed(&*bodies, &env).await;
+    // The shortest step that puts the body strictly before the cut; on a real-time store it
+    // stays well inside the duplicate window, which is the case under test.
+    fx.advance(Duration::from_millis(10)).await;
+    let cut = fx.now().await;
+    assert_eq!(bodies.retain(cut).await.unwrap(), 1);
+    assert_eq!(bodies.fetch(&old, env.message_id).await.unwrap(), None);
+    let (locator, duplicate) = confirmed(&*bodies, &env).await;
+    let body = bodies.fetch(&locator, env.message_id).await.unwrap();
+    assert_eq!(
+        body.as_deref(),
+        Some(env.body.as_str()),
+        "confirmed at {locator:?}, which holds nothing"
+    );
+    assert!(!duplicate, "the retained body was stored anew");
+    let (again, duplicate) = confirmed(&*bodies, &env).await;
+    assert!(duplicate, "a repeat of the re-stored body is a duplicate");
+    assert_eq!(again, locator);
+    assert_eq!(bodies.reconcile(&env).await.unwrap(), Some(locator));
+}
+
+/// `reconcile` after `retain` removed the body never answers the removed copy's locator: it
+/// stores the real body again (`Some` locator where it is fetchable), or answers `None`.
+pub async fn reconcile_after_retain_does_not_claim_a_removed_body<F: BodyFixture + ?Sized>(fx: &F) {
+    let bodies = fx.bodies();
+    let env = envelope(fx.team(), "reconciled after retention");
+    let (old, _) = confirmed(&*bodies, &env).await;
+    fx.advance(Duration::from_millis(10)).await;
+    let cut = fx.now().await;
+    assert_eq!(bodies.retain(cut).await.unwrap(), 1);
+    let Some(locator) = bodies.reconcile(&env).await.unwrap() else {
+        return;
+    };
+    let body = bodies.fetch(&locator, env.message_id).await.unwrap();
+    assert_eq!(
+        body.as_deref(),
+        Some(env.body.as_str()),
+        "reconcile answered {locator:?} (removed: {old:?}), which holds nothing"
+    );
+    let (again, duplicate) = confirmed(&*bodies, &env).await;
+    assert!(
+        duplicate,
+        "reconcile stored the body under the envelope's key"
+    );
+    assert_eq!(again, locator);
+}

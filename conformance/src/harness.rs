@@ -116,6 +116,11 @@ pub fn behaviours() -> Vec<Behaviour> {
         behaviour!(Bodies, bodies::retain_is_idempotent),
         behaviour!(Bodies, bodies::retained_body_fetches_as_none),
         behaviour!(Bodies, bodies::retain_frees_quota, needs BodyQuota),
+        behaviour!(Bodies, bodies::republish_after_retain_stores_the_body_again),
+        behaviour!(
+            Bodies,
+            bodies::reconcile_after_retain_does_not_claim_a_removed_body
+        ),
         behaviour!(Bodies, bodies::reconcile_returns_the_locator_of_a_held_body),
         behaviour!(
             Bodies,
@@ -146,6 +151,10 @@ pub fn behaviours() -> Vec<Behaviour> {
         behaviour!(
             Bodies,
             idempotency::concurrent_publishes_of_one_key_store_once
+        ),
+        behaviour!(
+            Bodies,
+            idempotency::concurrent_republishes_after_retain_store_once
         ),
         behaviour!(Bodies, idempotency::duplicate_is_confirmed_when_the_quota_is_full, needs BodyQuota),
         // Inbox (BUS.md §3)

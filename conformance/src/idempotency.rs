@@ -2,6 +2,7 @@
 //! references on `event_id`.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crewbus_domain::{BusError, Envelope, Published};
 use uuid::Uuid;
@@ -227,4 +228,42 @@ pub async fn reference_dedup_outlives_the_duplicate_window<F: InboxFixture + ?Si
     let refs = fetch_at_least(&*inbox, &who, 2, 10, fx.capabilities().settle_timeout).await;
     let events: Vec<Uuid> = refs.iter().map(|r| r.event_id).collect();
     assert_eq!(events, vec![event, marker], "the event is handed out once");
+}
+
+/// Concurrent re-publishes of one envelope after `retain` removed its body store it once:
+/// exactly one is `duplicate: false`, all are confirmed at one locator, and the body is
+/// fetchable there (on JetStream each of them sees the broker's duplicate answer for the
+/// removed copy first).
+pub async fn concurrent_republishes_after_retain_store_once<F: BodyFixture + ?Sized>(fx: &F) {
+    let bodies = fx.bodies();
+    let env = envelope(fx.team(), "retained, then raced");
+    confirmed(&*bodies, &env).await;
+    fx.advance(Duration::from_millis(10)).await;
+    let cut = fx.now().await;
+    assert_eq!(bodies.retain(cut).await.unwrap(), 1);
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let bodies = Arc::clone(&bodies);
+            let env = env.clone();
+            tokio::spawn(async move { bodies.publish(env).await })
+        })
+        .collect();
+    let mut locators = Vec::new();
+    let mut firsts = 0;
+    for task in tasks {
+        match task.await.expect("publish task panicked") {
+            Published::Confirmed { locator, duplicate } => {
+                firsts += usize::from(!duplicate);
+                locators.push(locator);
+            }
+            other => panic!("expected Confirmed, got {other:?}"),
+        }
+    }
+    assert_eq!(firsts, 1, "exactly one publish stored the body again");
+    assert!(locators.windows(2).all(|w| w[0] == w[1]), "{locators:?}");
+    let body = bodies.fetch(&locators[0], env.message_id).await.unwrap();
+    assert_eq!(body.as_deref(), Some(env.body.as_str()));
+    fx.advance(Duration::from_millis(10)).await;
+    let cut = fx.now().await;
+    assert_eq!(bodies.retain(cut).await.unwrap(), 1, "one copy was stored");
 }

@@ -58,6 +58,7 @@ pub fn ledger_behaviours() -> Vec<(&'static str, LedgerBehaviour)> {
         top_up_lists_stored_undelivered_without_live_hand_out,
         wakeable_finds_waiters_with_something_to_hand_out_or_revoked,
         acknowledge_only_a_recipient_after_delivery_once,
+        runs_of_another_team_are_not_found,
         receipts_are_one_per_recipient,
         messages_are_read_in_a_batch_within_the_team,
         history_stops_at_the_first_pending,
@@ -1909,6 +1910,106 @@ pub async fn wakeable_finds_waiters_with_something_to_hand_out_or_revoked<
             .await,
         Err(BusError::Invalid { .. })
     ));
+}
+
+/// A run of another team is `NotFound` on send, confirm and acknowledge — the same answer as a
+/// run id that never existed, so another team's ids are never confirmed to exist — also when
+/// that run was admitted for the acting agent's own id. Another agent of the same team stays
+/// `Forbidden`. Refused calls write nothing, to either run.
+pub async fn runs_of_another_team_are_not_found<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let other = s
+        .ledger
+        .create_team(&team_name(), REMOTE, INBOX, t(0))
+        .await
+        .unwrap();
+    let x = s
+        .ledger
+        .create_agent(other.id, "x", token(), t(0))
+        .await
+        .unwrap();
+    // Another team's runs: its own agent's, and one bearing the acting agent's id.
+    let foreign = |agent: Uuid| {
+        let journal = Arc::clone(&s.journal);
+        let team = other.id;
+        async move {
+            [
+                journal.admit(team, x.id, t(0)).await.unwrap(),
+                journal.admit(team, agent, t(0)).await.unwrap(),
+            ]
+        }
+    };
+    let c_run = s.journal.admit(s.team.id, s.c.id, t(0)).await.unwrap();
+
+    let a_foreign = foreign(s.a.id).await;
+    for run in a_foreign {
+        let got = s
+            .ledger
+            .send(s.request(&s.a, "r1", "hi", Some(run)), t(1))
+            .await;
+        assert!(matches!(got, Err(BusError::NotFound { .. })), "{got:?}");
+    }
+    let got = s
+        .ledger
+        .send(s.request(&s.a, "r1", "hi", Some(c_run)), t(1))
+        .await;
+    assert!(matches!(got, Err(BusError::Forbidden { .. })), "{got:?}");
+
+    let m = s.send_stored(&s.a, "r1", "hi", t(2)).await;
+    let h = issued(
+        &s.ledger
+            .hand_out(s.team.id, s.b.id, &[from_ledger(m.id)], GRACE, t(3))
+            .await
+            .unwrap()[0],
+    );
+    let b_foreign = foreign(s.b.id).await;
+    for run in b_foreign {
+        let got = s
+            .ledger
+            .confirm(s.team.id, s.b.id, &[h.delivery], Some(run), t(4))
+            .await;
+        assert!(matches!(got, Err(BusError::NotFound { .. })), "{got:?}");
+    }
+    let got = s
+        .ledger
+        .confirm(s.team.id, s.b.id, &[h.delivery], Some(c_run), t(4))
+        .await;
+    assert!(matches!(got, Err(BusError::Forbidden { .. })), "{got:?}");
+    let receipts = s.ledger.receipts(s.team.id, m.id).await.unwrap();
+    assert!(
+        receipts.iter().all(|r| r.delivered_at.is_none()),
+        "refused confirms write nothing"
+    );
+
+    s.ledger
+        .confirm(s.team.id, s.b.id, &[h.delivery], None, t(5))
+        .await
+        .unwrap();
+    for run in b_foreign {
+        let got = s
+            .ledger
+            .acknowledge(s.team.id, s.b.id, m.id, Some(run), t(6))
+            .await;
+        assert!(matches!(got, Err(BusError::NotFound { .. })), "{got:?}");
+    }
+    let got = s
+        .ledger
+        .acknowledge(s.team.id, s.b.id, m.id, Some(c_run), t(6))
+        .await;
+    assert!(matches!(got, Err(BusError::Forbidden { .. })), "{got:?}");
+    let receipts = s.ledger.receipts(s.team.id, m.id).await.unwrap();
+    assert!(
+        receipts.iter().all(|r| r.acknowledged_at.is_none()),
+        "refused acknowledgements write nothing"
+    );
+    for run in a_foreign.into_iter().chain(b_foreign).chain([c_run]) {
+        let records = s.journal.read(run, Seq(1), 100).await.unwrap();
+        assert_eq!(
+            records.len(),
+            1,
+            "only RunAdmitted: refused calls journal nothing"
+        );
+    }
 }
 
 /// Acknowledge: only a recipient, only after delivery, once (the first time stays), writing

@@ -336,11 +336,18 @@ pub async fn create_beyond_the_budget_is_refused_with_the_arithmetic(fx: &dyn Ad
             Ok(p) => assert!(p.created),
             Err(BusError::InsufficientStorage {
                 extra: asked,
+                per_replica,
+                replicas,
                 reserved,
                 budget,
                 ..
             }) => {
                 assert_eq!(asked, extra);
+                // The factor of the total: max_bytes on each replica.
+                assert_eq!(
+                    (per_replica, replicas),
+                    (BODY_QUOTAS.max_bytes, fx.replicas())
+                );
                 assert_eq!(budget, Some(ADMIN_BUDGET));
                 assert!(reserved + asked > ADMIN_BUDGET);
                 let account = admin.storage_account().await.expect("account");

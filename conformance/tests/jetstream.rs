@@ -329,6 +329,102 @@ async fn server_max_payload_lowers_the_effective_body_limit(_h: Arc<Harness>) {
     ));
 }
 
+/// Log lines written by a `tracing_subscriber::fmt` subscriber, kept in memory.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The warning that the server lowers the effective body limit is logged once per team (as the
+/// README says), however many lookups race to connect a new team first and however often the
+/// team is evicted (its body stream vanished) and connected again.
+async fn the_lowered_body_limit_is_logged_once_per_team(_h: Arc<Harness>) {
+    use tracing::instrument::WithSubscriber as _;
+    let server = NatsServer::start_with(&NatsOptions {
+        max_payload: Some("1MB".into()),
+        ..NatsOptions::default()
+    });
+    let (prov, rt) = (prov_for(&server.url()), rt_for(&server.url()));
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_max_level(tracing::Level::WARN)
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let registry =
+        JetStreamRegistry::with_revalidation(rt.clone(), Duration::ZERO).expect("registry");
+    let mut teams = Vec::new();
+    for _ in 0..2 {
+        let team = Uuid::new_v4();
+        JetStreamBackend::provision(&prov, team)
+            .await
+            .expect("provision");
+        JetStreamBackend::provision_inbox(&prov, team)
+            .await
+            .expect("provision inbox");
+        teams.push(team);
+    }
+    async {
+        // A new team's first requests come at once (a send, a fetch, the sweeps).
+        let lookups = teams.iter().flat_map(|team| {
+            let registry = &registry;
+            (0..4).map(move |i| async move {
+                if i % 2 == 0 {
+                    registry
+                        .body_backend(*team, JetStreamBackend::NAME)
+                        .await
+                        .map(drop)
+                } else {
+                    registry
+                        .inbox(*team, JetStreamBackend::NAME)
+                        .await
+                        .map(drop)
+                }
+            })
+        });
+        for served in futures_util::future::join_all(lookups).await {
+            served.expect("served");
+        }
+        // Evicted when its body stream vanished, connected again once it is provisioned again.
+        JetStreamBackend::deprovision(&prov, teams[0])
+            .await
+            .expect("deprovision");
+        assert!(matches!(
+            registry
+                .body_backend(teams[0], JetStreamBackend::NAME)
+                .await,
+            Err(BusError::NotProvisioned { .. })
+        ));
+        JetStreamBackend::provision(&prov, teams[0])
+            .await
+            .expect("provision again");
+        registry
+            .body_backend(teams[0], JetStreamBackend::NAME)
+            .await
+            .expect("served again");
+    }
+    .with_subscriber(subscriber)
+    .await;
+    let logs = String::from_utf8_lossy(&captured.0.lock().unwrap()).into_owned();
+    for team in &teams {
+        let stream = rt.stream_name(*team, StreamKind::Bodies);
+        let warnings = logs
+            .lines()
+            .filter(|l| l.contains("lowers the effective body limit") && l.contains(&stream))
+            .count();
+        assert_eq!(warnings, 1, "team {team}:\n{logs}");
+    }
+}
+
 async fn forged_locators_are_refused(h: Arc<Harness>) {
     let (team, b) = new_team(&h).await;
     let (other_team, other) = new_team(&h).await;
@@ -1051,11 +1147,14 @@ async fn account_budget_refuses_a_stream_that_does_not_fit(_h: Arc<Harness>) {
     match refused {
         Err(BusError::InsufficientStorage {
             extra,
+            per_replica,
+            replicas,
             reserved,
             budget,
             ..
         }) => {
             assert_eq!(extra, 8 * MIB);
+            assert_eq!((per_replica, replicas), (8 * MIB, 1));
             assert_eq!(reserved, 18 * MIB);
             assert_eq!(budget, Some(20 * MIB));
         }
@@ -1598,6 +1697,7 @@ fn main() {
         Any => provision_twice_keeps_limits,
         Any => body_at_the_limit_is_confirmed_and_one_more_byte_is_too_large,
         OwnServer => server_max_payload_lowers_the_effective_body_limit,
+        OwnServer => the_lowered_body_limit_is_logged_once_per_team,
         Any => forged_locators_are_refused,
         Any => envelope_of_another_team_is_forbidden,
         Any => republish_after_the_duplicate_window_returns_the_same_locator,

@@ -82,14 +82,23 @@ pub enum BusError {
         limit: u64,
     },
     /// The account cannot reserve the storage a create or a raise needs.
+    /// `Display` shows the factor: "3221225472 more bytes (1 GiB × 3 replicas) would be
+    /// reserved, …".
     #[error(
-        "insufficient storage: {extra} more bytes would be reserved, but the account has used {used} \
-         and reserved {reserved} of {budget}; {remedy}",
+        "insufficient storage: {extra} more bytes ({per_replica} × {replicas}) would be reserved, \
+         but the account has used {used} and reserved {reserved} of {budget}; {remedy}",
+        per_replica = bytes_text(*per_replica),
+        replicas = replicas_text(*replicas),
         budget = budget_text(*budget)
     )]
     InsufficientStorage {
-        /// Bytes the change would add to the reservation (already multiplied by replicas).
+        /// Bytes the change would add to the reservation: `per_replica × replicas` (saturating).
         extra: u64,
+        /// Bytes the change adds on each replica (the `max_bytes` of a new stream, or a raise's
+        /// `wanted − current`).
+        per_replica: u64,
+        /// Replicas of the stream (each reserves `per_replica`; at least 1).
+        replicas: u32,
         /// Bytes stored in the account now.
         used: u64,
         /// Bytes already reserved by existing streams (Σ max_bytes × replicas).
@@ -115,6 +124,25 @@ pub enum BusError {
         /// What was waited for.
         what: String,
     },
+}
+
+/// `n` bytes for people: a whole number of GiB, MiB or KiB when it is one (`1 GiB`), else bytes.
+fn bytes_text(n: u64) -> String {
+    const UNITS: [(u64, &str); 3] = [(1 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+    for (size, unit) in UNITS {
+        if n >= size && n.is_multiple_of(size) {
+            return format!("{} {unit}", n / size);
+        }
+    }
+    format!("{n} bytes")
+}
+
+fn replicas_text(replicas: u32) -> String {
+    if replicas == 1 {
+        "1 replica".to_owned()
+    } else {
+        format!("{replicas} replicas")
+    }
 }
 
 fn budget_text(budget: Option<u64>) -> String {
@@ -232,6 +260,8 @@ mod tests {
             BusError::TooLarge { size: 2, limit: 1 },
             BusError::InsufficientStorage {
                 extra: 1,
+                per_replica: 1,
+                replicas: 1,
                 used: 2,
                 reserved: 3,
                 budget: Some(4),
@@ -272,14 +302,33 @@ mod tests {
     fn insufficient_storage_shows_the_arithmetic() {
         let e = BusError::InsufficientStorage {
             extra: 10,
+            per_replica: 5,
+            replicas: 2,
             used: 20,
             reserved: 30,
             budget: None,
             remedy: "raise it".into(),
         };
         let text = e.to_string();
-        for part in ["10", "20", "30", "unlimited", "raise it"] {
+        for part in [
+            "10 more bytes (5 bytes × 2 replicas)",
+            "20",
+            "30",
+            "unlimited",
+            "raise it",
+        ] {
             assert!(text.contains(part), "{text} lacks {part}");
         }
+    }
+
+    #[test]
+    fn sizes_read_as_whole_units_when_they_are_one() {
+        assert_eq!(bytes_text(1 << 30), "1 GiB");
+        assert_eq!(bytes_text(3 << 20), "3 MiB");
+        assert_eq!(bytes_text(1536), "1536 bytes");
+        assert_eq!(bytes_text(2048), "2 KiB");
+        assert_eq!(bytes_text(0), "0 bytes");
+        assert_eq!(bytes_text((1 << 30) + 1), "1073741825 bytes");
+        assert_eq!(replicas_text(1), "1 replica");
     }
 }

@@ -55,7 +55,7 @@ pub use push::{
     DataKey, Destination, PushAuthentication, PushConfig, PushRegistration, WrappedKey, redact_url,
 };
 pub use push_transport::{PushRequest, PushResponse, TransportError};
-pub use quota::{Provisioned, QuotaChange, Quotas, StorageAccount, StreamKind};
+pub use quota::{Provisioned, QuotaChange, Quotas, Reservation, StorageAccount, StreamKind};
 pub use receipt::Receipt;
 pub use secret::Secret;
 pub use store_error::StoreError;

@@ -55,8 +55,11 @@ impl Destination {
     }
 
     /// Checks the destination: a non-blank name without control characters, an absolute `http`
-    /// or `https` URL with a host, a single-token authentication scheme, non-empty credentials and
-    /// signing keys. Errors: [`BusError::Invalid`] naming the rule (never the secret).
+    /// or `https` URL with a host and **without userinfo** (`user:password@` would be stored in
+    /// clear; credentials belong in `authentication`, which is sealed), a single-token
+    /// authentication scheme, non-empty credentials and signing keys. A query string is allowed
+    /// (it is stored as configured and printed without it, see [`redact_url`]). Errors:
+    /// [`BusError::Invalid`] naming the rule (never the URL or a secret).
     pub fn validate(&self) -> BusResult<()> {
         let name = self.name.trim();
         if name.is_empty() {
@@ -73,6 +76,14 @@ impl Destination {
         if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
             return Err(BusError::invalid(format!(
                 "destination {name}: the URL must be absolute http(s) with a host"
+            )));
+        }
+        if !parsed.username().is_empty() || parsed.password().is_some() {
+            // Never echo the URL: its userinfo is the secret.
+            return Err(BusError::invalid(format!(
+                "destination {name}: the URL carries credentials (userinfo before `@`), which \
+                 would be stored in clear; remove them from `url` and give them in \
+                 `authentication` (sealed at rest)"
             )));
         }
         if let Some(auth) = &self.authentication {
@@ -242,6 +253,29 @@ mod tests {
         let mut d = dest("ops", "https://a.example/x");
         d.authentication.as_mut().unwrap().scheme = "Bea rer".into();
         assert!(d.validate().is_err());
+    }
+
+    #[test]
+    fn userinfo_in_the_url_is_refused_pointing_at_authentication_without_echoing_it() {
+        for url in [
+            "https://user:pa55word@hooks.example.com/x",
+            "https://user@hooks.example.com/x",
+            "https://:pa55word@hooks.example.com/x",
+        ] {
+            match dest("ops", url).validate() {
+                Err(BusError::Invalid { reason }) => {
+                    assert!(reason.contains("`authentication`"), "{reason}");
+                    assert!(!reason.contains("pa55word") && !reason.contains("user@"));
+                }
+                other => panic!("{url}: expected Invalid, got {other:?}"),
+            }
+        }
+        // A query string is not userinfo: allowed (stored as configured, printed without it).
+        assert!(
+            dest("ops", "https://hooks.example.com/x?token=q1")
+                .validate()
+                .is_ok()
+        );
     }
 
     #[test]

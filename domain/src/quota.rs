@@ -127,10 +127,15 @@ impl QuotaChange {
     /// Bytes the broker must newly reserve: `max(0, wanted − current max_bytes) × replicas`,
     /// saturating, never negative.
     pub fn additional_bytes(&self) -> u64 {
-        self.wanted
-            .max_bytes
-            .saturating_sub(self.current.max_bytes)
-            .saturating_mul(u64::from(self.replicas.max(1)))
+        self.reservation().bytes()
+    }
+
+    /// What the change reserves: `max(0, wanted − current max_bytes)` on each of `replicas`.
+    pub fn reservation(&self) -> Reservation {
+        Reservation::new(
+            self.wanted.max_bytes.saturating_sub(self.current.max_bytes),
+            self.replicas,
+        )
     }
 
     /// Whether any limit goes down (a change the broker may enforce by evicting).
@@ -164,6 +169,31 @@ impl QuotaChange {
     }
 }
 
+/// A reservation of storage: `per_replica` bytes on each of `replicas` replicas.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Reservation {
+    /// Bytes reserved on each replica.
+    pub per_replica: u64,
+    /// Replicas (at least 1: a stream always has one copy).
+    pub replicas: u32,
+}
+
+impl Reservation {
+    /// `per_replica` bytes on each of `replicas` (0 is treated as 1).
+    pub fn new(per_replica: u64, replicas: u32) -> Self {
+        Reservation {
+            per_replica,
+            replicas: replicas.max(1),
+        }
+    }
+
+    /// The total: `per_replica × replicas`, saturating.
+    pub fn bytes(&self) -> u64 {
+        self.per_replica
+            .saturating_mul(u64::from(self.replicas.max(1)))
+    }
+}
+
 /// The account's storage: what is stored, what is reserved, and the budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct StorageAccount {
@@ -193,11 +223,13 @@ impl StorageAccount {
         self.budget.map(|b| b.saturating_sub(self.reserved))
     }
 
-    /// The [`BusError::InsufficientStorage`] for a reservation of `extra` bytes that does not fit,
-    /// with the arithmetic and the remedy.
-    pub fn refuse(&self, extra: u64) -> BusError {
+    /// The [`BusError::InsufficientStorage`] for a reservation that does not fit, with the
+    /// arithmetic (total, and its factors: bytes per replica × replicas) and the remedy.
+    pub fn refuse(&self, reservation: Reservation) -> BusError {
         BusError::InsufficientStorage {
-            extra,
+            extra: reservation.bytes(),
+            per_replica: reservation.per_replica,
+            replicas: reservation.replicas,
             used: self.used,
             reserved: self.reserved,
             budget: self.budget,
@@ -297,9 +329,39 @@ mod tests {
         let unlimited = StorageAccount { budget: None, ..a };
         assert!(unlimited.fits(u64::MAX));
         assert!(matches!(
-            a.refuse(31),
+            a.refuse(Reservation::new(31, 1)),
             BusError::InsufficientStorage { extra: 31, .. }
         ));
+    }
+
+    /// The refusal carries the factor of its total: `1 GiB × 3 replicas`, not only 3221225472.
+    #[test]
+    fn a_refusal_shows_bytes_per_replica_times_replicas() {
+        const GIB: u64 = 1 << 30;
+        let a = StorageAccount {
+            used: 0,
+            reserved: 0,
+            budget: Some(GIB),
+        };
+        let e = a.refuse(Reservation::new(GIB, 3));
+        match &e {
+            BusError::InsufficientStorage {
+                extra,
+                per_replica,
+                replicas,
+                ..
+            } => assert_eq!((*extra, *per_replica, *replicas), (3 * GIB, GIB, 3)),
+            other => panic!("expected InsufficientStorage, got {other:?}"),
+        }
+        assert!(
+            e.to_string()
+                .contains("3221225472 more bytes (1 GiB × 3 replicas) would be reserved"),
+            "{e}"
+        );
+        let raise = change(GIB, 3 * GIB, 3);
+        assert_eq!(raise.reservation(), Reservation::new(2 * GIB, 3));
+        assert_eq!(raise.additional_bytes(), 6 * GIB);
+        assert_eq!(Reservation::new(5, 0).replicas, 1);
     }
 
     #[test]

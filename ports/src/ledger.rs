@@ -26,8 +26,9 @@ use uuid::Uuid;
 ///   other teams are not revealed).
 /// - **Runs**: `send`, `confirm` and `acknowledge` take the acting run. `Some(run)` gets the
 ///   bus's journal record (`MessageSent`, `MessageDelivered`, `MessageAcknowledged`) in the same
-///   transaction. An unknown run → `NotFound`; a run of another agent → `Forbidden`; a sealed run
-///   → `Conflict`; none of these writes anything.
+///   transaction. An unknown run, or a run of another team (whatever agent it names) →
+///   `NotFound`, so another team's run ids are never confirmed to exist; a run of another agent
+///   of the same team → `Forbidden`; a sealed run → `Conflict`; none of these writes anything.
 /// - **Limits**: every `limit` is 1 to [`crewbus_domain::MAX_PAGE`], and every batch (members,
 ///   settlements, event ids, hand-out requests, delivery ids) holds at most `MAX_PAGE` items,
 ///   else `Invalid`. An empty batch is answered with an empty result.
@@ -149,8 +150,8 @@ pub trait Ledger: Send + Sync {
     /// identical requests create one message.
     ///
     /// Order of checks: bad `request_id` → `Invalid`; unknown conversation (or another team's) →
-    /// `NotFound`; sender not a member, or revoked → `Forbidden`; run unknown → `NotFound`,
-    /// another agent's → `Forbidden`; the repeat rule; run sealed → `Conflict`.
+    /// `NotFound`; sender not a member, or revoked → `Forbidden`; run unknown or another
+    /// team's → `NotFound`, another agent's → `Forbidden`; the repeat rule; run sealed → `Conflict`.
     async fn send(&self, request: SendRequest, at: DateTime<Utc>) -> BusResult<Sent>;
 
     /// One message of `team` as it stands. Errors: unknown or another team's → `NotFound`.
@@ -289,8 +290,8 @@ pub trait Ledger: Send + Sync {
     /// has since been sealed).
     ///
     /// Order of checks: message unknown or another team's → `NotFound`; `agent` not a
-    /// recipient → `Forbidden`; run unknown → `NotFound`, another agent's → `Forbidden`; the
-    /// repeat rule; not yet delivered → `Conflict`; run sealed → `Conflict`.
+    /// recipient → `Forbidden`; run unknown or another team's → `NotFound`, another agent's →
+    /// `Forbidden`; the repeat rule; not yet delivered → `Conflict`; run sealed → `Conflict`.
     async fn acknowledge(
         &self,
         team: Uuid,

@@ -108,7 +108,9 @@ pub trait MessagingBackend: Send + Sync {
     ///
     /// A removed body fetches as `Ok(None)`, its bytes and count leave the quota, and its
     /// `publish_key` and `message_id` are forgotten: presented again, they are stored anew
-    /// (`duplicate: false`) at a new locator. Idempotent: a second call with the same instant
+    /// (`duplicate: false`) at a locator that holds the body (a new one, or the same where the
+    /// locator names the message, as Postgres' does) — also within a broker's duplicate window,
+    /// where the broker still remembers the removed copy. Idempotent: a second call with the same instant
     /// removes 0. Errors: backend down → `Unavailable`/`Timeout` (some bodies may already be
     /// removed; calling again finishes the job).
     async fn retain(&self, before: DateTime<Utc>) -> BusResult<u64>;

@@ -38,6 +38,8 @@ pub(crate) struct Inner {
     pub(crate) body_stream: String,
     pub(crate) inbox_stream: String,
     pub(crate) body_limit: u64,
+    /// The server's `max_payload` when connected, bytes (for the lowered-limit warning).
+    pub(crate) server_max_payload: u64,
     /// Durable pull consumers already created or looked up, by recipient key.
     pub(crate) consumers: Mutex<HashMap<String, PullConsumer>>,
 }
@@ -59,6 +61,8 @@ impl JetStreamBackend {
     pub const NAME: &'static str = "jetstream";
 
     /// Adopts the team's existing body stream over a new connection. Never creates a stream.
+    /// Logs one warning when the server lowers the effective body limit (see
+    /// [`JetStreamBackend::body_limit_lowered`]).
     ///
     /// Errors: invalid `config` → `Invalid`; the body stream does not exist → `NotProvisioned`
     /// naming the command that provisions it; a refused credential → `Unauthenticated`; broker
@@ -66,10 +70,13 @@ impl JetStreamBackend {
     pub async fn connect(config: &Config, team_id: Uuid) -> BusResult<Self> {
         config.validate()?;
         let client = connection::open(config).await?;
-        Self::connect_with(client, config, team_id).await
+        let backend = Self::connect_with(client, config, team_id).await?;
+        backend.warn_if_body_limit_lowered();
+        Ok(backend)
     }
 
-    /// [`JetStreamBackend::connect`] over an existing connection (the registry shares one).
+    /// [`JetStreamBackend::connect`] over an existing connection (the registry shares one),
+    /// without the warning: the registry logs it once per team, however many times it connects.
     pub(crate) async fn connect_with(
         client: Client,
         config: &Config,
@@ -104,16 +111,6 @@ impl JetStreamBackend {
             body_limit = body_limit
                 .min((info.config.max_message_size as u64).saturating_sub(HEADER_ALLOWANCE));
         }
-        if body_limit < config.body_limit {
-            tracing::warn!(
-                configured = config.body_limit,
-                effective = body_limit,
-                server_max_payload = max_payload,
-                stream = %body_stream,
-                "the server lowers the effective body limit: raise max_payload in the server's \
-                 configuration (2 MB carries a 1 MiB body)"
-            );
-        }
         Ok(JetStreamBackend {
             inner: Arc::new(Inner {
                 team: team_id,
@@ -123,9 +120,33 @@ impl JetStreamBackend {
                 body_stream,
                 inbox_stream,
                 body_limit,
+                server_max_payload: max_payload,
                 consumers: Mutex::new(HashMap::new()),
             }),
         })
+    }
+
+    /// Whether the server (its `max_payload`) or the stream (its maximum message size) lowers
+    /// the effective body limit below the configured one.
+    pub fn body_limit_lowered(&self) -> bool {
+        self.inner.body_limit < self.inner.config.body_limit
+    }
+
+    /// Logs the lowered body limit (configured, effective, the server's `max_payload`, the
+    /// stream) as a warning, if it is lowered. Returns whether it logged.
+    pub(crate) fn warn_if_body_limit_lowered(&self) -> bool {
+        if !self.body_limit_lowered() {
+            return false;
+        }
+        tracing::warn!(
+            configured = self.inner.config.body_limit,
+            effective = self.inner.body_limit,
+            server_max_payload = self.inner.server_max_payload,
+            stream = %self.inner.body_stream,
+            "the server lowers the effective body limit: raise max_payload in the server's \
+             configuration (2 MB carries a 1 MiB body)"
+        );
+        true
     }
 
     /// The body stream's name (`<PREFIX>_B_<team hex>`).

@@ -1,5 +1,11 @@
 //! Bodies on the team's body stream: one subject per message, idempotent for the life of the
 //! body, read back by `jetstream:<stream>:<seq>` locators, retention by sequence.
+//!
+//! The broker keeps a message id's duplicate entry for its whole window, also after retention
+//! purged that message: a duplicate PubAck is therefore never taken on trust. The acknowledged
+//! sequence is read from the stream leader, and a copy that is gone (or a sequence holding
+//! another message) is published again under `<publish key>.<gone sequence>`, a message id
+//! derived deterministically so a retry of the re-publish is itself deduplicated.
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::message::StreamMessage;
@@ -16,6 +22,16 @@ pub(crate) const PUBLISH_KEY: &str = "Crewbus-Publish-Key";
 pub(crate) const MESSAGE_ID: &str = "Crewbus-Message-Id";
 /// Header carrying the team id.
 pub(crate) const TEAM: &str = "Crewbus-Team";
+
+/// How many times one publish goes round when the broker's duplicate answer points at a copy
+/// that is gone (each round needs the copy just published to have been removed again).
+const REPUBLISH_ROUNDS: usize = 4;
+
+/// The `Nats-Msg-Id` of a re-publish after the copy at `gone` (a sequence) was removed:
+/// `<publish key>.<gone>`.
+fn republish_id(key: &str, gone: u64) -> String {
+    format!("{key}.{gone}")
+}
 
 /// The locator scheme of this adapter.
 pub(crate) const SCHEME: &str = "jetstream";
@@ -49,33 +65,79 @@ impl JetStreamBackend {
         let subject = inner
             .config
             .body_subject(inner.team, env.conversation_id, env.message_id);
-        let mut headers = HeaderMap::new();
         let key = env.publish_key.to_string();
-        headers.insert(async_nats::header::NATS_MESSAGE_ID, key.as_str());
-        headers.insert(PUBLISH_KEY, key.as_str());
-        headers.insert(MESSAGE_ID, env.message_id.to_string().as_str());
-        headers.insert(TEAM, inner.team.to_string().as_str());
-        let sent = inner
-            .js
-            .publish_with_headers(subject.clone(), headers, Bytes::from(env.body.clone()))
-            .await;
-        let ack = match sent {
-            Ok(ack) => ack,
-            Err(e) => return errors::published("publishing a body", Failure::from(e), false),
-        };
-        match ack.await {
-            Ok(ack) => Published::Confirmed {
+        // The broker answers "duplicate" to a message id it saw within the duplicate window,
+        // even when that copy was purged since (retention). So a duplicate PubAck is checked
+        // against the stream, and a copy that is gone is published again under a message id
+        // derived from the key and the gone copy's sequence: deterministic, so a retry of that
+        // re-publish is deduplicated in turn, while the per-subject limit of one message keeps
+        // the body single.
+        let mut msg_id = key.clone();
+        for _ in 0..REPUBLISH_ROUNDS {
+            let mut headers = HeaderMap::new();
+            headers.insert(async_nats::header::NATS_MESSAGE_ID, msg_id.as_str());
+            headers.insert(PUBLISH_KEY, key.as_str());
+            headers.insert(MESSAGE_ID, env.message_id.to_string().as_str());
+            headers.insert(TEAM, inner.team.to_string().as_str());
+            let sent = inner
+                .js
+                .publish_with_headers(subject.clone(), headers, Bytes::from(env.body.clone()))
+                .await;
+            let ack = match sent {
+                Ok(ack) => ack,
+                Err(e) => return errors::published("publishing a body", Failure::from(e), false),
+            };
+            let ack = match ack.await {
+                Ok(ack) => ack,
+                Err(e) => {
+                    let failure = Failure::from(e);
+                    if failure.code() == Some(code::STREAM_STORE_FAILED) {
+                        return self.settle_refused_store(env, &subject).await;
+                    }
+                    return errors::published("publishing a body", failure, true);
+                }
+            };
+            let confirmed = Published::Confirmed {
                 locator: locator(&ack.stream, ack.sequence),
                 duplicate: ack.duplicate,
-            },
-            Err(e) => {
-                let failure = Failure::from(e);
-                if failure.code() == Some(code::STREAM_STORE_FAILED) {
-                    return self.settle_refused_store(env, &subject).await;
-                }
-                errors::published("publishing a body", failure, true)
+            };
+            if !ack.duplicate {
+                return confirmed;
+            }
+            match self.holds(env, &subject, ack.sequence).await {
+                Ok(true) => return confirmed,
+                Ok(false) => msg_id = republish_id(&key, ack.sequence),
+                Err(e) => return Published::from_error(e),
             }
         }
+        Published::Retryable(BusError::unavailable(
+            "the body stream kept removing the body while it was published",
+        ))
+    }
+
+    /// Whether the stream holds this envelope's body at `seq` (read from the stream leader: a
+    /// follower may not have it yet).
+    async fn holds(&self, env: &Envelope, subject: &str, seq: u64) -> BusResult<bool> {
+        let stream = self.body_handle().await?;
+        let m = match stream.get_raw_message(seq).await {
+            Ok(m) => m,
+            Err(e) => {
+                let failure = Failure::from(e);
+                return if failure.is_not_found() {
+                    Ok(false)
+                } else {
+                    Err(bus_error(
+                        Op::Request,
+                        "reading an acknowledged body",
+                        failure,
+                    ))
+                };
+            }
+        };
+        Ok(m.subject.as_str() == subject
+            && header(&m.headers, PUBLISH_KEY) == Some(env.publish_key.to_string().as_str())
+            && header(&m.headers, MESSAGE_ID) == Some(env.message_id.to_string().as_str())
+            && header(&m.headers, TEAM) == Some(self.inner.team.to_string().as_str()))
     }
 
     /// The broker refused to store (10077: the subject already holds a body, or the stream is

@@ -155,6 +155,8 @@ pub(crate) fn bus_error(op: Op, what: &str, failure: Failure) -> BusError {
             }
             code::STORAGE_RESOURCES_EXCEEDED => BusError::InsufficientStorage {
                 extra: 0,
+                per_replica: 0,
+                replicas: 1,
                 used: 0,
                 reserved: 0,
                 budget: None,

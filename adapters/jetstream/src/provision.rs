@@ -4,7 +4,8 @@ use async_nats::jetstream::response::Response;
 use async_nats::jetstream::stream::{self, DiscardPolicy, Info, RetentionPolicy, StorageType};
 use async_nats::jetstream::{self as js_api};
 use crewbus_domain::{
-    BusError, BusResult, Provisioned, QuotaChange, Quotas, StorageAccount, StreamKind, Uuid,
+    BusError, BusResult, Provisioned, QuotaChange, Quotas, Reservation, StorageAccount, StreamKind,
+    Uuid,
 };
 use futures_util::StreamExt;
 use serde::Deserialize;
@@ -189,30 +190,36 @@ impl Admin {
         })
     }
 
-    /// Refuses a reservation of `extra` bytes the account cannot hold.
-    async fn ensure_fits(&self, extra: u64) -> BusResult<StorageAccount> {
+    /// Refuses a reservation the account cannot hold.
+    async fn ensure_fits(&self, reservation: Reservation) -> BusResult<StorageAccount> {
         let account = self.account().await?;
+        let extra = reservation.bytes();
         if extra > 0 && !account.fits(extra) {
-            return Err(account.refuse(extra));
+            return Err(account.refuse(reservation));
         }
         Ok(account)
     }
 
-    async fn update(&self, config: stream::Config, extra: u64) -> BusResult<Info> {
+    async fn update(&self, config: stream::Config, reservation: Reservation) -> BusResult<Info> {
         match self.js.update_stream(config).await {
             Ok(info) => Ok(info),
             Err(e) => Err(self
-                .storage_aware(Failure::from(e), extra, "updating a stream")
+                .storage_aware(Failure::from(e), reservation, "updating a stream")
                 .await),
         }
     }
 
     /// Maps a failure; a 10047 becomes `InsufficientStorage` with the account's arithmetic.
-    async fn storage_aware(&self, failure: Failure, extra: u64, what: &str) -> BusError {
+    async fn storage_aware(
+        &self,
+        failure: Failure,
+        reservation: Reservation,
+        what: &str,
+    ) -> BusError {
         if failure.code() == Some(code::STORAGE_RESOURCES_EXCEEDED)
             && let Ok(account) = self.account().await
         {
-            return account.refuse(extra);
+            return account.refuse(reservation);
         }
         bus_error(Op::Request, what, failure)
     }
@@ -222,12 +229,9 @@ impl Admin {
         if let Some(info) = self.read(&name).await? {
             return Ok(provisioned(&info, kind, false));
         }
-        let extra = self
-            .config
-            .quotas(kind)
-            .max_bytes
-            .saturating_mul(u64::from(self.config.replicas));
-        self.ensure_fits(extra).await?;
+        let reservation =
+            Reservation::new(self.config.quotas(kind).max_bytes, self.config.replicas);
+        self.ensure_fits(reservation).await?;
         match self.js.create_stream(self.stream_config(team, kind)).await {
             Ok(mut s) => {
                 let info = s
@@ -245,7 +249,7 @@ impl Admin {
                     return Ok(provisioned(&info, kind, false));
                 }
                 Err(self
-                    .storage_aware(failure, extra, "creating a stream")
+                    .storage_aware(failure, reservation, "creating a stream")
                     .await)
             }
         }
@@ -265,7 +269,7 @@ impl Admin {
         if change.below_contents() {
             return Err(change.below_contents_error());
         }
-        self.ensure_fits(change.additional_bytes()).await?;
+        self.ensure_fits(change.reservation()).await?;
         Ok(change)
     }
 
@@ -292,13 +296,13 @@ impl Admin {
         if live.below_contents() {
             return Err(live.below_contents_error());
         }
-        let extra = live.additional_bytes();
-        self.ensure_fits(extra).await?;
+        let reservation = live.reservation();
+        self.ensure_fits(reservation).await?;
         let mut next = info.config.clone();
         next.max_messages = clamp(wanted.max_messages);
         next.max_bytes = clamp(wanted.max_bytes);
         if !live.is_decrease() {
-            let updated = self.update(next, extra).await?;
+            let updated = self.update(next, reservation).await?;
             return Ok(provisioned(&updated, kind, false));
         }
         // A decrease. nats-server 2.9.x evicts the oldest messages when a limit is lowered
@@ -309,7 +313,7 @@ impl Admin {
         let original = info.config.clone();
         let mut paused = original.clone();
         paused.subjects = vec![self.config.paused_subject(team, kind)];
-        self.update(paused, 0).await?;
+        self.update(paused, Reservation::new(0, 1)).await?;
         let settled = async {
             let now = self.read_existing(team, kind).await?;
             let at_pause = QuotaChange {
@@ -320,13 +324,13 @@ impl Admin {
             if at_pause.below_contents() {
                 return Err(at_pause.below_contents_error());
             }
-            self.update(next, 0).await
+            self.update(next, Reservation::new(0, 1)).await
         }
         .await;
         match settled {
             Ok(updated) => Ok(provisioned(&updated, kind, false)),
             Err(e) => {
-                if let Err(restore) = self.update(original, 0).await {
+                if let Err(restore) = self.update(original, Reservation::new(0, 1)).await {
                     tracing::error!(
                         stream = %live.name,
                         error = %restore,

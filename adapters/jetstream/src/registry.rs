@@ -1,6 +1,6 @@
 //! The JetStream registry: per-team adapters over one shared connection.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,13 +44,17 @@ fn slot(kind: StreamKind) -> usize {
 /// reported (`NotProvisioned` naming it and the command that provisions it, logged once), never
 /// served stale — and only that stream: bodies stay readable while a deleted inbox stream waits
 /// to be provisioned again (the ledger tops deliveries up meanwhile). A vanished body stream
-/// evicts the team's adapter.
+/// evicts the team's adapter. The warning that the server lowers the effective body limit is
+/// logged once per team for the registry's life, however many lookups race to connect it first
+/// and however often it is evicted and connected again.
 pub struct JetStreamRegistry {
     config: Config,
     revalidate_after: Duration,
     connection: tokio::sync::Mutex<Option<Client>>,
     connections_opened: AtomicU64,
     teams: Mutex<HashMap<Uuid, Cached>>,
+    /// Teams whose lowered body limit was already logged.
+    warned: Mutex<HashSet<Uuid>>,
 }
 
 impl fmt::Debug for JetStreamRegistry {
@@ -78,6 +82,7 @@ impl JetStreamRegistry {
             connection: tokio::sync::Mutex::new(None),
             connections_opened: AtomicU64::new(0),
             teams: Mutex::new(HashMap::new()),
+            warned: Mutex::new(HashSet::new()),
         })
     }
 
@@ -150,6 +155,11 @@ impl JetStreamRegistry {
                 // Connecting reads the body stream: it exists when this succeeds.
                 let backend =
                     JetStreamBackend::connect_with(client.clone(), &self.config, team).await?;
+                if backend.body_limit_lowered()
+                    && self.warned.lock().expect("warned teams").insert(team)
+                {
+                    backend.warn_if_body_limit_lowered();
+                }
                 let exists =
                     kind == StreamKind::Bodies || self.stream_exists(&client, team, kind).await?;
                 (backend, exists)

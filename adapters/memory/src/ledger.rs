@@ -412,7 +412,7 @@ impl Ledger for MemoryLedger {
                 "the sender is not an active member of the conversation",
             ));
         }
-        st.check_run_owner(request.run, request.sender)?;
+        st.check_run_owner(request.run, request.team, request.sender)?;
         let sha = body_sha256(&request.body);
         if let Some(existing) = row.requests.get(&request.request_id) {
             let message = st.messages[existing].clone();
@@ -878,7 +878,7 @@ impl Ledger for MemoryLedger {
         validate_batch(deliveries.len())?;
         let mut st = self.state()?;
         st.agent_of(team, recipient)?;
-        st.check_run(run, recipient)?;
+        st.check_run(run, team, recipient)?;
         let mut outcomes = Vec::with_capacity(deliveries.len());
         for delivery in deliveries {
             let Some(row) = st
@@ -932,7 +932,7 @@ impl Ledger for MemoryLedger {
             .receipts
             .get(&(message, agent))
             .ok_or_else(|| BusError::forbidden("only a recipient acknowledges a message"))?;
-        st.check_run_owner(run, agent)?;
+        st.check_run_owner(run, team, agent)?;
         if receipt.acknowledged_at.is_some() {
             return Ok(receipt.clone());
         }

@@ -131,13 +131,20 @@ impl State {
         self.order
     }
 
-    /// The run rules of the ledger, without the seal: unknown → `NotFound`, another agent's →
-    /// `Forbidden`.
-    pub(crate) fn check_run_owner(&self, run: Option<RunId>, agent: Uuid) -> BusResult<()> {
+    /// The run rules of the ledger, without the seal, for `agent` of `team`: unknown or of
+    /// another team → `NotFound` (another team's run ids are never confirmed to exist);
+    /// another agent's of this team → `Forbidden`.
+    pub(crate) fn check_run_owner(
+        &self,
+        run: Option<RunId>,
+        team: Uuid,
+        agent: Uuid,
+    ) -> BusResult<()> {
         let Some(run) = run else { return Ok(()) };
         let row = self
             .runs
             .get(&run)
+            .filter(|row| row.run.team == team)
             .ok_or_else(|| BusError::not_found(format!("run {run}")))?;
         if row.run.agent != agent {
             return Err(BusError::forbidden(format!(
@@ -159,8 +166,8 @@ impl State {
     }
 
     /// Every run rule.
-    pub(crate) fn check_run(&self, run: Option<RunId>, agent: Uuid) -> BusResult<()> {
-        self.check_run_owner(run, agent)?;
+    pub(crate) fn check_run(&self, run: Option<RunId>, team: Uuid, agent: Uuid) -> BusResult<()> {
+        self.check_run_owner(run, team, agent)?;
         self.check_run_open(run)
     }
 

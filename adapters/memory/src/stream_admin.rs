@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use crewbus_domain::{
-    BusError, BusResult, Provisioned, QuotaChange, Quotas, StorageAccount, StreamKind,
+    BusError, BusResult, Provisioned, QuotaChange, Quotas, Reservation, StorageAccount, StreamKind,
 };
 use crewbus_ports::StreamAdmin;
 use uuid::Uuid;
@@ -191,12 +191,10 @@ impl MemoryStreamAdmin {
             return Ok(self.provisioned(team, kind, limits, false));
         }
         let wanted = self.config.quotas(kind);
-        let extra = wanted
-            .max_bytes
-            .saturating_mul(u64::from(self.config.replicas));
+        let reservation = Reservation::new(wanted.max_bytes, self.config.replicas);
         let account = self.account_of(&table);
-        if !account.fits(extra) {
-            return Err(account.refuse(extra));
+        if !account.fits(reservation.bytes()) {
+            return Err(account.refuse(reservation));
         }
         if let Err(contents) = self.relimit(team, kind, wanted) {
             // Contents left by an earlier life of the stream exceed the new limits.
@@ -242,7 +240,7 @@ impl MemoryStreamAdmin {
         let account = self.account_of(table);
         let extra = change.additional_bytes();
         if extra > 0 && !account.fits(extra) {
-            return Err(account.refuse(extra));
+            return Err(account.refuse(change.reservation()));
         }
         Ok(change)
     }

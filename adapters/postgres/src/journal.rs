@@ -34,6 +34,7 @@ impl std::fmt::Debug for PostgresJournal {
 
 /// A run row as locked for an append.
 pub(crate) struct LockedRun {
+    pub(crate) team: Uuid,
     pub(crate) agent: Uuid,
     pub(crate) sealed: bool,
 }
@@ -44,15 +45,19 @@ pub(crate) async fn lock_run(
     tenant: &TenantId,
     run: RunId,
 ) -> Result<Option<LockedRun>, sqlx::Error> {
-    let row: Option<(Uuid, bool)> = sqlx::query_as(
-        "SELECT agent_id, sealed_at IS NOT NULL FROM runs
+    let row: Option<(Uuid, Uuid, bool)> = sqlx::query_as(
+        "SELECT team_id, agent_id, sealed_at IS NOT NULL FROM runs
          WHERE id = $1 AND tenant = $2 FOR NO KEY UPDATE",
     )
     .bind(run.0)
     .bind(tenant.as_str())
     .fetch_optional(&mut *conn)
     .await?;
-    Ok(row.map(|(agent, sealed)| LockedRun { agent, sealed }))
+    Ok(row.map(|(team, agent, sealed)| LockedRun {
+        team,
+        agent,
+        sealed,
+    }))
 }
 
 /// Appends `kind` at `at` to a run locked with [`lock_run`] (and checked open) and returns its

@@ -305,18 +305,22 @@ impl PostgresLedger {
             .collect())
     }
 
-    /// The run rules without the seal: unknown → `NotFound`, another agent's → `Forbidden`.
-    /// Locks the run row; returns whether it is sealed (`false` without a run).
+    /// The run rules without the seal, for `agent` of `team`: unknown or of another team →
+    /// `NotFound` (another team's run ids are never confirmed to exist), another agent's of
+    /// this team → `Forbidden`. Locks the run row; returns whether it is sealed (`false`
+    /// without a run).
     async fn check_run_owner(
         &self,
         conn: &mut PgConnection,
         run: Option<RunId>,
+        team: Uuid,
         agent: Uuid,
     ) -> BusResult<bool> {
         let Some(run) = run else { return Ok(false) };
         let locked = lock_run(conn, &self.tenant, run)
             .await
             .map_err(db("run lookup"))?
+            .filter(|locked| locked.team == team)
             .ok_or_else(|| BusError::not_found(format!("run {run}")))?;
         if locked.agent != agent {
             return Err(BusError::forbidden(format!(
@@ -859,7 +863,7 @@ impl Ledger for PostgresLedger {
             ));
         }
         let sealed = self
-            .check_run_owner(&mut tx, request.run, request.sender)
+            .check_run_owner(&mut tx, request.run, request.team, request.sender)
             .await?;
         let sha = body_sha256(&request.body);
         // The repeat rule; when sealed, look again: a repeat committed during the lock wait
@@ -1364,7 +1368,7 @@ impl Ledger for PostgresLedger {
         let what = "confirm";
         let mut tx = self.begin(what).await?;
         self.agent_row(&mut tx, team, recipient).await?;
-        if self.check_run_owner(&mut tx, run, recipient).await? {
+        if self.check_run_owner(&mut tx, run, team, recipient).await? {
             return Err(BusError::conflict("the run is sealed"));
         }
         if deliveries.is_empty() {
@@ -1483,7 +1487,7 @@ impl Ledger for PostgresLedger {
             ));
         }
         // Lock order everywhere: run, then receipt (as `confirm`), so the two never deadlock.
-        let sealed = self.check_run_owner(&mut tx, run, agent).await?;
+        let sealed = self.check_run_owner(&mut tx, run, team, agent).await?;
         let receipt: ReceiptRow = sqlx::query_as(&format!(
             "SELECT {RECEIPT_COLUMNS} FROM receipts
              WHERE message_id = $1 AND recipient_id = $2 FOR NO KEY UPDATE"

@@ -23,6 +23,15 @@ fn main() -> ExitCode {
         }
     };
     crewbus::logging::init(&config.log);
+    // What only the composition can check (push destinations and their secrets, the key ring,
+    // the listener URL) is configuration too: refused here, exit 2, for every command that
+    // composes the bus.
+    if cli.command.composes()
+        && let Err(e) = crewbus::compose::check_configuration(&config)
+    {
+        eprintln!("crewbus: {e}");
+        return ExitCode::from(2);
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -60,7 +69,7 @@ async fn run(cli: Cli, config: Config) -> anyhow::Result<ExitCode> {
     let json = cli.json;
     match cli.command {
         Command::Serve(args) => Ok(crewbus::commands::serve(config, args, json).await?),
-        Command::Demo => crewbus::demo::run(config, json).await.context("demo"),
+        Command::Demo(args) => crewbus::demo::run(config, args, json).await.context("demo"),
         Command::Migrate => Ok(crewbus::commands::migrate(config, json).await?),
         Command::Team(cmd) => Ok(crewbus::commands::team(config, cmd, json).await?),
         Command::Agent(cmd) => Ok(crewbus::commands::agent(config, cmd, json).await?),

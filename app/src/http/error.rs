@@ -114,6 +114,8 @@ mod tests {
             (
                 BusError::InsufficientStorage {
                     extra: 1,
+                    per_replica: 1,
+                    replicas: 1,
                     used: 1,
                     reserved: 1,
                     budget: None,

@@ -8,12 +8,12 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use crewbus_domain::BusError;
-use tower_http::timeout::RequestBodyTimeoutLayer;
 
 use crate::bus::Bus;
 
 mod agents;
 pub(crate) mod auth;
+pub(crate) mod body_deadline;
 mod conversations;
 pub mod error;
 pub(crate) mod extract;
@@ -64,7 +64,11 @@ pub fn router(bus: Bus) -> Router {
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(extract::REQUEST_LIMIT_BYTES))
         .layer(axum::middleware::from_fn(refuse_declared_oversize))
-        .layer(RequestBodyTimeoutLayer::new(body_timeout))
+        // Outermost: the body deadline counts from the moment the request head was read.
+        .layer(axum::middleware::from_fn_with_state(
+            body_timeout,
+            body_deadline::enforce,
+        ))
         .with_state(AppState { bus })
 }
 

@@ -10,8 +10,9 @@
 //! - **SSE answers**: a request is answered with `text/event-stream` carrying the one result,
 //!   with a keep-alive comment every [`KEEP_ALIVE`] so a waiting `fetch_inbox` keeps the
 //!   connection (and any proxy in between) alive. A reverse proxy needs an idle timeout above
-//!   60 s. Malformed requests (bad headers, a version mismatch) are plain JSON-RPC errors with a
-//!   4xx status.
+//!   60 s. Requests the transport refuses before a tool runs (a foreign Host or Origin,
+//!   another method, a body that is not JSON-RPC, a version mismatch) get the API's JSON
+//!   `{code, message}` with their 4xx status (`mcp/refusals.rs`).
 //! - **Identity** is the agent's bearer token, as on the HTTP API (`mcp/auth.rs`): no or a bad token
 //!   is `401` with `WWW-Authenticate: Bearer` before the MCP service is reached.
 //! - **DNS rebinding**: rmcp refuses (`403`) a `Host` that is not allowed and an `Origin` that
@@ -42,6 +43,7 @@ use crate::bus::Bus;
 use crate::config::McpConfig;
 
 mod auth;
+mod refusals;
 mod schema;
 mod tools;
 pub mod views;
@@ -149,7 +151,7 @@ fn transport_config(mcp: &McpConfig) -> StreamableHttpServerConfig {
 }
 
 /// The `/mcp` route: the bearer-token middleware in front of the rmcp service. Merged into the
-/// HTTP API's router ([`crate::http::router`]), so its body timeout and declared-size check apply.
+/// HTTP API's router ([`crate::http::router`]), so its body deadline and declared-size check apply.
 pub(crate) fn router<S: Clone + Send + Sync + 'static>(bus: Bus) -> Router<S> {
     let handler = CrewbusMcp { bus: bus.clone() };
     let service = StreamableHttpService::new(
@@ -159,6 +161,7 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(bus: Bus) -> Router<S> {
     );
     Router::new()
         .route_service(PATH, service)
+        .layer(axum::middleware::from_fn(refusals::json_refusals))
         .layer(axum::middleware::from_fn_with_state(
             bus,
             auth::authenticate,

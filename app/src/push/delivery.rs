@@ -17,7 +17,7 @@ use crewbus_domain::{
     Backoff, MAX_PAGE, PushRegistration, PushRequest, RunId, Secret, Seq, StoreError, TenantId,
     TransportError, redact_url,
 };
-use crewbus_ports::{Clock, Journal, PushStore, PushTransport};
+use crewbus_ports::{Clock, Journal, PushStore, PushTransport, SystemClock};
 use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 use tokio::task::JoinSet;
@@ -106,8 +106,9 @@ impl Sweep {
 
 /// Why a turn stopped before the end of its page.
 enum Failure {
-    /// Park at once (410 Gone, a request that cannot be sent, an unknown destination).
-    Park(String),
+    /// Park at once (410 Gone, a request that cannot be sent). `attempted`: a POST was answered
+    /// (410), so it counts as a failed attempt like any other.
+    Park { error: String, attempted: bool },
     /// Retry after a backoff (honouring the receiver's `Retry-After`, within the cap).
     Retry {
         error: String,
@@ -118,8 +119,12 @@ enum Failure {
 /// Serves due push registrations: reads their records, signs and POSTs them, and moves cursors.
 ///
 /// Built from the (sealed) [`Outbox`], so it reads registrations through the same store the
-/// outbox writes and gets credentials back opened. It never reads a clock of its own: the time of
-/// a sweep is the caller's (`run_once(at, …)`), or the injected clock's in [`DeliveryWorker::run`].
+/// outbox writes and gets credentials back opened. The time of a sweep (claims, signatures) is
+/// the caller's (`run_once(at, …)`), or the injected clock's in [`DeliveryWorker::run`]. A retry
+/// is counted from when the failure was **answered**, not from when the POST started (a receiver
+/// that took 1.5 s to answer `Retry-After: 2` is retried 2 s after its answer): that instant is
+/// read from the worker's clock ([`DeliveryWorker::with_clock`], the system clock by default;
+/// `run` uses its own clock) once the transport returns, never earlier than the sweep's time.
 /// Several workers may run on one store: `due` claims rows and `advance` never moves a cursor
 /// back, so the worst case is a repeated event, never a lost one. Cheap to clone.
 #[derive(Clone)]
@@ -130,6 +135,8 @@ pub struct DeliveryWorker {
     projection: Arc<dyn Projection>,
     signers: Arc<HashMap<String, Signer>>,
     settings: DeliverySettings,
+    /// Read after a failed POST returns: the retry delay counts from there.
+    clock: Arc<dyn Clock>,
 }
 
 impl fmt::Debug for DeliveryWorker {
@@ -187,6 +194,7 @@ impl DeliveryWorker {
             projection: Arc::new(CloudEvents),
             signers: Arc::new(signers),
             settings: DeliverySettings::default(),
+            clock: Arc::new(SystemClock),
         }
     }
 
@@ -201,6 +209,12 @@ impl DeliveryWorker {
             "page must be within 1 to {MAX_PAGE}"
         );
         DeliveryWorker { settings, ..self }
+    }
+
+    /// The same worker reading the time of a receiver's answer from `clock` (default: the system
+    /// clock). [`DeliveryWorker::run`] uses the clock it is given instead.
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        DeliveryWorker { clock, ..self }
     }
 
     /// The same worker with another projection (what a record becomes on the wire).
@@ -263,6 +277,8 @@ impl DeliveryWorker {
         poll: Duration,
         shutdown: impl Future<Output = ()> + Send,
     ) {
+        // One clock for the claims and the answers of this worker's turns.
+        let this = self.clone().with_clock(Arc::clone(&clock));
         let mut shutdown = std::pin::pin!(shutdown);
         let mut in_flight = JoinSet::new();
         // The registrations whose turn is running, by task: `Outbox::open` on a resume replaces
@@ -290,7 +306,7 @@ impl DeliveryWorker {
                                 claimed_meanwhile.insert(key);
                                 continue;
                             }
-                            let worker = self.clone();
+                            let worker = this.clone();
                             let task = in_flight
                                 .spawn(async move { worker.serve(registration, at).await });
                             serving.insert(task.id(), key);
@@ -381,6 +397,8 @@ impl DeliveryWorker {
         let mut acked: Option<Seq> = None;
         let mut terminal = false;
         let mut failure = None;
+        // When the failure was answered (or the transport gave up): the retry counts from there.
+        let mut failed_at = at;
         for record in records {
             if record.seq < registration.next_seq {
                 continue;
@@ -403,15 +421,20 @@ impl DeliveryWorker {
                     body: event.body,
                 };
                 let seq = record.seq;
-                match self.transport.deliver(request).await {
+                let answer = self.transport.deliver(request).await;
+                if !matches!(&answer, Ok(response) if response.acknowledged()) {
+                    failed_at = self.clock.now().max(at);
+                }
+                match answer {
                     Ok(response) if response.acknowledged() => {
                         tracing::debug!(%run, %id, %seq, status = response.status, url = %redact_url(&config.url), "push: event acknowledged");
                         *delivered += 1;
                     }
                     Ok(response) if response.status == 410 => {
-                        failure = Some(Failure::Park(format!(
-                            "the receiver answered 410 Gone to seq {seq}"
-                        )));
+                        failure = Some(Failure::Park {
+                            error: format!("the receiver answered 410 Gone to seq {seq}"),
+                            attempted: true,
+                        });
                         break;
                     }
                     Ok(response) => {
@@ -425,9 +448,10 @@ impl DeliveryWorker {
                         break;
                     }
                     Err(TransportError::Invalid(reason)) => {
-                        failure = Some(Failure::Park(format!(
-                            "the request for seq {seq} cannot be sent: {reason}"
-                        )));
+                        failure = Some(Failure::Park {
+                            error: format!("the request for seq {seq} cannot be sent: {reason}"),
+                            attempted: false,
+                        });
                         break;
                     }
                     Err(error) => {
@@ -457,7 +481,13 @@ impl DeliveryWorker {
         }
         let turn = match failure {
             None => Turn::Advanced,
-            Some(Failure::Park(error)) => {
+            Some(Failure::Park { error, attempted }) => {
+                if attempted {
+                    // Count the answered POST (keeping the claim), so `push parked` shows it.
+                    self.store
+                        .retry(run, id, later(at, self.settings.lease), &error)
+                        .await?;
+                }
                 self.store.park(run, id, &error).await?;
                 tracing::warn!(%run, %id, url = %redact_url(&config.url), %error, "push: registration parked");
                 Turn::Parked
@@ -471,13 +501,22 @@ impl DeliveryWorker {
                 let backoff = &self.settings.backoff;
                 if backoff.exhausted(attempts) {
                     let error = format!("{error}; gave up after {attempts} attempts");
+                    // Record the last failed attempt first (keeping the claim: the row's
+                    // `next_attempt_at` is already `at + lease`), so the parked row's `attempts`
+                    // — what `push parked` shows — is the count in its error. A crash between the
+                    // two leaves an exhausted row that parks on its next failure.
+                    self.store
+                        .retry(run, id, later(at, self.settings.lease), &error)
+                        .await?;
                     self.store.park(run, id, &error).await?;
                     tracing::warn!(%run, %id, url = %redact_url(&config.url), %error, "push: registration parked");
                     Turn::Parked
                 } else {
                     let delay =
                         backoff.delay_with_hint(attempts, seed_of(registration), retry_after);
-                    self.store.retry(run, id, later(at, delay), &error).await?;
+                    self.store
+                        .retry(run, id, later(failed_at, delay), &error)
+                        .await?;
                     tracing::debug!(%run, %id, url = %redact_url(&config.url), %error, attempts, delay_ms = delay.as_millis() as u64, "push: delivery failed; will retry");
                     Turn::Retried
                 }

@@ -91,18 +91,24 @@ pub enum PushSetupError {
     #[error("push destination: {0}")]
     Destination(String),
     /// The master key cannot be loaded.
-    #[error("push key ring: {0}")]
-    MasterKey(#[from] MasterKeyError),
+    #[error("{key}: {source}")]
+    MasterKey {
+        /// The configuration key naming the master key's source.
+        key: &'static str,
+        /// Why it cannot be loaded.
+        #[source]
+        source: MasterKeyError,
+    },
     /// The key ring directory cannot be used.
-    #[error("push key ring: {0}")]
+    #[error("push.key_ring.dir: {0}")]
     KeyRing(#[source] StoreError),
     /// A persistent push store without a key ring, and `allow_unsealed` is not set.
     #[error(
-        "a persistent push store needs [push.key_ring] (credentials are sealed at rest); set push.allow_unsealed = true only for development"
+        "push.key_ring: a persistent push store needs [push.key_ring] (credentials are sealed at rest); set push.allow_unsealed = true only for development"
     )]
     UnsealedRefused,
     /// The HTTP client cannot be built.
-    #[error("push transport: the HTTP client cannot be built")]
+    #[error("push.timeout_ms: the push HTTP client cannot be built")]
     Transport,
 }
 
@@ -161,7 +167,9 @@ fn bearer() -> String {
 pub struct DestinationSettings {
     /// Unique, non-blank name; the registration id is `operator:<name>`.
     pub name: String,
-    /// Absolute http(s) URL. Do not put credentials in it: the URL is stored in clear.
+    /// Absolute http(s) URL, without userinfo (`user:password@` is refused at start-up: give
+    /// credentials in `authentication`, which is sealed). Stored in clear as configured, query
+    /// string included; printed and logged without userinfo or query.
     pub url: String,
     /// Optional `Authorization` header.
     #[serde(default)]
@@ -252,14 +260,16 @@ impl PushSettings {
     pub fn destinations(&self) -> Result<Vec<Destination>, PushSetupError> {
         let mut names = HashSet::new();
         let mut out = Vec::with_capacity(self.destinations.len());
-        for d in &self.destinations {
+        for (i, d) in self.destinations.iter().enumerate() {
             let name = d.name.trim();
+            // Every error names the key (`push.destinations[i]…`) and the destination.
+            let key = format!("push.destinations[{i}]");
             let authentication = match &d.authentication {
                 Some(a) => Some(PushAuthentication {
                     scheme: a.scheme.clone(),
-                    credentials: a
-                        .credentials
-                        .read(&format!("push destination {name}: credentials"))?,
+                    credentials: a.credentials.read(&format!(
+                        "{key}.authentication.credentials (destination {name:?})"
+                    ))?,
                 }),
                 None => None,
             };
@@ -267,7 +277,7 @@ impl PushSettings {
                 .signing_keys
                 .iter()
                 .enumerate()
-                .map(|(i, s)| s.read(&format!("push destination {name}: signing key {i}")))
+                .map(|(k, s)| s.read(&format!("{key}.signing_keys[{k}] (destination {name:?})")))
                 .collect::<Result<Vec<_>, _>>()?;
             let destination = Destination {
                 name: d.name.clone(),
@@ -277,12 +287,15 @@ impl PushSettings {
             };
             destination
                 .validate()
-                .map_err(|e| PushSetupError::Destination(e.to_string()))?;
-            Signer::new(&destination.signing_keys)
-                .map_err(|e| PushSetupError::Destination(format!("{name}: {e}")))?;
+                .map_err(|e| PushSetupError::Destination(format!("{key}: {e}")))?;
+            Signer::new(&destination.signing_keys).map_err(|e| {
+                PushSetupError::Destination(format!(
+                    "{key}.signing_keys (destination {name:?}): {e}"
+                ))
+            })?;
             if !names.insert(name.to_owned()) {
                 return Err(PushSetupError::Destination(format!(
-                    "two destinations are named {name:?}"
+                    "{key}.name: two destinations are named {name:?}"
                 )));
             }
             out.push(destination);
@@ -297,11 +310,22 @@ impl PushSettings {
             return Ok(None);
         };
         let master = match (&k.master_key_env, &k.master_key_file) {
-            (Some(var), None) => MasterKey::from_env(var)?,
-            (None, Some(path)) => MasterKey::from_file(path)?,
+            (Some(var), None) => {
+                MasterKey::from_env(var).map_err(|e| PushSetupError::MasterKey {
+                    key: "push.key_ring.master_key_env",
+                    source: e,
+                })?
+            }
+            (None, Some(path)) => {
+                MasterKey::from_file(path).map_err(|e| PushSetupError::MasterKey {
+                    key: "push.key_ring.master_key_file",
+                    source: e,
+                })?
+            }
             _ => {
                 return Err(PushSetupError::SecretSource {
-                    what: "push key ring: master key (master_key_env or master_key_file)".into(),
+                    what: "push.key_ring: the master key (master_key_env or master_key_file)"
+                        .into(),
                 });
             }
         };
@@ -338,7 +362,8 @@ impl PushSettings {
 
     /// The outbox over `store` per PUSH.md §6: destinations resolved, and the store sealed with
     /// `key_ring` when given (always, for a persistent store). A persistent store without a key
-    /// ring is refused (`UnsealedRefused`) unless `allow_unsealed` is set.
+    /// ring is refused (`UnsealedRefused`) unless `allow_unsealed` is set; then a warning is logged
+    /// when a destination has credentials (they are stored unsealed).
     pub fn outbox(
         &self,
         store: Arc<dyn PushStore>,
@@ -346,12 +371,16 @@ impl PushSettings {
         key_ring: Option<Arc<dyn KeyRing>>,
         tenant: TenantId,
     ) -> Result<Outbox, PushSetupError> {
-        let outbox = Outbox::new(store, self.destinations()?);
+        let destinations = self.destinations()?;
+        let credentials = destinations.iter().any(|d| d.authentication.is_some());
+        let outbox = Outbox::new(store, destinations);
         match key_ring {
             Some(keys) => Ok(outbox.sealed(keys, tenant)),
             None if persistent && !self.allow_unsealed => Err(PushSetupError::UnsealedRefused),
             None => {
-                if persistent {
+                // Only a destination's `authentication` is sealed: without one there is nothing
+                // stored unsealed to warn about.
+                if persistent && credentials {
                     tracing::warn!(
                         "push credentials are stored unsealed (push.allow_unsealed = true)"
                     );
@@ -432,6 +461,33 @@ mod tests {
             let settings = parse(case.clone()).unwrap();
             assert!(settings.destinations().is_err(), "{case}");
         }
+    }
+
+    #[test]
+    fn a_url_with_userinfo_is_refused_at_start_up_without_echoing_it() {
+        let settings = parse(serde_json::json!({
+            "destinations": [{ "name": "ops", "url": "https://hookuser:hookpass77@h.example/in?k=v" }]
+        }))
+        .unwrap();
+        match settings.destinations() {
+            Err(error @ PushSetupError::Destination(_)) => {
+                let text = format!("{error} {error:?}");
+                assert!(text.contains("`authentication`"), "{text}");
+                for leak in ["hookpass77", "hookuser", "k=v"] {
+                    assert!(!text.contains(leak), "{text} leaks {leak}");
+                }
+            }
+            other => panic!("expected a destination error, got {other:?}"),
+        }
+        // A query string alone is accepted.
+        let settings = parse(serde_json::json!({
+            "destinations": [{ "name": "ops", "url": "https://h.example/in?k=v" }]
+        }))
+        .unwrap();
+        assert_eq!(
+            settings.destinations().unwrap()[0].url,
+            "https://h.example/in?k=v"
+        );
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use crewbus::client::uuid_of;
-use crewbus_domain::{DeliveryId, Uuid};
+use crewbus_domain::{DeliveryId, RunId, Uuid};
 use reqwest::Method;
 use serde_json::json;
 
@@ -590,7 +590,8 @@ pub async fn bad_input_of_every_kind_gets_a_clear_error(app: &TestApp) {
 }
 
 /// `run` is threaded through send, confirm and acknowledge: the run's journal gets the bus's
-/// records; another agent's run is 403, a sealed run 409.
+/// records; another agent's run is 403, another team's run 404 (like an unknown one, also when
+/// it bears the acting agent's id), a sealed run 409.
 pub async fn runs_get_the_bus_records_of_send_confirm_and_acknowledge(app: &TestApp) {
     use crewbus_domain::{RecordKind, RunOutcome, Seq};
     let [alice, bob] = &app.agents[..] else {
@@ -599,6 +600,20 @@ pub async fn runs_get_the_bus_records_of_send_confirm_and_acknowledge(app: &Test
     let now = app.bus.ports().clock.now();
     let alice_run = app.journal.admit(app.team.id, alice.id, now).await.unwrap();
     let bob_run = app.journal.admit(app.team.id, bob.id, now).await.unwrap();
+    // Another team's runs: its own agent's, and ones bearing alice's and bob's ids.
+    let other = app
+        .bus
+        .add_team(&format!("team-{}", Uuid::new_v4().simple()), None, None)
+        .await
+        .unwrap();
+    let mallory = app.bus.add_agent(other.id, "mallory").await.unwrap().agent;
+    let foreign_run = |agent: Uuid| {
+        let journal = Arc::clone(&app.journal);
+        async move { journal.admit(other.id, agent, now).await.unwrap() }
+    };
+    let mallory_run = foreign_run(mallory.id).await;
+    let alice_elsewhere = foreign_run(alice.id).await;
+    let bob_elsewhere = foreign_run(bob.id).await;
     let conv = uuid_of(
         &alice
             .client
@@ -628,7 +643,42 @@ pub async fn runs_get_the_bus_records_of_send_confirm_and_acknowledge(app: &Test
         .await
         .unwrap_err();
     assert_eq!((e.status, e.code.as_str()), (403, "forbidden"));
+    for (i, run) in [mallory_run, alice_elsewhere, RunId::new()]
+        .into_iter()
+        .enumerate()
+    {
+        let e = alice
+            .client
+            .ok(
+                Method::POST,
+                &path,
+                Some(json!({"request_id": format!("f{i}"), "body": "x", "run": run})),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (e.status, e.code.as_str()),
+            (404, "not_found"),
+            "send, run {i}"
+        );
+    }
     let got = fetch_n(bob, 1).await;
+    for (i, run) in [mallory_run, bob_elsewhere].into_iter().enumerate() {
+        let e = bob
+            .client
+            .ok(
+                Method::POST,
+                "/v1/inbox/confirm",
+                Some(json!({"deliveries": delivery_ids(&got), "run": run})),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (e.status, e.code.as_str()),
+            (404, "not_found"),
+            "confirm, run {i}"
+        );
+    }
     let r = bob
         .client
         .ok(
@@ -647,6 +697,22 @@ pub async fn runs_get_the_bus_records_of_send_confirm_and_acknowledge(app: &Test
         )
         .await
         .unwrap();
+    for (i, run) in [mallory_run, bob_elsewhere].into_iter().enumerate() {
+        let e = bob
+            .client
+            .ok(
+                Method::POST,
+                &format!("/v1/messages/{message}/acknowledge"),
+                Some(json!({"run": run})),
+            )
+            .await
+            .unwrap_err();
+        assert_eq!(
+            (e.status, e.code.as_str()),
+            (404, "not_found"),
+            "acknowledge, run {i}"
+        );
+    }
     let kinds = |records: Vec<crewbus_domain::Record>| -> Vec<&'static str> {
         records
             .into_iter()
@@ -663,6 +729,14 @@ pub async fn runs_get_the_bus_records_of_send_confirm_and_acknowledge(app: &Test
     assert_eq!(kinds(a), vec!["admitted", "sent"]);
     let b = app.journal.read(bob_run, Seq::FIRST, 100).await.unwrap();
     assert_eq!(kinds(b), vec!["admitted", "delivered", "acknowledged"]);
+    for run in [mallory_run, alice_elsewhere, bob_elsewhere] {
+        let records = app.journal.read(run, Seq::FIRST, 100).await.unwrap();
+        assert_eq!(
+            kinds(records),
+            vec!["admitted"],
+            "refused calls journal nothing"
+        );
+    }
     // A sealed run is a conflict.
     app.journal
         .seal(alice_run, RunOutcome::Succeeded, "done", now)

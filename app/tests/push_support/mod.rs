@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, Utc};
 use crewbus::push::{Destination, HttpTransport};
 use crewbus_domain::{PushAuthentication, RunId, Secret, TenantId, Uuid};
-use crewbus_memory::{MemoryJournal, MemoryLedger};
+use crewbus_memory::{ManualClock, MemoryJournal, MemoryLedger};
 use crewbus_ports::Journal;
 
 /// Signing secrets (Standard Webhooks form) used across the tests.
@@ -48,6 +48,9 @@ struct ReceiverState {
     hits: Vec<Hit>,
     /// path → scripted answers (status, Retry-After seconds); 200 once used up.
     scripts: HashMap<String, VecDeque<(u16, Option<u64>)>>,
+    /// How long a `/slow/` request takes: the clock the sender reads is moved by this much
+    /// before the answer (a receiver that is slow on the sender's clock, without a real wait).
+    slow: Option<(ManualClock, Duration)>,
 }
 
 /// A real HTTP server on 127.0.0.1:0. Paths:
@@ -55,6 +58,7 @@ struct ReceiverState {
 /// - `/redirect`: 302 to `/page`; `/page`: 200 (a redirect that is followed shows up as a hit
 ///   on `/page`);
 /// - `/hang/<any>`: never answers;
+/// - `/slow/<any>`: like `/ok/`, but first moves the clock given to [`Receiver::slow`] forward;
 /// - `/auth/<any>`: 200 with `Authorization: Bearer <TOKEN>`, else 401.
 #[derive(Clone)]
 pub struct Receiver {
@@ -82,6 +86,12 @@ async fn handle(
     };
     if path.starts_with("/hang/") {
         std::future::pending::<()>().await;
+    }
+    if path.starts_with("/slow/") {
+        let slow = state.lock().unwrap().slow.clone();
+        if let Some((clock, by)) = slow {
+            clock.advance(by);
+        }
     }
     if path == "/redirect" {
         return (StatusCode::FOUND, [(header::LOCATION, "/page")]).into_response();
@@ -136,6 +146,11 @@ impl Receiver {
             .entry(path.to_owned())
             .or_default()
             .extend(answers);
+    }
+
+    /// Makes every `/slow/` request take `by` on `clock` (moved before the answer is sent).
+    pub fn slow(&self, clock: &ManualClock, by: Duration) {
+        self.state.lock().unwrap().slow = Some((clock.clone(), by));
     }
 
     pub fn hits(&self, path: &str) -> Vec<Hit> {
