@@ -1,6 +1,6 @@
 //! Conversations: create with members, list an agent's, read one (members only).
 
-use crewbus_domain::{Agent, BusError, BusResult, Conversation, Uuid};
+use crewbus_domain::{Agent, BusError, BusResult, Conversation, MAX_PAGE, Uuid};
 
 use crate::bus::Bus;
 
@@ -10,8 +10,10 @@ impl Bus {
     /// active agent of the creator's team (anything else). Its body backend is the team's
     /// default now, for life.
     ///
-    /// Errors: a name that names no active agent of the team → `Invalid` (naming it); otherwise
-    /// as `Ledger::create_conversation` (`Invalid` title or member id).
+    /// Errors: more than [`MAX_PAGE`] members → `Invalid`; a member that is no active agent of
+    /// the team (an unknown name or id, another team's agent, a revoked one) → `NotFound`
+    /// (naming it, as for every other unknown id); otherwise as `Ledger::create_conversation`
+    /// (`Invalid` title).
     pub async fn create_conversation(
         &self,
         creator: &Agent,
@@ -25,29 +27,32 @@ impl Bus {
             .await
     }
 
-    /// Resolves member strings to agent ids: a UUID is taken as an id (the ledger checks it);
-    /// a name is looked up among the creator's team's active agents (read once, only when a
-    /// name is given).
+    /// Resolves member strings to the ids of active agents of the creator's team (read once,
+    /// when there is a member): a string that parses as a UUID is matched by id, anything else
+    /// by name. The ledger checks the ids again in its transaction (an agent revoked in between
+    /// is `Invalid` there).
     async fn member_ids(&self, creator: &Agent, members: &[String]) -> BusResult<Vec<Uuid>> {
-        let mut team: Option<Vec<Agent>> = None;
+        if members.len() > MAX_PAGE {
+            return Err(BusError::invalid(format!(
+                "a conversation takes at most {MAX_PAGE} members"
+            )));
+        }
+        if members.is_empty() {
+            return Ok(Vec::new());
+        }
+        let team = self.ports.ledger.agents(creator.team).await?;
         let mut ids = Vec::with_capacity(members.len());
         for member in members {
-            if let Ok(id) = Uuid::parse_str(member) {
-                ids.push(id);
-                continue;
-            }
-            if team.is_none() {
-                team = Some(self.ports.ledger.agents(creator.team).await?);
-            }
+            let id = Uuid::parse_str(member).ok();
             let found = team
                 .iter()
-                .flatten()
-                .find(|a| a.name == *member && a.revoked_at.is_none());
+                .find(|a| a.revoked_at.is_none() && id.map_or(a.name == *member, |id| a.id == id));
             match found {
                 Some(a) => ids.push(a.id),
                 None => {
-                    return Err(BusError::invalid(format!(
-                        "member {member:?} is neither an agent id nor the name of an active agent of the team"
+                    return Err(BusError::not_found(format!(
+                        "member {member:?}: neither the id nor the name of an active agent of \
+                         the team"
                     )));
                 }
             }

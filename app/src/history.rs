@@ -56,7 +56,8 @@ impl History {
 impl Bus {
     /// A page of `conversation` after `after_seq`, for a member. An unreachable backend yields an
     /// explained empty body (`Unavailable`), never a failed page. Errors: not a member, unknown
-    /// or another team's conversation → `NotFound`; bad `limit` → `Invalid`.
+    /// or another team's conversation → `NotFound`; bad `limit`, `after_seq` above
+    /// [`crewbus_domain::MAX_POSITION`] → `Invalid`.
     pub async fn history(
         &self,
         agent: &Agent,
@@ -65,6 +66,7 @@ impl Bus {
         limit: usize,
     ) -> BusResult<History> {
         crewbus_domain::validate_limit(limit)?;
+        crewbus_domain::validate_position("after_seq", after_seq)?;
         self.conversation_for(agent, conversation).await?;
         let page = self
             .ports

@@ -102,8 +102,8 @@ impl Bus {
 
     /// Up to `limit` records of `agent`'s run from `from_seq` (ascending; empty past the end).
     ///
-    /// Errors: `limit` 0 or above `MAX_PAGE`, `from_seq` 0 → `Invalid`; unknown run or another
-    /// team's → `NotFound`; another agent's → `Forbidden`.
+    /// Errors: `limit` 0 or above `MAX_PAGE`, `from_seq` 0 or above `MAX_POSITION` → `Invalid`;
+    /// unknown run or another team's → `NotFound`; another agent's → `Forbidden`.
     pub async fn run_records(
         &self,
         agent: &Agent,
@@ -119,6 +119,7 @@ impl Bus {
         if from_seq.0 == 0 {
             return Err(BusError::invalid("from_seq starts at 1"));
         }
+        crewbus_domain::validate_position("from_seq", from_seq.0)?;
         self.own_run(agent, run).await?;
         self.ports
             .journal

@@ -675,14 +675,14 @@ async fn bus_errors_are_tool_results_with_their_code_and_bad_requests_are_protoc
             )
             .await;
         assert_eq!(error_code(&r), "not_found");
-        // An unknown member name is invalid, and named.
+        // An unknown member name is an unknown id (not_found), and named.
         let r = a
             .call(
                 "create_conversation",
                 json!({"title": "t", "members": ["nobody-such"]}),
             )
             .await;
-        assert_eq!(error_code(&r), "invalid");
+        assert_eq!(error_code(&r), "not_found");
         assert!(
             r["content"][0]["text"]
                 .as_str()
@@ -1073,7 +1073,11 @@ async fn answers_are_server_sent_events_and_the_http_api_takes_member_names_too(
         )
         .await
         .unwrap();
-    assert_eq!((status, v["code"].as_str()), (400, Some("invalid")), "{v}");
+    assert_eq!(
+        (status, v["code"].as_str()),
+        (404, Some("not_found")),
+        "{v}"
+    );
     app.finish_test().await;
 }
 

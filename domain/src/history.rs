@@ -17,6 +17,21 @@ pub fn validate_limit(limit: usize) -> BusResult<()> {
     Ok(())
 }
 
+/// Largest position (`seq`) a cursor may name: `i64::MAX`, the largest a ledger stores (a
+/// Postgres `BIGINT`), so every position fits the OpenAPI `int64` the API documents.
+pub const MAX_POSITION: u64 = i64::MAX as u64;
+
+/// Validates a cursor position named `what` (`after_seq`, `from_seq`): at most
+/// [`MAX_POSITION`]. Errors: [`BusError::Invalid`] naming `what`.
+pub fn validate_position(what: &str, position: u64) -> BusResult<()> {
+    if position > MAX_POSITION {
+        return Err(BusError::invalid(format!(
+            "{what} must be at most {MAX_POSITION}"
+        )));
+    }
+    Ok(())
+}
+
 /// Why a history item carries no body.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -157,5 +172,19 @@ mod tests {
     fn limits() {
         assert!(validate_limit(1).is_ok() && validate_limit(MAX_PAGE).is_ok());
         assert!(validate_limit(0).is_err() && validate_limit(MAX_PAGE + 1).is_err());
+    }
+
+    #[test]
+    fn positions_fit_an_int64() {
+        assert!(validate_position("after_seq", 0).is_ok());
+        assert!(validate_position("after_seq", MAX_POSITION).is_ok());
+        assert!(matches!(
+            validate_position("after_seq", MAX_POSITION + 1),
+            Err(BusError::Invalid { .. })
+        ));
+        assert!(matches!(
+            validate_position("from_seq", u64::MAX),
+            Err(BusError::Invalid { .. })
+        ));
     }
 }

@@ -36,7 +36,9 @@ pub use delivery::{
 };
 pub use envelope::Envelope;
 pub use error::{BusError, BusResult, Source};
-pub use history::{Absence, HistoryItem, HistoryPage, MAX_PAGE, validate_limit};
+pub use history::{
+    Absence, HistoryItem, HistoryPage, MAX_PAGE, MAX_POSITION, validate_limit, validate_position,
+};
 pub use ids::{RunId, Seq, TenantId};
 pub use inbox::{InboxRef, InboxStatus, MAX_RECIPIENT_KEY_LEN, validate_recipient_key};
 pub use inbox_event::{InboxEvent, ReferencePayload};

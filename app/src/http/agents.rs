@@ -9,16 +9,16 @@ use super::error::{ApiResult, ErrorBody};
 use super::views::AgentView;
 
 /// The calling agent.
-#[utoipa::path(get, path = "/v1/me", tag = "agents",
-    responses((status = 200, body = AgentView), (status = 401, body = ErrorBody)),
+#[utoipa::path(get, path = "/v1/me", tag = "agents", operation_id = "whoami",
+    responses((status = 200, body = AgentView), (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn me(Authenticated(agent): Authenticated) -> Json<AgentView> {
     Json(agent.into())
 }
 
 /// The agents of the caller's team (ids to put in a conversation).
-#[utoipa::path(get, path = "/v1/agents", tag = "agents",
-    responses((status = 200, body = Vec<AgentView>), (status = 401, body = ErrorBody)),
+#[utoipa::path(get, path = "/v1/agents", tag = "agents", operation_id = "list_agents",
+    responses((status = 200, body = Vec<AgentView>), (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list(
     State(state): State<AppState>,

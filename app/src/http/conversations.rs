@@ -15,10 +15,12 @@ use super::views::{
 
 /// Create a conversation with members of the caller's team.
 #[utoipa::path(post, path = "/v1/conversations", tag = "conversations",
+    operation_id = "create_conversation",
     request_body = CreateConversation,
     responses((status = 201, body = ConversationView),
-        (status = 400, description = "bad title or member", body = ErrorBody),
-        (status = 401, body = ErrorBody)),
+        (status = 400, description = "bad title, or more than 1000 members", body = ErrorBody),
+        (status = 404, description = "a member is no active agent of the team (named)", body = ErrorBody),
+        (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn create(
     State(state): State<AppState>,
@@ -34,7 +36,8 @@ pub async fn create(
 
 /// The caller's conversations, oldest first.
 #[utoipa::path(get, path = "/v1/conversations", tag = "conversations",
-    responses((status = 200, body = Vec<ConversationView>), (status = 401, body = ErrorBody)),
+    operation_id = "list_conversations",
+    responses((status = 200, body = Vec<ConversationView>), (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn list(
     State(state): State<AppState>,
@@ -46,9 +49,11 @@ pub async fn list(
 
 /// One conversation the caller is a member of.
 #[utoipa::path(get, path = "/v1/conversations/{id}", tag = "conversations",
+    operation_id = "get_conversation",
     params(("id" = Uuid, Path, description = "conversation id")),
     responses((status = 200, body = ConversationView),
         (status = 400, description = "bad id", body = ErrorBody),
+        (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody),
         (status = 404, description = "unknown, another team's, or not a member", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn get(
@@ -61,13 +66,18 @@ pub async fn get(
 
 /// Send a message, idempotent on `request_id`. `201` when created, `200` for a repeat.
 #[utoipa::path(post, path = "/v1/conversations/{id}/messages", tag = "messages",
+    operation_id = "send_message",
     params(("id" = Uuid, Path, description = "conversation id")),
     request_body = SendMessage,
     responses((status = 201, body = SentView), (status = 200, description = "a repeat", body = SentView),
-        (status = 400, body = ErrorBody), (status = 403, description = "not a member", body = ErrorBody),
-        (status = 404, body = ErrorBody), (status = 409, description = "same request_id, other body", body = ErrorBody),
+        (status = 400, body = ErrorBody), (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody),
+        (status = 403, description = "the run is another agent's", body = ErrorBody),
+        (status = 404, description = "unknown conversation or run, another team's, or not a member", body = ErrorBody),
+        (status = 409, description = "same request_id, other body; or the run is sealed", body = ErrorBody),
         (status = 413, description = "body above the limit", body = ErrorBody),
-        (status = 503, body = ErrorBody)),
+        (status = 429, description = "the team's quota is exhausted", body = ErrorBody),
+        (status = 503, description = "not stored; retry with the same request_id", body = ErrorBody),
+        (status = 507, description = "the body backend has no room for the team", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn send(
     State(state): State<AppState>,
@@ -96,10 +106,12 @@ pub async fn send(
 /// History by `seq`. A page stops at the first pending message (shown with `absence:
 /// "pending"`); read again from `next_after_seq`.
 #[utoipa::path(get, path = "/v1/conversations/{id}/messages", tag = "messages",
+    operation_id = "read_conversation",
     params(("id" = Uuid, Path, description = "conversation id"), HistoryQuery),
     responses((status = 200, body = HistoryView),
         (status = 400, description = "bad id or paging", body = ErrorBody),
-        (status = 404, body = ErrorBody)),
+        (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody),
+        (status = 404, description = "unknown, another team's, or not a member", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn history(
     State(state): State<AppState>,

@@ -1,18 +1,42 @@
 //! Extractors whose rejections are the API's JSON errors (`invalid`, `too_large`) instead of
 //! axum's plain-text ones.
 
+use std::marker::PhantomData;
+
 use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::StatusCode;
 use axum::http::request::Parts;
 use crewbus_domain::BusError;
-use serde::de::DeserializeOwned;
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{Deserialize, DeserializeOwned, Deserializer, MapAccess, Visitor};
 
 use super::error::ApiError;
 
 /// `Json<T>` answering malformed JSON with `400 invalid` and an oversize request with
-/// `413 too_large`.
+/// `413 too_large`. The body must be a JSON object ([`Object`]).
 pub struct ApiJson<T>(pub T);
+
+/// A request body struct read only from a JSON object. serde's derived structs also take a JSON
+/// array of their fields in order (`["id", "text"]` as a send), which the document does not
+/// allow; this refuses anything but an object (`400 invalid`, "request body does not fit").
+struct Object<T>(T);
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for Fields<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+        d.deserialize_map(Fields(PhantomData)).map(Object)
+    }
+}
 
 impl<S, T> FromRequest<S> for ApiJson<T>
 where
@@ -27,8 +51,8 @@ where
             .get(axum::http::header::CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        match axum::Json::<T>::from_request(req, state).await {
-            Ok(axum::Json(v)) => Ok(ApiJson(v)),
+        match axum::Json::<Object<T>>::from_request(req, state).await {
+            Ok(axum::Json(Object(v))) => Ok(ApiJson(v)),
             Err(rejection) => Err(json_rejection(rejection, declared)),
         }
     }
@@ -113,8 +137,9 @@ fn query_rejection(rejection: QueryRejection) -> ApiError {
     ApiError(BusError::invalid(reason))
 }
 
-/// A JSON body that may be left out entirely (an empty body is `T::default()`). Malformed JSON
-/// is `400 invalid`; an oversize body `413 too_large`.
+/// A JSON body that may be left out entirely: an empty body, or JSON `null` (what the document
+/// allows for an optional body), is `T::default()`. Malformed JSON is `400 invalid`; an
+/// oversize body `413 too_large`.
 pub struct ApiJsonOrDefault<T>(pub T);
 
 impl<S, T> FromRequest<S> for ApiJsonOrDefault<T>
@@ -138,11 +163,11 @@ where
                 });
             }
         };
-        if bytes.iter().all(u8::is_ascii_whitespace) {
+        if bytes.iter().all(u8::is_ascii_whitespace) || bytes.trim_ascii() == b"null" {
             return Ok(ApiJsonOrDefault(T::default()));
         }
-        serde_json::from_slice(&bytes)
-            .map(ApiJsonOrDefault)
+        serde_json::from_slice::<Object<T>>(&bytes)
+            .map(|Object(v)| ApiJsonOrDefault(v))
             .map_err(|e| {
                 ApiError(BusError::invalid(if e.is_syntax() || e.is_eof() {
                     "request body is not valid JSON".to_owned()
@@ -150,5 +175,33 @@ where
                     format!("request body does not fit: {e}")
                 }))
             })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::views::{AcknowledgeRequest, FetchRequest, SendMessage};
+
+    fn object<T: DeserializeOwned>(json: &str) -> Result<T, serde_json::Error> {
+        serde_json::from_str::<Object<T>>(json).map(|Object(v)| v)
+    }
+
+    #[test]
+    fn a_request_body_is_an_object_never_an_array_of_its_fields() {
+        let sent: SendMessage = object(r#"{"request_id": "r1", "body": "hi"}"#).unwrap();
+        assert_eq!((sent.request_id.as_str(), sent.body.as_str()), ("r1", "hi"));
+        // serde's derived struct alone takes this; the API does not.
+        assert!(serde_json::from_str::<SendMessage>(r#"["r1", "hi"]"#).is_ok());
+        assert!(
+            object::<SendMessage>(r#"["r1", "hi"]"#)
+                .unwrap_err()
+                .is_data()
+        );
+        assert!(object::<FetchRequest>("[]").unwrap_err().is_data());
+        assert!(object::<AcknowledgeRequest>("5").unwrap_err().is_data());
+        // Unknown fields are still refused through the wrapper.
+        assert!(object::<AcknowledgeRequest>(r#"{"other": 1}"#).is_err());
+        assert!(object::<AcknowledgeRequest>("{}").unwrap().run.is_none());
     }
 }

@@ -14,10 +14,12 @@ use super::views::{ConfirmRequest, ConfirmView, FetchRequest, FetchView, InboxSt
 /// processed, or it comes back (marked `redelivered`) after the hand-out grace. With `wait_ms`,
 /// waits up to that long for a message when none can be handed out now (an empty page after
 /// the wait, or at once when the server shuts down).
-#[utoipa::path(post, path = "/v1/inbox/fetch", tag = "inbox",
-    request_body(content = FetchRequest, description = "optional; limit defaults to 10"),
-    responses((status = 200, body = FetchView), (status = 400, description = "bad limit or wait_ms", body = ErrorBody),
-        (status = 401, body = ErrorBody)),
+#[utoipa::path(post, path = "/v1/inbox/fetch", tag = "inbox", operation_id = "fetch_inbox",
+    request_body(content = Option<FetchRequest>, description = "optional (an empty body is `{}`)"),
+    responses((status = 200, body = FetchView),
+        (status = 400, description = "bad limit or wait_ms, malformed body", body = ErrorBody),
+        (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody),
+        (status = 503, description = "the inbox backend did not answer; retry", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn fetch(
     State(state): State<AppState>,
@@ -33,9 +35,13 @@ pub async fn fetch(
 
 /// Confirm deliveries by id: the receipt is committed, then the inbox reference acknowledged.
 /// A second confirm changes nothing and says `already_confirmed`.
-#[utoipa::path(post, path = "/v1/inbox/confirm", tag = "inbox",
+#[utoipa::path(post, path = "/v1/inbox/confirm", tag = "inbox", operation_id = "confirm_deliveries",
     request_body = ConfirmRequest,
     responses((status = 200, body = ConfirmView), (status = 400, body = ErrorBody),
+        (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody),
+        (status = 403, description = "the run is another agent's", body = ErrorBody),
+        (status = 404, description = "unknown run, or another team's", body = ErrorBody),
+        (status = 409, description = "the run is sealed", body = ErrorBody),
         (status = 503, description = "not committed; retry", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn confirm(
@@ -49,8 +55,9 @@ pub async fn confirm(
 }
 
 /// The caller's inbox as its backend reports it.
-#[utoipa::path(get, path = "/v1/inbox/status", tag = "inbox",
+#[utoipa::path(get, path = "/v1/inbox/status", tag = "inbox", operation_id = "inbox_status",
     responses((status = 200, body = InboxStatusView),
+        (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody),
         (status = 503, description = "the inbox backend did not answer", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn status(

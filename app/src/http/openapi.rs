@@ -1,10 +1,14 @@
-//! The OpenAPI document, generated from the handlers and views.
+//! The OpenAPI document, generated from the handlers and views ([`ApiDoc`]), with the limits
+//! that come from the server's configuration filled in when it is served ([`document`]).
 
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{Object, Schema};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::error::ErrorBody;
 use super::views::*;
+use crate::bus::BusSettings;
 use crate::health::HealthReport;
 
 /// The crewbus HTTP API.
@@ -40,7 +44,7 @@ use crate::health::HealthReport;
         ErrorBody, AgentView, CreateConversation, ConversationView, SendMessage, MessageView,
         SentView, HistoryItemView, HistoryView, FetchRequest, DeliveryView, FetchView,
         ConfirmRequest, ConfirmItemView, ConfirmView, AcknowledgeRequest, ReceiptView,
-        InboxStatusView, HealthReport, RunView, SealRequest, RecordView, RecordsView
+        InboxStatusView, HealthReport, RunView, Outcome, SealRequest, RecordView, RecordsView
     )),
     modifiers(&BearerAuth)
 )]
@@ -55,5 +59,298 @@ impl Modify for BearerAuth {
             "bearer",
             SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
         );
+    }
+}
+
+/// The document `GET /openapi.json` serves: [`ApiDoc`] with the configured limits of this
+/// server as the `maximum` of `FetchRequest`'s `limit` (`bus.max_fetch`) and `wait_ms`
+/// (`bus.max_wait_ms`, in ms), so a client or a test generator sees the bounds it is held to.
+pub fn document(settings: &BusSettings) -> utoipa::openapi::OpenApi {
+    let mut doc = ApiDoc::openapi();
+    let fetch = doc
+        .components
+        .as_mut()
+        .and_then(|c| c.schemas.get_mut("FetchRequest"));
+    if let Some(RefOr::T(Schema::Object(fetch))) = fetch {
+        let max_wait_ms = usize::try_from(settings.max_wait.as_millis()).unwrap_or(usize::MAX);
+        set_maximum(fetch, "limit", settings.max_fetch);
+        set_maximum(fetch, "wait_ms", max_wait_ms);
+    }
+    doc
+}
+
+/// Sets the `maximum` of the integer property `name` (left alone when it is not an inline
+/// object schema, which the tests would catch).
+fn set_maximum(object: &mut Object, name: &str, maximum: usize) {
+    if let Some(RefOr::T(Schema::Object(p))) = object.properties.get_mut(name) {
+        p.maximum = Some(utoipa::Number::UInt(maximum));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    use crewbus_domain::{MAX_NAME_LEN, MAX_PAGE, MAX_REQUEST_ID_LEN, RunOutcome};
+    use serde_json::Value;
+
+    use super::*;
+
+    fn served(settings: &BusSettings) -> Value {
+        serde_json::to_value(document(settings)).unwrap()
+    }
+
+    fn default_doc() -> Value {
+        served(&BusSettings::default())
+    }
+
+    /// Every operation of the document: (method, path, operation).
+    fn operations(doc: &Value) -> Vec<(String, String, Value)> {
+        let mut ops = Vec::new();
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                ops.push((method.clone(), path.clone(), op.clone()));
+            }
+        }
+        ops
+    }
+
+    fn operation(doc: &Value, method: &str, path: &str) -> Value {
+        doc["paths"][path][method].clone()
+    }
+
+    fn component(doc: &Value, name: &str) -> Value {
+        doc["components"]["schemas"][name].clone()
+    }
+
+    #[test]
+    fn every_operation_has_its_own_operation_id() {
+        let doc = default_doc();
+        let mut seen = HashSet::new();
+        for (method, path, op) in operations(&doc) {
+            let id = op["operationId"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{method} {path}"));
+            assert!(
+                seen.insert(id.to_owned()),
+                "operationId {id} twice ({method} {path})"
+            );
+        }
+        assert_eq!(seen.len(), 19);
+    }
+
+    #[test]
+    fn path_parameters_are_in_the_path_and_paging_in_the_query() {
+        let doc = default_doc();
+        for (method, path, op) in operations(&doc) {
+            for p in op["parameters"].as_array().into_iter().flatten() {
+                let name = p["name"].as_str().unwrap();
+                let templated = path.contains(&format!("{{{name}}}"));
+                assert_eq!(p["in"] == "path", templated, "{method} {path}: {p}");
+            }
+        }
+        for (path, names) in [
+            ("/v1/conversations/{id}/messages", ["after_seq", "limit"]),
+            ("/v1/runs/{id}/records", ["from_seq", "limit"]),
+        ] {
+            let params = operation(&doc, "get", path)["parameters"].clone();
+            for name in names {
+                let p = params
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .find(|p| p["name"] == name)
+                    .unwrap_or_else(|| panic!("{path}: no {name}"))
+                    .clone();
+                assert_eq!(p["in"], "query", "{p}");
+                assert_eq!(p["required"], false, "{p}");
+                if name == "limit" {
+                    assert_eq!(p["schema"]["minimum"], 1, "{p}");
+                    assert_eq!(p["schema"]["maximum"], MAX_PAGE, "{p}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_authenticated_operation_declares_401_and_every_body_400() {
+        let doc = default_doc();
+        let mut authenticated = 0;
+        for (method, path, op) in operations(&doc) {
+            let responses = op["responses"].as_object().unwrap();
+            if op.get("security").is_some() {
+                authenticated += 1;
+                assert!(responses.contains_key("401"), "{method} {path}");
+            }
+            if op.get("requestBody").is_some() {
+                assert!(responses.contains_key("400"), "{method} {path}");
+            }
+        }
+        // Every operation but /health and /metrics.
+        assert_eq!(authenticated, 17);
+    }
+
+    #[test]
+    fn optional_bodies_are_not_required_and_the_others_are() {
+        let doc = default_doc();
+        for path in ["/v1/inbox/fetch", "/v1/messages/{id}/acknowledge"] {
+            let body = &operation(&doc, "post", path)["requestBody"];
+            assert_ne!(body["required"], true, "{path}: {body}");
+        }
+        for path in [
+            "/v1/conversations",
+            "/v1/conversations/{id}/messages",
+            "/v1/inbox/confirm",
+            "/v1/runs/{id}/seal",
+        ] {
+            let body = &operation(&doc, "post", path)["requestBody"];
+            assert_eq!(body["required"], true, "{path}: {body}");
+        }
+    }
+
+    #[test]
+    fn the_served_document_carries_the_configured_fetch_limits() {
+        let settings = BusSettings {
+            max_fetch: 7,
+            max_wait: Duration::from_millis(500),
+            ..BusSettings::default()
+        };
+        let fetch = component(&served(&settings), "FetchRequest");
+        let limit = &fetch["properties"]["limit"];
+        assert_eq!(
+            (&limit["minimum"], &limit["maximum"]),
+            (&Value::from(1), &Value::from(7))
+        );
+        let wait = &fetch["properties"]["wait_ms"];
+        assert_eq!(
+            (&wait["minimum"], &wait["maximum"]),
+            (&Value::from(0), &Value::from(500))
+        );
+        // The defaults: bus.max_fetch 100, bus.max_wait_ms 50 000.
+        let fetch = component(&default_doc(), "FetchRequest");
+        assert_eq!(fetch["properties"]["limit"]["maximum"], 100);
+        assert_eq!(fetch["properties"]["wait_ms"]["maximum"], 50_000);
+    }
+
+    #[test]
+    fn confirm_takes_1_to_max_page_ids_and_members_at_most_max_page() {
+        let doc = default_doc();
+        let deliveries = &component(&doc, "ConfirmRequest")["properties"]["deliveries"];
+        assert_eq!(deliveries["minItems"], 1);
+        assert_eq!(deliveries["maxItems"], MAX_PAGE);
+        let members = &component(&doc, "CreateConversation")["properties"]["members"];
+        assert_eq!(members["maxItems"], MAX_PAGE);
+    }
+
+    #[test]
+    fn the_seal_outcome_is_the_enum_of_every_run_outcome() {
+        let doc = default_doc();
+        let outcome = component(&doc, "RunOutcome");
+        let names: Vec<&str> = outcome["enum"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{outcome}"))
+            .iter()
+            .map(|v| v.as_str().unwrap())
+            .collect();
+        let all = [
+            RunOutcome::Succeeded,
+            RunOutcome::Failed,
+            RunOutcome::Cancelled,
+        ];
+        assert_eq!(names, all.map(RunOutcome::as_str));
+        for o in all {
+            // The API's names are the domain's serde names, both ways.
+            let api = serde_json::to_value(Outcome::from(o)).unwrap();
+            assert_eq!(api, serde_json::to_value(o).unwrap());
+            assert_eq!(
+                RunOutcome::from(serde_json::from_value::<Outcome>(api).unwrap()),
+                o
+            );
+        }
+        let seal = component(&doc, "SealRequest");
+        assert_eq!(
+            seal["properties"]["outcome"]["$ref"],
+            "#/components/schemas/RunOutcome"
+        );
+        let run = component(&doc, "RunView");
+        assert!(
+            run["properties"]["outcome"]
+                .to_string()
+                .contains("RunOutcome"),
+            "{run}"
+        );
+    }
+
+    /// A string schema's rule: its pattern (ECMA-262 as written, here read by the `regex` crate)
+    /// and its length bounds, in characters.
+    struct StringRule {
+        pattern: regex::Regex,
+        min: usize,
+        max: usize,
+    }
+
+    impl StringRule {
+        fn of(schema: &Value) -> Self {
+            StringRule {
+                pattern: regex::Regex::new(schema["pattern"].as_str().unwrap()).unwrap(),
+                min: schema["minLength"].as_u64().unwrap() as usize,
+                max: schema["maxLength"].as_u64().unwrap() as usize,
+            }
+        }
+
+        fn allows(&self, s: &str) -> bool {
+            let n = s.chars().count();
+            self.pattern.is_match(s) && (self.min..=self.max).contains(&n)
+        }
+    }
+
+    /// Strings around every code point of the Basic Multilingual Plane's first 0x3100 and a few
+    /// above: the character alone, between letters, between spaces, and long runs.
+    fn samples() -> Vec<String> {
+        let mut out = vec![String::new()];
+        let chars = (0..0x3100u32)
+            .chain([0xFEFF, 0xFFFD, 0x1F600, 0x10FFFF])
+            .filter_map(char::from_u32);
+        for c in chars {
+            out.push(c.to_string());
+            out.push(format!("a{c}b"));
+            out.push(format!(" {c} "));
+        }
+        for n in [127, 128, 129] {
+            out.push("x".repeat(n));
+            out.push("é".repeat(n));
+        }
+        out
+    }
+
+    #[test]
+    fn the_title_schema_is_validate_name() {
+        let doc = default_doc();
+        let title = &component(&doc, "CreateConversation")["properties"]["title"];
+        let rule = StringRule::of(title);
+        assert_eq!(rule.max, MAX_NAME_LEN);
+        for s in samples() {
+            assert_eq!(
+                rule.allows(&s),
+                crewbus_domain::validate_name("title", &s).is_ok(),
+                "{s:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_request_id_schema_is_validate_request_id() {
+        let doc = default_doc();
+        let request_id = &component(&doc, "SendMessage")["properties"]["request_id"];
+        let rule = StringRule::of(request_id);
+        assert_eq!(rule.max, MAX_REQUEST_ID_LEN);
+        for s in samples() {
+            assert_eq!(
+                rule.allows(&s),
+                crewbus_domain::validate_request_id(&s).is_ok(),
+                "{s:?}"
+            );
+        }
     }
 }

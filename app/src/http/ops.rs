@@ -5,7 +5,6 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::IntoResponse;
 use crewbus_domain::BusError;
-use utoipa::OpenApi;
 
 use super::AppState;
 use super::error::ApiError;
@@ -14,7 +13,7 @@ use crate::metrics::Format;
 
 /// Liveness and readiness: `200` when the ledger answers, `503` when it does not. The broker is
 /// reported and never fails the probe.
-#[utoipa::path(get, path = "/health", tag = "operations",
+#[utoipa::path(get, path = "/health", tag = "operations", operation_id = "health",
     responses((status = 200, body = HealthReport), (status = 503, body = HealthReport)))]
 pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
     let report = state.bus.health().await;
@@ -28,7 +27,7 @@ pub async fn health(State(state): State<AppState>) -> impl IntoResponse {
 
 /// Prometheus metrics: the text exposition format 0.0.4, or OpenMetrics 1.0 when `Accept` asks for
 /// `application/openmetrics-text` ([`Format::negotiate`]).
-#[utoipa::path(get, path = "/metrics", tag = "operations",
+#[utoipa::path(get, path = "/metrics", tag = "operations", operation_id = "metrics",
     responses((status = 200,
         description = "Prometheus text 0.0.4, or OpenMetrics text when negotiated",
         content_type = "text/plain")))]
@@ -41,9 +40,9 @@ pub async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> impl 
     )
 }
 
-/// This document.
-pub async fn openapi() -> impl IntoResponse {
-    Json(super::openapi::ApiDoc::openapi())
+/// This document, with this server's configured limits ([`super::openapi::document`]).
+pub async fn openapi(State(state): State<AppState>) -> impl IntoResponse {
+    Json(super::openapi::document(&state.bus.settings))
 }
 
 /// Any other path.

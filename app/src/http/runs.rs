@@ -14,8 +14,8 @@ use super::views::{RecordsQuery, RecordsView, RunView, SealRequest};
 
 /// Admit a run for the caller: `RunAdmitted` is journaled and the operator's push destinations
 /// are registered for it. If registering fails the run is sealed `failed` and the request fails.
-#[utoipa::path(post, path = "/v1/runs", tag = "runs",
-    responses((status = 201, body = RunView), (status = 401, body = ErrorBody),
+#[utoipa::path(post, path = "/v1/runs", tag = "runs", operation_id = "start_run",
+    responses((status = 201, body = RunView), (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody),
         (status = 503, description = "journal or push store unavailable (a run whose registration failed is sealed failed)", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn admit(
@@ -27,9 +27,10 @@ pub async fn admit(
 }
 
 /// One of the caller's runs.
-#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs",
+#[utoipa::path(get, path = "/v1/runs/{id}", tag = "runs", operation_id = "get_run",
     params(("id" = Uuid, Path, description = "run id")),
     responses((status = 200, body = RunView), (status = 400, body = ErrorBody),
+        (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody),
         (status = 403, description = "another agent's run", body = ErrorBody),
         (status = 404, description = "unknown or another team's", body = ErrorBody)),
     security(("bearer" = [])))]
@@ -43,9 +44,10 @@ pub async fn get(
 
 /// Resume the caller's open run (`RunResumed`); its push registrations are opened again without
 /// rewinding any receiver's cursor. A registration failure fails the resume.
-#[utoipa::path(post, path = "/v1/runs/{id}/resume", tag = "runs",
+#[utoipa::path(post, path = "/v1/runs/{id}/resume", tag = "runs", operation_id = "resume_run",
     params(("id" = Uuid, Path, description = "run id")),
     responses((status = 200, body = RunView), (status = 400, body = ErrorBody),
+        (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody),
         (status = 403, description = "another agent's run", body = ErrorBody),
         (status = 404, description = "unknown or another team's", body = ErrorBody),
         (status = 409, description = "the run is sealed", body = ErrorBody),
@@ -60,10 +62,11 @@ pub async fn resume(
 }
 
 /// Seal the caller's run (the terminal record; nothing is appended after it).
-#[utoipa::path(post, path = "/v1/runs/{id}/seal", tag = "runs",
+#[utoipa::path(post, path = "/v1/runs/{id}/seal", tag = "runs", operation_id = "seal_run",
     params(("id" = Uuid, Path, description = "run id")),
     request_body = SealRequest,
     responses((status = 200, body = RunView), (status = 400, body = ErrorBody),
+        (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody),
         (status = 403, description = "another agent's run", body = ErrorBody),
         (status = 404, description = "unknown or another team's", body = ErrorBody),
         (status = 409, description = "already sealed", body = ErrorBody)),
@@ -76,15 +79,16 @@ pub async fn seal(
 ) -> ApiResult<Json<RunView>> {
     let run = state
         .bus
-        .seal_run(&agent, RunId(id), req.outcome, &req.reason)
+        .seal_run(&agent, RunId(id), req.outcome.into(), &req.reason)
         .await?;
     Ok(Json(run.into()))
 }
 
 /// A page of the caller's run's journal, from `from_seq`.
-#[utoipa::path(get, path = "/v1/runs/{id}/records", tag = "runs",
+#[utoipa::path(get, path = "/v1/runs/{id}/records", tag = "runs", operation_id = "read_run_records",
     params(("id" = Uuid, Path, description = "run id"), RecordsQuery),
     responses((status = 200, body = RecordsView), (status = 400, body = ErrorBody),
+        (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody),
         (status = 403, description = "another agent's run", body = ErrorBody),
         (status = 404, description = "unknown or another team's", body = ErrorBody)),
     security(("bearer" = [])))]

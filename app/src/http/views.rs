@@ -1,7 +1,8 @@
 //! The API's request and response bodies (JSON), documented in `/openapi.json`.
 
 use crewbus_domain::{
-    Absence, Agent, ConfirmOutcome, Conversation, DateTime, Message, Receipt, RunId, Utc, Uuid,
+    Absence, Agent, ConfirmOutcome, Conversation, DateTime, Message, Receipt, RunId, RunOutcome,
+    Utc, Uuid,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -37,11 +38,21 @@ impl From<Agent> for AgentView {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateConversation {
-    /// A title (1 to 128 characters, no control characters).
+    /// A title (1 to 128 characters, not only whitespace, no control characters).
+    // The pattern is `crewbus_domain::validate_name`'s rule (a test holds them together): a
+    // character neither control nor white space (Unicode `White_Space`), and no control
+    // character (`Cc`) anywhere.
+    #[schema(
+        min_length = 1,
+        max_length = 128,
+        pattern = r"^[^\x00-\x1F\x7F-\x9F]*[^\x00-\x20\x7F-\xA0\u1680\u2000-\u200A\u2028\u2029\u202F\u205F\u3000][^\x00-\x1F\x7F-\x9F]*$"
+    )]
     pub title: String,
-    /// The other members: each an agent id, or the name of an active agent of the caller's team
-    /// (see `GET /v1/agents`). An unknown name or id is `400 invalid`, naming it.
+    /// The other members (at most 1000): each an agent id, or the name of an active agent of
+    /// the caller's team (see `GET /v1/agents`). An unknown name or id is `400 invalid`, naming
+    /// it.
     #[serde(default)]
+    #[schema(max_items = 1000)]
     pub members: Vec<String>,
 }
 
@@ -78,6 +89,8 @@ impl From<Conversation> for ConversationView {
 pub struct SendMessage {
     /// The caller's idempotency key (1 to 128 visible ASCII characters): the same key with the
     /// same body returns the original message; with another body it is `409 conflict`.
+    // `crewbus_domain::validate_request_id`'s rule (a test holds them together).
+    #[schema(min_length = 1, max_length = 128, pattern = "^[!-~]+$")]
     pub request_id: String,
     /// The body (UTF-8, at most the team backend's limit, 1 MiB by default; larger is 413).
     pub body: String,
@@ -144,15 +157,19 @@ pub struct SentView {
     pub message: MessageView,
 }
 
-/// History paging.
+/// History paging (the query string).
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct HistoryQuery {
-    /// Return messages with `seq` greater than this. Default 0 (from the start).
+    /// Return messages with `seq` greater than this (0 to 2^63 − 1). Default 0 (from the
+    /// start).
     #[serde(default)]
+    #[param(minimum = 0)]
     pub after_seq: u64,
     /// At most this many (1 to 1000). Default 100.
     #[serde(default = "default_limit")]
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: usize,
 }
 
@@ -219,17 +236,74 @@ impl From<History> for HistoryView {
 }
 
 /// Fetch from the inbox.
+// The served document's `maximum` of `limit` and `wait_ms` are the server's configured
+// `bus.max_fetch` and `bus.max_wait_ms` (`super::openapi::document`).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FetchRequest {
-    /// At most this many deliveries (1 to the server's maximum, 100 by default). Default 10.
-    #[serde(default = "default_fetch")]
+    /// At most this many deliveries (1 to the server's `bus.max_fetch`, 100 by default).
+    /// Default 10.
+    #[serde(default = "default_fetch", deserialize_with = "whole::usize")]
+    #[schema(minimum = 1)]
     pub limit: usize,
     /// When nothing can be handed out now, wait up to this long for a delivery, ms (0 to the
     /// server's `bus.max_wait_ms`, 50 000 by default). Answers as soon as one is handed out,
     /// else an empty page after the wait. Default 0: answer at once.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole::u64")]
+    #[schema(minimum = 0)]
     pub wait_ms: u64,
+}
+
+/// Integer fields of request bodies. JSON Schema counts `2.0` as the integer 2 (what the
+/// document's `type: integer` promises), where serde's integer types refuse any JSON number
+/// written with a fraction or an exponent: these take a non-negative number with no fractional
+/// part. Anything else is the usual `400 invalid` ("request body does not fit").
+mod whole {
+    use std::fmt;
+
+    use serde::de::{self, Deserializer, Visitor};
+
+    struct Whole;
+
+    /// 2^64, the first `f64` above `u64::MAX`.
+    const TWO_POW_64: f64 = 18_446_744_073_709_551_616.0;
+
+    impl Visitor<'_> for Whole {
+        type Value = u64;
+
+        fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            f.write_str("a non-negative whole number")
+        }
+
+        fn visit_u64<E: de::Error>(self, v: u64) -> Result<u64, E> {
+            Ok(v)
+        }
+
+        fn visit_i64<E: de::Error>(self, v: i64) -> Result<u64, E> {
+            u64::try_from(v).map_err(|_| E::invalid_value(de::Unexpected::Signed(v), &self))
+        }
+
+        fn visit_f64<E: de::Error>(self, v: f64) -> Result<u64, E> {
+            if v.fract() == 0.0 && (0.0..TWO_POW_64).contains(&v) {
+                Ok(v as u64)
+            } else {
+                Err(E::invalid_value(de::Unexpected::Float(v), &self))
+            }
+        }
+    }
+
+    /// A `u64` from a whole JSON number.
+    pub fn u64<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        d.deserialize_u64(Whole)
+    }
+
+    /// A `usize` from a whole JSON number.
+    pub fn usize<'de, D: Deserializer<'de>>(d: D) -> Result<usize, D::Error> {
+        let v = u64(d)?;
+        usize::try_from(v).map_err(|_| {
+            <D::Error as de::Error>::invalid_value(de::Unexpected::Unsigned(v), &"a usize")
+        })
+    }
 }
 
 fn default_fetch() -> usize {
@@ -291,6 +365,7 @@ pub struct FetchView {
 #[serde(deny_unknown_fields)]
 pub struct ConfirmRequest {
     /// Delivery ids from fetches (1 to 1000).
+    #[schema(min_items = 1, max_items = 1000)]
     pub deliveries: Vec<Uuid>,
     /// The acting run, if any (its journal gets `MessageDelivered`).
     #[serde(default)]
@@ -429,8 +504,8 @@ pub struct RunView {
     pub last_seq: u64,
     /// When it was sealed; absent while open.
     pub sealed_at: Option<DateTime<Utc>>,
-    /// How it ended (`succeeded`, `failed`, `cancelled`); absent while open.
-    pub outcome: Option<String>,
+    /// How it ended; absent while open.
+    pub outcome: Option<Outcome>,
 }
 
 impl From<crewbus_domain::Run> for RunView {
@@ -442,7 +517,41 @@ impl From<crewbus_domain::Run> for RunView {
             admitted_at: r.admitted_at,
             last_seq: r.last_seq.0,
             sealed_at: r.sealed.map(|(at, _)| at),
-            outcome: r.sealed.map(|(_, o)| o.as_str().to_owned()),
+            outcome: r.sealed.map(|(_, o)| o.into()),
+        }
+    }
+}
+
+/// How a run ended: the API's name of a [`RunOutcome`] (`succeeded`, `failed`, `cancelled`).
+/// Converts both ways with the domain's outcome, so the two lists cannot drift apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[schema(as = RunOutcome, example = "succeeded")]
+pub enum Outcome {
+    /// The agent finished its work.
+    Succeeded,
+    /// The run failed.
+    Failed,
+    /// The run was stopped from outside.
+    Cancelled,
+}
+
+impl From<Outcome> for RunOutcome {
+    fn from(o: Outcome) -> Self {
+        match o {
+            Outcome::Succeeded => RunOutcome::Succeeded,
+            Outcome::Failed => RunOutcome::Failed,
+            Outcome::Cancelled => RunOutcome::Cancelled,
+        }
+    }
+}
+
+impl From<RunOutcome> for Outcome {
+    fn from(o: RunOutcome) -> Self {
+        match o {
+            RunOutcome::Succeeded => Outcome::Succeeded,
+            RunOutcome::Failed => Outcome::Failed,
+            RunOutcome::Cancelled => Outcome::Cancelled,
         }
     }
 }
@@ -451,23 +560,25 @@ impl From<crewbus_domain::Run> for RunView {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SealRequest {
-    /// `succeeded`, `failed` or `cancelled`.
-    #[schema(value_type = String, example = "succeeded")]
-    pub outcome: crewbus_domain::RunOutcome,
+    /// How the run ended.
+    pub outcome: Outcome,
     /// Why, in the agent's words (at most 16 KiB). Default empty.
     #[serde(default)]
     pub reason: String,
 }
 
-/// Journal paging.
+/// Journal paging (the query string).
 #[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct RecordsQuery {
-    /// The first record to return (records are numbered from 1). Default 1.
+    /// The first record to return (records are numbered from 1; at most 2^63 − 1). Default 1.
     #[serde(default = "first_seq")]
+    #[param(minimum = 1)]
     pub from_seq: u64,
     /// At most this many (1 to 1000). Default 100.
     #[serde(default = "default_limit")]
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: usize,
 }
 
@@ -526,5 +637,36 @@ impl RecordsView {
             records: records.into_iter().map(Into::into).collect(),
             next_from_seq,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fetch_integers_may_be_written_as_whole_json_numbers() {
+        let f: FetchRequest = serde_json::from_str(r#"{"limit": 2.0, "wait_ms": 5e2}"#).unwrap();
+        assert_eq!((f.limit, f.wait_ms), (2, 500));
+        let f: FetchRequest = serde_json::from_str(r#"{"limit": 3}"#).unwrap();
+        assert_eq!((f.limit, f.wait_ms), (3, 0));
+        let f: FetchRequest = serde_json::from_str("{}").unwrap();
+        assert_eq!((f.limit, f.wait_ms), (10, 0));
+        for bad in [
+            r#"{"limit": 2.5}"#,
+            r#"{"limit": -1}"#,
+            r#"{"limit": -1.0}"#,
+            r#"{"wait_ms": 1e30}"#,
+            r#"{"wait_ms": "5"}"#,
+            r#"{"limit": null}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<FetchRequest>(bad).is_err(),
+                "{bad} was taken"
+            );
+        }
+        let max: FetchRequest =
+            serde_json::from_str(r#"{"wait_ms": 18446744073709551615}"#).unwrap();
+        assert_eq!(max.wait_ms, u64::MAX);
     }
 }

@@ -124,6 +124,56 @@ mod tests {
     }
 
     #[test]
+    fn tool_arguments_state_the_rules_of_the_http_fields_they_mirror() {
+        use crate::mcp::views::{
+            ReadConversationArguments, RecordsArguments, SealArguments, SendArguments,
+        };
+        let field = |s: &Value, name: &str, keys: &[&str]| -> Vec<Value> {
+            keys.iter()
+                .map(|k| s["properties"][name][k].clone())
+                .collect()
+        };
+        let send = Value::Object(schema_of::<SendArguments>());
+        let keys = ["minLength", "maxLength", "pattern"];
+        assert_eq!(
+            field(&send, "request_id", &keys),
+            field(&from_openapi("SendMessage"), "request_id", &keys)
+        );
+        assert!(send["properties"]["request_id"]["pattern"].is_string());
+        let seal = Value::Object(schema_of::<SealArguments>());
+        assert_eq!(
+            seal["properties"]["outcome"]["enum"],
+            from_openapi("SealRequest")["properties"]["outcome"]["enum"]
+        );
+        assert!(seal["properties"]["outcome"]["enum"].is_array(), "{seal}");
+        // The paging limits of the tools are those of the HTTP query strings.
+        let doc = serde_json::to_value(crate::http::openapi::ApiDoc::openapi()).unwrap();
+        let query_limit = |path: &str| {
+            doc["paths"][path]["get"]["parameters"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| p["name"] == "limit")
+                .unwrap()["schema"]
+                .clone()
+        };
+        let bounds = ["minimum", "maximum"];
+        let read = Value::Object(schema_of::<ReadConversationArguments>());
+        let history = query_limit("/v1/conversations/{id}/messages");
+        assert_eq!(
+            field(&read, "limit", &bounds),
+            bounds.map(|k| history[k].clone())
+        );
+        let records = Value::Object(schema_of::<RecordsArguments>());
+        let journal = query_limit("/v1/runs/{id}/records");
+        assert_eq!(
+            field(&records, "limit", &bounds),
+            bounds.map(|k| journal[k].clone())
+        );
+        assert_eq!(records["properties"]["from_seq"]["minimum"], 1);
+    }
+
+    #[test]
     fn nested_views_are_inlined_whole() {
         let s = Value::Object(schema_of::<FetchView>());
         assert!(!has_ref(&s), "{s}");

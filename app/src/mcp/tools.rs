@@ -477,7 +477,7 @@ async fn run(bus: &Bus, agent: &Agent, name: &str, args: JsonObject) -> BusResul
         "seal_run" => {
             let a: SealArguments = arguments(args)?;
             let run = bus
-                .seal_run(agent, RunId(a.run_id), a.outcome, &a.reason)
+                .seal_run(agent, RunId(a.run_id), a.outcome.into(), &a.reason)
                 .await?;
             Answer::of(&RunView::from(run))
         }

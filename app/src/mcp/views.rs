@@ -7,13 +7,15 @@
 //! Every type derives utoipa's `ToSchema`, like the HTTP views, so a tool's input and output
 //! schemas come from the same generator (and the same inliner, `mcp/schema.rs`) as the
 //! OpenAPI document. The rules (ranges of `limit`, title, body size…) stay in the use cases;
-//! the ranges declared here are the tool's own (`wait_seconds`, `max_bytes`).
+//! the schemas state the same static ranges and patterns as the HTTP API's types (a field
+//! shared with a request body carries its attributes), plus the tool's own (`wait_seconds`,
+//! `max_bytes`).
 
-use crewbus_domain::{RunId, RunOutcome, Uuid};
+use crewbus_domain::{RunId, Uuid};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::http::views::{AgentView, ConversationView, ReceiptView};
+use crate::http::views::{AgentView, ConversationView, Outcome, ReceiptView};
 
 /// The most a `fetch_inbox` may wait, seconds (the HTTP API's `bus.max_wait_ms` default).
 pub const MAX_WAIT_SECONDS: u64 = 50;
@@ -43,6 +45,7 @@ pub struct SendArguments {
     /// The caller's idempotency key (1 to 128 visible ASCII characters), new for every new
     /// message. Send the SAME `request_id` again when retrying after an error or a lost answer:
     /// the message is then stored once and the original is returned.
+    #[schema(min_length = 1, max_length = 128, pattern = "^[!-~]+$")]
     pub request_id: String,
     /// The message text (UTF-8, at most the team's body limit, 1 MiB by default).
     pub body: String,
@@ -60,9 +63,11 @@ pub struct ReadConversationArguments {
     pub conversation_id: Uuid,
     /// Return messages with `seq` greater than this. Default 0 (from the start).
     #[serde(default)]
+    #[schema(minimum = 0)]
     pub after_seq: u64,
     /// At most this many messages (1 to 1000). Default 100.
     #[serde(default = "default_history_limit")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub limit: usize,
     /// At most this many bytes of message bodies in the answer (1 to 1048576). Default 65536.
     /// Messages beyond it are left for the next page (`next_after_seq`); a single body larger
@@ -79,6 +84,7 @@ pub struct ReadConversationArguments {
 pub struct FetchArguments {
     /// At most this many deliveries (1 to the server's maximum, 100 by default). Default 10.
     #[serde(default = "default_fetch_limit")]
+    #[schema(minimum = 1)]
     pub limit: usize,
     /// Wait up to this many seconds (0 to 50) for a message when none is waiting. Default 0
     /// (answer at once).
@@ -128,9 +134,8 @@ pub struct RunArguments {
 pub struct SealArguments {
     /// The run id (from `start_run`).
     pub run_id: Uuid,
-    /// `succeeded`, `failed` or `cancelled`.
-    #[schema(value_type = String, example = "succeeded")]
-    pub outcome: RunOutcome,
+    /// How the run ended.
+    pub outcome: Outcome,
     /// Why, in the agent's words (at most 16 KiB). Default empty.
     #[serde(default)]
     pub reason: String,
@@ -144,9 +149,11 @@ pub struct RecordsArguments {
     pub run_id: Uuid,
     /// The first record to return (records are numbered from 1). Default 1.
     #[serde(default = "first_seq")]
+    #[schema(minimum = 1)]
     pub from_seq: u64,
     /// At most this many (1 to 1000). Default 100.
     #[serde(default = "default_history_limit")]
+    #[schema(minimum = 1, maximum = 1000)]
     pub limit: usize,
 }
 

@@ -368,15 +368,94 @@ pub async fn bad_input_of_every_kind_gets_a_clear_error(app: &TestApp) {
         "invalid",
     )
     .await;
+    // An unknown member, by id or by name, is an unknown id: 404, named (never a 400, which
+    // would say the request is malformed).
     expect(
         alice
             .client
             .create_conversation("c2", &[Uuid::new_v4()])
             .await,
+        404,
+        "not_found",
+    )
+    .await;
+    let e = alice
+        .client
+        .ok(
+            Method::POST,
+            "/v1/conversations",
+            Some(json!({"title": "c2", "members": ["bob", "nobody-such"]})),
+        )
+        .await
+        .expect_err("an unknown member name");
+    assert_eq!((e.status, e.code.as_str()), (404, "not_found"));
+    assert!(e.message.contains("nobody-such"), "{}", e.message);
+    let too_many: Vec<String> = vec!["bob".to_owned(); 1001];
+    expect(
+        alice
+            .client
+            .ok(
+                Method::POST,
+                "/v1/conversations",
+                Some(json!({"title": "c2", "members": too_many})),
+            )
+            .await,
         400,
         "invalid",
     )
     .await;
+    // A position above 2^63 - 1 (the document's int64) is refused, not read as "the end".
+    expect(
+        alice
+            .client
+            .ok(
+                Method::GET,
+                &format!("/v1/conversations/{conv}/messages?after_seq=9223372036854775808"),
+                None,
+            )
+            .await,
+        400,
+        "invalid",
+    )
+    .await;
+    assert_eq!(
+        alice
+            .client
+            .ok(
+                Method::GET,
+                &format!("/v1/conversations/{conv}/messages?after_seq=9223372036854775807"),
+                None,
+            )
+            .await
+            .unwrap()["messages"],
+        json!([])
+    );
+    // JSON Schema's integers include 2.0; a fraction is refused. A `null` body is no body.
+    let r = alice
+        .client
+        .ok(
+            Method::POST,
+            "/v1/inbox/fetch",
+            Some(json!({"limit": 2.0, "wait_ms": 0.0})),
+        )
+        .await
+        .unwrap();
+    assert!(r["deliveries"].is_array(), "{r}");
+    expect(
+        alice
+            .client
+            .ok(Method::POST, "/v1/inbox/fetch", Some(json!({"limit": 2.5})))
+            .await,
+        400,
+        "invalid",
+    )
+    .await;
+    let r = alice
+        .client
+        .ok(Method::POST, "/v1/inbox/fetch", Some(json!(null)))
+        .await
+        .unwrap();
+    assert!(r["deliveries"].is_array(), "{r}");
     expect(
         alice.client.create_conversation("", &[]).await,
         400,
@@ -450,8 +529,8 @@ pub async fn bad_input_of_every_kind_gets_a_clear_error(app: &TestApp) {
     .await;
     expect(
         alice.client.create_conversation("x", &[mallory.id]).await,
-        400,
-        "invalid",
+        404,
+        "not_found",
     )
     .await;
     // Unknown delivery ids are reported, not errors; another agent's delivery is unknown too.
@@ -499,6 +578,13 @@ pub async fn bad_input_of_every_kind_gets_a_clear_error(app: &TestApp) {
         bob.client.fetch(1).await.map(|_| json!(null)),
         401,
         "unauthenticated",
+    )
+    .await;
+    // A revoked agent is no longer a member to invite, by id or by name.
+    expect(
+        alice.client.create_conversation("x", &[bob.id]).await,
+        404,
+        "not_found",
     )
     .await;
 }
