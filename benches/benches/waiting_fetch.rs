@@ -53,8 +53,9 @@
 //! Reproduce: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres
 //! NATS_SERVER_BIN=/usr/sbin/nats-server cargo bench -p crewbus-benches --bench waiting_fetch`.
 
-use std::collections::{HashMap, HashSet};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use crewbus::bus::Bus;
@@ -65,18 +66,18 @@ use crewbus::server::Server;
 use crewbus::shutdown::Shutdown;
 use crewbus_conformance::nats::{self, NatsServer};
 use crewbus_conformance::postgres::TestDatabase;
-use crewbus_domain::{Secret, Team, Uuid};
+use crewbus_domain::{Secret, Team, Uuid, WakeupTarget};
 use crewbus_memory::MemoryWakeups;
 use crewbus_ports::SystemClock;
 use serde_json::Value;
 use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
+use sqlx::postgres::{PgListener, PgPoolOptions};
 
 mod support;
 use support::measuring;
 
 /// Latency samples per target and store under `--bench`, and in test mode.
-const SAMPLES: usize = 500;
+const SAMPLES: usize = 1_000;
 const TEST_SAMPLES: usize = 5;
 /// Samples per target and store run first and not counted (connections, caches, plans).
 const WARM_UP: usize = 20;
@@ -350,10 +351,44 @@ struct Latency {
     poller: Member,
     poller_conversation: Uuid,
     sent: usize,
+    /// Postgres stores: wake-up payloads an observer session saw on the bus's channel, with
+    /// the instant each arrived (a diagnostic: where a waiting sample's time goes).
+    seen: Option<Seen>,
+    /// Per waiting sample: send → the observer saw the waiter's wake-up.
+    notified: Vec<Duration>,
+    /// Per waiting sample: how many times the waiter was woken.
+    wakeups: Vec<u64>,
+}
+
+/// Wake-up payloads seen by the observer session, with their arrival instants.
+type Seen = Arc<Mutex<Vec<(Instant, String)>>>;
+
+/// An observer session `LISTEN`ing on the bus's wake-up channel, recording every payload with
+/// its arrival instant until the task is aborted.
+async fn observe_wakeups(db: &TestDatabase) -> (Seen, tokio::task::JoinHandle<()>) {
+    let mut listener = PgListener::connect_with(db.pool())
+        .await
+        .expect("observer listener");
+    listener
+        .listen(crewbus_postgres::WAKEUP_CHANNEL)
+        .await
+        .expect("observer LISTEN");
+    let seen = Seen::default();
+    let record = Arc::clone(&seen);
+    let task = tokio::spawn(async move {
+        while let Ok(n) = listener.recv().await {
+            let at = Instant::now();
+            record
+                .lock()
+                .expect("seen")
+                .push((at, n.payload().to_owned()));
+        }
+    });
+    (seen, task)
 }
 
 impl Latency {
-    async fn new(s: &Scene) -> Latency {
+    async fn new(s: &Scene, seen: Option<Seen>) -> Latency {
         let sender = s.member("sender").await;
         let waiter = s.member("waiter").await;
         let poller = s.member("poller").await;
@@ -366,6 +401,9 @@ impl Latency {
             poller,
             poller_conversation,
             sent: 0,
+            seen,
+            notified: Vec::new(),
+            wakeups: Vec::new(),
         }
     }
 
@@ -388,13 +426,29 @@ impl Latency {
                     (answer, Instant::now())
                 });
                 s.until_waiting(1, Duration::from_secs(10)).await;
+                let woken = s.bus.metrics().fetch_wakeups.load(Ordering::Relaxed);
                 let start = Instant::now();
                 let sent = self.send(self.waiter_conversation).await;
                 let (answer, arrived) = wait.await.expect("waiting fetch task");
+                let took = arrived - start;
                 let (status, body) = answer.expect("waiting fetch");
                 assert_eq!(status, 200, "{body}");
+                self.wakeups
+                    .push(s.bus.metrics().fetch_wakeups.load(Ordering::Relaxed) - woken);
+                if let Some(seen) = &self.seen {
+                    let payload = WakeupTarget::new(s.team.id, self.waiter.id).to_payload();
+                    let at = seen
+                        .lock()
+                        .expect("seen")
+                        .iter()
+                        .find(|(at, p)| *at >= start && *p == payload)
+                        .map(|(at, _)| *at - start);
+                    if let Some(at) = at {
+                        self.notified.push(at);
+                    }
+                }
                 check_and_confirm("waiting", &self.waiter.client, &deliveries(&body), &sent).await;
-                arrived - start
+                took
             }
             Target::Poll => {
                 let client = self.poller.client.clone();
@@ -454,9 +508,30 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
 
+/// Where the waiting samples' time went (diagnostic).
+struct WaitDiagnostics {
+    /// Send → an observer session saw the waiter's wake-up (Postgres stores only).
+    notified: Option<Figures>,
+    /// Counted samples, and those whose waiter was woken more than once.
+    samples: usize,
+    woken_more_than_once: usize,
+}
+
+/// One store's latency figures.
+struct LatencyFigures {
+    store: Store,
+    waiting: Figures,
+    poll: Figures,
+    diagnostics: WaitDiagnostics,
+}
+
 /// The latency phase on one store: warm-up, then `samples` per target, alternating.
-async fn latency(s: &Scene, samples: usize, warm_up: usize) -> (Figures, Figures) {
-    let mut l = Latency::new(s).await;
+async fn latency(s: &Scene, samples: usize, warm_up: usize) -> LatencyFigures {
+    let observer = match &s.db {
+        Some(db) => Some(observe_wakeups(db).await),
+        None => None,
+    };
+    let mut l = Latency::new(s, observer.as_ref().map(|(seen, _)| Arc::clone(seen))).await;
     let (mut waiting, mut poll) = (Vec::new(), Vec::new());
     for i in 0..warm_up + samples {
         let order = if i % 2 == 0 {
@@ -466,6 +541,10 @@ async fn latency(s: &Scene, samples: usize, warm_up: usize) -> (Figures, Figures
         };
         for target in order {
             let took = l.sample(s, target).await;
+            if i < warm_up && target == Target::Waiting {
+                l.notified.clear();
+                l.wakeups.clear();
+            }
             if i >= warm_up {
                 match target {
                     Target::Waiting => waiting.push(took),
@@ -474,7 +553,21 @@ async fn latency(s: &Scene, samples: usize, warm_up: usize) -> (Figures, Figures
             }
         }
     }
-    (figures(waiting), figures(poll))
+    if let Some((_, task)) = observer {
+        task.abort();
+        let _ = task.await;
+    }
+    let diagnostics = WaitDiagnostics {
+        notified: (!l.notified.is_empty()).then(|| figures(std::mem::take(&mut l.notified))),
+        samples: l.wakeups.len(),
+        woken_more_than_once: l.wakeups.iter().filter(|w| **w > 1).count(),
+    };
+    LatencyFigures {
+        store: s.store,
+        waiting: figures(waiting),
+        poll: figures(poll),
+        diagnostics,
+    }
 }
 
 // --- idle cost --------------------------------------------------------------------------------
@@ -527,6 +620,9 @@ struct WindowCpu {
     seconds: f64,
     crewbus: f64,
     postgres: f64,
+    /// The part of `postgres` in sessions of the bench's database (the bus's pool, its
+    /// listener, the observer pool).
+    postgres_ours: f64,
     /// The part of `postgres` in sessions of other databases than the bench's (other users of
     /// the shared server).
     postgres_others: f64,
@@ -539,16 +635,16 @@ impl WindowCpu {
     }
 }
 
-/// Process ids of the sessions on databases other than `ours` (background processes have none).
-async fn other_sessions(observer: &PgPool, ours: &str) -> Vec<u32> {
-    let pids: Vec<i32> = sqlx::query_scalar(
-        "SELECT pid FROM pg_stat_activity WHERE datname IS NOT NULL AND datname <> $1",
-    )
-    .bind(ours)
-    .fetch_all(observer)
-    .await
-    .expect("pg_stat_activity");
-    pids.into_iter().map(|p| p as u32).collect()
+/// Process ids of the sessions on a database (background processes have none), each with
+/// whether the database is `ours`.
+async fn sessions(observer: &PgPool, ours: &str) -> Vec<(u32, bool)> {
+    let pids: Vec<(i32, bool)> =
+        sqlx::query_as("SELECT pid, datname = $1 FROM pg_stat_activity WHERE datname IS NOT NULL")
+            .bind(ours)
+            .fetch_all(observer)
+            .await
+            .expect("pg_stat_activity");
+    pids.into_iter().map(|(p, o)| (p as u32, o)).collect()
 }
 
 /// One measured window of `length`: CPU seconds spent meanwhile. The postgres processes are
@@ -563,10 +659,7 @@ async fn measure_window(s: &Scene, length: Duration) -> WindowCpu {
         .expect("a running nats-server")
         .to_string();
     let db = s.db.as_ref().expect("a database");
-    let mut others: HashSet<u32> = other_sessions(db.pool(), db.name())
-        .await
-        .into_iter()
-        .collect();
+    let mut owners: HashMap<u32, bool> = sessions(db.pool(), db.name()).await.into_iter().collect();
     let first = postgres_ticks();
     // (ticks when first seen, ticks when last seen) per postgres process.
     let mut postgres: HashMap<u32, (u64, u64)> =
@@ -585,7 +678,7 @@ async fn measure_window(s: &Scene, length: Duration) -> WindowCpu {
         for (pid, t) in postgres_ticks() {
             postgres.entry(pid).or_insert((0, t)).1 = t;
         }
-        others.extend(other_sessions(db.pool(), db.name()).await);
+        owners.extend(sessions(db.pool(), db.name()).await);
     }
     let crewbus = cpu_ticks("self").expect("/proc/self/stat") - crewbus;
     let nats = cpu_ticks(&nats_pid).expect("the nats-server process") - nats;
@@ -593,16 +686,19 @@ async fn measure_window(s: &Scene, length: Duration) -> WindowCpu {
     let tick = tick_seconds();
     let spent = |(first, last): (u64, u64)| last.saturating_sub(first);
     let all: u64 = postgres.values().map(|t| spent(*t)).sum();
-    let theirs: u64 = postgres
-        .iter()
-        .filter(|(pid, _)| others.contains(pid))
-        .map(|(_, t)| spent(*t))
-        .sum();
+    let of = |ours: bool| -> u64 {
+        postgres
+            .iter()
+            .filter(|(pid, _)| owners.get(pid) == Some(&ours))
+            .map(|(_, t)| spent(*t))
+            .sum()
+    };
     WindowCpu {
         seconds,
         crewbus: crewbus as f64 * tick,
         postgres: all as f64 * tick,
-        postgres_others: theirs as f64 * tick,
+        postgres_ours: of(true) as f64 * tick,
+        postgres_others: of(false) as f64 * tick,
         nats: nats as f64 * tick,
     }
 }
@@ -719,18 +815,18 @@ fn met(ok: bool) -> &'static str {
     if ok { "met" } else { "NOT met" }
 }
 
-fn print_latency(results: &[(Store, Figures, Figures)]) {
+fn print_latency(results: &[LatencyFigures]) {
     eprintln!();
     eprintln!("send → fetch answer holding the message, ms (nearest-rank percentiles):");
     eprintln!(
         "{:<20} {:<10} {:>7} {:>8} {:>8} {:>8}",
         "store", "target", "samples", "p50", "p99", "max"
     );
-    for (store, waiting, poll) in results {
-        for (name, f) in [("waiting", waiting), ("poll 2ms", poll)] {
+    for r in results {
+        for (name, f) in [("waiting", &r.waiting), ("poll 2ms", &r.poll)] {
             eprintln!(
                 "{:<20} {:<10} {:>7} {:>8.2} {:>8.2} {:>8.2}",
-                store.name(),
+                r.store.name(),
                 name,
                 f.samples,
                 ms(f.p50),
@@ -744,16 +840,39 @@ fn print_latency(results: &[(Store, Figures, Figures)]) {
         "goal: waiting p99 ≤ {P99_RATIO} × poll p99 and ≤ poll p99 + {} ms",
         ms(P99_MARGIN)
     );
-    for (store, waiting, poll) in results {
-        let ratio = waiting.p99.as_secs_f64() / poll.p99.as_secs_f64();
-        let diff = ms(waiting.p99) - ms(poll.p99);
+    for r in results {
+        let ratio = r.waiting.p99.as_secs_f64() / r.poll.p99.as_secs_f64();
+        let diff = ms(r.waiting.p99) - ms(r.poll.p99);
         let ok = ratio <= P99_RATIO && diff <= ms(P99_MARGIN);
         eprintln!(
             "{:<20} p99 waiting/poll = {ratio:.2}, difference {diff:+.2} ms, p50 waiting/poll \
              = {:.2}: {}",
-            store.name(),
-            waiting.p50.as_secs_f64() / poll.p50.as_secs_f64(),
+            r.store.name(),
+            r.waiting.p50.as_secs_f64() / r.poll.p50.as_secs_f64(),
             met(ok)
+        );
+    }
+    eprintln!();
+    eprintln!("diagnostic, waiting samples:");
+    for r in results {
+        let d = &r.diagnostics;
+        let notified = d.notified.map_or_else(
+            || "no NOTIFY (in-process wake-ups)".to_owned(),
+            |n| {
+                format!(
+                    "send → NOTIFY seen by an observer session p50 {:.2} p99 {:.2} ms ({} \
+                     samples)",
+                    ms(n.p50),
+                    ms(n.p99),
+                    n.samples
+                )
+            },
+        );
+        eprintln!(
+            "{:<20} {notified}; woken more than once in {} of {} samples",
+            r.store.name(),
+            d.woken_more_than_once,
+            d.samples
         );
     }
 }
@@ -766,7 +885,7 @@ fn print_idle(waiters: usize, without: &WindowCpu, with: &WindowCpu) {
         without.seconds, with.seconds
     );
     eprintln!(
-        "{:<36} {:>10} {:>14} {:>10} {:>12}",
+        "{:<40} {:>10} {:>14} {:>10} {:>12}",
         "process",
         "no waiter",
         format!("{waiters} waiters"),
@@ -774,9 +893,12 @@ fn print_idle(waiters: usize, without: &WindowCpu, with: &WindowCpu) {
         "Δ cores"
     );
     type Row = (&'static str, fn(&WindowCpu) -> f64);
-    let rows: [Row; 5] = [
+    let rows: [Row; 6] = [
         ("crewbus (this process)", |w| w.crewbus),
         ("postgres (every process)", |w| w.postgres),
+        ("  of which the bench database's sessions", |w| {
+            w.postgres_ours
+        }),
         ("  of which other databases' sessions", |w| {
             w.postgres_others
         }),
@@ -788,7 +910,7 @@ fn print_idle(waiters: usize, without: &WindowCpu, with: &WindowCpu) {
         // Each window's rate, so two windows of slightly different lengths compare.
         let cores = b / with.seconds - a / without.seconds;
         eprintln!(
-            "{name:<36} {a:>10.2} {b:>14.2} {:>10.2} {cores:>12.4}",
+            "{name:<40} {a:>10.2} {b:>14.2} {:>10.2} {cores:>12.4}",
             b - a
         );
     }
@@ -826,18 +948,18 @@ fn main() {
         let mut idle = None;
         for store in STORES {
             let scene = Scene::start(store).await;
-            let (waiting, poll) = latency(&scene, samples, warm_up).await;
+            let figures = latency(&scene, samples, warm_up).await;
             eprintln!(
                 "{}: waiting p50 {:.2} p99 {:.2} ms; poll 2ms p50 {:.2} p99 {:.2} ms \
                  (load average {})",
                 store.name(),
-                ms(waiting.p50),
-                ms(waiting.p99),
-                ms(poll.p50),
-                ms(poll.p99),
+                ms(figures.waiting.p50),
+                ms(figures.waiting.p99),
+                ms(figures.poll.p50),
+                ms(figures.poll.p99),
                 load_average()
             );
-            results.push((store, waiting, poll));
+            results.push(figures);
             if store == Store::PostgresJetStream {
                 idle = Some(idle_cost(&scene, waiters, window).await);
                 eprintln!("idle phase done (load average {})", load_average());
