@@ -137,7 +137,6 @@ struct Scene {
     server: Server,
     bus: Bus,
     team: Team,
-    config: Config,
     /// The bus's own pool (closed before the database is dropped).
     pool: Option<PgPool>,
     db: Option<TestDatabase>,
@@ -238,7 +237,6 @@ impl Scene {
             server,
             bus,
             team,
-            config,
             pool,
             db,
             nats,
@@ -289,14 +287,8 @@ impl Scene {
     }
 
     async fn stop(self) {
+        // The team's streams go with the private nats-server (killed, its store removed).
         self.server.stop().await;
-        if self.nats.is_some() {
-            let admin = compose::stream_admin(&self.config).expect("stream admin");
-            admin
-                .deprovision(self.team.id)
-                .await
-                .expect("deprovision team");
-        }
         drop(self.bus);
         if let Some(pool) = self.pool {
             pool.close().await;
@@ -945,7 +937,6 @@ fn main() {
         .expect("runtime");
     runtime.block_on(async {
         let mut results = Vec::new();
-        let mut idle = None;
         for store in STORES {
             let scene = Scene::start(store).await;
             let figures = latency(&scene, samples, warm_up).await;
@@ -961,14 +952,13 @@ fn main() {
             );
             results.push(figures);
             if store == Store::PostgresJetStream {
-                idle = Some(idle_cost(&scene, waiters, window).await);
+                let (without, with) = idle_cost(&scene, waiters, window).await;
                 eprintln!("idle phase done (load average {})", load_average());
+                print_idle(waiters, &without, &with);
             }
             scene.stop().await;
         }
         print_latency(&results);
-        let (without, with) = idle.expect("the idle phase ran");
-        print_idle(waiters, &without, &with);
         if !bench {
             eprintln!(
                 "\ntest mode: every waiting fetch returned its message; the figures above are \
