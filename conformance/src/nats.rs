@@ -275,6 +275,12 @@ impl NatsServer {
         server_version(&self.bin)
     }
 
+    /// The operating-system process id of the running server (`None` after [`NatsServer::kill`]),
+    /// e.g. to read its CPU time from `/proc/<pid>/stat`.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Kills the process (SIGKILL: a crash, not a shutdown) and waits for it to exit.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
