@@ -7,15 +7,15 @@
 //! 2. It fetches. Something handed out → answered at once.
 //! 3. Else it waits, holding no database connection and no transaction, until one of: a
 //!    wake-up for it, the deadline (→ an empty page), the bus's shutdown (→ an empty page).
-//! 4. Woken, it checks that the agent is still active (revoked → `Unauthenticated`), fetches
-//!    again, and goes back to 3 with an empty result. A re-fetch that fails is logged and the
-//!    wait goes on: only the deadline ends it.
+//! 4. Woken, it checks that the agent is still active (revoked → `Unauthenticated`) while it
+//!    fetches again, and goes back to 3 with an empty result. A re-fetch that fails is logged
+//!    and the wait goes on: only the deadline ends it.
 //!
 //! # Where wake-ups come from
-//! - The reference worker, after a pass published and marked references: one notify per agent
-//!   per pass, through the [`Wakeups`](crewbus_ports::Wakeups) port, so a message sent through
-//!   one server wakes an agent waiting on another that shares the ledger. Never inside the send
-//!   transaction.
+//! - The reference worker, after a pass published and marked references: this process's
+//!   waiters are woken at once, and one notify per agent per pass goes through the
+//!   [`Wakeups`](crewbus_ports::Wakeups) port, so a message sent through one server wakes an
+//!   agent waiting on another that shares the ledger. Never inside the send transaction.
 //! - A revocation (`Bus::revoke_agent`), so a revoked agent's wait ends at once with 401.
 //! - The **safety sweep**: every [`topup_interval`] (half of `topup_after`), one ledger read
 //!   ([`Ledger::wakeable`](crewbus_ports::Ledger::wakeable)) over every agent waiting in this
@@ -227,17 +227,22 @@ impl Bus {
                 () = self.shutdown.wait() => return Ok(Vec::new()),
             };
             Metrics::inc(&self.metrics.fetch_wakeups);
-            match self.ports.ledger.agent(agent.team, agent.id).await {
+            // The agent check and the re-fetch run at once (one round trip of latency, not
+            // two); a revoked agent gets 401 whatever the fetch found (its hand-outs lapse).
+            let (check, fetched) = tokio::join!(
+                self.ports.ledger.agent(agent.team, agent.id),
+                self.fetch_with(agent, limit, swept, max_body_bytes)
+            );
+            match check {
                 Ok(a) if a.revoked() => return Err(BusError::Unauthenticated),
                 Err(BusError::NotFound { .. }) => return Err(BusError::Unauthenticated),
                 Err(error) => {
                     Metrics::inc(&self.metrics.fetch_wait_errors);
-                    tracing::warn!(agent = %agent.id, code = error.code(), error = ?error, "waiting fetch: agent check failed; still waiting");
-                    continue;
+                    tracing::warn!(agent = %agent.id, code = error.code(), error = ?error, "waiting fetch: agent check failed");
                 }
                 Ok(_) => {}
             }
-            match self.fetch_with(agent, limit, swept, max_body_bytes).await {
+            match fetched {
                 Ok(ds) if !ds.is_empty() => return Ok(ds),
                 Ok(_) => {}
                 Err(error) => {
@@ -253,6 +258,11 @@ impl Bus {
     pub(crate) async fn notify_waiters(&self, targets: &mut Vec<WakeupTarget>) {
         targets.sort_unstable();
         targets.dedup();
+        // This process's own waiters at once, without the round trip through the port (which
+        // may wake them once more: a re-fetch that finds nothing and waits again).
+        for t in targets.iter() {
+            self.room.wake(*t, false);
+        }
         for chunk in targets.chunks(MAX_PAGE) {
             if let Err(error) = self.ports.wakeups.notify(chunk).await {
                 tracing::warn!(code = error.code(), error = ?error, "wake-up notify failed; the waiters' sweep will find the messages");
