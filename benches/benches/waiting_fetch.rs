@@ -62,7 +62,6 @@
 //! NATS_SERVER_BIN=/usr/sbin/nats-server cargo bench -p crewbus-benches --bench waiting_fetch`.
 
 use std::collections::HashMap;
-use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -301,7 +300,11 @@ impl Scene {
             .expect("creator");
         let conversation = self
             .bus
-            .create_conversation(&creator, "waits", members)
+            .create_conversation(
+                &creator,
+                "waits",
+                &members.iter().map(Uuid::to_string).collect::<Vec<_>>(),
+            )
             .await
             .expect("create conversation");
         assert_eq!(conversation.backend, self.team.body_backend);
@@ -454,7 +457,7 @@ impl Latency {
                     (answer, Instant::now())
                 });
                 s.until_waiting(1, Duration::from_secs(10)).await;
-                let woken = s.bus.metrics().fetch_wakeups.load(Ordering::Relaxed);
+                let woken = s.bus.metrics().fetch_wakeups.get();
                 let start = Instant::now();
                 let sent = self.send(self.waiter_conversation).await;
                 let (answer, arrived) = wait.await.expect("waiting fetch task");
@@ -462,7 +465,7 @@ impl Latency {
                 let (status, body) = answer.expect("waiting fetch");
                 assert_eq!(status, 200, "{body}");
                 self.wakeups
-                    .push(s.bus.metrics().fetch_wakeups.load(Ordering::Relaxed) - woken);
+                    .push(s.bus.metrics().fetch_wakeups.get() - woken);
                 if let Some(seen) = &self.seen {
                     let payload = WakeupTarget::new(s.team.id, self.waiter.id).to_payload();
                     let at = seen
