@@ -1,19 +1,19 @@
 //! The memory ledger's delivery: messages as they stand, hand-outs, the top-up and wake-up
 //! reads, confirmations, acknowledgements and receipts.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    BusError, BusResult, ConfirmOutcome, DeliveryId, HandOut, HandOutOutcome, HandOutRequest,
-    HandOutSource, Message, Publication, Receipt, RecordKind, RunId, WakeupTarget, ledger_span,
-    validate_batch, validate_limit,
+    BusError, BusResult, CandidateFacts, ConfirmFacts, ConfirmOutcome, DeliveryId, HandOutOutcome,
+    HandOutRequest, IssuedHandOut, LiveHandOut, Message, Publication, Receipt, RecordKind, RunId,
+    WakeupTarget, decide_confirms, ledger_span, plan_hand_outs, validate_batch, validate_limit,
 };
 use uuid::Uuid;
 
 use super::MemoryLedger;
-use super::state::HandOutRow;
+use super::state::{HandOutRow, State};
 
 pub(super) fn message(ledger: &MemoryLedger, team: Uuid, message: Uuid) -> BusResult<Message> {
     ledger.state()?.message_of(team, message).cloned()
@@ -42,80 +42,71 @@ pub(super) fn hand_out(
     let held_until = at + ledger_span(grace)?;
     let mut st = ledger.state()?;
     st.agent_of(team, recipient)?;
-    let mut in_batch: HashMap<Uuid, DeliveryId> = HashMap::new();
-    let mut outcomes = Vec::with_capacity(requests.len());
-    for request in requests {
-        let message_id = request.message;
-        let message = st
-            .messages
-            .get(&message_id)
-            .filter(|m| m.team == team && m.publication == Publication::Stored);
-        let receipt = st.receipts.get(&(message_id, recipient));
-        let (Some(message), Some(receipt)) = (message, receipt) else {
-            outcomes.push(HandOutOutcome::Unknown {
-                message: message_id,
-            });
-            continue;
-        };
-        if receipt.delivered_at.is_some() {
-            outcomes.push(HandOutOutcome::AlreadyDelivered {
-                message: message_id,
-            });
-            continue;
-        }
-        let (conversation, seq) = (message.conversation, message.seq);
-        let holding = in_batch
-            .get(&message_id)
-            .copied()
-            .or_else(|| st.live_hand_out(message_id, recipient, at));
-        if let Some(delivery) = holding {
-            let row = st.hand_outs.get_mut(&delivery).expect("indexed hand-out");
-            if let HandOutSource::Inbox { ack, .. } = &request.source {
-                row.ack = Some(ack.clone());
-            }
-            outcomes.push(HandOutOutcome::Held {
-                message: message_id,
-                until: row.hand_out.held_until,
-            });
-            continue;
-        }
-        let earlier = st
-            .hand_outs_by_pair
-            .get(&(message_id, recipient))
-            .is_some_and(|v| !v.is_empty());
-        let (ack, deliveries) = match &request.source {
-            HandOutSource::Inbox {
-                ack, deliveries, ..
-            } => (Some(ack.clone()), *deliveries),
-            HandOutSource::Ledger => (None, 1),
-        };
-        let hand_out = HandOut {
-            delivery: DeliveryId(Uuid::new_v4()),
-            message: message_id,
-            conversation,
-            seq,
-            recipient,
-            redelivered: earlier || deliveries > 1,
-            issued_at: at,
-            held_until,
-        };
+    let plan = plan_hand_outs(
+        recipient,
+        requests,
+        |message| candidate_facts(&st, team, recipient, message, at),
+        at,
+        held_until,
+        || DeliveryId(Uuid::new_v4()),
+    );
+    for IssuedHandOut { hand_out, ack } in plan.issued {
+        st.hand_outs_by_pair
+            .entry((hand_out.message, recipient))
+            .or_default()
+            .push(hand_out.delivery);
         st.hand_outs.insert(
             hand_out.delivery,
             HandOutRow {
                 team,
-                hand_out: hand_out.clone(),
+                hand_out,
                 ack,
                 confirmed_at: None,
             },
         );
-        st.hand_outs_by_pair
-            .entry((message_id, recipient))
-            .or_default()
-            .push(hand_out.delivery);
-        in_batch.insert(message_id, hand_out.delivery);
-        outcomes.push(HandOutOutcome::Issued(hand_out));
     }
-    Ok(outcomes)
+    for (delivery, ack) in plan.moved_acks {
+        st.hand_outs
+            .get_mut(&delivery)
+            .expect("a live hand-out")
+            .ack = Some(ack);
+    }
+    Ok(plan.outcomes)
+}
+
+/// The facts of one `hand_out` candidate for [`plan_hand_outs`], as the tables stand.
+fn candidate_facts(
+    st: &State,
+    team: Uuid,
+    recipient: Uuid,
+    message: Uuid,
+    at: DateTime<Utc>,
+) -> CandidateFacts<DeliveryId> {
+    let stored = st
+        .messages
+        .get(&message)
+        .filter(|m| m.team == team && m.publication == Publication::Stored);
+    let receipt = st.receipts.get(&(message, recipient));
+    let (Some(stored), Some(receipt)) = (stored, receipt) else {
+        return CandidateFacts::Unknown;
+    };
+    if receipt.delivered_at.is_some() {
+        return CandidateFacts::Delivered;
+    }
+    CandidateFacts::Open {
+        conversation: stored.conversation,
+        seq: stored.seq,
+        live: st
+            .live_hand_out(message, recipient, at)
+            .map(|delivery| LiveHandOut {
+                holder: delivery,
+                held_until: st.hand_outs[&delivery].hand_out.held_until,
+            }),
+        handed_out_before: st
+            .hand_outs_by_pair
+            .get(&(message, recipient))
+            .is_some_and(|v| !v.is_empty()),
+    }
 }
 
 pub(super) fn undelivered(
@@ -196,27 +187,31 @@ pub(super) fn confirm(
     let mut st = ledger.state()?;
     st.agent_of(team, recipient)?;
     st.check_run(run, team, recipient)?;
-    let mut outcomes = Vec::with_capacity(deliveries.len());
-    for delivery in deliveries {
-        let Some(row) = st
+    let outcomes = decide_confirms(deliveries, |delivery| {
+        let row = st
             .hand_outs
-            .get(delivery)
-            .filter(|r| r.team == team && r.hand_out.recipient == recipient)
-        else {
-            outcomes.push(ConfirmOutcome::Unknown);
-            continue;
-        };
+            .get(&delivery)
+            .filter(|r| r.team == team && r.hand_out.recipient == recipient)?;
         let message = row.hand_out.message;
-        let ack = row.ack.clone();
         let receipt = st
             .receipts
-            .get_mut(&(message, recipient))
+            .get(&(message, recipient))
             .expect("hand-outs exist only for receipts");
-        if receipt.delivered_at.is_some() {
-            outcomes.push(ConfirmOutcome::AlreadyConfirmed { message, ack });
+        Some(ConfirmFacts {
+            message,
+            ack: row.ack.clone(),
+            delivered: receipt.delivered_at.is_some(),
+        })
+    });
+    for (delivery, outcome) in deliveries.iter().zip(&outcomes) {
+        let ConfirmOutcome::Confirmed { message, .. } = outcome else {
             continue;
-        }
-        receipt.delivered_at = Some(at);
+        };
+        let message = *message;
+        st.receipts
+            .get_mut(&(message, recipient))
+            .expect("hand-outs exist only for receipts")
+            .delivered_at = Some(at);
         st.hand_outs
             .get_mut(delivery)
             .expect("found above")
@@ -230,7 +225,6 @@ pub(super) fn confirm(
                 message,
             },
         );
-        outcomes.push(ConfirmOutcome::Confirmed { message, ack });
     }
     Ok(outcomes)
 }
