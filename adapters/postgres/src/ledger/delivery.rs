@@ -1,19 +1,19 @@
 //! The Postgres ledger's delivery: messages as they stand, hand-outs, the top-up and wake-up
 //! reads, confirmations, acknowledgements and receipts.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    BusError, BusResult, ConfirmOutcome, DeliveryId, HandOut, HandOutOutcome, HandOutRequest,
-    HandOutSource, InboxAck, Message, Receipt, RecordKind, RunId, WakeupTarget, ledger_span,
-    validate_batch, validate_limit,
+    BusError, BusResult, CandidateFacts, ConfirmFacts, ConfirmOutcome, DeliveryId, HandOutOutcome,
+    HandOutRequest, InboxAck, IssuedHandOut, LiveHandOut, Message, Receipt, RecordKind, RunId,
+    WakeupTarget, decide_confirms, ledger_span, plan_hand_outs, validate_batch, validate_limit,
 };
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::rows::{MESSAGE_COLUMNS, MessageRow, RECEIPT_COLUMNS, ReceiptRow, from_db};
+use super::rows::{MESSAGE_COLUMNS, MessageRow, RECEIPT_COLUMNS, ReceiptRow, db_i64, from_db};
 use super::{PostgresLedger, db};
 use crate::journal::append;
 
@@ -28,24 +28,8 @@ struct Candidate {
 /// The hand-outs of one (message, recipient) recorded before a `hand_out` call: the live one
 /// (unconfirmed, `held_until > at`; the latest if several), and whether any exists at all.
 struct Prior {
-    live: Option<(DeliveryId, DateTime<Utc>)>,
+    live: Option<LiveHandOut<DeliveryId>>,
     earlier: bool,
-}
-
-/// A hand-out a `hand_out` call inserts (its ack may still be replaced by a later inbox
-/// candidate of the same message in the batch).
-struct NewHandOut {
-    hand_out: HandOut,
-    seq: i64,
-    ack: Option<InboxAck>,
-}
-
-/// Where a message of a `hand_out` call is held: by a hand-out recorded before the call (its
-/// delivery id) or by one this call inserts (index into the inserts).
-#[derive(Clone, Copy)]
-enum Holder {
-    Recorded(DeliveryId),
-    Inserted(usize),
 }
 
 impl PostgresLedger {
@@ -120,7 +104,10 @@ impl PostgresLedger {
             .into_iter()
             .map(|(message, live, delivery, until)| {
                 let prior = Prior {
-                    live: live.then_some((DeliveryId(delivery), until)),
+                    live: live.then_some(LiveHandOut {
+                        holder: DeliveryId(delivery),
+                        held_until: until,
+                    }),
                     earlier: true,
                 };
                 (message, prior)
@@ -132,12 +119,12 @@ impl PostgresLedger {
     /// statement; rows in delivery id order).
     async fn replace_acks(
         conn: &mut PgConnection,
-        acks: &BTreeMap<Uuid, InboxAck>,
+        acks: &BTreeMap<DeliveryId, InboxAck>,
     ) -> BusResult<()> {
         if acks.is_empty() {
             return Ok(());
         }
-        let deliveries: Vec<Uuid> = acks.keys().copied().collect();
+        let deliveries: Vec<Uuid> = acks.keys().map(|d| d.0).collect();
         let inboxes: Vec<&str> = acks.values().map(|a| a.inbox.as_str()).collect();
         let subjects: Vec<&str> = acks.values().map(|a| a.ack_subject.as_str()).collect();
         sqlx::query(
@@ -158,7 +145,7 @@ impl PostgresLedger {
     async fn insert_hand_outs(
         conn: &mut PgConnection,
         team: Uuid,
-        rows: &[NewHandOut],
+        rows: &[IssuedHandOut],
     ) -> BusResult<()> {
         let Some(first) = rows.first() else {
             return Ok(());
@@ -171,7 +158,7 @@ impl PostgresLedger {
         let deliveries: Vec<Uuid> = rows.iter().map(|r| r.hand_out.delivery.0).collect();
         let messages: Vec<Uuid> = rows.iter().map(|r| r.hand_out.message).collect();
         let conversations: Vec<Uuid> = rows.iter().map(|r| r.hand_out.conversation).collect();
-        let seqs: Vec<i64> = rows.iter().map(|r| r.seq).collect();
+        let seqs: Vec<i64> = rows.iter().map(|r| db_i64(r.hand_out.seq)).collect();
         let redelivered: Vec<bool> = rows.iter().map(|r| r.hand_out.redelivered).collect();
         let inboxes: Vec<Option<&str>> = rows
             .iter()
@@ -261,8 +248,9 @@ pub(super) async fn hand_out(
     let what = "hand-out";
     let mut tx = ledger.begin(what).await?;
     // A constant number of statements whatever the batch size: lock the receipts, read the
-    // earlier hand-outs, then decide every request here, in order, and write the acks that
-    // move and the new hand-outs in one statement each.
+    // earlier hand-outs, then decide every request, in order, by the domain's hand-out ladder
+    // (`plan_hand_outs`), and write the acks that move and the new hand-outs in one statement
+    // each.
     let mut ids: Vec<Uuid> = requests.iter().map(|r| r.message).collect();
     ids.sort_unstable();
     ids.dedup();
@@ -287,65 +275,27 @@ pub(super) async fn hand_out(
     } else {
         PostgresLedger::prior_hand_outs(&mut tx, recipient, &open, at).await?
     };
-    let mut holders: HashMap<Uuid, (Holder, DateTime<Utc>)> = prior
-        .iter()
-        .filter_map(|(m, p)| p.live.map(|(d, until)| (*m, (Holder::Recorded(d), until))))
-        .collect();
-    let mut inserts: Vec<NewHandOut> = Vec::new();
-    let mut moved_acks: BTreeMap<Uuid, InboxAck> = BTreeMap::new();
-    let mut outcomes = Vec::with_capacity(requests.len());
-    for request in requests {
-        let message = request.message;
-        let Some(candidate) = candidates.get(&message) else {
-            outcomes.push(HandOutOutcome::Unknown { message });
-            continue;
-        };
-        if candidate.delivered {
-            outcomes.push(HandOutOutcome::AlreadyDelivered { message });
-            continue;
-        }
-        if let Some((holder, until)) = holders.get(&message).copied() {
-            // Held: an inbox candidate's ack replaces the holding hand-out's.
-            if let HandOutSource::Inbox { ack, .. } = &request.source {
-                match holder {
-                    Holder::Recorded(d) => {
-                        moved_acks.insert(d.0, ack.clone());
-                    }
-                    Holder::Inserted(i) => inserts[i].ack = Some(ack.clone()),
-                }
-            }
-            outcomes.push(HandOutOutcome::Held { message, until });
-            continue;
-        }
-        let earlier = prior.get(&message).is_some_and(|p| p.earlier);
-        let (ack, deliveries) = match &request.source {
-            HandOutSource::Inbox {
-                ack, deliveries, ..
-            } => (Some(ack.clone()), *deliveries),
-            HandOutSource::Ledger => (None, 1),
-        };
-        let hand_out = HandOut {
-            delivery: DeliveryId(Uuid::new_v4()),
-            message,
-            conversation: candidate.conversation,
-            seq: from_db(candidate.seq),
-            recipient,
-            redelivered: earlier || deliveries > 1,
-            issued_at: at,
-            held_until,
-        };
-        holders.insert(message, (Holder::Inserted(inserts.len()), held_until));
-        outcomes.push(HandOutOutcome::Issued(hand_out.clone()));
-        inserts.push(NewHandOut {
-            hand_out,
-            seq: candidate.seq,
-            ack,
-        });
-    }
-    PostgresLedger::replace_acks(&mut tx, &moved_acks).await?;
-    PostgresLedger::insert_hand_outs(&mut tx, team, &inserts).await?;
+    let plan = plan_hand_outs(
+        recipient,
+        requests,
+        |message| match candidates.get(&message) {
+            None => CandidateFacts::Unknown,
+            Some(c) if c.delivered => CandidateFacts::Delivered,
+            Some(c) => CandidateFacts::Open {
+                conversation: c.conversation,
+                seq: from_db(c.seq),
+                live: prior.get(&message).and_then(|p| p.live),
+                handed_out_before: prior.get(&message).is_some_and(|p| p.earlier),
+            },
+        },
+        at,
+        held_until,
+        || DeliveryId(Uuid::new_v4()),
+    );
+    PostgresLedger::replace_acks(&mut tx, &plan.moved_acks).await?;
+    PostgresLedger::insert_hand_outs(&mut tx, team, &plan.issued).await?;
     PostgresLedger::commit(tx, what).await?;
-    Ok(outcomes)
+    Ok(plan.outcomes)
 }
 
 pub(super) async fn undelivered(
@@ -450,8 +400,9 @@ pub(super) async fn confirm(
     }
     // A constant number of statements whatever the batch size (plus one journal append per
     // first confirmation with a run): read the hand-outs with their receipts locked in
-    // message id order (deterministic, the order `hand_out` locks them in), decide every id
-    // here, in order, then set the receipts and hand-outs in one statement each.
+    // message id order (deterministic, the order `hand_out` locks them in), decide every id,
+    // in order, by the domain's confirm rule (`decide_confirms`), then set the receipts and
+    // hand-outs in one statement each.
     let mut ids: Vec<Uuid> = deliveries.iter().map(|d| d.0).collect();
     ids.sort_unstable();
     ids.dedup();
@@ -472,18 +423,8 @@ pub(super) async fn confirm(
     .await
     .map_err(db(what))?;
     let found: HashMap<Uuid, Found> = rows.into_iter().map(|r| (r.0, r)).collect();
-    let mut delivered: HashSet<Uuid> = found.values().filter(|r| r.5).map(|r| r.1).collect();
-    let mut confirmed_deliveries: Vec<Uuid> = Vec::new();
-    let mut confirmed_messages: Vec<Uuid> = Vec::new();
-    let mut records: Vec<RecordKind> = Vec::new();
-    let mut outcomes = Vec::with_capacity(deliveries.len());
-    for delivery in deliveries {
-        let Some((_, message, conversation, ack_inbox, ack_subject, _)) = found.get(&delivery.0)
-        else {
-            outcomes.push(ConfirmOutcome::Unknown);
-            continue;
-        };
-        let message = *message;
+    let outcomes = decide_confirms(deliveries, |delivery| {
+        let (_, message, _, ack_inbox, ack_subject, delivered) = found.get(&delivery.0)?;
         let ack = match (ack_inbox, ack_subject) {
             (Some(inbox), Some(ack_subject)) => Some(InboxAck {
                 inbox: inbox.clone(),
@@ -491,19 +432,25 @@ pub(super) async fn confirm(
             }),
             _ => None,
         };
-        // Once per receipt: a receipt delivered before, or earlier in this call, is
-        // already confirmed.
-        if !delivered.insert(message) {
-            outcomes.push(ConfirmOutcome::AlreadyConfirmed { message, ack });
+        Some(ConfirmFacts {
+            message: *message,
+            ack,
+            delivered: *delivered,
+        })
+    });
+    let mut confirmed_deliveries: Vec<Uuid> = Vec::new();
+    let mut confirmed_messages: Vec<Uuid> = Vec::new();
+    let mut records: Vec<RecordKind> = Vec::new();
+    for (delivery, outcome) in deliveries.iter().zip(&outcomes) {
+        let ConfirmOutcome::Confirmed { message, .. } = outcome else {
             continue;
-        }
+        };
         confirmed_deliveries.push(delivery.0);
-        confirmed_messages.push(message);
+        confirmed_messages.push(*message);
         records.push(RecordKind::MessageDelivered {
-            conversation: *conversation,
-            message,
+            conversation: found[&delivery.0].2,
+            message: *message,
         });
-        outcomes.push(ConfirmOutcome::Confirmed { message, ack });
     }
     if !confirmed_messages.is_empty() {
         confirmed_messages.sort_unstable();

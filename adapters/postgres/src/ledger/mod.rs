@@ -63,10 +63,11 @@ mod settle;
 ///   the batch size (see `ledger/settle.rs`).
 /// - **hand_out** / **confirm** are set-based: a constant number of statements per call
 ///   (`= ANY($1)` reads, `unnest` writes), whatever the batch size; each item is decided in
-///   order in memory, with exactly the per-item rules of the trait. Both lock the receipt rows
-///   first, in message id order (`ORDER BY … FOR NO KEY UPDATE OF r`), so concurrent calls
-///   serialise per (message, recipient) and cannot deadlock. `confirm` appends one journal
-///   record per first confirmation when a run is given.
+///   order in memory by the domain's delivery rules (`plan_hand_outs`, `decide_confirms`, the
+///   ones the memory ledger applies too), with exactly the per-item rules of the trait. Both
+///   lock the receipt rows first, in message id order (`ORDER BY … FOR NO KEY UPDATE OF r`), so
+///   concurrent calls serialise per (message, recipient) and cannot deadlock. `confirm` appends
+///   one journal record per first confirmation when a run is given.
 /// - **messages** is one `id = ANY($1)` read.
 /// - Time is always the caller's `at`, bound as a parameter (never `now()` in SQL). Postgres
 ///   keeps timestamps to the microsecond: times read back are the caller's truncated to µs.
