@@ -7,6 +7,7 @@
 mod backoff;
 mod conversation;
 mod delivery;
+mod delivery_rules;
 mod envelope;
 mod error;
 mod history;
@@ -33,6 +34,10 @@ pub use backoff::Backoff;
 pub use conversation::{Conversation, Member};
 pub use delivery::{
     ConfirmOutcome, DeliveryId, HandOut, HandOutOutcome, HandOutRequest, HandOutSource, InboxAck,
+};
+pub use delivery_rules::{
+    CandidateFacts, ConfirmFacts, HandOutPlan, IssuedHandOut, LiveHandOut, decide_confirms,
+    plan_hand_outs,
 };
 pub use envelope::Envelope;
 pub use error::{BusError, BusResult, Source};

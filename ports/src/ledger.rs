@@ -233,6 +233,9 @@ pub trait Ledger: Send + Sync {
     ///   `redelivered` when an earlier hand-out of the message to `recipient` exists or the
     ///   inbox's delivery count is above 1. An inbox candidate's ack is kept with the hand-out.
     ///
+    /// This ladder is [`crewbus_domain::plan_hand_outs`]: an implementation reads the facts,
+    /// calls it and writes its plan.
+    ///
     /// Errors: unknown recipient → `NotFound`; more than `MAX_PAGE` requests → `Invalid`.
     async fn hand_out(
         &self,
@@ -274,7 +277,8 @@ pub trait Ledger: Send + Sync {
     /// and writes `MessageDelivered` to the run → `Confirmed`; any later one, by the same or
     /// another delivery id → `AlreadyConfirmed` (nothing written); an id not issued to
     /// `recipient` → `Unknown`. Both confirmed outcomes carry the inbox ack to send after the
-    /// commit. Errors: run rules (see the trait docs); more than `MAX_PAGE` ids → `Invalid`.
+    /// commit; the decision is [`crewbus_domain::decide_confirms`].
+    /// Errors: run rules (see the trait docs); more than `MAX_PAGE` ids → `Invalid`.
     async fn confirm(
         &self,
         team: Uuid,

@@ -36,7 +36,6 @@ mod inbox;
 mod journal;
 mod key_ring;
 mod ledger;
-mod ledger_state;
 mod locator;
 mod push_store;
 mod stream_admin;

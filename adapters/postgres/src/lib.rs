@@ -13,8 +13,6 @@ mod error;
 mod inbox;
 mod journal;
 mod ledger;
-mod ledger_rows;
-mod ledger_settle;
 mod push_store;
 mod registry;
 mod settings;

@@ -24,8 +24,8 @@ use crewbus_domain::{
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+use super::rows::from_db;
 use crate::error::bus_error;
-use crate::ledger_rows::from_db;
 
 const WHAT: &str = "settle";
 

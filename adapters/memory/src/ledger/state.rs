@@ -178,3 +178,56 @@ impl State {
         }
     }
 }
+
+/// Lookups the ledger's sections share, each scoped to a team (another team's row is
+/// `NotFound`).
+impl State {
+    pub(crate) fn team_of(&self, team: Uuid) -> BusResult<&Team> {
+        self.teams
+            .get(&team)
+            .ok_or_else(|| BusError::not_found(format!("team {team}")))
+    }
+
+    pub(crate) fn agent_of(&self, team: Uuid, agent: Uuid) -> BusResult<&Agent> {
+        self.agents
+            .get(&agent)
+            .filter(|a| a.team == team)
+            .ok_or_else(|| BusError::not_found(format!("agent {agent}")))
+    }
+
+    pub(crate) fn conversation_of(
+        &self,
+        team: Uuid,
+        conversation: Uuid,
+    ) -> BusResult<&ConversationRow> {
+        self.conversations
+            .get(&conversation)
+            .filter(|c| c.conversation.team == team)
+            .ok_or_else(|| BusError::not_found(format!("conversation {conversation}")))
+    }
+
+    pub(crate) fn message_of(&self, team: Uuid, message: Uuid) -> BusResult<&Message> {
+        self.messages
+            .get(&message)
+            .filter(|m| m.team == team)
+            .ok_or_else(|| BusError::not_found(format!("message {message}")))
+    }
+
+    /// The hand-out of (message, recipient) that still holds the message at `at`.
+    pub(crate) fn live_hand_out(
+        &self,
+        message: Uuid,
+        recipient: Uuid,
+        at: DateTime<Utc>,
+    ) -> Option<DeliveryId> {
+        self.hand_outs_by_pair
+            .get(&(message, recipient))?
+            .iter()
+            .rev()
+            .find(|id| {
+                let row = &self.hand_outs[*id];
+                row.confirmed_at.is_none() && row.hand_out.held_until > at
+            })
+            .copied()
+    }
+}

@@ -1,0 +1,129 @@
+//! The memory ledger's `send`: a message, its receipts and its outbox slot, with the run's record.
+
+use chrono::{DateTime, Utc};
+use crewbus_domain::{
+    BusError, BusResult, Envelope, Member, Message, Publication, Receipt, RecordKind, SendRequest,
+    Sent, body_sha256, validate_request_id,
+};
+use uuid::Uuid;
+
+use super::MemoryLedger;
+use super::state::Slot;
+
+pub(super) fn send(
+    ledger: &MemoryLedger,
+    request: SendRequest,
+    at: DateTime<Utc>,
+) -> BusResult<Sent> {
+    validate_request_id(&request.request_id)?;
+    let mut st = ledger.state()?;
+    let row = st.conversation_of(request.team, request.conversation)?;
+    let conversation = row.conversation.clone();
+    let sender_ok = st
+        .agents
+        .get(&request.sender)
+        .is_some_and(|a| a.team == request.team && !a.revoked())
+        && conversation.has_member(request.sender);
+    if !sender_ok {
+        return Err(BusError::forbidden(
+            "the sender is not an active member of the conversation",
+        ));
+    }
+    st.check_run_owner(request.run, request.team, request.sender)?;
+    let sha = body_sha256(&request.body);
+    if let Some(existing) = row.requests.get(&request.request_id) {
+        let message = st.messages[existing].clone();
+        if message.body_sha256 != sha {
+            return Err(BusError::conflict(
+                "request id was already used with another body",
+            ));
+        }
+        return Ok(Sent {
+            message,
+            created: false,
+        });
+    }
+    st.check_run_open(request.run)?;
+
+    let seq = row.messages.keys().next_back().copied().unwrap_or(0) + 1;
+    let id = Uuid::new_v4();
+    let message = Message {
+        id,
+        team: request.team,
+        conversation: conversation.id,
+        seq,
+        sender: request.sender,
+        request_id: request.request_id.clone(),
+        body_sha256: sha,
+        body_len: request.body.len() as u64,
+        backend: conversation.backend.clone(),
+        locator: None,
+        publication: Publication::PendingPublication,
+        sent_at: at,
+        stored_at: None,
+        retained_at: None,
+        failure: None,
+    };
+    let recipients: Vec<&Member> = conversation
+        .members
+        .iter()
+        .filter(|m| m.agent != request.sender)
+        .collect();
+    for m in &recipients {
+        st.receipts.insert(
+            (id, m.agent),
+            Receipt {
+                message: id,
+                recipient: m.agent,
+                recipient_key: m.recipient_key.clone(),
+                stored_at: None,
+                delivered_at: None,
+                acknowledged_at: None,
+            },
+        );
+        st.by_recipient.entry(m.agent).or_default().push(id);
+    }
+    st.recipients
+        .insert(id, recipients.iter().map(|m| m.agent).collect());
+    let order = st.next_order();
+    let slot = Slot {
+        id: Uuid::new_v4(),
+        order,
+        backend: conversation.backend.clone(),
+        envelope: Envelope {
+            message_id: id,
+            conversation_id: conversation.id,
+            team_id: request.team,
+            body: request.body,
+            publish_key: Uuid::new_v4(),
+        },
+        generation: 0,
+        attempts: 0,
+        uncertain: false,
+        failed: false,
+        next_attempt_at: at,
+        leased_until: None,
+        last_error: None,
+    };
+    st.slots.insert(slot.id, slot);
+    st.messages.insert(id, message.clone());
+    let row = st
+        .conversations
+        .get_mut(&conversation.id)
+        .expect("checked above");
+    row.messages.insert(seq, id);
+    row.requests.insert(request.request_id, id);
+    st.record(
+        request.run,
+        at,
+        RecordKind::MessageSent {
+            conversation: conversation.id,
+            message: id,
+            seq,
+        },
+    );
+    Ok(Sent {
+        message,
+        created: true,
+    })
+}

@@ -1,0 +1,424 @@
+//! `PostgresLedger`: the bus's authority in Postgres.
+//!
+//! One file per section of the port, as the trait lists them: `directory` (teams, agents,
+//! conversations), `send`, `relay` (outbox slots; the set-based settle in `settle`),
+//! `references` (inbox events), `delivery` (messages, hand-outs, confirmations, receipts),
+//! `history`, `retention` and `counts`; table rows and their conversions are in `rows`. The
+//! `impl Ledger` here only delegates; the lookups and run checks the sections share are here.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use crewbus_domain::{
+    Agent, BusError, BusResult, ConfirmOutcome, Conversation, DeliveryId, HandOutOutcome,
+    HandOutRequest, HistoryPage, InboxEvent, LeasedSlot, LedgerCounts, Message, Receipt,
+    RetentionTarget, RunId, SendRequest, Sent, SettleOutcome, Settlement, Team, TenantId,
+    TokenHash, WakeupTarget,
+};
+use crewbus_ports::Ledger;
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
+use uuid::Uuid;
+
+use crate::body::SCHEME;
+use crate::error::bus_error;
+use crate::journal::{PostgresJournal, lock_run};
+use rows::{AGENT_COLUMNS, AgentRow, MESSAGE_COLUMNS, MessageRow, TEAM_COLUMNS, TeamRow};
+
+mod counts;
+mod delivery;
+mod directory;
+mod history;
+mod references;
+mod relay;
+mod retention;
+mod rows;
+mod send;
+mod settle;
+
+/// One tenant's ledger in Postgres.
+///
+/// Every method is one transaction. Invariants are also enforced by the schema (unique
+/// `(conversation, seq)` and `(conversation, request_id)`, one receipt per (message, recipient),
+/// one inbox event per (kind, message, recipient), non-negative counters). In particular:
+///
+/// - **send** locks the conversation row (`SELECT … FOR NO KEY UPDATE`), so concurrent senders are
+///   serialised per conversation: `seq` comes from the row's counter, gap-free (a rolled-back
+///   send gives its number back), and a concurrent duplicate request waits and then finds the
+///   first one's message. The lock statement also checks the sender and looks the request id
+///   up; the writes (seq bump, message, receipts, then the outbox slot or the inbox events) are
+///   one statement of data-modifying CTEs whose insert skips a request id taken meanwhile
+///   (`ON CONFLICT DO NOTHING`: a repeat committed during the lock wait, answered by the
+///   repeat rule) — four round trips for a send without a run (BEGIN, lock, write, COMMIT).
+///   For Postgres conversations ([`Ledger::local_backend`] is `Some("postgres")`) the body is
+///   written to the table [`crate::PostgresBackend`] reads and the inbox events are enqueued in
+///   the same transaction (five round trips); other backends get an outbox slot holding the
+///   body.
+/// - **lease_slots** / **lease_inbox_events** take rows with `FOR UPDATE SKIP LOCKED`, so
+///   concurrent relays never lease the same row, and scan every due row each time (no cursor),
+///   so a slot whose send committed after a later one is never skipped.
+/// - **settle** locks the batch's live slots in one statement (`FOR UPDATE`, in id order, so
+///   concurrent settlers never deadlock) and applies a settlement only with the current
+///   generation before `leased_until`; the writes are one statement per outcome kind, whatever
+///   the batch size (see `ledger/settle.rs`).
+/// - **hand_out** / **confirm** are set-based: a constant number of statements per call
+///   (`= ANY($1)` reads, `unnest` writes), whatever the batch size; each item is decided in
+///   order in memory by the domain's delivery rules (`plan_hand_outs`, `decide_confirms`, the
+///   ones the memory ledger applies too), with exactly the per-item rules of the trait. Both
+///   lock the receipt rows first, in message id order (`ORDER BY … FOR NO KEY UPDATE OF r`), so
+///   concurrent calls serialise per (message, recipient) and cannot deadlock. `confirm` appends
+///   one journal record per first confirmation when a run is given.
+/// - **messages** is one `id = ANY($1)` read.
+/// - Time is always the caller's `at`, bound as a parameter (never `now()` in SQL). Postgres
+///   keeps timestamps to the microsecond: times read back are the caller's truncated to µs.
+#[derive(Clone)]
+pub struct PostgresLedger {
+    pool: PgPool,
+    tenant: TenantId,
+}
+
+impl std::fmt::Debug for PostgresLedger {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PostgresLedger")
+            .field("tenant", &self.tenant)
+            .finish_non_exhaustive()
+    }
+}
+
+type Tx = Transaction<'static, Postgres>;
+
+/// `|e| bus_error(e, what)`.
+fn db(what: &'static str) -> impl Fn(sqlx::Error) -> BusError {
+    move |e| bus_error(e, what)
+}
+
+impl PostgresLedger {
+    /// The ledger of `tenant` over `pool` (migrated: [`crate::migrate`]).
+    pub fn new(pool: PgPool, tenant: TenantId) -> Self {
+        PostgresLedger { pool, tenant }
+    }
+
+    /// The journal over the same database and tenant: the runs this ledger checks and writes the
+    /// bus's records to.
+    pub fn journal(&self) -> PostgresJournal {
+        PostgresJournal::new(self.pool.clone(), self.tenant.clone())
+    }
+
+    async fn begin(&self, what: &'static str) -> BusResult<Tx> {
+        self.pool.begin().await.map_err(db(what))
+    }
+
+    async fn commit(tx: Tx, what: &'static str) -> BusResult<()> {
+        tx.commit().await.map_err(db(what))
+    }
+
+    /// `NotFound` unless `team` is a team of this tenant.
+    async fn require_team(&self, conn: &mut PgConnection, team: Uuid) -> BusResult<()> {
+        let found: Option<i32> =
+            sqlx::query_scalar("SELECT 1 FROM teams WHERE id = $1 AND tenant = $2")
+                .bind(team)
+                .bind(self.tenant.as_str())
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(db("team lookup"))?;
+        found
+            .map(|_| ())
+            .ok_or_else(|| BusError::not_found(format!("team {team}")))
+    }
+
+    async fn team_row(&self, conn: &mut PgConnection, team: Uuid) -> BusResult<Team> {
+        let row: Option<TeamRow> = sqlx::query_as(&format!(
+            "SELECT {TEAM_COLUMNS} FROM teams WHERE id = $1 AND tenant = $2"
+        ))
+        .bind(team)
+        .bind(self.tenant.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db("team lookup"))?;
+        row.map(Team::from)
+            .ok_or_else(|| BusError::not_found(format!("team {team}")))
+    }
+
+    async fn agent_row(
+        &self,
+        conn: &mut PgConnection,
+        team: Uuid,
+        agent: Uuid,
+    ) -> BusResult<Agent> {
+        let row: Option<AgentRow> = sqlx::query_as(&format!(
+            "SELECT {AGENT_COLUMNS} FROM agents a JOIN teams t ON t.id = a.team_id
+             WHERE a.id = $1 AND a.team_id = $2 AND t.tenant = $3"
+        ))
+        .bind(agent)
+        .bind(team)
+        .bind(self.tenant.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db("agent lookup"))?;
+        row.ok_or_else(|| BusError::not_found(format!("agent {agent}")))?
+            .try_into()
+    }
+
+    async fn message_row(
+        &self,
+        conn: &mut PgConnection,
+        team: Uuid,
+        message: Uuid,
+    ) -> BusResult<Message> {
+        let row: Option<MessageRow> = sqlx::query_as(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages m JOIN teams t ON t.id = m.team_id
+             WHERE m.id = $1 AND m.team_id = $2 AND t.tenant = $3"
+        ))
+        .bind(message)
+        .bind(team)
+        .bind(self.tenant.as_str())
+        .fetch_optional(&mut *conn)
+        .await
+        .map_err(db("message lookup"))?;
+        row.ok_or_else(|| BusError::not_found(format!("message {message}")))?
+            .try_into()
+    }
+
+    /// The run rules without the seal, for `agent` of `team`: unknown or of another team →
+    /// `NotFound` (another team's run ids are never confirmed to exist), another agent's of
+    /// this team → `Forbidden`. Locks the run row; returns whether it is sealed (`false`
+    /// without a run).
+    async fn check_run_owner(
+        &self,
+        conn: &mut PgConnection,
+        run: Option<RunId>,
+        team: Uuid,
+        agent: Uuid,
+    ) -> BusResult<bool> {
+        let Some(run) = run else { return Ok(false) };
+        let locked = lock_run(conn, &self.tenant, run)
+            .await
+            .map_err(db("run lookup"))?
+            .filter(|locked| locked.team == team)
+            .ok_or_else(|| BusError::not_found(format!("run {run}")))?;
+        if locked.agent != agent {
+            return Err(BusError::forbidden(format!(
+                "run {run} belongs to another agent"
+            )));
+        }
+        Ok(locked.sealed)
+    }
+}
+
+#[async_trait]
+impl Ledger for PostgresLedger {
+    fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    fn local_backend(&self) -> Option<&'static str> {
+        Some(SCHEME)
+    }
+
+    async fn create_team(
+        &self,
+        name: &str,
+        body_backend: &str,
+        inbox: &str,
+        at: DateTime<Utc>,
+    ) -> BusResult<Team> {
+        directory::create_team(self, name, body_backend, inbox, at).await
+    }
+
+    async fn team(&self, team: Uuid) -> BusResult<Team> {
+        directory::team(self, team).await
+    }
+
+    async fn teams(&self) -> BusResult<Vec<Team>> {
+        directory::teams(self).await
+    }
+
+    async fn set_team_backends(
+        &self,
+        team: Uuid,
+        body_backend: &str,
+        inbox: &str,
+    ) -> BusResult<Team> {
+        directory::set_team_backends(self, team, body_backend, inbox).await
+    }
+
+    async fn create_agent(
+        &self,
+        team: Uuid,
+        name: &str,
+        token_hash: TokenHash,
+        at: DateTime<Utc>,
+    ) -> BusResult<Agent> {
+        directory::create_agent(self, team, name, token_hash, at).await
+    }
+
+    async fn agent(&self, team: Uuid, agent: Uuid) -> BusResult<Agent> {
+        directory::agent(self, team, agent).await
+    }
+
+    async fn agent_by_token(&self, token_hash: &TokenHash) -> BusResult<Agent> {
+        directory::agent_by_token(self, token_hash).await
+    }
+
+    async fn agents(&self, team: Uuid) -> BusResult<Vec<Agent>> {
+        directory::agents(self, team).await
+    }
+
+    async fn revoke_agent(&self, team: Uuid, agent: Uuid, at: DateTime<Utc>) -> BusResult<Agent> {
+        directory::revoke_agent(self, team, agent, at).await
+    }
+
+    async fn create_conversation(
+        &self,
+        team: Uuid,
+        creator: Uuid,
+        title: &str,
+        members: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> BusResult<Conversation> {
+        directory::create_conversation(self, team, creator, title, members, at).await
+    }
+
+    async fn conversation(&self, team: Uuid, conversation: Uuid) -> BusResult<Conversation> {
+        directory::conversation(self, team, conversation).await
+    }
+
+    async fn conversations(&self, team: Uuid) -> BusResult<Vec<Conversation>> {
+        directory::conversations(self, team).await
+    }
+
+    async fn conversations_for(&self, team: Uuid, agent: Uuid) -> BusResult<Vec<Conversation>> {
+        directory::conversations_for(self, team, agent).await
+    }
+
+    async fn send(&self, request: SendRequest, at: DateTime<Utc>) -> BusResult<Sent> {
+        send::send(self, request, at).await
+    }
+
+    async fn message(&self, team: Uuid, message: Uuid) -> BusResult<Message> {
+        delivery::message(self, team, message).await
+    }
+
+    async fn messages(&self, team: Uuid, ids: &[Uuid]) -> BusResult<Vec<Message>> {
+        delivery::messages(self, team, ids).await
+    }
+
+    async fn lease_slots(
+        &self,
+        at: DateTime<Utc>,
+        lease_for: Duration,
+        limit: usize,
+    ) -> BusResult<Vec<LeasedSlot>> {
+        relay::lease_slots(self, at, lease_for, limit).await
+    }
+
+    async fn settle(
+        &self,
+        settlements: &[Settlement],
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<SettleOutcome>> {
+        relay::settle(self, settlements, at).await
+    }
+
+    async fn lease_inbox_events(
+        &self,
+        at: DateTime<Utc>,
+        lease_for: Duration,
+        limit: usize,
+    ) -> BusResult<Vec<InboxEvent>> {
+        references::lease_inbox_events(self, at, lease_for, limit).await
+    }
+
+    async fn mark_published(&self, events: &[Uuid], at: DateTime<Utc>) -> BusResult<u64> {
+        references::mark_published(self, events, at).await
+    }
+
+    async fn hand_out(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        requests: &[HandOutRequest],
+        grace: Duration,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<HandOutOutcome>> {
+        delivery::hand_out(self, team, recipient, requests, grace, at).await
+    }
+
+    async fn undelivered(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        stored_before: DateTime<Utc>,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<Uuid>> {
+        delivery::undelivered(self, team, recipient, stored_before, at, limit).await
+    }
+
+    async fn wakeable(
+        &self,
+        targets: &[WakeupTarget],
+        stored_before: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<WakeupTarget>> {
+        delivery::wakeable(self, targets, stored_before, at).await
+    }
+
+    async fn confirm(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        deliveries: &[DeliveryId],
+        run: Option<RunId>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<ConfirmOutcome>> {
+        delivery::confirm(self, team, recipient, deliveries, run, at).await
+    }
+
+    async fn acknowledge(
+        &self,
+        team: Uuid,
+        agent: Uuid,
+        message: Uuid,
+        run: Option<RunId>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Receipt> {
+        delivery::acknowledge(self, team, agent, message, run, at).await
+    }
+
+    async fn receipts(&self, team: Uuid, message: Uuid) -> BusResult<Vec<Receipt>> {
+        delivery::receipts(self, team, message).await
+    }
+
+    async fn history(
+        &self,
+        team: Uuid,
+        conversation: Uuid,
+        after_seq: u64,
+        limit: usize,
+    ) -> BusResult<HistoryPage> {
+        history::history(self, team, conversation, after_seq, limit).await
+    }
+
+    async fn retention_due(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<RetentionTarget>> {
+        retention::retention_due(self, before, limit).await
+    }
+
+    async fn mark_retained(
+        &self,
+        team: Uuid,
+        backend: &str,
+        before: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> BusResult<u64> {
+        retention::mark_retained(self, team, backend, before, at).await
+    }
+
+    async fn counts(&self, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
+        counts::counts(self, at).await
+    }
+}
