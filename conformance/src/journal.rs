@@ -7,8 +7,8 @@
 use crewbus_domain::{RecordKind, RunId, RunOutcome, Seq, StoreError};
 use uuid::Uuid;
 
-use crate::ledger_fixture::ledger_list;
-use crate::ledger_time::t;
+use crate::ledger::fixture::ledger_list;
+use crate::ledger::time::t;
 use crate::{LedgerBehaviour, LedgerFixture};
 
 /// Every journal behaviour, by name.

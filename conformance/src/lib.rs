@@ -52,7 +52,7 @@
 //! [`ledger`] and [`journal`] hold the `Ledger` and `Journal` behaviours (BUS.md §5, PUSH.md
 //! §1), listed by [`ledger_behaviours`] and [`journal_behaviours`]. They take a
 //! [`LedgerFixture`] (a fresh, empty ledger and the journal sharing its store) and pass their own
-//! instants ([`ledger_time`]) since both ports take the time from the caller. A test target
+//! instants ([`ledger::time`]) since both ports take the time from the caller. A test target
 //! implements [`LedgerFixtureFactory`] and adds `ledger_trials("<target>", factory, &runtime)`
 //! to its trials: `<target>::ledger::<behaviour>` and `<target>::journal::<behaviour>`.
 //!
@@ -80,10 +80,6 @@ pub mod idempotency;
 pub mod inbox;
 pub mod journal;
 pub mod ledger;
-mod ledger_fixture;
-mod ledger_harness;
-mod ledger_scene;
-pub mod ledger_time;
 pub mod nats;
 pub mod postgres;
 pub mod push_store;
@@ -98,9 +94,9 @@ pub use fixture::{
 };
 pub use harness::{Behaviour, BehaviourFn, Port, behaviours, run_task, runtime, trials};
 pub use journal::journal_behaviours;
+pub use ledger::fixture::{LedgerBehaviour, LedgerFixture, LedgerFixtureFactory};
+pub use ledger::harness::ledger_trials;
 pub use ledger::ledger_behaviours;
-pub use ledger_fixture::{LedgerBehaviour, LedgerFixture, LedgerFixtureFactory};
-pub use ledger_harness::ledger_trials;
 pub use push_store::{
     PushStoreFactory, PushStoreFixture, push_store_behaviours, push_store_trials,
 };

@@ -15,7 +15,7 @@ use crate::harness::BehaviourFuture;
 /// must share the ledger's store, so the ledger's bus records land in the journal's runs.
 ///
 /// Time is the behaviour's own: ledger and journal take `at` from their caller, so behaviours
-/// pass instants they choose ([`crate::ledger_time`]), never the wall clock; no clock hook is
+/// pass instants they choose ([`crate::ledger::time`]), never the wall clock; no clock hook is
 /// needed.
 pub trait LedgerFixture: Send + Sync {
     /// The ledger under test, as a trait object.

@@ -12,8 +12,8 @@ use crewbus_domain::{
 use crewbus_ports::{Journal, Ledger};
 use uuid::Uuid;
 
+use super::time::t;
 use crate::LedgerFixture;
-use crate::ledger_time::t;
 
 /// A body backend name no ledger stores itself: its messages go through the outbox.
 pub(crate) const REMOTE: &str = "conformance-remote";

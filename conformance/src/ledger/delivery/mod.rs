@@ -1,0 +1,54 @@
+//! `Ledger` behaviours of delivery (hand-outs and receipts), and the requests and outcomes they
+//! share.
+
+use std::time::Duration;
+
+use crewbus_domain::{HandOut, HandOutOutcome, HandOutRequest, HandOutSource, InboxAck};
+use uuid::Uuid;
+
+use super::scene::INBOX;
+
+mod hand_out;
+mod receipts;
+
+pub use hand_out::*;
+pub use receipts::*;
+
+pub(crate) fn from_ledger(message: Uuid) -> HandOutRequest {
+    HandOutRequest {
+        message,
+        source: HandOutSource::Ledger,
+    }
+}
+
+pub(crate) fn from_inbox(message: Uuid, ack_subject: &str, deliveries: u64) -> HandOutRequest {
+    HandOutRequest {
+        message,
+        source: HandOutSource::Inbox {
+            event_id: Uuid::new_v4(),
+            ack: InboxAck {
+                inbox: INBOX.to_owned(),
+                ack_subject: ack_subject.to_owned(),
+            },
+            deliveries,
+        },
+    }
+}
+
+pub(crate) fn issued(outcome: &HandOutOutcome) -> HandOut {
+    match outcome {
+        HandOutOutcome::Issued(h) => h.clone(),
+        other => panic!("expected Issued, got {other:?}"),
+    }
+}
+
+pub(crate) const GRACE: Duration = Duration::from_secs(60);
+
+pub(crate) fn out_id(outcome: &HandOutOutcome) -> Uuid {
+    match outcome {
+        HandOutOutcome::Unknown { message }
+        | HandOutOutcome::AlreadyDelivered { message }
+        | HandOutOutcome::Held { message, .. } => *message,
+        HandOutOutcome::Issued(h) => h.message,
+    }
+}
