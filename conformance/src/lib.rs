@@ -45,7 +45,8 @@
 //! declare is ignored at run time and the output names it:
 //! `test [missing:inbox_dedup_for_life] jetstream::inbox::reference_dedup_outlives_… ... ignored
 //! (missing capability: inbox_dedup_for_life)`. Each trial runs as a task on the shared
-//! multi-thread [`runtime`], bounded by [`harness::TRIAL_TIMEOUT`].
+//! multi-thread [`runtime`], bounded by [`trial::TRIAL_TIMEOUT`]. Every trial of every target, shared or
+//! the target's own, is built by [`trial::Suite`].
 //!
 //! # The ledger and journal behaviours
 //!
@@ -85,6 +86,7 @@ pub mod postgres;
 pub mod push_store;
 pub mod samples;
 pub mod stream_admin;
+pub mod trial;
 pub mod wait;
 pub mod wakeups;
 
@@ -92,7 +94,7 @@ pub use capabilities::{Capabilities, Capability};
 pub use fixture::{
     BodyFixture, FixtureError, FixtureFactory, InboxFixture, Namespace, TeamFixture,
 };
-pub use harness::{Behaviour, BehaviourFn, Port, behaviours, run_task, runtime, trials};
+pub use harness::{Behaviour, BehaviourFn, Port, behaviours, trials};
 pub use journal::journal_behaviours;
 pub use ledger::fixture::{LedgerBehaviour, LedgerFixture, LedgerFixtureFactory};
 pub use ledger::harness::ledger_trials;
@@ -100,3 +102,4 @@ pub use ledger::ledger_behaviours;
 pub use push_store::{
     PushStoreFactory, PushStoreFixture, push_store_behaviours, push_store_trials,
 };
+pub use trial::runtime;

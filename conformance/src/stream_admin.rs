@@ -8,19 +8,18 @@
 //! per test is what makes the account's arithmetic exact (memory: a new registry; JetStream: a
 //! server of its own). [`admin_trials`] turns every behaviour into a trial.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use crewbus_domain::{BusError, Published, Quotas, StreamKind};
 use crewbus_ports::{MessagingBackend, StreamAdmin};
-use libtest_mimic::{Failed, Trial};
+use libtest_mimic::Trial;
 use tokio::runtime::Runtime;
 use uuid::Uuid;
 
 use crate::FixtureError;
 use crate::samples::envelope;
+use crate::trial::{Behaviour, Run, Suite, behaviours, factory_source};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -417,21 +416,14 @@ pub async fn reachable_answers_for_a_working_deployment(fx: &dyn AdminFixture) {
     assert!(fx.admin(BODY_QUOTAS, INBOX_QUOTAS).reachable().await);
 }
 
-/// A boxed admin behaviour future.
-pub type AdminFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
-
 /// One admin behaviour, type-erased.
-pub type AdminFn = for<'a> fn(&'a dyn AdminFixture) -> AdminFuture<'a>;
+pub type AdminFn = Run<dyn AdminFixture>;
 
-macro_rules! admin_behaviours {
-    ($($name:ident),* $(,)?) => {
-        vec![$((stringify!($name), (|fx| Box::pin($name(fx))) as AdminFn)),*]
-    };
-}
+factory_source!(AdminFixtureFactory => dyn AdminFixture);
 
-/// Every admin behaviour with its name, in a stable order.
-pub fn admin_behaviours() -> Vec<(&'static str, AdminFn)> {
-    admin_behaviours![
+/// Every admin behaviour, in a stable order.
+pub fn admin_behaviours() -> Vec<Behaviour<dyn AdminFixture>> {
+    behaviours!["stream_admin" =>
         provision_creates_then_keeps_existing_limits,
         provision_inbox_creates_then_keeps_existing_limits,
         update_of_an_unprovisioned_stream_is_not_provisioned,
@@ -450,35 +442,11 @@ pub fn admin_behaviours() -> Vec<(&'static str, AdminFn)> {
 
 /// Every admin behaviour as its own trial `<target>::stream_admin::<behaviour>`, each on a fresh
 /// fixture from `factory`, run on `runtime`, bounded by
-/// [`TRIAL_TIMEOUT`](crate::harness::TRIAL_TIMEOUT).
+/// [`TRIAL_TIMEOUT`](crate::trial::TRIAL_TIMEOUT).
 pub fn admin_trials(
     target: &str,
     factory: Arc<dyn AdminFixtureFactory>,
     runtime: &Arc<Runtime>,
 ) -> Vec<Trial> {
-    admin_behaviours()
-        .into_iter()
-        .map(|(name, run)| {
-            let factory = Arc::clone(&factory);
-            let runtime = Arc::clone(runtime);
-            Trial::test(format!("{target}::stream_admin::{name}"), move || {
-                run_one(&runtime, factory, run)
-            })
-        })
-        .collect()
-}
-
-fn run_one(
-    runtime: &Runtime,
-    factory: Arc<dyn AdminFixtureFactory>,
-    run: AdminFn,
-) -> Result<(), Failed> {
-    crate::run_task(runtime, async move {
-        let fixture = factory
-            .fixture()
-            .await
-            .map_err(|e| Failed::from(format!("fixture failed: {e}")))?;
-        run(&*fixture).await;
-        Ok(())
-    })
+    Suite::new(factory, runtime).trials(target, admin_behaviours())
 }

@@ -6,7 +6,6 @@
 //! reported as ignored, and so are the tests needing the fixture's credentials.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -18,6 +17,7 @@ use crewbus_conformance::nats::{
     self, NatsCluster, NatsOptions, NatsServer, UserPassword, parse_version,
 };
 use crewbus_conformance::stream_admin::{self, AdminFixture, AdminFixtureFactory};
+use crewbus_conformance::trial::{Behaviour, Lack, Source, Suite};
 use crewbus_conformance::{
     BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, Namespace, TeamFixture,
 };
@@ -25,7 +25,7 @@ use crewbus_domain::BusResult;
 use crewbus_domain::{BusError, Envelope, Locator, Published, Quotas, Secret, StreamKind, Uuid};
 use crewbus_jetstream::{Config, Credential, JetStreamAdmin, JetStreamBackend, JetStreamRegistry};
 use crewbus_ports::{Backends, Inbox, MessagingBackend, StreamAdmin};
-use libtest_mimic::{Arguments, Completion, Trial};
+use libtest_mimic::Arguments;
 
 const MIB: u64 = 1024 * 1024;
 
@@ -50,17 +50,35 @@ enum Needs {
     Cluster,
 }
 
-/// Held by the tests that spawn servers of their own, so they run one at a time.
-static HEAVY: std::sync::Mutex<()> = std::sync::Mutex::new(());
+/// The suite's own tests share the broker: each trial gets the [`Harness`]. Those needing the
+/// fixture's users or servers of their own are ignored under `NATS_URL` (naming why), and those
+/// spawning servers of their own (restart, cluster) run one at a time.
+struct Adapter(Arc<Harness>);
 
-type TestFn = fn(Arc<Harness>) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+#[async_trait]
+impl Source for Adapter {
+    type Fixture = Arc<Harness>;
+    type Need = Needs;
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
+    fn lacks(&self, needs: &[Needs]) -> Option<Lack> {
+        needs
+            .iter()
+            .find_map(|need| self.0.lacks(*need))
+            .map(|reason| Lack {
+                kind: None,
+                reason: reason.to_owned(),
+            })
+    }
+
+    fn exclusive(&self, needs: &[Needs]) -> bool {
+        needs
+            .iter()
+            .any(|need| matches!(need, Needs::OwnServer | Needs::Cluster))
+    }
+
+    async fn fixture(&self) -> Result<Box<Arc<Harness>>, FixtureError> {
+        Ok(Box::new(Arc::clone(&self.0)))
+    }
 }
 
 fn credential(u: &UserPassword) -> Credential {
@@ -115,6 +133,22 @@ impl Harness {
     /// nats-server before 2.10 evicts on a lowered limit and has the R3 per-subject bug.
     fn is_2_9(&self) -> bool {
         self.line() < (2, 10, 0)
+    }
+
+    /// Why a test needing `need` cannot run on this broker, or `None`.
+    fn lacks(&self, need: Needs) -> Option<&'static str> {
+        match need {
+            Needs::Any => None,
+            Needs::Credentials | Needs::OwnServer if !self.fixture => {
+                Some("needs a server of its own (NATS_URL mode)")
+            }
+            Needs::Credentials | Needs::OwnServer => None,
+            Needs::Cluster if !self.fixture => Some("needs a cluster of its own (NATS_URL mode)"),
+            Needs::Cluster if self.is_2_9() => {
+                Some("R3 with per-subject discard is buggy before late-2025 server releases")
+            }
+            Needs::Cluster => None,
+        }
     }
 }
 
@@ -252,14 +286,14 @@ async fn settle(b: &JetStreamBackend, e: &Envelope, deadline: Duration) -> Locat
 // Bodies
 // ---------------------------------------------------------------------------------------------
 
-async fn connect_to_unprovisioned_team_is_not_provisioned(h: Arc<Harness>) {
+async fn connect_to_unprovisioned_team_is_not_provisioned(h: &Harness) {
     let err = JetStreamBackend::connect(&h.rt(), Uuid::new_v4())
         .await
         .expect_err("no stream");
     assert!(matches!(err, BusError::NotProvisioned { .. }), "{err:?}");
 }
 
-async fn provision_twice_keeps_limits(h: Arc<Harness>) {
+async fn provision_twice_keeps_limits(h: &Harness) {
     let team = Uuid::new_v4();
     let prov = h.prov();
     for kind in [StreamKind::Bodies, StreamKind::Inbox] {
@@ -287,8 +321,8 @@ async fn provision_twice_keeps_limits(h: Arc<Harness>) {
     }
 }
 
-async fn body_at_the_limit_is_confirmed_and_one_more_byte_is_too_large(h: Arc<Harness>) {
-    let (team, b) = new_team(&h).await;
+async fn body_at_the_limit_is_confirmed_and_one_more_byte_is_too_large(h: &Harness) {
+    let (team, b) = new_team(h).await;
     let limit = b.body_limit();
     if h.fixture {
         assert_eq!(
@@ -312,7 +346,7 @@ async fn body_at_the_limit_is_confirmed_and_one_more_byte_is_too_large(h: Arc<Ha
     ));
 }
 
-async fn server_max_payload_lowers_the_effective_body_limit(_h: Arc<Harness>) {
+async fn server_max_payload_lowers_the_effective_body_limit(_h: &Harness) {
     let server = NatsServer::start_with(&NatsOptions {
         max_payload: Some("1MB".into()),
         ..NatsOptions::default()
@@ -346,7 +380,7 @@ impl std::io::Write for Captured {
 /// The warning that the server lowers the effective body limit is logged once per team (as the
 /// README says), however many lookups race to connect a new team first and however often the
 /// team is evicted (its body stream vanished) and connected again.
-async fn the_lowered_body_limit_is_logged_once_per_team(_h: Arc<Harness>) {
+async fn the_lowered_body_limit_is_logged_once_per_team(_h: &Harness) {
     use tracing::instrument::WithSubscriber as _;
     let server = NatsServer::start_with(&NatsOptions {
         max_payload: Some("1MB".into()),
@@ -425,9 +459,9 @@ async fn the_lowered_body_limit_is_logged_once_per_team(_h: Arc<Harness>) {
     }
 }
 
-async fn forged_locators_are_refused(h: Arc<Harness>) {
-    let (team, b) = new_team(&h).await;
-    let (other_team, other) = new_team(&h).await;
+async fn forged_locators_are_refused(h: &Harness) {
+    let (team, b) = new_team(h).await;
+    let (other_team, other) = new_team(h).await;
     let e = envelope(team, "mine");
     let (loc, _) = confirmed(&b.publish(e.clone()).await);
     // Another message's id on a real locator.
@@ -472,7 +506,7 @@ async fn forged_locators_are_refused(h: Arc<Harness>) {
         None
     );
     // A body on this team's subject whose team header is another team's.
-    let (_, js) = raw_h(&h, &nats::runtime_user()).await;
+    let (_, js) = raw_h(h, &nats::runtime_user()).await;
     let forged_msg = Uuid::new_v4();
     let mut headers = async_nats::HeaderMap::new();
     headers.insert("Crewbus-Message-Id", forged_msg.to_string().as_str());
@@ -497,8 +531,8 @@ async fn forged_locators_are_refused(h: Arc<Harness>) {
     ));
 }
 
-async fn envelope_of_another_team_is_forbidden(h: Arc<Harness>) {
-    let (_, b) = new_team(&h).await;
+async fn envelope_of_another_team_is_forbidden(h: &Harness) {
+    let (_, b) = new_team(h).await;
     assert!(matches!(
         b.publish(envelope(Uuid::new_v4(), "x")).await,
         Published::Fatal(BusError::Forbidden { .. })
@@ -509,8 +543,8 @@ async fn envelope_of_another_team_is_forbidden(h: Arc<Harness>) {
     ));
 }
 
-async fn republish_after_the_duplicate_window_returns_the_same_locator(h: Arc<Harness>) {
-    let (team, b) = new_team(&h).await;
+async fn republish_after_the_duplicate_window_returns_the_same_locator(h: &Harness) {
+    let (team, b) = new_team(h).await;
     let e = envelope(team, "once");
     let (loc, dup) = confirmed(&b.publish(e.clone()).await);
     assert!(!dup);
@@ -530,11 +564,11 @@ async fn republish_after_the_duplicate_window_returns_the_same_locator(h: Arc<Ha
         b.publish(conflicting).await,
         Published::Fatal(BusError::Conflict { .. })
     ));
-    let (_, js) = raw_h(&h, &nats::provisioning_user()).await;
+    let (_, js) = raw_h(h, &nats::provisioning_user()).await;
     assert_eq!(stream_info(&js, b.stream()).await.state.messages, 1);
 }
 
-async fn burst_filling_the_stream_keeps_every_acknowledged_body(h: Arc<Harness>) {
+async fn burst_filling_the_stream_keeps_every_acknowledged_body(h: &Harness) {
     let mut prov = h.prov();
     prov.body_quotas = Quotas {
         max_messages: 25,
@@ -567,8 +601,8 @@ async fn burst_filling_the_stream_keeps_every_acknowledged_body(h: Arc<Harness>)
     assert_eq!(stored, 25);
 }
 
-async fn retain_removes_bodies_stored_before_the_instant(h: Arc<Harness>) {
-    let (team, b) = new_team(&h).await;
+async fn retain_removes_bodies_stored_before_the_instant(h: &Harness) {
+    let (team, b) = new_team(h).await;
     let old: Vec<Envelope> = (0..5).map(|i| envelope(team, format!("old {i}"))).collect();
     let mut old_locs = Vec::new();
     for e in &old {
@@ -596,8 +630,8 @@ async fn retain_removes_bodies_stored_before_the_instant(h: Arc<Harness>) {
     assert_eq!(b.retain(cut).await.expect("second retain"), 0);
 }
 
-async fn reconcile_publishes_the_real_body_when_not_held(h: Arc<Harness>) {
-    let (team, b) = new_team(&h).await;
+async fn reconcile_publishes_the_real_body_when_not_held(h: &Harness) {
+    let (team, b) = new_team(h).await;
     let e = envelope(team, "reconciled");
     let loc = b.reconcile(&e).await.expect("reconcile").expect("held now");
     assert_eq!(
@@ -618,7 +652,7 @@ async fn reconcile_publishes_the_real_body_when_not_held(h: Arc<Harness>) {
     ));
 }
 
-async fn broker_restart_mid_burst_leaves_exactly_one_copy_after_reconcile(_h: Arc<Harness>) {
+async fn broker_restart_mid_burst_leaves_exactly_one_copy_after_reconcile(_h: &Harness) {
     let mut server = NatsServer::start();
     let url = server.url();
     let (team, b) = team_with(&prov_for(&url), &rt_for(&url)).await;
@@ -682,7 +716,7 @@ async fn broker_restart_mid_burst_leaves_exactly_one_copy_after_reconcile(_h: Ar
     );
 }
 
-async fn unreachable_broker_fails_within_the_request_timeout(_h: Arc<Harness>) {
+async fn unreachable_broker_fails_within_the_request_timeout(_h: &Harness) {
     let mut config = base_config(&format!("nats://127.0.0.1:{}", nats::free_port()));
     config.request_timeout = Duration::from_secs(1);
     let slack = Duration::from_millis(1500);
@@ -736,8 +770,8 @@ async fn unreachable_broker_fails_within_the_request_timeout(_h: Arc<Harness>) {
 // Inbox
 // ---------------------------------------------------------------------------------------------
 
-async fn references_are_deduplicated_redelivered_and_double_acked(h: Arc<Harness>) {
-    let (_, b) = new_team(&h).await;
+async fn references_are_deduplicated_redelivered_and_double_acked(h: &Harness) {
+    let (_, b) = new_team(h).await;
     let event = Uuid::new_v4();
     let (loc, dup) = confirmed(&b.publish_reference("alice", event, r#"{"m":1}"#).await);
     assert!(!dup);
@@ -787,9 +821,9 @@ async fn references_are_deduplicated_redelivered_and_double_acked(h: Arc<Harness
     );
 }
 
-async fn foreign_ack_subjects_and_bad_recipient_keys_are_refused(h: Arc<Harness>) {
-    let (_, b) = new_team(&h).await;
-    let (_, other) = new_team(&h).await;
+async fn foreign_ack_subjects_and_bad_recipient_keys_are_refused(h: &Harness) {
+    let (_, b) = new_team(h).await;
+    let (_, other) = new_team(h).await;
     other
         .publish_reference("bob", Uuid::new_v4(), "{}")
         .await
@@ -836,8 +870,8 @@ async fn foreign_ack_subjects_and_bad_recipient_keys_are_refused(h: Arc<Harness>
         .expect("owner acks");
 }
 
-async fn deleted_consumer_reads_not_present_and_the_next_fetch_recreates_it(h: Arc<Harness>) {
-    let (_, b) = new_team(&h).await;
+async fn deleted_consumer_reads_not_present_and_the_next_fetch_recreates_it(h: &Harness) {
+    let (_, b) = new_team(h).await;
     let status = b.inbox_status("carol").await.expect("status");
     assert!(!status.present, "no consumer before the first fetch");
     let first = Uuid::new_v4();
@@ -847,7 +881,7 @@ async fn deleted_consumer_reads_not_present_and_the_next_fetch_recreates_it(h: A
         1
     );
     assert!(b.inbox_status("carol").await.expect("status").present);
-    let (_, js) = raw_h(&h, &nats::provisioning_user()).await;
+    let (_, js) = raw_h(h, &nats::provisioning_user()).await;
     js.delete_consumer_from_stream("carol", b.inbox_stream())
         .await
         .expect("delete consumer");
@@ -871,7 +905,7 @@ async fn deleted_consumer_reads_not_present_and_the_next_fetch_recreates_it(h: A
     assert!(b.inbox_status("carol").await.expect("status").present);
 }
 
-async fn inbox_overflow_drops_the_oldest_references(h: Arc<Harness>) {
+async fn inbox_overflow_drops_the_oldest_references(h: &Harness) {
     let mut prov = h.prov();
     prov.inbox_quotas = Quotas {
         max_messages: 5,
@@ -887,7 +921,7 @@ async fn inbox_overflow_drops_the_oldest_references(h: Arc<Harness>) {
     assert_eq!(ids, events[3..].to_vec(), "the three oldest were discarded");
 }
 
-async fn missing_inbox_stream_is_not_provisioned_and_status_not_present(h: Arc<Harness>) {
+async fn missing_inbox_stream_is_not_provisioned_and_status_not_present(h: &Harness) {
     let team = Uuid::new_v4();
     JetStreamBackend::provision(&h.prov(), team)
         .await
@@ -910,8 +944,8 @@ async fn missing_inbox_stream_is_not_provisioned_and_status_not_present(h: Arc<H
 // Credentials, quotas, storage
 // ---------------------------------------------------------------------------------------------
 
-async fn runtime_credential_cannot_change_streams_but_runs_the_bus(h: Arc<Harness>) {
-    let (team, b) = new_team(&h).await;
+async fn runtime_credential_cannot_change_streams_but_runs_the_bus(h: &Harness) {
+    let (team, b) = new_team(h).await;
     let (_, prov_js) = raw(&h.url, &nats::provisioning_user()).await;
     let before = stream_info(&prov_js, b.stream()).await.config;
     let (_, rt_js) = raw(&h.url, &nats::runtime_user()).await;
@@ -957,8 +991,8 @@ async fn runtime_credential_cannot_change_streams_but_runs_the_bus(h: Arc<Harnes
     assert_eq!(b.retain(cut).await.expect("retain"), 1);
 }
 
-async fn quota_decrease_below_contents_is_refused_and_loses_nothing(h: Arc<Harness>) {
-    let (team, b) = new_team(&h).await;
+async fn quota_decrease_below_contents_is_refused_and_loses_nothing(h: &Harness) {
+    let (team, b) = new_team(h).await;
     let bodies: Vec<Envelope> = (0..30).map(|i| envelope(team, format!("q {i}"))).collect();
     for e in &bodies {
         confirmed(&b.publish(e.clone()).await);
@@ -973,7 +1007,7 @@ async fn quota_decrease_below_contents_is_refused_and_loses_nothing(h: Arc<Harne
         JetStreamBackend::update_quotas(&lower, team, StreamKind::Bodies).await,
         Err(BusError::Conflict { .. })
     ));
-    let (_, js) = raw_h(&h, &nats::provisioning_user()).await;
+    let (_, js) = raw_h(h, &nats::provisioning_user()).await;
     let info = stream_info(&js, b.stream()).await;
     assert_eq!(info.state.messages, 30);
     assert_eq!(info.config.max_messages, 10_000, "limits unchanged");
@@ -996,8 +1030,8 @@ async fn quota_decrease_below_contents_is_refused_and_loses_nothing(h: Arc<Harne
     confirmed(&b.publish(envelope(team, "after")).await);
 }
 
-async fn quota_decrease_racing_a_publisher_loses_no_acknowledged_body(h: Arc<Harness>) {
-    let (team, b) = new_team(&h).await;
+async fn quota_decrease_racing_a_publisher_loses_no_acknowledged_body(h: &Harness) {
+    let (team, b) = new_team(h).await;
     let mut stored: Vec<(Envelope, Locator)> = Vec::new();
     for i in 0..30 {
         let e = envelope(team, format!("pre {i}"));
@@ -1027,7 +1061,7 @@ async fn quota_decrease_racing_a_publisher_loses_no_acknowledged_body(h: Arc<Har
     lower.body_quotas.max_messages = 45;
     // Let the racer get going before the decrease.
     eventually("racer running", Duration::from_secs(5), || async {
-        stream_info(&raw_h(&h, &nats::provisioning_user()).await.1, b.stream())
+        stream_info(&raw_h(h, &nats::provisioning_user()).await.1, b.stream())
             .await
             .state
             .messages
@@ -1050,16 +1084,16 @@ async fn quota_decrease_racing_a_publisher_loses_no_acknowledged_body(h: Arc<Har
             h.version
         );
     }
-    let (_, js) = raw_h(&h, &nats::provisioning_user()).await;
+    let (_, js) = raw_h(h, &nats::provisioning_user()).await;
     assert_eq!(
         stream_info(&js, b.stream()).await.state.messages,
         stored.len() as u64
     );
 }
 
-async fn paused_intake_answers_publishers_with_a_retryable_error(h: Arc<Harness>) {
-    let (team, b) = new_team(&h).await;
-    let (_, js) = raw_h(&h, &nats::provisioning_user()).await;
+async fn paused_intake_answers_publishers_with_a_retryable_error(h: &Harness) {
+    let (team, b) = new_team(h).await;
+    let (_, js) = raw_h(h, &nats::provisioning_user()).await;
     let mut config = stream_info(&js, b.stream()).await.config;
     let original = config.clone();
     config.subjects = vec![format!("crewbus.{}.paused.bodies", team.simple())];
@@ -1073,9 +1107,9 @@ async fn paused_intake_answers_publishers_with_a_retryable_error(h: Arc<Harness>
     confirmed(&b.publish(envelope(team, "resumed")).await);
 }
 
-async fn lowering_a_limit_evicts_on_2_9_and_not_on_the_current_line(h: Arc<Harness>) {
+async fn lowering_a_limit_evicts_on_2_9_and_not_on_the_current_line(h: &Harness) {
     // The broker behaviour that makes the pause necessary, pinned per server line.
-    let (_, js) = raw_h(&h, &nats::provisioning_user()).await;
+    let (_, js) = raw_h(h, &nats::provisioning_user()).await;
     let name = format!("EVICT_{}", Uuid::new_v4().simple());
     let subject = format!("evict.{}", Uuid::new_v4().simple());
     let config = jetstream::stream::Config {
@@ -1114,7 +1148,7 @@ async fn lowering_a_limit_evicts_on_2_9_and_not_on_the_current_line(h: Arc<Harne
     js.delete_stream(&name).await.expect("cleanup");
 }
 
-async fn account_budget_refuses_a_stream_that_does_not_fit(_h: Arc<Harness>) {
+async fn account_budget_refuses_a_stream_that_does_not_fit(_h: &Harness) {
     let server = NatsServer::start_with(&NatsOptions {
         account_max_file: Some(20 * MIB),
         ..NatsOptions::default()
@@ -1213,7 +1247,7 @@ async fn account_budget_refuses_a_stream_that_does_not_fit(_h: Arc<Harness>) {
     assert_eq!(account.reserved, 8 * MIB);
 }
 
-async fn r3_cluster_keeps_accepting_and_serving_with_one_node_stopped(_h: Arc<Harness>) {
+async fn r3_cluster_keeps_accepting_and_serving_with_one_node_stopped(_h: &Harness) {
     let mut cluster = tokio::task::spawn_blocking(NatsCluster::start)
         .await
         .expect("cluster");
@@ -1281,7 +1315,7 @@ async fn r3_cluster_keeps_accepting_and_serving_with_one_node_stopped(_h: Arc<Ha
 // Registry and admin
 // ---------------------------------------------------------------------------------------------
 
-async fn registry_shares_one_connection_and_caches_teams(h: Arc<Harness>) {
+async fn registry_shares_one_connection_and_caches_teams(h: &Harness) {
     let registry = JetStreamRegistry::new(h.rt()).expect("registry");
     assert_eq!(
         registry.connections_opened(),
@@ -1290,7 +1324,7 @@ async fn registry_shares_one_connection_and_caches_teams(h: Arc<Harness>) {
     );
     let mut teams = Vec::new();
     for _ in 0..12 {
-        teams.push(new_team(&h).await.0);
+        teams.push(new_team(h).await.0);
     }
     for team in &teams {
         let bodies = registry
@@ -1329,9 +1363,9 @@ async fn registry_shares_one_connection_and_caches_teams(h: Arc<Harness>) {
     ));
 }
 
-async fn registry_evicts_a_team_whose_streams_vanished(h: Arc<Harness>) {
+async fn registry_evicts_a_team_whose_streams_vanished(h: &Harness) {
     let registry = JetStreamRegistry::with_revalidation(h.rt(), Duration::ZERO).expect("registry");
-    let (team, _) = new_team(&h).await;
+    let (team, _) = new_team(h).await;
     registry
         .body_backend(team, JetStreamBackend::NAME)
         .await
@@ -1347,9 +1381,9 @@ async fn registry_evicts_a_team_whose_streams_vanished(h: Arc<Harness>) {
     assert_eq!(registry.cached_teams(), 0, "evicted, not served stale");
 }
 
-async fn registry_serves_bodies_while_the_inbox_stream_is_missing(h: Arc<Harness>) {
+async fn registry_serves_bodies_while_the_inbox_stream_is_missing(h: &Harness) {
     let registry = JetStreamRegistry::with_revalidation(h.rt(), Duration::ZERO).expect("registry");
-    let (team, b) = new_team(&h).await;
+    let (team, b) = new_team(h).await;
     let bodies = registry
         .body_backend(team, JetStreamBackend::NAME)
         .await
@@ -1365,7 +1399,7 @@ async fn registry_serves_bodies_while_the_inbox_stream_is_missing(h: Arc<Harness
         inbox.fetch_references("hana", 5).await.expect("refs").len(),
         1
     );
-    let (_, js) = raw_h(&h, &nats::provisioning_user()).await;
+    let (_, js) = raw_h(h, &nats::provisioning_user()).await;
     assert!(
         js.delete_stream(b.inbox_stream())
             .await
@@ -1406,7 +1440,7 @@ async fn registry_serves_bodies_while_the_inbox_stream_is_missing(h: Arc<Harness
     );
 }
 
-async fn admin_port_runs_the_associated_functions(h: Arc<Harness>) {
+async fn admin_port_runs_the_associated_functions(h: &Harness) {
     let admin: Arc<dyn StreamAdmin> = Arc::new(JetStreamAdmin::new(h.prov()));
     assert!(admin.reachable().await);
     let team = Uuid::new_v4();
@@ -1438,7 +1472,7 @@ async fn admin_port_runs_the_associated_functions(h: Arc<Harness>) {
     assert!(!unreachable.reachable().await);
 }
 
-async fn configured_body_limit_below_the_server_is_the_effective_limit(h: Arc<Harness>) {
+async fn configured_body_limit_below_the_server_is_the_effective_limit(h: &Harness) {
     let mut rt = h.rt();
     rt.body_limit = 1000;
     let team = Uuid::new_v4();
@@ -1656,9 +1690,15 @@ impl AdminFixture for JetStreamAdminFixture {
 // Registration
 // ---------------------------------------------------------------------------------------------
 
+/// `tests![Needs => f, …]`: the JetStream-only tests, `jetstream::adapter::<f>`.
 macro_rules! tests {
     ($($needs:ident => $f:ident),* $(,)?) => {
-        vec![$((stringify!($f), Needs::$needs, (|h| Box::pin($f(h))) as TestFn)),*]
+        vec![$(Behaviour {
+            port: "adapter",
+            name: stringify!($f),
+            needs: &[Needs::$needs],
+            run: |h: &Arc<Harness>| Box::pin($f(h)),
+        }),*]
     };
 }
 
@@ -1724,40 +1764,12 @@ fn main() {
         Any => admin_port_runs_the_associated_functions,
         Any => configured_body_limit_below_the_server_is_the_effective_limit,
     ];
-    let trials = list
-        .into_iter()
-        .map(|(name, needs, f)| {
-            let h = harness.clone();
-            Trial::ignorable_test(format!("jetstream::adapter::{name}"), move || {
-                let skip = match needs {
-                    Needs::Any => None,
-                    Needs::Credentials | Needs::OwnServer if !h.fixture => {
-                        Some("needs a server of its own (NATS_URL mode)")
-                    }
-                    Needs::Credentials | Needs::OwnServer => None,
-                    Needs::Cluster if !h.fixture => {
-                        Some("needs a cluster of its own (NATS_URL mode)")
-                    }
-                    Needs::Cluster if h.is_2_9() => Some(
-                        "R3 with per-subject discard is buggy before late-2025 server releases",
-                    ),
-                    Needs::Cluster => None,
-                };
-                if let Some(reason) = skip {
-                    return Ok(Completion::ignored_with(reason));
-                }
-                // Servers of their own (restart, cluster) run one at a time.
-                let _heavy = matches!(needs, Needs::OwnServer | Needs::Cluster).then(|| {
-                    HEAVY
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                });
-                runtime().block_on(f(h));
-                Ok(Completion::Completed)
-            })
-        })
-        .collect();
-    let mut trials: Vec<Trial> = trials;
+    // The adapter's own tests on a runtime of their own: some start servers synchronously.
+    let own = Suite::new(
+        Arc::new(Adapter(Arc::clone(&harness))),
+        &crewbus_conformance::runtime(),
+    );
+    let mut trials = own.trials("jetstream", list);
     let suite_runtime = crewbus_conformance::runtime();
     let factory = Arc::new(suite_runtime.block_on(JetStreamFactory::start(&harness)));
     trials.extend(crewbus_conformance::trials(

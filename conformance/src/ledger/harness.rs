@@ -1,64 +1,50 @@
 //! The ledger and journal behaviours as libtest-mimic trials.
 
+use std::convert::Infallible;
 use std::sync::Arc;
 
-use libtest_mimic::{Failed, Trial};
+use async_trait::async_trait;
+use libtest_mimic::Trial;
 use tokio::runtime::Runtime;
 
-use crate::harness::{TRIAL_TIMEOUT, panic_message};
-use crate::{LedgerBehaviour, LedgerFixtureFactory, journal_behaviours, ledger_behaviours};
+use crate::trial::{Lack, Source, Suite};
+use crate::{
+    FixtureError, LedgerFixture, LedgerFixtureFactory, journal_behaviours, ledger_behaviours,
+};
+
+/// The ledger fixtures' factory is the source of the ledger and journal behaviours; they need
+/// nothing of it.
+#[async_trait]
+impl Source for dyn LedgerFixtureFactory {
+    type Fixture = dyn LedgerFixture;
+    type Need = Infallible;
+
+    fn lacks(&self, _needs: &[Infallible]) -> Option<Lack> {
+        None
+    }
+
+    async fn fixture(&self) -> Result<Box<dyn LedgerFixture>, FixtureError> {
+        LedgerFixtureFactory::fixture(self).await
+    }
+}
 
 /// Every ledger and journal behaviour as its own trial, named `<target>::ledger::<behaviour>` and
 /// `<target>::journal::<behaviour>`.
 ///
 /// Each trial asks `factory` for a fresh fixture and runs the behaviour as a task on `runtime`
-/// (see [`crate::runtime`]), failing on a panic (an assertion), a fixture error, or after
-/// [`TRIAL_TIMEOUT`]. No ledger behaviour needs a capability: both adapters offer them all (the
-/// co-located backend is a branch inside `send_follows_the_local_backend`, not a skip).
+/// (see [`crate::trial`]), failing on a panic (an assertion), a fixture error, or after
+/// [`TRIAL_TIMEOUT`](crate::trial::TRIAL_TIMEOUT). No ledger behaviour needs a capability: both
+/// adapters offer them all (the co-located backend is a branch inside
+/// `send_follows_the_local_backend`, not a skip).
 pub fn ledger_trials(
     target: &str,
     factory: Arc<dyn LedgerFixtureFactory>,
     runtime: &Arc<Runtime>,
 ) -> Vec<Trial> {
-    let ledger = ledger_behaviours().into_iter().map(|b| ("ledger", b));
-    let journal = journal_behaviours().into_iter().map(|b| ("journal", b));
-    ledger
-        .chain(journal)
-        .map(|(port, (name, run))| {
-            let factory = Arc::clone(&factory);
-            let runtime = Arc::clone(runtime);
-            Trial::test(format!("{target}::{port}::{name}"), move || {
-                run_one(&runtime, factory, run)
-            })
-        })
-        .collect()
-}
-
-fn run_one(
-    runtime: &Runtime,
-    factory: Arc<dyn LedgerFixtureFactory>,
-    run: LedgerBehaviour,
-) -> Result<(), Failed> {
-    let task = runtime.spawn(async move {
-        let fixture = factory
-            .fixture()
-            .await
-            .map_err(|e| Failed::from(format!("fixture failed: {e}")))?;
-        run(&*fixture).await;
-        Ok::<(), Failed>(())
-    });
-    runtime.block_on(async move {
-        let abort = task.abort_handle();
-        match tokio::time::timeout(TRIAL_TIMEOUT, task).await {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(join)) if join.is_panic() => Err(panic_message(join.into_panic()).into()),
-            Ok(Err(join)) => Err(format!("behaviour task ended: {join}").into()),
-            Err(_) => {
-                abort.abort();
-                Err(format!("timed out after {TRIAL_TIMEOUT:?}").into())
-            }
-        }
-    })
+    Suite::new(factory, runtime).trials(
+        target,
+        ledger_behaviours().into_iter().chain(journal_behaviours()),
+    )
 }
 
 #[cfg(test)]
@@ -68,7 +54,7 @@ mod tests {
     use async_trait::async_trait;
 
     use super::*;
-    use crate::{FixtureError, LedgerFixture};
+    use crate::trial::{run_one, runtime};
 
     struct Unreachable;
 
@@ -81,7 +67,7 @@ mod tests {
 
     #[test]
     fn names_are_unique_and_prefixed() {
-        let runtime = crate::runtime();
+        let runtime = runtime();
         let trials = ledger_trials("x", Arc::new(Unreachable), &runtime);
         assert_eq!(
             trials.len(),
@@ -98,9 +84,10 @@ mod tests {
 
     #[test]
     fn a_fixture_that_cannot_be_built_fails_the_trial() {
-        let runtime = crate::runtime();
-        let (_, run) = ledger_behaviours()[0];
-        let outcome = run_one(&runtime, Arc::new(Unreachable), run);
+        let runtime = runtime();
+        let b = ledger_behaviours()[0];
+        let factory: Arc<dyn LedgerFixtureFactory> = Arc::new(Unreachable);
+        let outcome = run_one(&runtime, factory, b.needs, b.run);
         let message = outcome.expect_err("must fail").message().map(str::to_owned);
         assert!(message.is_some_and(|m| m.contains("fixture failed")));
     }

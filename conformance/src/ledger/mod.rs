@@ -17,10 +17,10 @@ use crewbus_domain::{BusError, DeliveryId, HandOutRequest, Settlement, SlotOutco
 use uuid::Uuid;
 
 use self::delivery::{GRACE, from_ledger};
-use self::fixture::ledger_list;
 use self::scene::{LEASE, REMOTE, scene};
 use self::time::t;
-use crate::{LedgerBehaviour, LedgerFixture};
+use crate::LedgerFixture;
+use crate::trial::{Behaviour, behaviours};
 
 pub mod counts;
 pub mod delivery;
@@ -45,8 +45,8 @@ pub use retention::*;
 pub use send::*;
 
 /// Every ledger behaviour, by name.
-pub fn ledger_behaviours() -> Vec<(&'static str, LedgerBehaviour)> {
-    ledger_list![
+pub fn ledger_behaviours() -> Vec<Behaviour<dyn LedgerFixture>> {
+    behaviours!["ledger" =>
         teams_are_created_listed_and_unique,
         team_backends_change_only_new_conversations,
         agents_authenticate_by_token_hash_until_revoked,
