@@ -17,6 +17,7 @@ use tokio::runtime::Runtime;
 
 use crate::FixtureError;
 use crate::trial::{Behaviour, Lack, Source, Suite, behaviours};
+use crate::wait::Deadline;
 
 /// How long a behaviour waits for a wake-up to arrive.
 const ARRIVAL: Duration = Duration::from_secs(10);
@@ -68,11 +69,12 @@ async fn collect(
     want: &HashSet<WakeupTarget>,
 ) -> Vec<WakeupTarget> {
     let mut got = Vec::new();
-    let deadline = tokio::time::Instant::now() + ARRIVAL;
+    let deadline = Deadline::new(ARRIVAL, "wake-ups");
     while !want.iter().all(|t| got.contains(t)) {
-        let next = tokio::time::timeout_at(deadline, listener.next())
+        let next = deadline
+            .within(listener.next())
             .await
-            .unwrap_or_else(|_| panic!("wake-ups never arrived: got {got:?}"))
+            .unwrap_or_else(|| panic!("wake-ups never arrived: got {got:?}"))
             .expect("listener failed");
         match next {
             Wakeup::Agents(ts) => got.extend(ts),
