@@ -25,11 +25,8 @@ pub(crate) const TESTS: &[Behaviour<Arc<Harness>, Needs>] = tests![
     OwnServer => server_max_payload_lowers_the_effective_body_limit,
     OwnServer => the_lowered_body_limit_is_logged_once_per_team,
     Any => forged_locators_are_refused,
-    Any => envelope_of_another_team_is_forbidden,
     Any => republish_after_the_duplicate_window_returns_the_same_locator,
     Any => burst_filling_the_stream_keeps_every_acknowledged_body,
-    Any => retain_removes_bodies_stored_before_the_instant,
-    Any => reconcile_publishes_the_real_body_when_not_held,
     OwnServer => broker_restart_mid_burst_leaves_exactly_one_copy_after_reconcile,
     OwnServer => unreachable_broker_fails_within_the_request_timeout,
 ];
@@ -279,18 +276,6 @@ async fn forged_locators_are_refused(h: &Harness) {
     ));
 }
 
-async fn envelope_of_another_team_is_forbidden(h: &Harness) {
-    let (_, b) = new_team(h).await;
-    assert!(matches!(
-        b.publish(envelope(Uuid::new_v4(), "x")).await,
-        Published::Fatal(BusError::Forbidden { .. })
-    ));
-    assert!(matches!(
-        b.reconcile(&envelope(Uuid::new_v4(), "x")).await,
-        Err(BusError::Forbidden { .. })
-    ));
-}
-
 async fn republish_after_the_duplicate_window_returns_the_same_locator(h: &Harness) {
     let (team, b) = new_team(h).await;
     let e = envelope(team, "once");
@@ -347,57 +332,6 @@ async fn burst_filling_the_stream_keeps_every_acknowledged_body(h: &Harness) {
         }
     }
     assert_eq!(stored, 25);
-}
-
-async fn retain_removes_bodies_stored_before_the_instant(h: &Harness) {
-    let (team, b) = new_team(h).await;
-    let old: Vec<Envelope> = (0..5).map(|i| envelope(team, format!("old {i}"))).collect();
-    let mut old_locs = Vec::new();
-    for e in &old {
-        old_locs.push(confirmed(&b.publish(e.clone()).await).0);
-    }
-    let cut = chrono::Utc::now();
-    until(
-        Duration::from_secs(1),
-        "the clock moves past the cut",
-        || async { (chrono::Utc::now() > cut).then_some(()) },
-    )
-    .await;
-    let new: Vec<Envelope> = (0..4).map(|i| envelope(team, format!("new {i}"))).collect();
-    let mut new_locs = Vec::new();
-    for e in &new {
-        new_locs.push(confirmed(&b.publish(e.clone()).await).0);
-    }
-    assert_eq!(b.retain(cut).await.expect("retain"), 5);
-    for (e, l) in old.iter().zip(&old_locs) {
-        assert_eq!(b.fetch(l, e.message_id).await.expect("fetch"), None);
-    }
-    for (e, l) in new.iter().zip(&new_locs) {
-        assert!(b.fetch(l, e.message_id).await.expect("fetch").is_some());
-    }
-    assert_eq!(b.retain(cut).await.expect("second retain"), 0);
-}
-
-async fn reconcile_publishes_the_real_body_when_not_held(h: &Harness) {
-    let (team, b) = new_team(h).await;
-    let e = envelope(team, "reconciled");
-    let loc = b.reconcile(&e).await.expect("reconcile").expect("held now");
-    assert_eq!(
-        b.fetch(&loc, e.message_id).await.expect("fetch").as_deref(),
-        Some("reconciled")
-    );
-    assert_eq!(b.reconcile(&e).await.expect("again"), Some(loc.clone()));
-    let (again, dup) = confirmed(&b.publish(e.clone()).await);
-    assert!(dup);
-    assert_eq!(again, loc);
-    let other_key = Envelope {
-        publish_key: Uuid::new_v4(),
-        ..e
-    };
-    assert!(matches!(
-        b.reconcile(&other_key).await,
-        Err(BusError::Conflict { .. })
-    ));
 }
 
 async fn broker_restart_mid_burst_leaves_exactly_one_copy_after_reconcile(_h: &Harness) {

@@ -4,10 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crewbus_conformance::nats;
 use crewbus_conformance::trial::Behaviour;
 use crewbus_conformance::wait::until;
-use crewbus_domain::{BusError, Published, Quotas, Uuid};
+use crewbus_domain::{BusError, Published, Uuid};
 use crewbus_jetstream::JetStreamBackend;
 
 use super::support::*;
@@ -17,8 +16,6 @@ use super::{Harness, Needs};
 pub(crate) const TESTS: &[Behaviour<Arc<Harness>, Needs>] = tests![
     Any => references_are_deduplicated_redelivered_and_double_acked,
     Any => foreign_ack_subjects_and_bad_recipient_keys_are_refused,
-    Any => deleted_consumer_reads_not_present_and_the_next_fetch_recreates_it,
-    Any => inbox_overflow_drops_the_oldest_references,
     Any => missing_inbox_stream_is_not_provisioned_and_status_not_present,
 ];
 
@@ -120,57 +117,6 @@ async fn foreign_ack_subjects_and_bad_recipient_keys_are_refused(h: &Harness) {
         .ack_reference(&theirs[0].ack_subject)
         .await
         .expect("owner acks");
-}
-
-async fn deleted_consumer_reads_not_present_and_the_next_fetch_recreates_it(h: &Harness) {
-    let (_, b) = new_team(h).await;
-    let status = b.inbox_status("carol").await.expect("status");
-    assert!(!status.present, "no consumer before the first fetch");
-    let first = Uuid::new_v4();
-    confirmed(&b.publish_reference("carol", first, "{}").await);
-    assert_eq!(
-        b.fetch_references("carol", 10).await.expect("fetch").len(),
-        1
-    );
-    assert!(b.inbox_status("carol").await.expect("status").present);
-    let (_, js) = raw_h(h, &nats::provisioning_user()).await;
-    js.delete_consumer_from_stream("carol", b.inbox_stream())
-        .await
-        .expect("delete consumer");
-    let status = b.inbox_status("carol").await.expect("status");
-    assert!(
-        !status.present,
-        "a deleted consumer is a fact, not an empty inbox"
-    );
-    let second = Uuid::new_v4();
-    confirmed(&b.publish_reference("carol", second, "{}").await);
-    let refs = b
-        .fetch_references("carol", 10)
-        .await
-        .expect("fetch recreates");
-    let ids: Vec<Uuid> = refs.iter().map(|r| r.event_id).collect();
-    assert_eq!(
-        ids,
-        vec![first, second],
-        "the unacked reference is handed out again"
-    );
-    assert!(b.inbox_status("carol").await.expect("status").present);
-}
-
-async fn inbox_overflow_drops_the_oldest_references(h: &Harness) {
-    let mut prov = h.prov();
-    prov.inbox_quotas = Quotas {
-        max_messages: 5,
-        max_bytes: MIB,
-    };
-    let (_, b) = team_with(&prov, &h.rt()).await;
-    let events: Vec<Uuid> = (0..8).map(|_| Uuid::new_v4()).collect();
-    for e in &events {
-        confirmed(&b.publish_reference("dave", *e, "{}").await);
-    }
-    let refs = b.fetch_references("dave", 20).await.expect("fetch");
-    let ids: Vec<Uuid> = refs.iter().map(|r| r.event_id).collect();
-    assert_eq!(ids, events[3..].to_vec(), "the three oldest were discarded");
 }
 
 async fn missing_inbox_stream_is_not_provisioned_and_status_not_present(h: &Harness) {
