@@ -1,5 +1,6 @@
 //! crewbus conformance suite: one async function per behaviour of the bus ports, generic over
-//! the adapter, the harness that turns them into tests, and the real-server fixtures
+//! the adapter, the one trial builder that turns them into tests ([`trial`]), the one poll
+//! helper ([`wait`]), and the real-server fixtures
 //! ([`nats`]: a spawned `nats-server`, restartable, with a 3-node cluster variant).
 //!
 //! # The behaviours

@@ -74,6 +74,15 @@ async fn provisioned_team(fx: &dyn AdminFixture) -> (Uuid, Arc<dyn StreamAdmin>)
     (team, admin)
 }
 
+/// The body stream of `team` as it stands, found by an admin asking for the provisioned quotas
+/// (`provision` of an existing stream changes nothing).
+async fn as_provisioned(fx: &dyn AdminFixture, team: Uuid) -> crewbus_domain::Provisioned {
+    fx.admin(BODY_QUOTAS, INBOX_QUOTAS)
+        .provision(team)
+        .await
+        .expect("find")
+}
+
 /// Publishes `n` bodies; all must be confirmed.
 async fn fill(
     bodies: &dyn MessagingBackend,
@@ -205,11 +214,7 @@ pub async fn check_update_describes_the_change_and_changes_nothing(fx: &dyn Admi
     assert!(change.bytes > 0);
     assert_eq!(change.replicas, fx.replicas());
     assert!(!change.is_decrease() && !change.is_noop());
-    let again = fx
-        .admin(BODY_QUOTAS, INBOX_QUOTAS)
-        .provision(team)
-        .await
-        .expect("find");
+    let again = as_provisioned(fx, team).await;
     assert_eq!(again.limits, BODY_QUOTAS, "check_update applied nothing");
 }
 
@@ -243,11 +248,7 @@ pub async fn decrease_below_the_contents_is_refused_and_keeps_every_body(fx: &dy
         lower.update_quotas(team, StreamKind::Bodies).await,
         Err(BusError::Conflict { .. })
     ));
-    let now = fx
-        .admin(BODY_QUOTAS, INBOX_QUOTAS)
-        .provision(team)
-        .await
-        .expect("find");
+    let now = as_provisioned(fx, team).await;
     assert_eq!(now.limits, BODY_QUOTAS);
     assert_eq!(now.messages, 6);
     all_fetchable(&*bodies, &stored).await;
@@ -289,11 +290,7 @@ pub async fn apply_update_rechecks_the_contents(fx: &dyn AdminFixture) {
         lower.apply_update(team, StreamKind::Bodies, &change).await,
         Err(BusError::Conflict { .. })
     ));
-    let now = fx
-        .admin(BODY_QUOTAS, INBOX_QUOTAS)
-        .provision(team)
-        .await
-        .expect("find");
+    let now = as_provisioned(fx, team).await;
     assert_eq!(now.limits, BODY_QUOTAS);
     assert_eq!(now.messages, 5);
     all_fetchable(&*bodies, &stored).await;
@@ -383,11 +380,7 @@ pub async fn raise_beyond_the_budget_is_insufficient_storage(fx: &dyn AdminFixtu
         raise.update_quotas(team, StreamKind::Bodies).await,
         Err(BusError::InsufficientStorage { .. })
     ));
-    let now = fx
-        .admin(BODY_QUOTAS, INBOX_QUOTAS)
-        .provision(team)
-        .await
-        .expect("find");
+    let now = as_provisioned(fx, team).await;
     assert_eq!(now.limits, BODY_QUOTAS);
 }
 

@@ -2,7 +2,6 @@
 
 use std::time::Duration;
 
-use super::delivery::{GRACE, from_ledger, issued};
 use super::scene::{REMOTE, scene};
 use super::time::t;
 use crate::LedgerFixture;
@@ -23,12 +22,7 @@ pub async fn counts_report_publication_and_delivery<F: LedgerFixture + ?Sized>(f
     assert_eq!(counts.pending_inbox_events, 2);
     assert_eq!(counts.undelivered, 2);
     assert_eq!(counts.deliveries, 0);
-    let h = issued(
-        &s.ledger
-            .hand_out(s.team.id, s.b.id, &[from_ledger(stored.id)], GRACE, t(26))
-            .await
-            .unwrap()[0],
-    );
+    let h = s.issue(&s.b, stored.id, t(26)).await;
     s.ledger
         .confirm(s.team.id, s.b.id, &[h.delivery], None, t(27))
         .await

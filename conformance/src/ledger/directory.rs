@@ -225,16 +225,8 @@ pub async fn conversations_hold_their_members_within_the_team<F: LedgerFixture +
         Err(BusError::NotFound { .. })
     ));
 
-    let other = s
-        .ledger
-        .create_team(&team_name(), REMOTE, INBOX, t(0))
-        .await
-        .unwrap();
-    let stranger = s
-        .ledger
-        .create_agent(other.id, "stranger", token(), t(0))
-        .await
-        .unwrap();
+    let other = s.other_team().await;
+    let stranger = s.agent_of(&other, "stranger").await;
     assert!(matches!(
         s.ledger
             .create_conversation(s.team.id, s.a.id, "x", &[stranger.id], t(1))

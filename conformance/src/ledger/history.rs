@@ -3,7 +3,7 @@
 
 use crewbus_domain::{Absence, BusError, SlotOutcome};
 
-use super::scene::{INBOX, REMOTE, scene, team_name};
+use super::scene::{REMOTE, scene};
 use super::time::t;
 use crate::LedgerFixture;
 
@@ -113,11 +113,7 @@ pub async fn history_pages_by_limit<F: LedgerFixture + ?Sized>(fx: &F) {
             Err(BusError::Invalid { .. })
         ));
     }
-    let other = s
-        .ledger
-        .create_team(&team_name(), REMOTE, INBOX, t(0))
-        .await
-        .unwrap();
+    let other = s.other_team().await;
     assert!(matches!(
         s.ledger.history(other.id, s.conv.id, 0, 10).await,
         Err(BusError::NotFound { .. })

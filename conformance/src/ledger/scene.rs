@@ -180,6 +180,22 @@ impl Scene {
         self.message(message.id).await
     }
 
+    /// Another team (no agents, no conversations), created at `t(0)` on the remote backend.
+    pub(crate) async fn other_team(&self) -> Team {
+        self.ledger
+            .create_team(&team_name(), REMOTE, INBOX, t(0))
+            .await
+            .expect("create another team")
+    }
+
+    /// A new agent `name` of `team`, created at `t(0)`.
+    pub(crate) async fn agent_of(&self, team: &Team, name: &str) -> Agent {
+        self.ledger
+            .create_agent(team.id, name, token(), t(0))
+            .await
+            .expect("create agent")
+    }
+
     /// A message as it stands.
     pub(crate) async fn message(&self, id: Uuid) -> Message {
         self.ledger

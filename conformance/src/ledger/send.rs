@@ -8,7 +8,7 @@ use crewbus_domain::{BusError, Publication, RecordKind, RunOutcome, Seq, body_sh
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use super::scene::{INBOX, LEASE, REMOTE, locator_for, scene, team_name, token};
+use super::scene::{LEASE, REMOTE, locator_for, scene, token};
 use super::time::t;
 use crate::LedgerFixture;
 
@@ -225,11 +225,7 @@ pub async fn send_refuses_non_members_and_foreign_conversations<F: LedgerFixture
         s.ledger.send(s.request(&s.c, "r2", "hi", None), t(2)).await,
         Err(BusError::Forbidden { .. })
     ));
-    let other = s
-        .ledger
-        .create_team(&team_name(), REMOTE, INBOX, t(0))
-        .await
-        .unwrap();
+    let other = s.other_team().await;
     let mut foreign = s.request(&s.a, "r3", "hi", None);
     foreign.team = other.id;
     assert!(matches!(
@@ -354,11 +350,7 @@ pub async fn messages_are_read_in_a_batch_within_the_team<F: LedgerFixture + ?Si
     assert_eq!(got, expected, "as `message` answers, in order, each once");
     assert_eq!(got[2].publication, Publication::PendingPublication);
     assert!(s.ledger.messages(s.team.id, &[]).await.unwrap().is_empty());
-    let other = s
-        .ledger
-        .create_team(&team_name(), REMOTE, INBOX, t(0))
-        .await
-        .unwrap();
+    let other = s.other_team().await;
     assert!(
         s.ledger
             .messages(other.id, &[stored.id, second.id])

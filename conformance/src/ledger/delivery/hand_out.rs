@@ -11,7 +11,7 @@ use tokio::task::JoinSet;
 use uuid::Uuid;
 
 use super::super::delivery::{GRACE, from_inbox, from_ledger, issued, out_id};
-use super::super::scene::{INBOX, REMOTE, scene, team_name, token};
+use super::super::scene::{INBOX, REMOTE, scene};
 use super::super::time::t;
 use crate::LedgerFixture;
 
@@ -145,16 +145,8 @@ pub async fn hand_out_explains_what_it_does_not_issue<F: LedgerFixture + ?Sized>
         after[0],
         HandOutOutcome::AlreadyDelivered { message: stored.id }
     );
-    let other = s
-        .ledger
-        .create_team(&team_name(), REMOTE, INBOX, t(0))
-        .await
-        .unwrap();
-    let stranger = s
-        .ledger
-        .create_agent(other.id, "x", token(), t(0))
-        .await
-        .unwrap();
+    let other = s.other_team().await;
+    let stranger = s.agent_of(&other, "x").await;
     let foreign = s
         .ledger
         .hand_out(
@@ -455,18 +447,8 @@ pub async fn top_up_lists_stored_undelivered_without_live_hand_out<F: LedgerFixt
         .await
         .unwrap();
     assert_eq!(limited, vec![m1.id]);
-    let h1 = issued(
-        &s.ledger
-            .hand_out(s.team.id, s.b.id, &[from_ledger(m1.id)], GRACE, t(10))
-            .await
-            .unwrap()[0],
-    );
-    let h2 = issued(
-        &s.ledger
-            .hand_out(s.team.id, s.b.id, &[from_ledger(m2.id)], GRACE, t(10))
-            .await
-            .unwrap()[0],
-    );
+    let h1 = s.issue(&s.b, m1.id, t(10)).await;
+    let h2 = s.issue(&s.b, m2.id, t(10)).await;
     assert_eq!(
         top_up(t(100), t(11)).await,
         vec![m3.id],

@@ -6,7 +6,10 @@ use std::time::Duration;
 use crewbus_domain::{HandOut, HandOutOutcome, HandOutRequest, HandOutSource, InboxAck};
 use uuid::Uuid;
 
-use super::scene::INBOX;
+use chrono::{DateTime, Utc};
+use crewbus_domain::Agent;
+
+use super::scene::{INBOX, Scene};
 
 mod hand_out;
 mod receipts;
@@ -50,5 +53,19 @@ pub(crate) fn out_id(outcome: &HandOutOutcome) -> Uuid {
         | HandOutOutcome::AlreadyDelivered { message }
         | HandOutOutcome::Held { message, .. } => *message,
         HandOutOutcome::Issued(h) => h.message,
+    }
+}
+
+impl Scene {
+    /// Hands message `message` out to `to` alone (from the ledger, for the grace period) at `at`
+    /// and expects it issued.
+    pub(crate) async fn issue(&self, to: &Agent, message: Uuid, at: DateTime<Utc>) -> HandOut {
+        issued(
+            &self
+                .ledger
+                .hand_out(self.team.id, to.id, &[from_ledger(message)], GRACE, at)
+                .await
+                .unwrap()[0],
+        )
     }
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use crewbus_domain::{BusError, ConfirmOutcome, DeliveryId, InboxAck, RecordKind, RunOutcome, Seq};
 use uuid::Uuid;
 
-use super::super::delivery::{GRACE, from_inbox, from_ledger, issued};
-use super::super::scene::{INBOX, REMOTE, scene, team_name, token};
+use super::super::delivery::{GRACE, from_inbox, issued};
+use super::super::scene::{INBOX, REMOTE, scene};
 use super::super::time::t;
 use crate::LedgerFixture;
 
@@ -28,18 +28,8 @@ pub async fn confirm_is_once_per_receipt<F: LedgerFixture + ?Sized>(fx: &F) {
             .await
             .unwrap()[0],
     );
-    let second = issued(
-        &s.ledger
-            .hand_out(s.team.id, s.b.id, &[from_ledger(m.id)], GRACE, t(100))
-            .await
-            .unwrap()[0],
-    );
-    let c_hand_out = issued(
-        &s.ledger
-            .hand_out(s.team.id, s.c.id, &[from_ledger(m.id)], GRACE, t(100))
-            .await
-            .unwrap()[0],
-    );
+    let second = s.issue(&s.b, m.id, t(100)).await;
+    let c_hand_out = s.issue(&s.c, m.id, t(100)).await;
     let ack = Some(InboxAck {
         inbox: INBOX.to_owned(),
         ack_subject: "ack-1".to_owned(),
@@ -102,12 +92,7 @@ pub async fn confirm_is_once_per_receipt<F: LedgerFixture + ?Sized>(fx: &F) {
 pub async fn confirm_checks_the_run_and_journals_delivery<F: LedgerFixture + ?Sized>(fx: &F) {
     let s = scene(fx, REMOTE).await;
     let m = s.send_stored(&s.a, "r1", "hi", t(0)).await;
-    let h = issued(
-        &s.ledger
-            .hand_out(s.team.id, s.b.id, &[from_ledger(m.id)], GRACE, t(1))
-            .await
-            .unwrap()[0],
-    );
+    let h = s.issue(&s.b, m.id, t(1)).await;
     let a_run = s.journal.admit(s.team.id, s.a.id, t(1)).await.unwrap();
     assert!(matches!(
         s.ledger
@@ -162,16 +147,8 @@ pub async fn confirm_checks_the_run_and_journals_delivery<F: LedgerFixture + ?Si
 /// `Forbidden`. Refused calls write nothing, to either run.
 pub async fn runs_of_another_team_are_not_found<F: LedgerFixture + ?Sized>(fx: &F) {
     let s = scene(fx, REMOTE).await;
-    let other = s
-        .ledger
-        .create_team(&team_name(), REMOTE, INBOX, t(0))
-        .await
-        .unwrap();
-    let x = s
-        .ledger
-        .create_agent(other.id, "x", token(), t(0))
-        .await
-        .unwrap();
+    let other = s.other_team().await;
+    let x = s.agent_of(&other, "x").await;
     // Another team's runs: its own agent's, and one bearing the acting agent's id.
     let foreign = |agent: Uuid| {
         let journal = Arc::clone(&s.journal);
@@ -200,12 +177,7 @@ pub async fn runs_of_another_team_are_not_found<F: LedgerFixture + ?Sized>(fx: &
     assert!(matches!(got, Err(BusError::Forbidden { .. })), "{got:?}");
 
     let m = s.send_stored(&s.a, "r1", "hi", t(2)).await;
-    let h = issued(
-        &s.ledger
-            .hand_out(s.team.id, s.b.id, &[from_ledger(m.id)], GRACE, t(3))
-            .await
-            .unwrap()[0],
-    );
+    let h = s.issue(&s.b, m.id, t(3)).await;
     let b_foreign = foreign(s.b.id).await;
     for run in b_foreign {
         let got = s
@@ -280,12 +252,7 @@ pub async fn acknowledge_only_a_recipient_after_delivery_once<F: LedgerFixture +
             .await,
         Err(BusError::NotFound { .. })
     ));
-    let h = issued(
-        &s.ledger
-            .hand_out(s.team.id, s.b.id, &[from_ledger(m.id)], GRACE, t(2))
-            .await
-            .unwrap()[0],
-    );
+    let h = s.issue(&s.b, m.id, t(2)).await;
     s.ledger
         .confirm(s.team.id, s.b.id, &[h.delivery], None, t(3))
         .await
@@ -324,12 +291,7 @@ pub async fn acknowledge_only_a_recipient_after_delivery_once<F: LedgerFixture +
         }
     );
     // c: delivered, then its run sealed before acknowledging → Conflict, nothing written.
-    let hc = issued(
-        &s.ledger
-            .hand_out(s.team.id, s.c.id, &[from_ledger(m.id)], GRACE, t(7))
-            .await
-            .unwrap()[0],
-    );
+    let hc = s.issue(&s.c, m.id, t(7)).await;
     s.ledger
         .confirm(s.team.id, s.c.id, &[hc.delivery], None, t(7))
         .await
@@ -364,11 +326,7 @@ pub async fn receipts_are_one_per_recipient<F: LedgerFixture + ?Sized>(fx: &F) {
             .iter()
             .all(|r| r.message == m.id && r.recipient != s.c.id)
     );
-    let other = s
-        .ledger
-        .create_team(&team_name(), REMOTE, INBOX, t(0))
-        .await
-        .unwrap();
+    let other = s.other_team().await;
     assert!(matches!(
         s.ledger.receipts(other.id, m.id).await,
         Err(BusError::NotFound { .. })
