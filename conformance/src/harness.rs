@@ -1,22 +1,18 @@
-//! The behaviour registry and its translation into libtest-mimic trials.
+//! The registry of the `MessagingBackend` and `Inbox` behaviours, and their trials.
 
 use std::fmt;
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
 
-use libtest_mimic::{Completion, Failed, Trial};
+use async_trait::async_trait;
+use libtest_mimic::Trial;
 use tokio::runtime::Runtime;
 
 use crate::ack_after_commit::{self, ReceiptSet};
-use crate::{Capability, FixtureFactory, TeamFixture, bodies, idempotency, inbox};
-
-/// A boxed behaviour future borrowing its fixture.
-pub type BehaviourFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+use crate::trial::{Lack, Run, Source, Suite};
+use crate::{Capability, FixtureError, FixtureFactory, TeamFixture, bodies, idempotency, inbox};
 
 /// One behaviour, type-erased: runs against a fresh fixture and panics on a failed assertion.
-pub type BehaviourFn = for<'a> fn(&'a dyn TeamFixture) -> BehaviourFuture<'a>;
+pub type BehaviourFn = Run<dyn TeamFixture>;
 
 /// Which port a behaviour checks (the middle part of its test name).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -44,34 +40,14 @@ impl fmt::Display for Port {
 }
 
 /// One entry of the suite: a behaviour function with its name, port and needed capabilities.
-#[derive(Clone, Copy)]
-pub struct Behaviour {
-    /// The function's name, e.g. `publish_is_idempotent_on_publish_key`.
-    pub name: &'static str,
-    /// The port it checks.
-    pub port: Port,
-    /// Capabilities it needs; without any of them the trial is ignored, naming it.
-    pub needs: &'static [Capability],
-    /// Runs it on a fixture.
-    pub run: BehaviourFn,
-}
-
-impl fmt::Debug for Behaviour {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Behaviour")
-            .field("name", &self.name)
-            .field("port", &self.port)
-            .field("needs", &self.needs)
-            .finish_non_exhaustive()
-    }
-}
+pub type Behaviour = crate::trial::Behaviour<dyn TeamFixture, Capability>;
 
 /// `behaviour!(Port, module::function [, needs Capability...])`.
 macro_rules! behaviour {
     ($port:ident, $module:ident :: $name:ident $(, needs $($cap:ident),+)?) => {
         Behaviour {
             name: stringify!($name),
-            port: Port::$port,
+            port: Port::$port.as_str(),
             needs: &[$($(Capability::$cap),+)?],
             run: |fx| Box::pin($module::$name(fx)),
         }
@@ -83,7 +59,7 @@ macro_rules! with_receipts {
     ($name:ident) => {
         Behaviour {
             name: stringify!($name),
-            port: Port::Inbox,
+            port: Port::Inbox.as_str(),
             needs: &[],
             run: |fx| {
                 Box::pin(async move {
@@ -192,101 +168,40 @@ pub fn behaviours() -> Vec<Behaviour> {
     ]
 }
 
-/// Longest a single trial may run (fixture set-up included) before it fails.
-pub const TRIAL_TIMEOUT: Duration = Duration::from_secs(120);
+/// The team fixtures' factory is the source of the port behaviours: a behaviour needing a
+/// [`Capability`] it does not declare is ignored, its kind `missing:<capability>` and its outcome
+/// `ignored (missing capability: <capability>)`.
+#[async_trait]
+impl Source for dyn FixtureFactory {
+    type Fixture = dyn TeamFixture;
+    type Need = Capability;
 
-/// The runtime every trial of a test binary runs on: multi-threaded (2 workers), time and I/O
-/// enabled. Build fixture factories inside it (`runtime.block_on(...)`) when they open
-/// connections, so their background tasks live on it.
-pub fn runtime() -> Arc<Runtime> {
-    Arc::new(
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .expect("build the conformance runtime"),
-    )
+    fn lacks(&self, needs: &[Capability]) -> Option<Lack> {
+        self.capabilities().missing(needs).map(|cap| Lack {
+            kind: Some(format!("missing:{cap}")),
+            reason: format!("missing capability: {cap}"),
+        })
+    }
+
+    async fn fixture(&self) -> Result<Box<dyn TeamFixture>, FixtureError> {
+        FixtureFactory::fixture(self).await
+    }
 }
 
 /// Every behaviour of [`behaviours`] as its own trial named `<target>::<port>::<behaviour>`.
 ///
-/// Each trial asks `factory` for a fresh fixture and runs the behaviour as a task on `runtime`,
-/// failing on a panic (an assertion), a fixture error, or after [`TRIAL_TIMEOUT`]. A behaviour
-/// whose [`Capability`] the factory does not declare is ignored at run time: its kind is
-/// `missing:<capability>` and the outcome reads `ignored (missing capability: <capability>)`,
-/// so the `test result` line counts it as ignored, never as passed.
+/// Each trial asks `factory` for a fresh fixture and runs the behaviour as a task on `runtime`
+/// (see [`crate::trial`]): failing on a panic (an assertion), a fixture error, or after
+/// [`TRIAL_TIMEOUT`](crate::trial::TRIAL_TIMEOUT). A behaviour whose [`Capability`] the factory
+/// does not declare is ignored at run time: its kind is `missing:<capability>` and the outcome
+/// reads `ignored (missing capability: <capability>)`, so the `test result` line counts it as
+/// ignored, never as passed.
 pub fn trials(
     target: &str,
     factory: Arc<dyn FixtureFactory>,
     runtime: &Arc<Runtime>,
 ) -> Vec<Trial> {
-    let caps = factory.capabilities();
-    behaviours()
-        .into_iter()
-        .map(|b| {
-            let name = format!("{target}::{}::{}", b.port, b.name);
-            let missing = caps.missing(b.needs);
-            let factory = Arc::clone(&factory);
-            let runtime = Arc::clone(runtime);
-            let trial = Trial::ignorable_test(name, move || match missing {
-                Some(cap) => Ok(Completion::ignored_with(format!(
-                    "missing capability: {cap}"
-                ))),
-                None => run_one(&runtime, factory, b.run).map(|()| Completion::Completed),
-            });
-            match missing {
-                Some(cap) => trial.with_kind(format!("missing:{cap}")),
-                None => trial,
-            }
-        })
-        .collect()
-}
-
-fn run_one(
-    runtime: &Runtime,
-    factory: Arc<dyn FixtureFactory>,
-    run: BehaviourFn,
-) -> Result<(), Failed> {
-    run_task(runtime, async move {
-        let fixture = factory
-            .fixture()
-            .await
-            .map_err(|e| Failed::from(format!("fixture failed: {e}")))?;
-        run(&*fixture).await;
-        Ok::<(), Failed>(())
-    })
-}
-
-/// Runs one trial's future as a task on `runtime`: a panic (a failed assertion) becomes a
-/// failure with its message, and the trial fails after [`TRIAL_TIMEOUT`]. Every trial builder of
-/// the suite goes through here.
-pub fn run_task<F>(runtime: &Runtime, trial: F) -> Result<(), Failed>
-where
-    F: Future<Output = Result<(), Failed>> + Send + 'static,
-{
-    let task = runtime.spawn(trial);
-    runtime.block_on(async move {
-        let abort = task.abort_handle();
-        match tokio::time::timeout(TRIAL_TIMEOUT, task).await {
-            Ok(Ok(outcome)) => outcome,
-            Ok(Err(join)) if join.is_panic() => Err(panic_message(join.into_panic()).into()),
-            Ok(Err(join)) => Err(format!("behaviour task ended: {join}").into()),
-            Err(_) => {
-                abort.abort();
-                Err(format!("timed out after {TRIAL_TIMEOUT:?}").into())
-            }
-        }
-    })
-}
-
-pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = payload.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = payload.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "behaviour panicked".to_owned()
-    }
+    Suite::new(factory, runtime).trials(target, behaviours())
 }
 
 #[cfg(test)]
@@ -295,8 +210,11 @@ mod tests {
 
     use async_trait::async_trait;
 
+    use std::time::Duration;
+
     use super::*;
-    use crate::{Capabilities, FixtureError};
+    use crate::Capabilities;
+    use crate::trial::{run_one, runtime};
 
     struct Unreachable(Capabilities);
 
@@ -362,7 +280,7 @@ mod tests {
         let runtime = runtime();
         let factory: Arc<dyn FixtureFactory> = Arc::new(Unreachable(bare()));
         let b = behaviours()[0];
-        let outcome = run_one(&runtime, factory, b.run);
+        let outcome = run_one(&runtime, factory, b.needs, b.run);
         let message = outcome.expect_err("must fail").message().map(str::to_owned);
         assert!(message.is_some_and(|m| m.contains("fixture failed")));
     }

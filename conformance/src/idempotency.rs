@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crewbus_domain::{BusError, Envelope, Published};
+use crewbus_ports::MessagingBackend;
 use uuid::Uuid;
 
 use crate::bodies::confirmed;
@@ -90,14 +91,29 @@ pub async fn same_message_under_another_key_is_conflict_after_the_window<
     );
 }
 
-/// Concurrent publishes of one envelope store it once: all are confirmed at one locator and
-/// exactly one says `duplicate: false`.
-pub async fn concurrent_publishes_of_one_key_store_once<F: BodyFixture + ?Sized>(fx: &F) {
-    let bodies = fx.bodies();
-    let env = envelope(fx.team(), "raced");
+/// Asserts `outcome` is `Confirmed { duplicate: true }`.
+fn assert_duplicate(outcome: &Published) {
+    assert!(
+        matches!(
+            outcome,
+            Published::Confirmed {
+                duplicate: true,
+                ..
+            }
+        ),
+        "{outcome:?}"
+    );
+}
+
+/// Publishes `env` eight times at once; every answer must be `Confirmed`. Returns how many said
+/// `duplicate: false`, and the locators in task order.
+async fn race_publishes(
+    bodies: &Arc<dyn MessagingBackend>,
+    env: &Envelope,
+) -> (usize, Vec<crewbus_domain::Locator>) {
     let tasks: Vec<_> = (0..8)
         .map(|_| {
-            let bodies = Arc::clone(&bodies);
+            let bodies = Arc::clone(bodies);
             let env = env.clone();
             tokio::spawn(async move { bodies.publish(env).await })
         })
@@ -113,6 +129,15 @@ pub async fn concurrent_publishes_of_one_key_store_once<F: BodyFixture + ?Sized>
             other => panic!("expected Confirmed, got {other:?}"),
         }
     }
+    (firsts, locators)
+}
+
+/// Concurrent publishes of one envelope store it once: all are confirmed at one locator and
+/// exactly one says `duplicate: false`.
+pub async fn concurrent_publishes_of_one_key_store_once<F: BodyFixture + ?Sized>(fx: &F) {
+    let bodies = fx.bodies();
+    let env = envelope(fx.team(), "raced");
+    let (firsts, locators) = race_publishes(&bodies, &env).await;
     assert_eq!(firsts, 1, "exactly one publish stored the body");
     assert!(locators.windows(2).all(|w| w[0] == w[1]), "{locators:?}");
 }
@@ -183,16 +208,7 @@ pub async fn reference_dedup_survives_ack<F: InboxFixture + ?Sized>(fx: &F) {
     let refs = fetch_at_least(&*inbox, &who, 1, 10, timeout).await;
     inbox.ack_reference(&refs[0].ack_subject).await.unwrap();
     let again = inbox.publish_reference(&who, event, &payload(event)).await;
-    assert!(
-        matches!(
-            again,
-            Published::Confirmed {
-                duplicate: true,
-                ..
-            }
-        ),
-        "{again:?}"
-    );
+    assert_duplicate(&again);
     let marker = Uuid::new_v4();
     inbox
         .publish_reference(&who, marker, &payload(marker))
@@ -211,16 +227,7 @@ pub async fn reference_dedup_outlives_the_duplicate_window<F: InboxFixture + ?Si
     inbox.publish_reference(&who, event, &payload(event)).await;
     fx.advance(fx.capabilities().past_inbox_window()).await;
     let again = inbox.publish_reference(&who, event, &payload(event)).await;
-    assert!(
-        matches!(
-            again,
-            Published::Confirmed {
-                duplicate: true,
-                ..
-            }
-        ),
-        "{again:?}"
-    );
+    assert_duplicate(&again);
     let marker = Uuid::new_v4();
     inbox
         .publish_reference(&who, marker, &payload(marker))
@@ -241,24 +248,7 @@ pub async fn concurrent_republishes_after_retain_store_once<F: BodyFixture + ?Si
     fx.advance(Duration::from_millis(10)).await;
     let cut = fx.now().await;
     assert_eq!(bodies.retain(cut).await.unwrap(), 1);
-    let tasks: Vec<_> = (0..8)
-        .map(|_| {
-            let bodies = Arc::clone(&bodies);
-            let env = env.clone();
-            tokio::spawn(async move { bodies.publish(env).await })
-        })
-        .collect();
-    let mut locators = Vec::new();
-    let mut firsts = 0;
-    for task in tasks {
-        match task.await.expect("publish task panicked") {
-            Published::Confirmed { locator, duplicate } => {
-                firsts += usize::from(!duplicate);
-                locators.push(locator);
-            }
-            other => panic!("expected Confirmed, got {other:?}"),
-        }
-    }
+    let (firsts, locators) = race_publishes(&bodies, &env).await;
     assert_eq!(firsts, 1, "exactly one publish stored the body again");
     assert!(locators.windows(2).all(|w| w[0] == w[1]), "{locators:?}");
     let body = bodies.fetch(&locators[0], env.message_id).await.unwrap();

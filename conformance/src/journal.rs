@@ -7,13 +7,13 @@
 use crewbus_domain::{RecordKind, RunId, RunOutcome, Seq, StoreError};
 use uuid::Uuid;
 
-use crate::ledger_fixture::ledger_list;
-use crate::ledger_time::t;
-use crate::{LedgerBehaviour, LedgerFixture};
+use crate::LedgerFixture;
+use crate::ledger::time::t;
+use crate::trial::{Behaviour, behaviours};
 
 /// Every journal behaviour, by name.
-pub fn journal_behaviours() -> Vec<(&'static str, LedgerBehaviour)> {
-    ledger_list![
+pub fn journal_behaviours() -> Vec<Behaviour<dyn LedgerFixture>> {
+    behaviours!["journal" =>
         admit_writes_run_admitted_as_seq_one,
         records_are_gap_free_from_one,
         nothing_is_appended_after_the_seal,

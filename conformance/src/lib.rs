@@ -1,5 +1,6 @@
 //! crewbus conformance suite: one async function per behaviour of the bus ports, generic over
-//! the adapter, the harness that turns them into tests, and the real-server fixtures
+//! the adapter, the one trial builder that turns them into tests ([`trial`]), the one poll
+//! helper ([`wait`]), and the real-server fixtures
 //! ([`nats`]: a spawned `nats-server`, restartable, with a 3-node cluster variant).
 //!
 //! # The behaviours
@@ -45,14 +46,15 @@
 //! declare is ignored at run time and the output names it:
 //! `test [missing:inbox_dedup_for_life] jetstream::inbox::reference_dedup_outlives_… ... ignored
 //! (missing capability: inbox_dedup_for_life)`. Each trial runs as a task on the shared
-//! multi-thread [`runtime`], bounded by [`harness::TRIAL_TIMEOUT`].
+//! multi-thread [`runtime`], bounded by [`trial::TRIAL_TIMEOUT`]. Every trial of every target, shared or
+//! the target's own, is built by [`trial::Suite`].
 //!
 //! # The ledger and journal behaviours
 //!
 //! [`ledger`] and [`journal`] hold the `Ledger` and `Journal` behaviours (BUS.md §5, PUSH.md
 //! §1), listed by [`ledger_behaviours`] and [`journal_behaviours`]. They take a
 //! [`LedgerFixture`] (a fresh, empty ledger and the journal sharing its store) and pass their own
-//! instants ([`ledger_time`]) since both ports take the time from the caller. A test target
+//! instants ([`ledger::time`]) since both ports take the time from the caller. A test target
 //! implements [`LedgerFixtureFactory`] and adds `ledger_trials("<target>", factory, &runtime)`
 //! to its trials: `<target>::ledger::<behaviour>` and `<target>::journal::<behaviour>`.
 //!
@@ -80,15 +82,12 @@ pub mod idempotency;
 pub mod inbox;
 pub mod journal;
 pub mod ledger;
-mod ledger_fixture;
-mod ledger_harness;
-mod ledger_scene;
-pub mod ledger_time;
 pub mod nats;
 pub mod postgres;
 pub mod push_store;
 pub mod samples;
 pub mod stream_admin;
+pub mod trial;
 pub mod wait;
 pub mod wakeups;
 
@@ -96,11 +95,12 @@ pub use capabilities::{Capabilities, Capability};
 pub use fixture::{
     BodyFixture, FixtureError, FixtureFactory, InboxFixture, Namespace, TeamFixture,
 };
-pub use harness::{Behaviour, BehaviourFn, Port, behaviours, run_task, runtime, trials};
+pub use harness::{Behaviour, BehaviourFn, Port, behaviours, trials};
 pub use journal::journal_behaviours;
+pub use ledger::fixture::{LedgerBehaviour, LedgerFixture, LedgerFixtureFactory};
+pub use ledger::harness::ledger_trials;
 pub use ledger::ledger_behaviours;
-pub use ledger_fixture::{LedgerBehaviour, LedgerFixture, LedgerFixtureFactory};
-pub use ledger_harness::ledger_trials;
 pub use push_store::{
     PushStoreFactory, PushStoreFixture, push_store_behaviours, push_store_trials,
 };
+pub use trial::runtime;

@@ -12,7 +12,9 @@ use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use crate::wait::Deadline;
 
 /// How long a server may take to become ready.
 pub const READY_DEADLINE: Duration = Duration::from_secs(20);
@@ -237,7 +239,7 @@ impl NatsServer {
     }
 
     fn await_ready(&mut self, markers: &[&str]) {
-        let deadline = Instant::now() + READY_DEADLINE;
+        let mut deadline = Deadline::new(READY_DEADLINE, "nats-server to be ready");
         loop {
             let log = self.log();
             if markers.iter().all(|m| log.contains(m)) {
@@ -253,10 +255,10 @@ impl NatsServer {
                 panic!("nats-server exited ({status}) before ready:\n{err}\n{log}");
             }
             assert!(
-                Instant::now() < deadline,
+                !deadline.passed(),
                 "nats-server not ready within {READY_DEADLINE:?}; log:\n{log}"
             );
-            std::thread::sleep(Duration::from_millis(20));
+            deadline.tick_blocking();
         }
     }
 
@@ -300,12 +302,11 @@ impl NatsServer {
     /// and waits until it is ready.
     pub fn restart(&mut self) {
         self.kill();
-        let deadline = Instant::now() + READY_DEADLINE;
+        let mut deadline = Deadline::new(READY_DEADLINE, format!("port {} to be free", self.port));
         // The port may linger briefly after a kill; the server retries binding itself, but
         // wait for the port to be free so a failed bind does not masquerade as a crash.
         while TcpListener::bind(("127.0.0.1", self.port)).is_err() {
-            assert!(Instant::now() < deadline, "port {} stays busy", self.port);
-            std::thread::sleep(Duration::from_millis(20));
+            deadline.tick_blocking();
         }
         self.spawn();
         self.await_ready(&["Server is ready"]);

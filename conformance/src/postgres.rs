@@ -16,11 +16,13 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::str::FromStr;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool};
 use uuid::Uuid;
+
+use crate::wait::Deadline;
 
 /// The environment variable naming the shared test server.
 pub const DATABASE_URL: &str = "DATABASE_URL";
@@ -483,18 +485,18 @@ impl PgCluster {
 
     /// Polls until a connection succeeds; panics with the log once `deadline` has passed.
     pub async fn wait_ready(&self, deadline: Duration) {
-        let start = Instant::now();
+        let mut until = Deadline::new(deadline, "the cluster to accept connections");
         loop {
             match self.options().connect().await {
                 Ok(conn) => {
                     let _ = conn.close().await;
                     return;
                 }
-                Err(e) if start.elapsed() > deadline => panic!(
+                Err(e) if until.passed() => panic!(
                     "cluster not ready after {deadline:?}: {e}; log:\n{}",
                     self.control.log()
                 ),
-                Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(_) => until.tick().await,
             }
         }
     }

@@ -14,7 +14,7 @@ use libtest_mimic::Trial;
 use tokio::runtime::Runtime;
 
 use crate::FixtureError;
-use crate::harness::{BehaviourFuture, run_task};
+use crate::trial::{Behaviour, Run, Suite, behaviours, factory_source};
 
 /// A fresh namespace for one push store behaviour.
 pub trait PushStoreFixture: Send + Sync {
@@ -32,17 +32,13 @@ pub trait PushStoreFactory: Send + Sync + 'static {
 }
 
 /// One push store behaviour, type-erased.
-pub type PushStoreBehaviour = for<'a> fn(&'a dyn PushStoreFixture) -> BehaviourFuture<'a>;
+pub type PushStoreBehaviour = Run<dyn PushStoreFixture>;
 
-macro_rules! list {
-    ($($name:ident),* $(,)?) => {
-        vec![$((stringify!($name), (|fx| Box::pin($name(fx))) as PushStoreBehaviour)),*]
-    };
-}
+factory_source!(PushStoreFactory => dyn PushStoreFixture);
 
-/// Every push store behaviour with its name, in a stable order.
-pub fn push_store_behaviours() -> Vec<(&'static str, PushStoreBehaviour)> {
-    list![
+/// Every push store behaviour, in a stable order.
+pub fn push_store_behaviours() -> Vec<Behaviour<dyn PushStoreFixture>> {
+    behaviours!["push_store" =>
         tenant_is_the_one_served,
         put_inserts_a_registration_due_at_once,
         put_keeps_existing_cursor,
@@ -74,23 +70,7 @@ pub fn push_store_trials(
     factory: Arc<dyn PushStoreFactory>,
     runtime: &Arc<Runtime>,
 ) -> Vec<Trial> {
-    push_store_behaviours()
-        .into_iter()
-        .map(|(name, run)| {
-            let factory = Arc::clone(&factory);
-            let runtime = Arc::clone(runtime);
-            Trial::test(format!("{target}::push_store::{name}"), move || {
-                run_task(&runtime, async move {
-                    let fx = factory
-                        .fixture()
-                        .await
-                        .map_err(|e| format!("fixture failed: {e}"))?;
-                    run(&*fx).await;
-                    Ok(())
-                })
-            })
-        })
-        .collect()
+    Suite::new(factory, runtime).trials(target, push_store_behaviours())
 }
 
 fn t0() -> DateTime<Utc> {

@@ -8,19 +8,18 @@
 //! per test is what makes the account's arithmetic exact (memory: a new registry; JetStream: a
 //! server of its own). [`admin_trials`] turns every behaviour into a trial.
 
-use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use crewbus_domain::{BusError, Published, Quotas, StreamKind};
 use crewbus_ports::{MessagingBackend, StreamAdmin};
-use libtest_mimic::{Failed, Trial};
+use libtest_mimic::Trial;
 use tokio::runtime::Runtime;
 use uuid::Uuid;
 
 use crate::FixtureError;
 use crate::samples::envelope;
+use crate::trial::{Behaviour, Run, Suite, behaviours, factory_source};
 
 const MIB: u64 = 1024 * 1024;
 
@@ -73,6 +72,15 @@ async fn provisioned_team(fx: &dyn AdminFixture) -> (Uuid, Arc<dyn StreamAdmin>)
     admin.provision(team).await.expect("provision");
     admin.provision_inbox(team).await.expect("provision inbox");
     (team, admin)
+}
+
+/// The body stream of `team` as it stands, found by an admin asking for the provisioned quotas
+/// (`provision` of an existing stream changes nothing).
+async fn as_provisioned(fx: &dyn AdminFixture, team: Uuid) -> crewbus_domain::Provisioned {
+    fx.admin(BODY_QUOTAS, INBOX_QUOTAS)
+        .provision(team)
+        .await
+        .expect("find")
 }
 
 /// Publishes `n` bodies; all must be confirmed.
@@ -206,11 +214,7 @@ pub async fn check_update_describes_the_change_and_changes_nothing(fx: &dyn Admi
     assert!(change.bytes > 0);
     assert_eq!(change.replicas, fx.replicas());
     assert!(!change.is_decrease() && !change.is_noop());
-    let again = fx
-        .admin(BODY_QUOTAS, INBOX_QUOTAS)
-        .provision(team)
-        .await
-        .expect("find");
+    let again = as_provisioned(fx, team).await;
     assert_eq!(again.limits, BODY_QUOTAS, "check_update applied nothing");
 }
 
@@ -244,11 +248,7 @@ pub async fn decrease_below_the_contents_is_refused_and_keeps_every_body(fx: &dy
         lower.update_quotas(team, StreamKind::Bodies).await,
         Err(BusError::Conflict { .. })
     ));
-    let now = fx
-        .admin(BODY_QUOTAS, INBOX_QUOTAS)
-        .provision(team)
-        .await
-        .expect("find");
+    let now = as_provisioned(fx, team).await;
     assert_eq!(now.limits, BODY_QUOTAS);
     assert_eq!(now.messages, 6);
     all_fetchable(&*bodies, &stored).await;
@@ -290,11 +290,7 @@ pub async fn apply_update_rechecks_the_contents(fx: &dyn AdminFixture) {
         lower.apply_update(team, StreamKind::Bodies, &change).await,
         Err(BusError::Conflict { .. })
     ));
-    let now = fx
-        .admin(BODY_QUOTAS, INBOX_QUOTAS)
-        .provision(team)
-        .await
-        .expect("find");
+    let now = as_provisioned(fx, team).await;
     assert_eq!(now.limits, BODY_QUOTAS);
     assert_eq!(now.messages, 5);
     all_fetchable(&*bodies, &stored).await;
@@ -384,11 +380,7 @@ pub async fn raise_beyond_the_budget_is_insufficient_storage(fx: &dyn AdminFixtu
         raise.update_quotas(team, StreamKind::Bodies).await,
         Err(BusError::InsufficientStorage { .. })
     ));
-    let now = fx
-        .admin(BODY_QUOTAS, INBOX_QUOTAS)
-        .provision(team)
-        .await
-        .expect("find");
+    let now = as_provisioned(fx, team).await;
     assert_eq!(now.limits, BODY_QUOTAS);
 }
 
@@ -417,21 +409,14 @@ pub async fn reachable_answers_for_a_working_deployment(fx: &dyn AdminFixture) {
     assert!(fx.admin(BODY_QUOTAS, INBOX_QUOTAS).reachable().await);
 }
 
-/// A boxed admin behaviour future.
-pub type AdminFuture<'a> = Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
-
 /// One admin behaviour, type-erased.
-pub type AdminFn = for<'a> fn(&'a dyn AdminFixture) -> AdminFuture<'a>;
+pub type AdminFn = Run<dyn AdminFixture>;
 
-macro_rules! admin_behaviours {
-    ($($name:ident),* $(,)?) => {
-        vec![$((stringify!($name), (|fx| Box::pin($name(fx))) as AdminFn)),*]
-    };
-}
+factory_source!(AdminFixtureFactory => dyn AdminFixture);
 
-/// Every admin behaviour with its name, in a stable order.
-pub fn admin_behaviours() -> Vec<(&'static str, AdminFn)> {
-    admin_behaviours![
+/// Every admin behaviour, in a stable order.
+pub fn admin_behaviours() -> Vec<Behaviour<dyn AdminFixture>> {
+    behaviours!["stream_admin" =>
         provision_creates_then_keeps_existing_limits,
         provision_inbox_creates_then_keeps_existing_limits,
         update_of_an_unprovisioned_stream_is_not_provisioned,
@@ -450,35 +435,11 @@ pub fn admin_behaviours() -> Vec<(&'static str, AdminFn)> {
 
 /// Every admin behaviour as its own trial `<target>::stream_admin::<behaviour>`, each on a fresh
 /// fixture from `factory`, run on `runtime`, bounded by
-/// [`TRIAL_TIMEOUT`](crate::harness::TRIAL_TIMEOUT).
+/// [`TRIAL_TIMEOUT`](crate::trial::TRIAL_TIMEOUT).
 pub fn admin_trials(
     target: &str,
     factory: Arc<dyn AdminFixtureFactory>,
     runtime: &Arc<Runtime>,
 ) -> Vec<Trial> {
-    admin_behaviours()
-        .into_iter()
-        .map(|(name, run)| {
-            let factory = Arc::clone(&factory);
-            let runtime = Arc::clone(runtime);
-            Trial::test(format!("{target}::stream_admin::{name}"), move || {
-                run_one(&runtime, factory, run)
-            })
-        })
-        .collect()
-}
-
-fn run_one(
-    runtime: &Runtime,
-    factory: Arc<dyn AdminFixtureFactory>,
-    run: AdminFn,
-) -> Result<(), Failed> {
-    crate::run_task(runtime, async move {
-        let fixture = factory
-            .fixture()
-            .await
-            .map_err(|e| Failed::from(format!("fixture failed: {e}")))?;
-        run(&*fixture).await;
-        Ok(())
-    })
+    Suite::new(factory, runtime).trials(target, admin_behaviours())
 }

@@ -1,5 +1,7 @@
-//! Waiting without fixed sleeps: poll a condition against a deadline.
+//! Waiting without fixed sleeps: poll a condition against a deadline. The one poll helper of
+//! the suite: behaviours, fixtures (a server becoming ready) and test targets wait through it.
 
+use std::future::Future;
 use std::time::Duration;
 
 use crewbus_domain::InboxRef;
@@ -22,7 +24,10 @@ const MAX_PAUSE: Duration = Duration::from_millis(100);
 /// ```
 ///
 /// The first check happens before any pause, so an adapter that answers at once (memory) never
-/// waits; later pauses grow from 5 ms to 100 ms.
+/// waits; later pauses grow from 5 ms to 100 ms. Blocking code (a fixture starting a server
+/// process) pauses with [`Deadline::tick_blocking`]; a caller that fails with its own message
+/// (a server's log) asks [`Deadline::passed`] first. [`until`] is the whole loop for a check
+/// that yields a value.
 #[derive(Debug)]
 pub struct Deadline {
     until: Instant,
@@ -42,9 +47,29 @@ impl Deadline {
         }
     }
 
+    /// Whether the deadline has passed: for a caller that fails with its own message (a
+    /// server's log) before [`Deadline::tick`] would fail with this one's.
+    pub fn passed(&self) -> bool {
+        Instant::now() >= self.until
+    }
+
     /// Pauses before the next check. Panics (failing the behaviour) naming what was awaited
     /// when the deadline has passed.
     pub async fn tick(&mut self) {
+        tokio::time::sleep(self.next_pause()).await;
+    }
+
+    /// [`Deadline::tick`] for blocking code (no runtime): the thread sleeps.
+    pub fn tick_blocking(&mut self) {
+        std::thread::sleep(self.next_pause());
+    }
+
+    /// Awaits `fut` until the deadline; `None` once it has passed first.
+    pub async fn within<F: Future>(&self, fut: F) -> Option<F::Output> {
+        tokio::time::timeout_at(self.until, fut).await.ok()
+    }
+
+    fn next_pause(&mut self) -> Duration {
         let now = Instant::now();
         assert!(
             now < self.until,
@@ -52,8 +77,33 @@ impl Deadline {
             self.timeout,
             self.what
         );
-        tokio::time::sleep(self.pause.min(self.until - now)).await;
+        let pause = self.pause.min(self.until - now);
         self.pause = (self.pause * 2).min(MAX_PAUSE);
+        pause
+    }
+}
+
+/// Polls `check` until it yields a value, within `timeout`, and returns it. Panics naming `what`
+/// once the deadline has passed.
+///
+/// ```text
+/// let refs = until(Duration::from_secs(10), "redelivery", || async {
+///     let refs = inbox.fetch_references("alice", 10).await.expect("fetch");
+///     (!refs.is_empty()).then_some(refs)
+/// })
+/// .await;
+/// ```
+pub async fn until<T, F, Fut>(timeout: Duration, what: impl Into<String>, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let mut deadline = Deadline::new(timeout, what);
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        deadline.tick().await;
     }
 }
 

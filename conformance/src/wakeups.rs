@@ -5,19 +5,19 @@
 //! with a deadline, never a fixed sleep. [`wakeups_trials`] registers them for a test target.
 
 use std::collections::HashSet;
-use std::future::Future;
-use std::pin::Pin;
+use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use crewbus_domain::{Uuid, Wakeup, WakeupTarget};
 use crewbus_ports::{WakeupListener, Wakeups};
-use libtest_mimic::{Failed, Trial};
+use libtest_mimic::Trial;
 use tokio::runtime::Runtime;
 
 use crate::FixtureError;
-use crate::harness::{TRIAL_TIMEOUT, panic_message};
+use crate::trial::{Behaviour, Lack, Source, Suite, behaviours};
+use crate::wait::Deadline;
 
 /// How long a behaviour waits for a wake-up to arrive.
 const ARRIVAL: Duration = Duration::from_secs(10);
@@ -40,17 +40,25 @@ pub trait WakeupsFactory: Send + Sync {
     async fn pair(&self) -> Result<WakeupsPair, FixtureError>;
 }
 
-type Behaviour = fn(WakeupsPair) -> Pin<Box<dyn Future<Output = ()> + Send>>;
+#[async_trait]
+impl Source for dyn WakeupsFactory {
+    type Fixture = WakeupsPair;
+    type Need = Infallible;
+
+    fn lacks(&self, _needs: &[Infallible]) -> Option<Lack> {
+        None
+    }
+
+    async fn fixture(&self) -> Result<Box<WakeupsPair>, FixtureError> {
+        self.pair().await.map(Box::new)
+    }
+}
 
 /// Every `Wakeups` behaviour, by name.
-pub fn wakeups_behaviours() -> Vec<(&'static str, Behaviour)> {
-    vec![
-        ("a_notify_reaches_every_listener_on_every_handle", |p| {
-            Box::pin(a_notify_reaches_every_listener_on_every_handle(p))
-        }),
-        ("a_batch_arrives_whole_and_in_order_of_notify", |p| {
-            Box::pin(a_batch_arrives_whole_and_in_order_of_notify(p))
-        }),
+pub fn wakeups_behaviours() -> Vec<Behaviour<WakeupsPair>> {
+    behaviours!["wakeups" =>
+        a_notify_reaches_every_listener_on_every_handle,
+        a_batch_arrives_whole_and_in_order_of_notify,
     ]
 }
 
@@ -61,11 +69,12 @@ async fn collect(
     want: &HashSet<WakeupTarget>,
 ) -> Vec<WakeupTarget> {
     let mut got = Vec::new();
-    let deadline = tokio::time::Instant::now() + ARRIVAL;
+    let deadline = Deadline::new(ARRIVAL, "wake-ups");
     while !want.iter().all(|t| got.contains(t)) {
-        let next = tokio::time::timeout_at(deadline, listener.next())
+        let next = deadline
+            .within(listener.next())
             .await
-            .unwrap_or_else(|_| panic!("wake-ups never arrived: got {got:?}"))
+            .unwrap_or_else(|| panic!("wake-ups never arrived: got {got:?}"))
             .expect("listener failed");
         match next {
             Wakeup::Agents(ts) => got.extend(ts),
@@ -84,7 +93,7 @@ fn targets(n: usize) -> Vec<WakeupTarget> {
 
 /// A notify through either handle reaches every listener started before it, on both handles
 /// (the notifier's own included).
-pub async fn a_notify_reaches_every_listener_on_every_handle(p: WakeupsPair) {
+pub async fn a_notify_reaches_every_listener_on_every_handle(p: &WakeupsPair) {
     let mut on_a = p.a.listen().await.expect("listen on a");
     let mut on_b = p.b.listen().await.expect("listen on b");
     let mut also_on_b = p.b.listen().await.expect("listen on b again");
@@ -103,7 +112,7 @@ pub async fn a_notify_reaches_every_listener_on_every_handle(p: WakeupsPair) {
 
 /// Every target of one notify arrives (possibly over several `next` calls), and two notifies
 /// arrive in the order they were made.
-pub async fn a_batch_arrives_whole_and_in_order_of_notify(p: WakeupsPair) {
+pub async fn a_batch_arrives_whole_and_in_order_of_notify(p: &WakeupsPair) {
     let mut listener = p.b.listen().await.expect("listen");
     let batch = targets(200);
     let last = targets(1);
@@ -120,37 +129,12 @@ pub async fn a_batch_arrives_whole_and_in_order_of_notify(p: WakeupsPair) {
 }
 
 /// Every `Wakeups` behaviour as its own trial, named `<target>::wakeups::<behaviour>`, each on a
-/// fresh pair from `factory`, failing on a panic, a fixture error or after [`TRIAL_TIMEOUT`].
+/// fresh pair from `factory`, failing on a panic, a fixture error or after
+/// [`TRIAL_TIMEOUT`](crate::trial::TRIAL_TIMEOUT).
 pub fn wakeups_trials(
     target: &str,
     factory: Arc<dyn WakeupsFactory>,
     runtime: &Arc<Runtime>,
 ) -> Vec<Trial> {
-    wakeups_behaviours()
-        .into_iter()
-        .map(|(name, run)| {
-            let factory = Arc::clone(&factory);
-            let runtime = Arc::clone(runtime);
-            Trial::test(format!("{target}::wakeups::{name}"), move || {
-                let task = runtime.spawn(async move {
-                    let pair = factory
-                        .pair()
-                        .await
-                        .map_err(|e| Failed::from(format!("fixture failed: {e}")))?;
-                    run(pair).await;
-                    Ok::<(), Failed>(())
-                });
-                runtime.block_on(async move {
-                    match tokio::time::timeout(TRIAL_TIMEOUT, task).await {
-                        Ok(Ok(outcome)) => outcome,
-                        Ok(Err(join)) if join.is_panic() => {
-                            Err(panic_message(join.into_panic()).into())
-                        }
-                        Ok(Err(join)) => Err(format!("behaviour task ended: {join}").into()),
-                        Err(_) => Err(format!("timed out after {TRIAL_TIMEOUT:?}").into()),
-                    }
-                })
-            })
-        })
-        .collect()
+    Suite::new(factory, runtime).trials(target, wakeups_behaviours())
 }

@@ -6,15 +6,13 @@
 //! - `postgres::ledger::…`, `postgres::journal::…` — the shared Ledger and Journal behaviours on
 //!   `PostgresLedger` and its journal;
 //! - the rest — Postgres-specific tests (concurrency, fencing, U+0000, restarts, errors).
-use std::future::Future;
-use std::pin::Pin;
-
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_conformance::postgres::TestDatabase;
+use crewbus_conformance::trial::{NoFixture, Run, Suite};
 use crewbus_conformance::{
     BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, LedgerFixture,
     LedgerFixtureFactory, Namespace, TeamFixture,
@@ -23,13 +21,14 @@ use crewbus_domain::{BusError, BusResult, TenantId};
 use crewbus_memory::ManualClock;
 use crewbus_ports::{Backends, Clock, Inbox, Journal, Ledger, MessagingBackend};
 use crewbus_postgres::{PostgresBackends, PostgresInbox, PostgresLedger, PostgresSettings};
-use libtest_mimic::{Arguments, Failed, Trial};
+use libtest_mimic::Arguments;
 use uuid::Uuid;
 
-/// `tests![f, g]`: each async fn registered under its own name.
+/// `tests![f, g]`: each async fn registered under its own name; an `Err` it returns fails the
+/// trial with its message, as a panic does.
 macro_rules! tests {
     ($($f:ident),* $(,)?) => {
-        &[$((stringify!($f), || Box::pin($f()) as _)),*]
+        &[$((stringify!($f), (|()| Box::pin(async { $crate::support::passed($f().await) })) as TestFn)),*]
     };
 }
 
@@ -48,7 +47,8 @@ mod support;
 #[path = "postgres/wakeups.rs"]
 mod wakeups;
 
-pub(crate) type TestFn = fn() -> Pin<Box<dyn Future<Output = Result<(), Failed>> + Send>>;
+/// One of this target's own tests: it needs no fixture.
+pub(crate) type TestFn = Run<()>;
 
 /// The shared MessagingBackend and Inbox behaviours on Postgres: one fresh migrated database
 /// per trial (kept when the behaviour panics), adapters from the `PostgresBackends` registry as
@@ -207,14 +207,6 @@ impl LedgerFixture for PgLedger {
     }
 }
 
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("tokio runtime")
-}
-
 fn main() {
     let args = Arguments::from_args();
     let shared = crewbus_conformance::runtime();
@@ -227,9 +219,12 @@ fn main() {
         ledger::TESTS,
         wakeups::TESTS,
     ]
-    .concat()
-    .into_iter()
-    .map(|(name, f)| Trial::test(name, move || runtime().block_on(f())));
+    .concat();
+    // This target's own tests on a runtime of their own, as they load the server hard.
+    let own_suite = Suite::new(Arc::new(NoFixture), &crewbus_conformance::runtime());
+    let own = own
+        .into_iter()
+        .map(|(name, run)| own_suite.trial(name.to_owned(), &[], run));
     let ledger = crewbus_conformance::ledger_trials("postgres", Arc::new(PgLedgerFactory), &shared);
     let wakeups = crewbus_conformance::wakeups::wakeups_trials(
         "postgres",

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
 use crewbus_conformance::postgres::TestDatabase;
+use crewbus_conformance::trial::{Behaviour, NoFixture, Suite};
 use crewbus_conformance::{FixtureError, PushStoreFactory, PushStoreFixture, push_store_trials};
 use crewbus_domain::{PushConfig, RunId, Seq, StoreError, TenantId};
 use crewbus_ports::PushStore;
@@ -186,37 +187,31 @@ async fn refused_text_is_invalid_and_a_dead_server_is_unavailable() {
     db.passed().await;
 }
 
+/// `behaviours![f, …]`: this target's own tests (no fixture), under the port `push_store_pg`.
+macro_rules! behaviours {
+    ($($f:ident),* $(,)?) => {
+        vec![$(Behaviour {
+            port: "push_store_pg",
+            name: stringify!($f),
+            needs: &[],
+            run: |()| Box::pin($f()),
+        }),*]
+    };
+}
+
 fn main() {
     let args = libtest_mimic::Arguments::from_args();
     let runtime = crewbus_conformance::runtime();
     let mut trials = push_store_trials("postgres", Arc::new(Factory), &runtime);
-    type Test = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-    let own: [(&str, Test); 4] = [
-        ("racing_workers_never_claim_the_same_row", || {
-            Box::pin(racing_workers_never_claim_the_same_row())
-        }),
-        ("negative_counters_are_refused_by_the_schema", || {
-            Box::pin(negative_counters_are_refused_by_the_schema())
-        }),
-        ("due_uses_the_partial_index", || {
-            Box::pin(due_uses_the_partial_index())
-        }),
-        (
-            "refused_text_is_invalid_and_a_dead_server_is_unavailable",
-            || Box::pin(refused_text_is_invalid_and_a_dead_server_is_unavailable()),
-        ),
-    ];
-    for (name, test) in own {
-        let runtime = Arc::clone(&runtime);
-        trials.push(libtest_mimic::Trial::test(
-            format!("postgres::push_store_pg::{name}"),
-            move || {
-                crewbus_conformance::run_task(&runtime, async move {
-                    test().await;
-                    Ok(())
-                })
-            },
-        ));
-    }
+    let own = Suite::new(Arc::new(NoFixture), &runtime);
+    trials.extend(own.trials(
+        "postgres",
+        behaviours![
+            racing_workers_never_claim_the_same_row,
+            negative_counters_are_refused_by_the_schema,
+            due_uses_the_partial_index,
+            refused_text_is_invalid_and_a_dead_server_is_unavailable,
+        ],
+    ));
     libtest_mimic::run(&args, trials).exit();
 }

@@ -1,5 +1,6 @@
 //! Database errors reach callers as semantic, retryable-or-not `BusError`s.
 
+use crewbus_conformance::wait::until;
 use crewbus_domain::{BusError, Published};
 use crewbus_ports::{Inbox, MessagingBackend};
 use crewbus_postgres::{PostgresBackend, PostgresInbox, PostgresSettings};
@@ -94,9 +95,9 @@ async fn missing_schema_is_not_provisioned() -> Result<(), Failed> {
 /// Terminates (as an administrator: SQLSTATE 57P01) the one session of this database that is
 /// waiting on a lock, once there is one.
 async fn terminate_the_waiting_session(db: &crewbus_conformance::postgres::TestDatabase) {
-    let pid: i32 = crate::support::eventually(
-        "a session waiting on a lock",
+    let pid: i32 = until(
         std::time::Duration::from_secs(20),
+        "a session waiting on a lock",
         || async {
             sqlx::query_scalar(
                 "SELECT pid FROM pg_stat_activity

@@ -17,7 +17,8 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::TestFn;
-use crate::support::{ManualClock, database, eventually};
+use crate::support::{ManualClock, database};
+use crewbus_conformance::wait::until;
 
 pub(crate) const TESTS: &[(&str, TestFn)] = tests![
     fifty_concurrent_senders_get_gap_free_distinct_seq,
@@ -134,9 +135,9 @@ async fn fifty_concurrent_senders_get_gap_free_distinct_seq() -> Result<(), Fail
 
 /// Waits until some session of this database waits on a lock.
 async fn someone_waits_on_a_lock(pool: &PgPool) {
-    eventually(
-        "a send blocked on a lock",
+    until(
         Duration::from_secs(20),
+        "a send blocked on a lock",
         || async {
             let waiting: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM pg_stat_activity
@@ -288,9 +289,9 @@ async fn racing_relays_never_both_settle_one_slot() -> Result<(), Failed> {
 
 /// Waits until `n` sessions of this database wait on a lock.
 async fn sessions_wait_on_a_lock(pool: &PgPool, n: i64) {
-    eventually(
-        "sends blocked on a lock",
+    until(
         Duration::from_secs(20),
+        "sends blocked on a lock",
         || async {
             let waiting: i64 = sqlx::query_scalar(
                 "SELECT count(*) FROM pg_stat_activity

@@ -15,7 +15,8 @@ use sqlx::postgres::PgPoolOptions;
 use uuid::Uuid;
 
 use crate::TestFn;
-use crate::support::{envelope, eventually};
+use crate::support::envelope;
+use crewbus_conformance::wait::until;
 
 pub(crate) const TESTS: &[(&str, TestFn)] =
     tests![postgres_restart_under_load_loses_nothing_confirmed];
@@ -97,24 +98,24 @@ async fn restart_once(immediate: bool) {
         .collect();
 
     let confirmed = || seen.confirmed.lock().unwrap().len();
-    eventually(
-        "load before the restart",
+    until(
         Duration::from_secs(30),
+        "load before the restart",
         || async { (confirmed() >= 20).then_some(()) },
     )
     .await;
     cluster.stop(immediate).await;
-    eventually(
-        "retryable errors while down",
+    until(
         Duration::from_secs(30),
+        "retryable errors while down",
         || async { (seen.retryable.load(Ordering::Relaxed) >= 4).then_some(()) },
     )
     .await;
     let before_restart = confirmed();
     cluster.restart().await;
-    eventually(
-        "progress after the restart",
+    until(
         Duration::from_secs(60),
+        "progress after the restart",
         || async { (confirmed() >= before_restart + 20).then_some(()) },
     )
     .await;

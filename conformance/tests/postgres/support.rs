@@ -1,12 +1,13 @@
 //! What the Postgres tests share: a database per test, a manual clock, envelopes.
 
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, TimeZone, Utc};
 use crewbus_conformance::postgres::TestDatabase;
 use crewbus_domain::Envelope;
 use crewbus_ports::Clock;
+use libtest_mimic::Failed;
 use uuid::Uuid;
 
 /// A fresh migrated database named after the test.
@@ -51,21 +52,9 @@ pub(crate) fn envelope(team: Uuid, body: &str) -> Envelope {
     }
 }
 
-/// Polls `check` until it returns `Some` or `deadline` passes (then panics with `what`).
-pub(crate) async fn eventually<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let start = Instant::now();
-    loop {
-        if let Some(v) = check().await {
-            return v;
-        }
-        assert!(
-            start.elapsed() < deadline,
-            "{what}: not within {deadline:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
+/// Fails the trial with the message of a test's `Err` (its `?` on an error), as a panic does.
+pub(crate) fn passed(outcome: Result<(), Failed>) {
+    if let Err(failed) = outcome {
+        panic!("{}", failed.message().unwrap_or("the test failed"));
     }
 }

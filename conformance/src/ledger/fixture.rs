@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use crewbus_ports::{Journal, Ledger};
 
 use crate::FixtureError;
-use crate::harness::BehaviourFuture;
+use crate::trial::Run;
 
 /// A fresh, empty ledger and its journal for one behaviour.
 ///
@@ -15,7 +15,7 @@ use crate::harness::BehaviourFuture;
 /// must share the ledger's store, so the ledger's bus records land in the journal's runs.
 ///
 /// Time is the behaviour's own: ledger and journal take `at` from their caller, so behaviours
-/// pass instants they choose ([`crate::ledger_time`]), never the wall clock; no clock hook is
+/// pass instants they choose ([`crate::ledger::time`]), never the wall clock; no clock hook is
 /// needed.
 pub trait LedgerFixture: Send + Sync {
     /// The ledger under test, as a trait object.
@@ -35,17 +35,4 @@ pub trait LedgerFixtureFactory: Send + Sync + 'static {
 
 /// One ledger or journal behaviour, type-erased: runs on a fresh fixture and panics on a failed
 /// assertion.
-pub type LedgerBehaviour = for<'a> fn(&'a dyn LedgerFixture) -> BehaviourFuture<'a>;
-
-/// Lists behaviours as `(name, fn)` pairs, each wrapped to take `&dyn LedgerFixture`.
-macro_rules! ledger_list {
-    ($($name:ident),* $(,)?) => {
-        vec![$(
-            (
-                stringify!($name),
-                (|fx| Box::pin($name(fx))) as $crate::LedgerBehaviour,
-            ),
-        )*]
-    };
-}
-pub(crate) use ledger_list;
+pub type LedgerBehaviour = Run<dyn LedgerFixture>;

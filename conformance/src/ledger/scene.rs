@@ -12,8 +12,8 @@ use crewbus_domain::{
 use crewbus_ports::{Journal, Ledger};
 use uuid::Uuid;
 
+use super::time::t;
 use crate::LedgerFixture;
-use crate::ledger_time::t;
 
 /// A body backend name no ledger stores itself: its messages go through the outbox.
 pub(crate) const REMOTE: &str = "conformance-remote";
@@ -178,6 +178,22 @@ impl Scene {
             self.store_all(at).await;
         }
         self.message(message.id).await
+    }
+
+    /// Another team (no agents, no conversations), created at `t(0)` on the remote backend.
+    pub(crate) async fn other_team(&self) -> Team {
+        self.ledger
+            .create_team(&team_name(), REMOTE, INBOX, t(0))
+            .await
+            .expect("create another team")
+    }
+
+    /// A new agent `name` of `team`, created at `t(0)`.
+    pub(crate) async fn agent_of(&self, team: &Team, name: &str) -> Agent {
+        self.ledger
+            .create_agent(team.id, name, token(), t(0))
+            .await
+            .expect("create agent")
     }
 
     /// A message as it stands.

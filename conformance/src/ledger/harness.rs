@@ -1,0 +1,94 @@
+//! The ledger and journal behaviours as libtest-mimic trials.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use libtest_mimic::Trial;
+use tokio::runtime::Runtime;
+
+use crate::trial::{Lack, Source, Suite};
+use crate::{
+    FixtureError, LedgerFixture, LedgerFixtureFactory, journal_behaviours, ledger_behaviours,
+};
+
+/// The ledger fixtures' factory is the source of the ledger and journal behaviours; they need
+/// nothing of it.
+#[async_trait]
+impl Source for dyn LedgerFixtureFactory {
+    type Fixture = dyn LedgerFixture;
+    type Need = Infallible;
+
+    fn lacks(&self, _needs: &[Infallible]) -> Option<Lack> {
+        None
+    }
+
+    async fn fixture(&self) -> Result<Box<dyn LedgerFixture>, FixtureError> {
+        LedgerFixtureFactory::fixture(self).await
+    }
+}
+
+/// Every ledger and journal behaviour as its own trial, named `<target>::ledger::<behaviour>` and
+/// `<target>::journal::<behaviour>`.
+///
+/// Each trial asks `factory` for a fresh fixture and runs the behaviour as a task on `runtime`
+/// (see [`crate::trial`]), failing on a panic (an assertion), a fixture error, or after
+/// [`TRIAL_TIMEOUT`](crate::trial::TRIAL_TIMEOUT). No ledger behaviour needs a capability: both
+/// adapters offer them all (the co-located backend is a branch inside
+/// `send_follows_the_local_backend`, not a skip).
+pub fn ledger_trials(
+    target: &str,
+    factory: Arc<dyn LedgerFixtureFactory>,
+    runtime: &Arc<Runtime>,
+) -> Vec<Trial> {
+    Suite::new(factory, runtime).trials(
+        target,
+        ledger_behaviours().into_iter().chain(journal_behaviours()),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::trial::{run_one, runtime};
+
+    struct Unreachable;
+
+    #[async_trait]
+    impl LedgerFixtureFactory for Unreachable {
+        async fn fixture(&self) -> Result<Box<dyn LedgerFixture>, FixtureError> {
+            Err("no database".into())
+        }
+    }
+
+    #[test]
+    fn names_are_unique_and_prefixed() {
+        let runtime = runtime();
+        let trials = ledger_trials("x", Arc::new(Unreachable), &runtime);
+        assert_eq!(
+            trials.len(),
+            ledger_behaviours().len() + journal_behaviours().len()
+        );
+        let names: HashSet<&str> = trials.iter().map(Trial::name).collect();
+        assert_eq!(names.len(), trials.len());
+        assert!(
+            names
+                .iter()
+                .all(|n| n.starts_with("x::ledger::") || n.starts_with("x::journal::"))
+        );
+    }
+
+    #[test]
+    fn a_fixture_that_cannot_be_built_fails_the_trial() {
+        let runtime = runtime();
+        let b = ledger_behaviours()[0];
+        let factory: Arc<dyn LedgerFixtureFactory> = Arc::new(Unreachable);
+        let outcome = run_one(&runtime, factory, b.needs, b.run);
+        let message = outcome.expect_err("must fail").message().map(str::to_owned);
+        assert!(message.is_some_and(|m| m.contains("fixture failed")));
+    }
+}

@@ -1,0 +1,369 @@
+//! `Ledger` behaviours of send: a message recorded once per request id, with its outbox slot,
+//! and reading messages back.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use crewbus_domain::{BusError, Publication, RecordKind, RunOutcome, Seq, body_sha256};
+use tokio::task::JoinSet;
+use uuid::Uuid;
+
+use super::scene::{LEASE, REMOTE, locator_for, scene, token};
+use super::time::t;
+use crate::LedgerFixture;
+
+/// A send on a non-local backend records a pending message, its receipts and one outbox slot
+/// carrying the body under a publish key.
+pub async fn send_records_a_pending_message_with_an_outbox_slot<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let body = "hello \u{0} world ✓";
+    let m = s.send(&s.a, "req-1", body, t(5)).await;
+    assert_eq!(m.seq, 1);
+    assert_eq!(m.sender, s.a.id);
+    assert_eq!(m.conversation, s.conv.id);
+    assert_eq!(m.team, s.team.id);
+    assert_eq!(m.request_id, "req-1");
+    assert_eq!(m.body_sha256, body_sha256(body));
+    assert_eq!(m.body_len, body.len() as u64);
+    assert_eq!(m.backend, REMOTE);
+    assert_eq!(m.publication, Publication::PendingPublication);
+    assert_eq!((m.locator.as_ref(), m.stored_at), (None, None));
+    assert_eq!(m.sent_at, t(5));
+
+    let receipts = s.ledger.receipts(s.team.id, m.id).await.unwrap();
+    let recipients: HashSet<Uuid> = receipts.iter().map(|r| r.recipient).collect();
+    assert_eq!(
+        recipients,
+        HashSet::from([s.b.id, s.c.id]),
+        "the sender gets no receipt"
+    );
+    assert!(
+        receipts.iter().all(|r| r.stored_at.is_none()
+            && r.delivered_at.is_none()
+            && r.acknowledged_at.is_none())
+    );
+
+    let slots = s.lease_all(t(5)).await;
+    assert_eq!(slots.len(), 1);
+    let slot = &slots[&m.id];
+    assert_eq!(slot.backend, REMOTE);
+    assert_eq!(
+        slot.envelope.body, body,
+        "the body is kept faithfully, U+0000 included"
+    );
+    assert_eq!(slot.envelope.team_id, s.team.id);
+    assert_eq!(slot.envelope.conversation_id, s.conv.id);
+    assert_eq!((slot.attempts, slot.uncertain), (0, false));
+    assert_eq!(
+        slot.leased_until,
+        t(5) + chrono::Duration::from_std(LEASE).unwrap()
+    );
+    let events = s.ledger.lease_inbox_events(t(5), LEASE, 100).await.unwrap();
+    assert!(
+        events.is_empty(),
+        "no inbox event before the body is stored"
+    );
+}
+
+/// With the ledger's co-located backend the message is stored in the send itself (no slot, inbox
+/// events at once); with any other backend it goes through the outbox.
+pub async fn send_follows_the_local_backend<F: LedgerFixture + ?Sized>(fx: &F) {
+    let ledger = fx.ledger();
+    match ledger.local_backend() {
+        Some(local) => {
+            let s = scene(fx, local).await;
+            let m = s.send(&s.a, "r1", "stored at once", t(1)).await;
+            assert_eq!(m.publication, Publication::Stored);
+            assert!(m.locator.is_some());
+            assert_eq!(m.stored_at, Some(t(1)));
+            assert!(s.lease_all(t(1)).await.is_empty(), "no outbox slot");
+            let events = s.ledger.lease_inbox_events(t(1), LEASE, 100).await.unwrap();
+            let keys: HashSet<String> = events.iter().map(|e| e.recipient_key.clone()).collect();
+            assert_eq!(
+                keys,
+                HashSet::from([s.b.recipient_key.clone(), s.c.recipient_key.clone()])
+            );
+            for r in s.ledger.receipts(s.team.id, m.id).await.unwrap() {
+                assert_eq!(r.stored_at, Some(t(1)));
+            }
+        }
+        None => {
+            let s = scene(fx, "memory").await;
+            let m = s.send(&s.a, "r1", "through the outbox", t(1)).await;
+            assert_eq!(m.publication, Publication::PendingPublication);
+            assert_eq!(s.lease_all(t(1)).await.len(), 1, "one outbox slot");
+        }
+    }
+}
+
+/// The same request id with the same body returns the original message as it stands now and
+/// writes nothing; with another body it is `Conflict`. Request ids are per conversation.
+pub async fn send_is_idempotent_on_request_id<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let first = s.send(&s.a, "same", "body", t(1)).await;
+    let again = s
+        .ledger
+        .send(s.request(&s.a, "same", "body", None), t(2))
+        .await
+        .unwrap();
+    assert!(!again.created);
+    assert_eq!(again.message, first);
+    let slots = s.lease_all(t(3)).await;
+    assert_eq!(slots.len(), 1, "a repeat enqueues no second slot");
+    s.confirm_slot(&slots[&first.id], t(3)).await;
+    let later = s
+        .ledger
+        .send(s.request(&s.a, "same", "body", None), t(4))
+        .await
+        .unwrap();
+    assert!(!later.created);
+    assert_eq!(later.message.id, first.id);
+    assert_eq!(
+        later.message.publication,
+        Publication::Stored,
+        "current state"
+    );
+    assert_eq!(later.message.locator, Some(locator_for(first.id)));
+    assert!(matches!(
+        s.ledger
+            .send(s.request(&s.a, "same", "another body", None), t(5))
+            .await,
+        Err(BusError::Conflict { .. })
+    ));
+    let other = s
+        .ledger
+        .create_conversation(s.team.id, s.a.id, "other", &[s.b.id], t(6))
+        .await
+        .unwrap();
+    let mut req = s.request(&s.a, "same", "body", None);
+    req.conversation = other.id;
+    let elsewhere = s.ledger.send(req, t(6)).await.unwrap();
+    assert!(
+        elsewhere.created,
+        "request ids are scoped to the conversation"
+    );
+    assert_eq!(elsewhere.message.seq, 1);
+    let page = s
+        .ledger
+        .history(s.team.id, s.conv.id, 0, 100)
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 1);
+    assert!(matches!(
+        s.ledger
+            .send(s.request(&s.a, "bad id", "body", None), t(7))
+            .await,
+        Err(BusError::Invalid { .. })
+    ));
+}
+
+/// Concurrent identical requests create one message.
+pub async fn concurrent_identical_sends_create_one_message<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let mut set = JoinSet::new();
+    for _ in 0..8 {
+        let ledger = Arc::clone(&s.ledger);
+        let req = s.request(&s.a, "once", "the body", None);
+        set.spawn(async move { ledger.send(req, t(1)).await });
+    }
+    let mut ids = HashSet::new();
+    let mut created = 0;
+    while let Some(joined) = set.join_next().await {
+        let sent = joined.expect("task").expect("every duplicate succeeds");
+        created += usize::from(sent.created);
+        ids.insert(sent.message.id);
+    }
+    assert_eq!(created, 1, "exactly one call created the message");
+    assert_eq!(ids.len(), 1, "every call returned the same message");
+    let page = s
+        .ledger
+        .history(s.team.id, s.conv.id, 0, 100)
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 1);
+    assert_eq!(s.lease_all(t(2)).await.len(), 1);
+}
+
+/// Concurrent distinct sends get distinct, gap-free seqs from 1.
+pub async fn concurrent_sends_get_gap_free_seq<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let n = 20u64;
+    let mut set = JoinSet::new();
+    for i in 0..n {
+        let ledger = Arc::clone(&s.ledger);
+        let from = if i % 2 == 0 { &s.a } else { &s.b };
+        let req = s.request(from, &format!("r{i}"), &format!("body {i}"), None);
+        set.spawn(async move { ledger.send(req, t(1)).await });
+    }
+    let mut seqs = Vec::new();
+    while let Some(joined) = set.join_next().await {
+        seqs.push(joined.expect("task").expect("send").message.seq);
+    }
+    seqs.sort_unstable();
+    assert_eq!(seqs, (1..=n).collect::<Vec<_>>());
+}
+
+/// A non-member, a revoked member and another team's caller are refused, and nothing is written.
+pub async fn send_refuses_non_members_and_foreign_conversations<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let outsider = s
+        .ledger
+        .create_agent(s.team.id, "outsider", token(), t(0))
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.ledger
+            .send(s.request(&outsider, "r1", "hi", None), t(1))
+            .await,
+        Err(BusError::Forbidden { .. })
+    ));
+    s.ledger
+        .revoke_agent(s.team.id, s.c.id, t(1))
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.ledger.send(s.request(&s.c, "r2", "hi", None), t(2)).await,
+        Err(BusError::Forbidden { .. })
+    ));
+    let other = s.other_team().await;
+    let mut foreign = s.request(&s.a, "r3", "hi", None);
+    foreign.team = other.id;
+    assert!(matches!(
+        s.ledger.send(foreign, t(3)).await,
+        Err(BusError::NotFound { .. })
+    ));
+    let mut unknown = s.request(&s.a, "r4", "hi", None);
+    unknown.conversation = Uuid::new_v4();
+    assert!(matches!(
+        s.ledger.send(unknown, t(3)).await,
+        Err(BusError::NotFound { .. })
+    ));
+    let page = s
+        .ledger
+        .history(s.team.id, s.conv.id, 0, 100)
+        .await
+        .unwrap();
+    assert!(page.items.is_empty(), "refused sends write nothing");
+    assert!(s.lease_all(t(4)).await.is_empty());
+    let m = s.send(&s.a, "r5", "first real", t(5)).await;
+    assert_eq!(m.seq, 1, "refused sends consume no seq");
+}
+
+/// The acting run gets `MessageSent`; another agent's run is `Forbidden`, an unknown one
+/// `NotFound`, a sealed one `Conflict` — except for a repeat of a committed request.
+pub async fn send_checks_the_acting_run<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let run = s.journal.admit(s.team.id, s.a.id, t(1)).await.unwrap();
+    let sent = s
+        .ledger
+        .send(s.request(&s.a, "r1", "hi", Some(run)), t(2))
+        .await
+        .unwrap();
+    let records = s.journal.read(run, Seq(1), 100).await.unwrap();
+    assert_eq!(records.len(), 2);
+    assert_eq!(records[1].seq, Seq(2));
+    assert_eq!(records[1].at, t(2));
+    assert_eq!(
+        records[1].kind,
+        RecordKind::MessageSent {
+            conversation: s.conv.id,
+            message: sent.message.id,
+            seq: 1
+        }
+    );
+
+    let b_run = s.journal.admit(s.team.id, s.b.id, t(1)).await.unwrap();
+    assert!(matches!(
+        s.ledger
+            .send(s.request(&s.a, "r2", "hi", Some(b_run)), t(3))
+            .await,
+        Err(BusError::Forbidden { .. })
+    ));
+    assert!(matches!(
+        s.ledger
+            .send(
+                s.request(&s.a, "r2", "hi", Some(crewbus_domain::RunId::new())),
+                t(3)
+            )
+            .await,
+        Err(BusError::NotFound { .. })
+    ));
+    s.journal
+        .seal(run, RunOutcome::Succeeded, "done", t(4))
+        .await
+        .unwrap();
+    assert!(matches!(
+        s.ledger
+            .send(s.request(&s.a, "r2", "hi", Some(run)), t(5))
+            .await,
+        Err(BusError::Conflict { .. })
+    ));
+    let repeat = s
+        .ledger
+        .send(s.request(&s.a, "r1", "hi", Some(run)), t(6))
+        .await
+        .unwrap();
+    assert!(
+        !repeat.created,
+        "a committed request is answered even after the seal"
+    );
+    assert_eq!(repeat.message.id, sent.message.id);
+    let records = s.journal.read(run, Seq(1), 100).await.unwrap();
+    assert_eq!(
+        records.len(),
+        3,
+        "admitted, sent, sealed: nothing after the seal"
+    );
+    assert!(records[2].kind.is_terminal());
+    assert_eq!(
+        s.journal.read(b_run, Seq(1), 100).await.unwrap().len(),
+        1,
+        "a refused send writes nothing to any run"
+    );
+    let page = s
+        .ledger
+        .history(s.team.id, s.conv.id, 0, 100)
+        .await
+        .unwrap();
+    assert_eq!(page.items.len(), 1);
+}
+
+/// `messages` reads several messages at once: known ones of the team in the order asked, each
+/// once; unknown and other teams' ids left out; more than `MAX_PAGE` ids `Invalid`.
+pub async fn messages_are_read_in_a_batch_within_the_team<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let stored = s.send_stored(&s.a, "r1", "stored", t(0)).await;
+    let second = s.send_stored(&s.b, "r2", "second", t(1)).await;
+    let pending = s.send(&s.a, "r3", "pending", t(2)).await;
+    let got = s
+        .ledger
+        .messages(
+            s.team.id,
+            &[second.id, Uuid::new_v4(), stored.id, pending.id, second.id],
+        )
+        .await
+        .unwrap();
+    let mut expected = Vec::new();
+    for id in [second.id, stored.id, pending.id] {
+        expected.push(s.message(id).await);
+    }
+    assert_eq!(got, expected, "as `message` answers, in order, each once");
+    assert_eq!(got[2].publication, Publication::PendingPublication);
+    assert!(s.ledger.messages(s.team.id, &[]).await.unwrap().is_empty());
+    let other = s.other_team().await;
+    assert!(
+        s.ledger
+            .messages(other.id, &[stored.id, second.id])
+            .await
+            .unwrap()
+            .is_empty(),
+        "another team's messages are not revealed"
+    );
+    let many: Vec<Uuid> = (0..crewbus_domain::MAX_PAGE + 1)
+        .map(|_| Uuid::new_v4())
+        .collect();
+    assert!(matches!(
+        s.ledger.messages(s.team.id, &many).await,
+        Err(BusError::Invalid { .. })
+    ));
+}
