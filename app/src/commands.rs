@@ -6,13 +6,13 @@ use std::process::ExitCode;
 use crewbus_domain::{Agent, BusError, BusResult, Team};
 use serde_json::json;
 
-use crate::bus::Bus;
 use crate::cli::{AgentCommand, BackendChoice, HealthArgs, ServeArgs, StreamCommand, TeamCommand};
 use crate::compose::compose;
 use crate::config::Config;
 use crate::dev_team::{self, DevAgent, DevTokens};
 use crate::server::Server;
 use crate::shutdown::Shutdown;
+use crate::usecases::bus::Bus;
 
 /// `crewbus serve`: composes the bus, sets up the dev team (see [`crate::dev_team`]): on the
 /// embedded store always (default team `local`, agents alice and bob), with a database only when

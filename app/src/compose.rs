@@ -33,10 +33,10 @@ use crewbus_postgres::{
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
-use crate::backends::CombinedBackends;
-use crate::bus::{Bus, BusSettings, Ports};
 use crate::config::{Config, NatsConfig, NatsCredential};
 use crate::push::{DeliveryWorker, PushRuntime};
+use crate::usecases::backends::CombinedBackends;
+use crate::usecases::bus::{Bus, BusSettings, Ports};
 
 /// What the composition root built.
 pub struct Composed {

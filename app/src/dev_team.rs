@@ -23,8 +23,8 @@ use crewbus_domain::{Agent, BusError, BusResult, Team};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::admin::NewAgent;
-use crate::bus::Bus;
+use crate::usecases::admin::NewAgent;
+use crate::usecases::bus::Bus;
 
 /// The file's name in the state directory.
 pub const TOKENS_FILE: &str = "dev-tokens.json";

@@ -5,31 +5,16 @@
 //! composition root ([`compose`]) is the only module that names adapters.
 #![warn(missing_docs)]
 
-pub mod acknowledge;
-pub mod admin;
-pub mod backends;
-pub mod bus;
 pub mod cli;
 pub mod config;
-pub mod conversations;
-pub mod deliver;
-pub mod health;
-pub mod history;
 pub mod http;
 pub mod load;
 pub mod mcp;
 pub mod metrics;
 pub mod push;
 pub mod push_commands;
-pub mod references;
-pub mod relay;
-pub mod retention;
-pub mod runs;
-pub mod send;
 pub mod shutdown;
-pub mod token;
-pub mod wait;
-pub mod workers;
+pub mod usecases;
 
 pub mod client;
 pub mod commands;
@@ -41,5 +26,9 @@ pub mod logging;
 pub mod mcp_bridge;
 pub mod server;
 pub mod streams;
-#[cfg(test)]
-mod usecase_tests;
+
+// The paths from before the use cases had their own folder.
+pub use usecases::{
+    acknowledge, admin, backends, bus, conversations, deliver, health, history, references, relay,
+    retention, runs, send, token, wait, workers,
+};

@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use crate::cli::PushCommand;
 use crate::config::Config;
-use crate::runs::bus_error;
+use crate::usecases::runs::bus_error;
 
 /// What a push command produced: the text to print and whether it succeeded (the exit code).
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -8,7 +8,7 @@ use crewbus_domain::{
     StoreError,
 };
 
-use crate::bus::Bus;
+use crate::usecases::bus::Bus;
 
 /// A journal or push store error as the bus reports it: `NotFound`, `Conflict` and `Invalid`
 /// keep their meaning; `Unavailable` stays retryable; a key ring (`Sealing`) or other store

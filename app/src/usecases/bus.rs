@@ -17,7 +17,7 @@ use crate::config::{BusConfig, McpConfig};
 use crate::metrics::Metrics;
 use crate::push::PushRuntime;
 use crate::shutdown::Shutdown;
-use crate::wait::WaitRoom;
+use crate::usecases::wait::WaitRoom;
 
 /// The ports the use cases run on.
 #[derive(Clone)]
