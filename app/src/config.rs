@@ -21,6 +21,29 @@ use serde::Deserialize;
 
 use crate::push::PushSettings;
 
+/// A body backend a team can use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BackendChoice {
+    /// In-process memory (the embedded default; forgets everything on stop).
+    Memory,
+    /// Postgres, in the ledger's own database (stored in the send transaction).
+    Postgres,
+    /// NATS JetStream (the team's streams come from `team add --provision` or `crewbus stream
+    /// provision`).
+    Jetstream,
+}
+
+impl BackendChoice {
+    /// The backend's registry name.
+    pub fn name(self) -> &'static str {
+        match self {
+            BackendChoice::Memory => "memory",
+            BackendChoice::Postgres => "postgres",
+            BackendChoice::Jetstream => "jetstream",
+        }
+    }
+}
+
 /// The default listen address of `crewbus serve`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
 

@@ -1,33 +1,40 @@
-//! crewbus application: use cases, workers, HTTP API, CLI, configuration and the composition
-//! root.
+//! crewbus application: use cases, workers, HTTP API, MCP, CLI, operator tools, configuration
+//! and the composition root.
+//!
+//! Each room is one module, and no two import each other:
+//!
+//! | room | what |
+//! | --- | --- |
+//! | [`usecases`] | the [`bus::Bus`] and its use cases, the workers, the waiting room |
+//! | [`http`] | the HTTP API (axum) |
+//! | [`mcp`] | the MCP endpoint `/mcp` |
+//! | [`cli`] | the command line: arguments and the commands' bodies |
+//! | [`tools`] | the operator tools `load` and `demo`, and their HTTP client |
+//! | [`push`] | pushing a run's history to its destinations |
+//! | [`config`] | the configuration file and its sections |
+//! | [`compose`] | the composition root |
+//! | [`server`] | the listener, the API, `/mcp` and the workers, with graceful shutdown |
 //!
 //! Use cases take ports only (`Arc<dyn Ledger>`, `Arc<dyn Backends>`, `Arc<dyn Clock>`); the
 //! composition root ([`compose`]) is the only module that names adapters.
 #![warn(missing_docs)]
 
 pub mod cli;
+pub mod compose;
 pub mod config;
 pub mod http;
-pub mod load;
+pub mod logging;
 pub mod mcp;
 pub mod metrics;
 pub mod push;
-pub mod push_commands;
+pub mod server;
 pub mod shutdown;
+pub mod tools;
 pub mod usecases;
 
-pub mod client;
-pub mod commands;
-pub mod compose;
-pub mod demo;
-mod demo_receiver;
-pub mod dev_team;
-pub mod logging;
-pub mod mcp_bridge;
-pub mod server;
-pub mod streams;
-
-// The paths from before the use cases had their own folder.
+// The paths from before the modules moved into their rooms.
+pub use cli::{commands, dev_team, mcp_bridge, push_commands, streams};
+pub use tools::{client, demo, load};
 pub use usecases::{
     acknowledge, admin, backends, bus, conversations, deliver, health, history, references, relay,
     retention, runs, send, token, wait, workers,

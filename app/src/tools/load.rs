@@ -36,9 +36,9 @@ use reqwest::Method;
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::cli::BackendChoice;
-use crate::client::{ApiClient, ApiFailure, uuid_of};
+use crate::config::BackendChoice;
 use crate::config::Config;
+use crate::tools::client::{ApiClient, ApiFailure, uuid_of};
 
 /// `crewbus load` options.
 #[derive(Debug, Clone, Args)]
@@ -379,7 +379,7 @@ struct Shared {
 }
 
 /// `true` for what is worth retrying: no answer, 408, 429, 5xx but 501/505/507.
-fn transient(f: &ApiFailure) -> bool {
+pub(crate) fn transient(f: &ApiFailure) -> bool {
     matches!(f.status, 0 | 408 | 429 | 500 | 502 | 503 | 504)
 }
 
@@ -1296,33 +1296,5 @@ mod tests {
         for s in [400, 401, 403, 404, 409, 413, 507] {
             assert!(!transient(&f(s)), "{s}");
         }
-    }
-
-    #[test]
-    fn load_parses_on_the_command_line() {
-        use clap::Parser as _;
-        let cli = crate::cli::Cli::try_parse_from([
-            "crewbus",
-            "load",
-            "--url",
-            "http://a:1",
-            "--url",
-            "http://b:2",
-            "--messages",
-            "5",
-            "--rate",
-            "10",
-            "--body-bytes",
-            "100",
-            "--body-bytes-max",
-            "50",
-        ])
-        .unwrap();
-        let crate::cli::Command::Load(args) = cli.command else {
-            panic!("not load")
-        };
-        assert_eq!(args.urls.len(), 2);
-        let plan = LoadPlan::from_args(&args);
-        assert_eq!((plan.messages, plan.body_bytes), (5, (100, 100)));
     }
 }

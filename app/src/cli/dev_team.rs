@@ -307,7 +307,7 @@ pub fn stdio_host_config(exe: &Path, base_url: &str, token: &str) -> String {
          \"args\": [\"mcp\", \"--url\", {}],\n      \"env\": {{ {}: {} }}\n    }}\n  }}\n}}",
         quoted(&exe.display().to_string()),
         quoted(base_url),
-        quoted(crate::mcp_bridge::TOKEN_ENV),
+        quoted(crate::cli::mcp_bridge::TOKEN_ENV),
         quoted(token),
     )
 }
