@@ -38,7 +38,7 @@ use serde_json::{Value, json};
 
 use crate::config::BackendChoice;
 use crate::config::Config;
-use crate::tools::client::{ApiClient, ApiFailure, uuid_of};
+use crate::tools::client::{ApiClient, ApiFailure, retry, uuid_of};
 
 /// `crewbus load` options.
 #[derive(Debug, Clone, Args)]
@@ -378,13 +378,8 @@ struct Shared {
     stop_receivers: AtomicBool,
 }
 
-/// `true` for what is worth retrying: no answer, 408, 429, 5xx but 501/505/507.
-pub(crate) fn transient(f: &ApiFailure) -> bool {
-    matches!(f.status, 0 | 408 | 429 | 500 | 502 | 503 | 504)
-}
-
 impl Shared {
-    /// Calls until a non-transient answer or `retry_for` passes.
+    /// Calls until a non-transient answer or `retry_for` passes ([`retry`]), counting retries.
     async fn call(
         &self,
         client: &ApiClient,
@@ -392,18 +387,15 @@ impl Shared {
         path: &str,
         body: Option<Value>,
     ) -> Result<Value, ApiFailure> {
-        let deadline = Instant::now() + self.plan.retry_for;
-        let mut pause = Duration::from_millis(20);
-        loop {
-            match client.ok(method.clone(), path, body.clone()).await {
-                Err(f) if transient(&f) && Instant::now() < deadline => {
-                    self.progress.retries.fetch_add(1, Ordering::Relaxed);
-                    tokio::time::sleep(pause).await;
-                    pause = (pause * 2).min(Duration::from_millis(500));
-                }
-                other => return other,
-            }
-        }
+        let until = Instant::now() + self.plan.retry_for;
+        retry(
+            until,
+            |_| {
+                self.progress.retries.fetch_add(1, Ordering::Relaxed);
+            },
+            || client.ok(method.clone(), path, body.clone()),
+        )
+        .await
     }
 }
 
@@ -691,27 +683,20 @@ async fn create_conversations(plan: &LoadPlan, teams: &[LoadTeam]) -> BusResult<
             let members: Vec<usize> = (0..plan.members).map(|i| (c + i) % n).collect();
             let owner = &team.agents[members[0]];
             let others: Vec<Uuid> = members[1..].iter().map(|&i| team.agents[i].id).collect();
-            let mut last = None;
-            let deadline = Instant::now() + Duration::from_secs(60);
-            let v = loop {
-                match owner
-                    .client
-                    .create_conversation(&format!("load {c}"), &others)
-                    .await
-                {
-                    Ok(v) => break v,
-                    Err(f) if transient(&f) && Instant::now() < deadline => {
-                        last = Some(f);
-                        tokio::time::sleep(Duration::from_millis(100)).await;
-                    }
-                    Err(f) => {
-                        return Err(BusError::unavailable(format!(
-                            "cannot create a conversation: {} {} ({:?})",
-                            f.status, f.code, last
-                        )));
-                    }
-                }
-            };
+            let until = Instant::now() + Duration::from_secs(60);
+            let title = format!("load {c}");
+            let v = retry(
+                until,
+                |_| {},
+                || owner.client.create_conversation(&title, &others),
+            )
+            .await
+            .map_err(|f| {
+                BusError::unavailable(format!(
+                    "cannot create a conversation: {} {}",
+                    f.status, f.code
+                ))
+            })?;
             convs.push(Conv {
                 id: uuid_of(&v["id"]),
                 team: ti,
@@ -891,32 +876,24 @@ async fn receive(shared: Arc<Shared>, ti: usize, ai: usize, log: Arc<Mutex<Agent
     }
 }
 
-/// `POST /v1/inbox/confirm` for `ids`, retried while the server gives no answer or a retryable
-/// one (status 0, 429, 5xx), until the plan's drain timeout. `None` after a refusal or when the
-/// time is up.
+/// `POST /v1/inbox/confirm` for `ids`, retried by the tools' one rule ([`retry`]) until the
+/// plan's drain timeout. `None` after a refusal or when the time is up.
 async fn confirm_with_retry(shared: &Shared, agent: &LoadAgent, ids: &[Uuid]) -> Option<Value> {
     let body = json!({ "deliveries": ids });
-    let deadline = Instant::now() + shared.plan.drain_timeout;
-    let mut pause = Duration::from_millis(20);
-    loop {
-        match agent
-            .client
-            .ok(Method::POST, "/v1/inbox/confirm", Some(body.clone()))
-            .await
-        {
-            Ok(v) => return Some(v),
-            Err(failure) => {
-                shared.progress.retries.fetch_add(1, Ordering::Relaxed);
-                let retryable =
-                    failure.status == 0 || failure.status == 429 || failure.status >= 500;
-                if !retryable || Instant::now() >= deadline {
-                    return None;
-                }
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_millis(500));
-            }
-        }
-    }
+    let until = Instant::now() + shared.plan.drain_timeout;
+    let answer = retry(
+        until,
+        |_| {
+            shared.progress.retries.fetch_add(1, Ordering::Relaxed);
+        },
+        || {
+            agent
+                .client
+                .ok(Method::POST, "/v1/inbox/confirm", Some(body.clone()))
+        },
+    )
+    .await;
+    answer.ok()
 }
 
 async fn print_progress(shared: Arc<Shared>) {
@@ -1281,20 +1258,5 @@ mod tests {
             assert!((200..=2000).contains(&b.len()), "{}", b.len());
         }
         assert_eq!(body_for(3, (10, 10)).len(), "load message 3 ".len().max(10));
-    }
-
-    #[test]
-    fn only_unanswered_throttled_and_server_errors_are_retried() {
-        let f = |status| ApiFailure {
-            status,
-            code: String::new(),
-            message: String::new(),
-        };
-        for s in [0, 408, 429, 500, 502, 503, 504] {
-            assert!(transient(&f(s)), "{s}");
-        }
-        for s in [400, 401, 403, 404, 409, 413, 507] {
-            assert!(!transient(&f(s)), "{s}");
-        }
     }
 }
