@@ -33,10 +33,10 @@ use crewbus_postgres::{
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
-use crate::backends::CombinedBackends;
-use crate::bus::{Bus, BusSettings, Ports};
 use crate::config::{Config, NatsConfig, NatsCredential};
 use crate::push::{DeliveryWorker, PushRuntime};
+use crate::usecases::backends::CombinedBackends;
+use crate::usecases::bus::{Bus, BusSettings, Ports};
 
 /// What the composition root built.
 pub struct Composed {
@@ -104,18 +104,11 @@ pub async fn postgres_with_pool(
     if config.database.as_ref().is_none_or(|d| d.migrate_on_start) {
         crewbus_postgres::migrate(&pool).await?;
     }
-    let mut settings = BusSettings::from_config(&config.bus);
+    let settings = BusSettings::from_config(&config.bus);
     let ledger = PostgresLedger::new(pool.clone(), config.tenant.clone());
     let journal: Arc<dyn Journal> = Arc::new(ledger.journal());
     let push_store: Arc<dyn PushStore> =
         Arc::new(PostgresPushStore::new(pool.clone(), config.tenant.clone()));
-    let push = push_runtime(
-        config,
-        Arc::clone(&push_store),
-        true,
-        Arc::clone(&journal),
-        clock.clone(),
-    )?;
     let postgres = PostgresBackends::new(
         pool.clone(),
         clock.clone(),
@@ -133,41 +126,32 @@ pub async fn postgres_with_pool(
         None => (*pool.connect_options()).clone(),
     };
     let wakeups: Arc<dyn Wakeups> = Arc::new(PostgresWakeups::new(pool, listen));
-    let mut registries: Vec<Arc<dyn Backends>> = vec![Arc::new(postgres)];
-    let broker = add_jetstream(config, &settings, &mut registries)?;
-    settings.backends = registries.iter().map(|r| r.name().to_owned()).collect();
-    settings.mcp = config.mcp.clone();
-    let ports = Ports {
-        ledger: Arc::new(ledger) as Arc<dyn Ledger>,
-        backends: Arc::new(CombinedBackends::new(registries)),
-        journal: Arc::clone(&journal),
-        clock,
-        broker,
-        wakeups,
-    };
-    let description = match &config.database {
-        Some(d) => format!(
-            "ledger=postgres inbox=postgres bodies=postgres{}{} ({})",
-            if config.nats.is_some() {
-                ", jetstream by team"
-            } else {
-                ""
-            },
-            describe_push(push.as_ref(), "postgres"),
-            crate::config::redact_url(d.url.expose())
-        ),
-        None => format!(
-            "ledger=postgres inbox=postgres bodies=postgres{}",
-            describe_push(push.as_ref(), "postgres")
-        ),
-    };
-    Ok(assemble(
-        Bus::new(ports, settings),
+    let stores = Stores {
+        ledger: Arc::new(ledger),
+        registry: Arc::new(postgres),
         journal,
         push_store,
-        push,
-        description,
-    ))
+        persistent: true,
+        wakeups,
+    };
+    finish(config, settings, clock, stores, |push| {
+        match &config.database {
+            Some(d) => format!(
+                "ledger=postgres inbox=postgres bodies=postgres{}{} ({})",
+                if config.nats.is_some() {
+                    ", jetstream by team"
+                } else {
+                    ""
+                },
+                describe_push(push, "postgres"),
+                crate::config::redact_url(d.url.expose())
+            ),
+            None => format!(
+                "ledger=postgres inbox=postgres bodies=postgres{}",
+                describe_push(push, "postgres")
+            ),
+        }
+    })
 }
 
 /// The embedded default: memory for every port, limits from `config.bus`.
@@ -196,51 +180,92 @@ pub fn memory_with_wakeups(
     memory: MemoryConfig,
     wakeups: Arc<dyn Wakeups>,
 ) -> BusResult<(Composed, MemoryParts)> {
-    let mut settings = BusSettings::from_config(&config.bus);
+    let settings = BusSettings::from_config(&config.bus);
     let ledger = MemoryLedger::new(config.tenant.clone());
     let registry = MemoryBackends::new(memory, clock.clone())?;
     let journal: Arc<dyn Journal> = Arc::new(ledger.journal());
     let push_store: Arc<dyn PushStore> = Arc::new(MemoryPushStore::new(config.tenant.clone()));
-    let push = push_runtime(
-        config,
-        Arc::clone(&push_store),
-        false,
-        Arc::clone(&journal),
-        clock.clone(),
-    )?;
-    let mut registries: Vec<Arc<dyn Backends>> = vec![Arc::new(registry.clone())];
-    let broker = add_jetstream(config, &settings, &mut registries)?;
-    settings.backends = registries.iter().map(|r| r.name().to_owned()).collect();
-    settings.mcp = config.mcp.clone();
-    let ports = Ports {
-        ledger: Arc::new(ledger.clone()) as Arc<dyn Ledger>,
-        backends: Arc::new(CombinedBackends::new(registries)),
-        journal: Arc::clone(&journal),
-        clock,
-        broker,
+    let stores = Stores {
+        ledger: Arc::new(ledger.clone()),
+        registry: Arc::new(registry.clone()),
+        journal,
+        push_store,
+        persistent: false,
         wakeups,
     };
-    let description = format!(
-        "ledger=memory inbox=memory bodies=memory{}{} (embedded default: nothing is kept after it stops)",
-        if config.nats.is_some() {
-            ", jetstream by team"
-        } else {
-            ""
-        },
-        describe_push(push.as_ref(), "memory"),
-    );
+    let composed = finish(config, settings, clock, stores, |push| {
+        format!(
+            "ledger=memory inbox=memory bodies=memory{}{} (embedded default: nothing is kept after it stops)",
+            if config.nats.is_some() {
+                ", jetstream by team"
+            } else {
+                ""
+            },
+            describe_push(push, "memory"),
+        )
+    })?;
     Ok((
-        assemble(
-            Bus::new(ports, settings),
-            journal,
-            push_store,
-            push,
-            description,
-        ),
+        composed,
         MemoryParts {
             ledger,
             backends: registry,
         },
+    ))
+}
+
+/// The stores one configuration chose, handed to the composition's one tail ([`finish`]).
+struct Stores {
+    ledger: Arc<dyn Ledger>,
+    /// The registry of the ledger's own body and inbox backend (JetStream is added by team).
+    registry: Arc<dyn Backends>,
+    journal: Arc<dyn Journal>,
+    /// The bare push store ([`assemble`] shows the outbox's sealed one when there is an outbox).
+    push_store: Arc<dyn PushStore>,
+    /// Whether the push store outlives the process (see [`push_runtime`]).
+    persistent: bool,
+    wakeups: Arc<dyn Wakeups>,
+}
+
+/// The one tail of every composition: the push runtime over the chosen push store, the registries (the chosen one, then JetStream when
+/// `[nats]` is configured), the settings completed with the registries' names and `[mcp]`, the
+/// [`Ports`], the bus and its [`Composed`], described by `describe` (given the push runtime).
+/// Errors: [`push_runtime`]'s and JetStream's (`Invalid` for a bad `[push]` or `[nats]`).
+fn finish(
+    config: &Config,
+    settings: BusSettings,
+    clock: Arc<dyn Clock>,
+    stores: Stores,
+    describe: impl FnOnce(Option<&PushRuntime>) -> String,
+) -> BusResult<Composed> {
+    let push = push_runtime(
+        config,
+        Arc::clone(&stores.push_store),
+        stores.persistent,
+        Arc::clone(&stores.journal),
+        clock.clone(),
+    )?;
+    let mut registries: Vec<Arc<dyn Backends>> = vec![stores.registry];
+    let broker = add_jetstream(config, &settings, &mut registries)?;
+    let settings = BusSettings {
+        backends: registries.iter().map(|r| r.name().to_owned()).collect(),
+        mcp: config.mcp.clone(),
+        ..settings
+    };
+    let ports = Ports {
+        ledger: stores.ledger,
+        backends: Arc::new(CombinedBackends::new(registries)),
+        journal: Arc::clone(&stores.journal),
+        clock,
+        broker,
+        wakeups: stores.wakeups,
+    };
+    let description = describe(push.as_ref());
+    Ok(assemble(
+        Bus::new(ports, settings),
+        stores.journal,
+        stores.push_store,
+        push,
+        description,
     ))
 }
 

@@ -1,45 +1,41 @@
-//! crewbus application: use cases, workers, HTTP API, CLI, configuration and the composition
-//! root.
+//! crewbus application: use cases, workers, HTTP API, MCP, CLI, operator tools, configuration
+//! and the composition root.
+//!
+//! Each room is one module, and no two import each other:
+//!
+//! | room | what |
+//! | --- | --- |
+//! | [`usecases`] | the [`bus::Bus`] and its use cases, the workers, the waiting room |
+//! | [`http`] | the HTTP API (axum) |
+//! | [`mcp`] | the MCP endpoint `/mcp` |
+//! | [`cli`] | the command line: arguments and the commands' bodies |
+//! | [`tools`] | the operator tools `load` and `demo`, and their HTTP client |
+//! | [`push`] | pushing a run's history to its destinations |
+//! | [`config`] | the configuration file and its sections |
+//! | [`compose`] | the composition root |
+//! | [`server`] | the listener, the API, `/mcp` and the workers, with graceful shutdown |
 //!
 //! Use cases take ports only (`Arc<dyn Ledger>`, `Arc<dyn Backends>`, `Arc<dyn Clock>`); the
 //! composition root ([`compose`]) is the only module that names adapters.
 #![warn(missing_docs)]
 
-pub mod acknowledge;
-pub mod admin;
-pub mod backends;
-pub mod bus;
 pub mod cli;
+pub mod compose;
 pub mod config;
-pub mod conversations;
-pub mod deliver;
-pub mod health;
-pub mod history;
 pub mod http;
-pub mod load;
+pub mod logging;
 pub mod mcp;
 pub mod metrics;
 pub mod push;
-pub mod push_commands;
-pub mod references;
-pub mod relay;
-pub mod retention;
-pub mod runs;
-pub mod send;
-pub mod shutdown;
-pub mod token;
-pub mod wait;
-pub mod workers;
-
-pub mod client;
-pub mod commands;
-pub mod compose;
-pub mod demo;
-mod demo_receiver;
-pub mod dev_team;
-pub mod logging;
-pub mod mcp_bridge;
 pub mod server;
-pub mod streams;
-#[cfg(test)]
-mod usecase_tests;
+pub mod shutdown;
+pub mod tools;
+pub mod usecases;
+
+// The paths from before the modules moved into their rooms.
+pub use cli::{commands, dev_team, mcp_bridge, push_commands, streams};
+pub use tools::{client, demo, load};
+pub use usecases::{
+    acknowledge, admin, backends, bus, conversations, deliver, health, history, references, relay,
+    retention, runs, send, token, wait, workers,
+};

@@ -21,10 +21,10 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
 
-use crate::bus::Bus;
 use crate::http::router;
 use crate::shutdown::Shutdown;
-use crate::workers::Workers;
+use crate::usecases::bus::Bus;
+use crate::usecases::workers::Workers;
 
 /// A running server: HTTP API plus relay, reference and retention workers.
 pub struct Server {
@@ -182,7 +182,8 @@ impl Server {
             header_read_timeout: bus.settings.header_read_timeout,
             max_connections: bus.settings.max_http_connections,
         };
-        let app = router(bus);
+        // The MCP endpoint `/mcp` shares the API's listener and its request bounds.
+        let app = router(bus.clone(), crate::mcp::router(bus));
         let s = shutdown.clone();
         let task = tokio::spawn(async move {
             let mut http = tokio::spawn(serve(listener, app, limits, s.clone()));

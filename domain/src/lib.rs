@@ -14,6 +14,7 @@ mod history;
 mod ids;
 mod inbox;
 mod inbox_event;
+mod instant;
 mod journal;
 mod ledger_args;
 mod ledger_counts;
@@ -47,6 +48,7 @@ pub use history::{
 pub use ids::{RunId, Seq, TenantId};
 pub use inbox::{InboxRef, InboxStatus, MAX_RECIPIENT_KEY_LEN, validate_recipient_key};
 pub use inbox_event::{InboxEvent, ReferencePayload};
+pub use instant::{after, before};
 pub use journal::{MAX_NOTE_LEN, Record, RecordKind, Run, RunOutcome};
 pub use ledger_args::{ledger_span, positive_ledger_span, validate_backend_name, validate_batch};
 pub use ledger_counts::{LedgerCounts, RetentionTarget};

@@ -1,6 +1,6 @@
 //! The error of the journal, push store and key ring ports.
 
-use crate::Source;
+use crate::{BusError, Source};
 
 /// What went wrong in a store (journal, push store, key ring), by meaning.
 ///
@@ -100,6 +100,24 @@ impl StoreError {
         StoreError::Unavailable {
             what: what.into(),
             source: None,
+        }
+    }
+}
+
+/// A journal or push store error as the bus reports it: `NotFound`, `Conflict` and `Invalid`
+/// keep their meaning; `Unavailable` stays retryable; a key ring (`Sealing`) or other store
+/// failure is `Unavailable` with the store's error kept as the source (never in the message).
+impl From<StoreError> for BusError {
+    fn from(e: StoreError) -> BusError {
+        match e {
+            StoreError::NotFound { what } => BusError::not_found(what),
+            StoreError::Conflict { reason } => BusError::conflict(reason),
+            StoreError::Invalid { reason } => BusError::invalid(reason),
+            StoreError::Unavailable { ref what, .. } => {
+                BusError::unavailable_from(what.clone(), e.clone())
+            }
+            StoreError::Sealing { .. } => BusError::unavailable_from("the push key ring", e),
+            other => BusError::unavailable_from(format!("store ({})", other.code()), other),
         }
     }
 }

@@ -1,5 +1,6 @@
 //! The HTTP API (axum): agents' routes under `/v1`, `/health`, `/metrics`, `/openapi.json`, and
-//! the MCP endpoint `/mcp` ([`crate::mcp`]) on the same listener.
+//! whatever the server mounts beside them on the same listener (the MCP endpoint `/mcp`, see
+//! [`crate::server`]).
 //! Errors are JSON `{code, message}` (see [`error`]).
 
 use axum::Router;
@@ -9,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use crewbus_domain::BusError;
 
-use crate::bus::Bus;
+use crate::usecases::bus::Bus;
 
 mod agents;
 pub(crate) mod auth;
@@ -31,8 +32,10 @@ pub struct AppState {
     pub bus: Bus,
 }
 
-/// The whole API.
-pub fn router(bus: Bus) -> Router {
+/// The whole API, with `mounted` (routes served beside the API's own, e.g. the MCP endpoint)
+/// merged in before the fallbacks and layers, so the body limit, the declared-size check and the
+/// body deadline apply to them too.
+pub fn router(bus: Bus, mounted: Router<AppState>) -> Router {
     let body_timeout = bus.settings.request_body_timeout;
     Router::new()
         .route("/v1/me", get(agents::me))
@@ -59,7 +62,7 @@ pub fn router(bus: Bus) -> Router {
         .route("/health", get(ops::health))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))
-        .merge(crate::mcp::router(bus.clone()))
+        .merge(mounted)
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(extract::REQUEST_LIMIT_BYTES))

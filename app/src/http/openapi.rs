@@ -8,8 +8,8 @@ use utoipa::{Modify, OpenApi};
 
 use super::error::ErrorBody;
 use super::views::*;
-use crate::bus::BusSettings;
-use crate::health::HealthReport;
+use crate::usecases::bus::BusSettings;
+use crate::usecases::health::HealthReport;
 
 /// The crewbus HTTP API.
 #[derive(OpenApi)]

@@ -8,8 +8,8 @@ use crewbus_domain::BusError;
 
 use super::AppState;
 use super::error::ApiError;
-use crate::health::HealthReport;
 use crate::metrics::Format;
+use crate::usecases::health::HealthReport;
 
 /// Liveness and readiness: `200` when the ledger answers, `503` when it does not. The broker is
 /// reported and never fails the probe.

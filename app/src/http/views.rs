@@ -7,8 +7,8 @@ use crewbus_domain::{
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::deliver::{Delivery, InboxReport};
-use crate::history::{History, HistoryEntry};
+use crate::usecases::deliver::{Delivery, InboxReport};
+use crate::usecases::history::{History, HistoryEntry};
 
 /// An agent (never its token).
 #[derive(Debug, Serialize, ToSchema)]

@@ -8,9 +8,9 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use crewbus_domain::BusError;
 
-use crate::bus::Bus;
 use crate::http::auth::bearer_token;
 use crate::http::error::ApiError;
+use crate::usecases::bus::Bus;
 
 /// Authenticates the request's `Authorization: Bearer <token>` with [`Bus::authenticate`] and
 /// passes it on with the [`crewbus_domain::Agent`] in its extensions. No token, or a malformed,

@@ -39,8 +39,8 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{RoleServer, ServerHandler};
 
-use crate::bus::Bus;
 use crate::config::McpConfig;
+use crate::usecases::bus::Bus;
 
 mod auth;
 mod refusals;
@@ -150,8 +150,9 @@ fn transport_config(mcp: &McpConfig) -> StreamableHttpServerConfig {
         .with_max_request_body_bytes(crate::http::extract::REQUEST_LIMIT_BYTES)
 }
 
-/// The `/mcp` route: the bearer-token middleware in front of the rmcp service. Merged into the
-/// HTTP API's router ([`crate::http::router`]), so its body deadline and declared-size check apply.
+/// The `/mcp` route: the bearer-token middleware in front of the rmcp service. The server mounts
+/// it in the HTTP API's router ([`crate::http::router`]), so its body deadline and declared-size
+/// check apply.
 pub(crate) fn router<S: Clone + Send + Sync + 'static>(bus: Bus) -> Router<S> {
     let handler = CrewbusMcp { bus: bus.clone() };
     let service = StreamableHttpService::new(

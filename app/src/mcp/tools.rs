@@ -26,14 +26,14 @@ use super::views::{
     MAX_WAIT_SECONDS, MessageArguments, NoArguments, ReadConversationArguments, ReceiptsView,
     RecordsArguments, RunArguments, SealArguments, SendArguments, cut,
 };
-use crate::bus::Bus;
-use crate::deliver::Delivery;
 use crate::http::error::error_body;
 use crate::http::views::{
     AgentView, ConfirmRequest, ConfirmView, ConversationView, CreateConversation, FetchView,
     HistoryView, InboxStatusView, ReceiptView, RecordsView, RunView, SentView,
 };
 use crate::metrics::Metrics;
+use crate::usecases::bus::Bus;
+use crate::usecases::deliver::Delivery;
 
 /// What a tool does to the bus, as its annotations tell a host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

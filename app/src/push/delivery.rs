@@ -15,7 +15,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Backoff, MAX_PAGE, PushRegistration, PushRequest, RunId, Secret, Seq, StoreError, TenantId,
-    TransportError, redact_url,
+    TransportError, after, redact_url,
 };
 use crewbus_ports::{Clock, Journal, PushStore, PushTransport, SystemClock};
 use futures_util::StreamExt;
@@ -158,10 +158,6 @@ fn seed_of(registration: &PushRegistration) -> u64 {
     u64::from_be_bytes(digest[..8].try_into().expect("sha256 has 32 bytes"))
 }
 
-fn later(at: DateTime<Utc>, by: Duration) -> DateTime<Utc> {
-    at + chrono::Duration::from_std(by).unwrap_or(chrono::Duration::MAX)
-}
-
 impl DeliveryWorker {
     /// A worker for `outbox`'s registrations, reading records from `journal` and POSTing them
     /// through `transport`, with [`DeliverySettings::default`] and the [`CloudEvents`] projection.
@@ -238,7 +234,7 @@ impl DeliveryWorker {
     pub async fn run_once(&self, at: DateTime<Utc>, limit: usize) -> Result<Sweep, StoreError> {
         let due = self
             .store
-            .due(at, limit, later(at, self.settings.lease))
+            .due(at, limit, after(at, self.settings.lease))
             .await?;
         let mut sweep = Sweep {
             claimed: due.len(),
@@ -295,7 +291,7 @@ impl DeliveryWorker {
                 let at = clock.now();
                 match self
                     .store
-                    .due(at, free, later(at, self.settings.lease))
+                    .due(at, free, after(at, self.settings.lease))
                     .await
                 {
                     Ok(due) => {
@@ -384,7 +380,7 @@ impl DeliveryWorker {
         };
         if records.is_empty() {
             self.store
-                .defer(run, id, later(at, self.settings.idle))
+                .defer(run, id, after(at, self.settings.idle))
                 .await?;
             return Ok(Turn::Deferred);
         }
@@ -485,7 +481,7 @@ impl DeliveryWorker {
                 if attempted {
                     // Count the answered POST (keeping the claim), so `push parked` shows it.
                     self.store
-                        .retry(run, id, later(at, self.settings.lease), &error)
+                        .retry(run, id, after(at, self.settings.lease), &error)
                         .await?;
                 }
                 self.store.park(run, id, &error).await?;
@@ -506,7 +502,7 @@ impl DeliveryWorker {
                     // — what `push parked` shows — is the count in its error. A crash between the
                     // two leaves an exhausted row that parks on its next failure.
                     self.store
-                        .retry(run, id, later(at, self.settings.lease), &error)
+                        .retry(run, id, after(at, self.settings.lease), &error)
                         .await?;
                     self.store.park(run, id, &error).await?;
                     tracing::warn!(%run, %id, url = %redact_url(&config.url), %error, "push: registration parked");
@@ -515,7 +511,7 @@ impl DeliveryWorker {
                     let delay =
                         backoff.delay_with_hint(attempts, seed_of(registration), retry_after);
                     self.store
-                        .retry(run, id, later(failed_at, delay), &error)
+                        .retry(run, id, after(failed_at, delay), &error)
                         .await?;
                     tracing::debug!(%run, %id, url = %redact_url(&config.url), %error, attempts, delay_ms = delay.as_millis() as u64, "push: delivery failed; will retry");
                     Turn::Retried

@@ -13,8 +13,8 @@ use crewbus_domain::{BusResult, InboxEvent, Published, Uuid, WakeupTarget};
 use crewbus_ports::Inbox;
 use futures_util::future::join_all;
 
-use crate::bus::Bus;
 use crate::metrics::Metrics;
+use crate::usecases::bus::Bus;
 
 /// What one reference-worker pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -2,8 +2,8 @@
 
 use crewbus_domain::{Absence, Agent, BusError, BusResult, Message, Uuid};
 
-use crate::bus::Bus;
-use crate::deliver::BodyBackends;
+use crate::usecases::bus::Bus;
+use crate::usecases::deliver::BodyBackends;
 
 /// One message of a history page.
 #[derive(Debug, Clone)]

@@ -3,7 +3,7 @@
 
 use crewbus_domain::BusResult;
 
-use crate::bus::{Bus, before};
+use crate::usecases::bus::{Bus, before};
 
 /// What one retention run did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -2,7 +2,7 @@
 
 use crewbus_domain::{Agent, BusError, BusResult, Conversation, MAX_PAGE, Uuid};
 
-use crate::bus::Bus;
+use crate::usecases::bus::Bus;
 
 impl Bus {
     /// Creates a conversation of the creator's team with `members` (the creator is always a

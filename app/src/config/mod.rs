@@ -12,7 +12,6 @@
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use crewbus_domain::{BusError, BusResult, MAX_BODY_BYTES, Secret, TenantId};
 use figment::Figment;
@@ -20,6 +19,14 @@ use figment::providers::{Env, Format, Toml};
 use serde::Deserialize;
 
 use crate::push::PushSettings;
+
+mod bus;
+mod mcp;
+mod stores;
+
+pub use bus::BusConfig;
+pub use mcp::McpConfig;
+pub use stores::{BackendChoice, DatabaseConfig, NatsConfig, NatsCredential};
 
 /// The default listen address of `crewbus serve`.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:7700";
@@ -81,232 +88,6 @@ impl fmt::Debug for Config {
     }
 }
 
-/// Postgres connection settings.
-#[derive(Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct DatabaseConfig {
-    /// Connection URL, e.g. `postgres://crewbus:PASSWORD@127.0.0.1:5432/crewbus`
-    /// (`CREWBUS_DATABASE__URL`). Never printed with its password.
-    pub url: Secret,
-    /// Largest number of pooled connections. Default 10.
-    #[serde(default = "default_max_connections")]
-    pub max_connections: u32,
-    /// Apply pending migrations when `serve` starts. Default true (`crewbus migrate` applies them
-    /// explicitly).
-    #[serde(default = "yes")]
-    pub migrate_on_start: bool,
-    /// Where the wake-up listener connects (`LISTEN` needs a session of its own: one dedicated
-    /// connection per server, outside the pool). Set it to the database itself when `url` goes
-    /// through a transaction-pooling proxy. Default: `url`. Never printed with its password.
-    #[serde(default)]
-    pub listen_url: Option<Secret>,
-}
-
-fn default_max_connections() -> u32 {
-    10
-}
-
-fn yes() -> bool {
-    true
-}
-
-impl fmt::Debug for DatabaseConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("DatabaseConfig")
-            .field("url", &redact_url(self.url.expose()))
-            .field("max_connections", &self.max_connections)
-            .field("migrate_on_start", &self.migrate_on_start)
-            .field(
-                "listen_url",
-                &self.listen_url.as_ref().map(|u| redact_url(u.expose())),
-            )
-            .finish()
-    }
-}
-
-/// NATS JetStream settings. The server uses the runtime credential; operator commands
-/// (`crewbus stream …`) use the provisioning credential.
-#[derive(Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct NatsConfig {
-    /// Server URLs. Default `["nats://127.0.0.1:4222"]`.
-    pub servers: Vec<String>,
-    /// The runtime credential (publish, read, consume, ack; never create or delete streams).
-    pub runtime: NatsCredential,
-    /// The provisioning credential (create, update and delete streams); operator commands only.
-    pub provisioning: NatsCredential,
-    /// Stream replicas (1 for a single server, 3 in production). Default 1.
-    pub replicas: u32,
-    /// Body stream quota: largest number of messages. Default 1 000 000.
-    pub body_max_messages: u64,
-    /// Body stream quota in bytes (at least 2 MiB). Default 1 GiB.
-    pub body_max_bytes: u64,
-    /// Inbox stream quota: largest number of references. Default 1 000 000.
-    pub inbox_max_messages: u64,
-    /// Inbox stream quota in bytes (at least 1 MiB). Default 256 MiB.
-    pub inbox_max_bytes: u64,
-    /// Request timeout in milliseconds. Default 5000.
-    pub request_timeout_ms: u64,
-    /// Prefix of stream and subject names. Default `crewbus`.
-    pub prefix: String,
-}
-
-impl Default for NatsConfig {
-    fn default() -> Self {
-        NatsConfig {
-            servers: vec!["nats://127.0.0.1:4222".to_owned()],
-            runtime: NatsCredential::default(),
-            provisioning: NatsCredential::default(),
-            replicas: 1,
-            body_max_messages: 1_000_000,
-            body_max_bytes: 1 << 30,
-            inbox_max_messages: 1_000_000,
-            inbox_max_bytes: 256 << 20,
-            request_timeout_ms: 5_000,
-            prefix: "crewbus".to_owned(),
-        }
-    }
-}
-
-impl fmt::Debug for NatsConfig {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let servers: Vec<String> = self.servers.iter().map(|s| redact_url(s)).collect();
-        f.debug_struct("NatsConfig")
-            .field("servers", &servers)
-            .field("runtime", &self.runtime)
-            .field("provisioning", &self.provisioning)
-            .field("replicas", &self.replicas)
-            .field("body_max_messages", &self.body_max_messages)
-            .field("body_max_bytes", &self.body_max_bytes)
-            .field("inbox_max_messages", &self.inbox_max_messages)
-            .field("inbox_max_bytes", &self.inbox_max_bytes)
-            .field("request_timeout_ms", &self.request_timeout_ms)
-            .field("prefix", &self.prefix)
-            .finish()
-    }
-}
-
-/// One NATS credential: a user and password, a token, or a `.creds` file. All optional (an
-/// unauthenticated server needs none).
-#[derive(Clone, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct NatsCredential {
-    /// User name.
-    pub user: Option<String>,
-    /// Password (with `user`).
-    pub password: Option<Secret>,
-    /// Token.
-    pub token: Option<Secret>,
-    /// Path of a `.creds` file (JWT + nkey seed).
-    pub creds_file: Option<PathBuf>,
-}
-
-impl fmt::Debug for NatsCredential {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NatsCredential")
-            .field("user", &self.user)
-            .field("password", &self.password.as_ref().map(|_| "[redacted]"))
-            .field("token", &self.token.as_ref().map(|_| "[redacted]"))
-            .field("creds_file", &self.creds_file)
-            .finish()
-    }
-}
-
-/// Bus tuning. Durations are in milliseconds unless the name says otherwise.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct BusConfig {
-    /// Largest message body in bytes (at most the bus contract of 1 MiB). Default 1 048 576.
-    pub max_body_bytes: u64,
-    /// Slots leased per relay transaction. Default 64.
-    pub relay_batch: usize,
-    /// How long a relay lease holds, ms. Default 30 000.
-    pub relay_lease_ms: u64,
-    /// Pause of an idle worker before it looks again, ms. Default 50.
-    pub idle_poll_ms: u64,
-    /// Inbox events published per reference-worker pass. Default 256.
-    pub reference_batch: usize,
-    /// Relay backoff: first delay, ms. Default 500.
-    pub backoff_base_ms: u64,
-    /// Relay backoff: largest delay, ms. Default 60 000.
-    pub backoff_cap_ms: u64,
-    /// Relay attempts before reconcile decides and the message is failed. Default 12.
-    pub backoff_max_attempts: u32,
-    /// A message handed out and not confirmed is not handed out again before this grace, ms.
-    /// Default 30 000.
-    pub handout_grace_ms: u64,
-    /// Top-up from the ledger hands out a stored message without a delivered receipt once it has
-    /// been stored this long (the inbox normally delivers it first), ms. Default 2000.
-    pub topup_after_ms: u64,
-    /// Keep bodies this many days; 0 keeps them forever. Default 0.
-    pub retention_days: u64,
-    /// How often the retention job runs, seconds. Default 3600.
-    pub retention_interval_s: u64,
-    /// Largest inbox fetch per request. Default 100.
-    pub max_fetch: usize,
-    /// Longest a fetch may wait for a delivery (`wait_ms` of `POST /v1/inbox/fetch`; above it
-    /// is `400 invalid`), ms. Keep it below the ~60 s an MCP host allows a tool call. Default
-    /// 50 000.
-    pub max_wait_ms: u64,
-    /// Deadline for a request's whole body, counted from the end of its headers: a body not
-    /// fully received by then is cut and answered `400 invalid` (with `Connection: close`), however
-    /// steadily it trickles. It bounds reading the body only, never the handler or a streamed
-    /// answer (a waiting fetch, MCP's SSE answers), ms. Default 30 000.
-    pub request_body_timeout_ms: u64,
-    /// A connection that has not sent a complete request head (request line and headers) this
-    /// long after it opened, or after its previous answer (an idle kept-alive connection), is
-    /// closed, ms. Default 10 000.
-    pub header_read_timeout_ms: u64,
-    /// Most HTTP connections open at once; a connection accepted beyond it is closed at once
-    /// (a warning, at most one every 5 s, counts them). Default 4 096.
-    pub max_http_connections: usize,
-    /// After a shutdown signal, how long `serve` waits for open HTTP connections and the
-    /// workers' passes in progress before it abandons them (logged as a warning) and exits, ms.
-    /// Default 10 000.
-    pub shutdown_grace_ms: u64,
-    /// Longest `/health` waits for the ledger (and the broker, at the same time) before it
-    /// reports it unavailable, ms. `crewbus health` waits this plus 5 s for the answer.
-    /// Default 2 000.
-    pub health_timeout_ms: u64,
-}
-
-impl Default for BusConfig {
-    fn default() -> Self {
-        BusConfig {
-            max_body_bytes: MAX_BODY_BYTES,
-            relay_batch: 64,
-            relay_lease_ms: 30_000,
-            idle_poll_ms: 50,
-            reference_batch: 256,
-            backoff_base_ms: 500,
-            backoff_cap_ms: 60_000,
-            backoff_max_attempts: 12,
-            handout_grace_ms: 30_000,
-            topup_after_ms: 2_000,
-            retention_days: 0,
-            retention_interval_s: 3_600,
-            max_fetch: 100,
-            max_wait_ms: 50_000,
-            request_body_timeout_ms: 30_000,
-            header_read_timeout_ms: 10_000,
-            max_http_connections: 4_096,
-            shutdown_grace_ms: 10_000,
-            health_timeout_ms: 2_000,
-        }
-    }
-}
-
-impl BusConfig {
-    /// The relay's retry schedule.
-    pub fn backoff(&self) -> crewbus_domain::Backoff {
-        crewbus_domain::Backoff {
-            base: Duration::from_millis(self.backoff_base_ms),
-            cap: Duration::from_millis(self.backoff_cap_ms),
-            max_attempts: self.backoff_max_attempts,
-        }
-    }
-}
-
 /// Logging.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -323,56 +104,6 @@ impl Default for LogConfig {
             level: "info".to_owned(),
             format: "text".to_owned(),
         }
-    }
-}
-
-/// The MCP endpoint's protection against DNS rebinding (`[mcp]`). Both lists EXTEND the
-/// loopback defaults, which always stay: a request whose `Host` is not allowed, or that carries
-/// an `Origin` that is not allowed, is refused with `403` before anything else is read (a request
-/// without `Origin`, as MCP hosts that are not browsers send, passes the Origin check).
-#[derive(Debug, Clone, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct McpConfig {
-    /// More `Host` values to accept, as `host` (any port) or `host:port`, e.g.
-    /// `["bus.example.com"]`. The loopback names `localhost`, `127.0.0.1` and `::1` (`[::1]`)
-    /// are always accepted, on any port. Default empty.
-    pub allowed_hosts: Vec<String>,
-    /// More browser origins to accept, as `scheme://host:port` (that port only), or
-    /// `scheme://host:*` (any port), e.g. `["https://console.example.com:443"]`;
-    /// `"null"` accepts the browser's `Origin: null`. `http://localhost`, `http://127.0.0.1` and
-    /// `http://[::1]` on any port are always accepted. Default empty.
-    pub allowed_origins: Vec<String>,
-}
-
-impl McpConfig {
-    fn validate(&self) -> BusResult<()> {
-        for host in &self.allowed_hosts {
-            if host.trim().is_empty()
-                || host
-                    .parse::<axum::http::uri::Authority>()
-                    .is_err_and(|_| host.parse::<std::net::Ipv6Addr>().is_err())
-            {
-                return Err(BusError::invalid(format!(
-                    "mcp.allowed_hosts: {host:?} is not a host or host:port"
-                )));
-            }
-        }
-        for origin in &self.allowed_origins {
-            let base = origin.strip_suffix(":*").unwrap_or(origin);
-            let ok = origin == "null"
-                || base.parse::<axum::http::Uri>().is_ok_and(|u| {
-                    u.scheme().is_some()
-                        && u.authority().is_some()
-                        && u.path() == "/"
-                        && u.query().is_none()
-                });
-            if !ok {
-                return Err(BusError::invalid(format!(
-                    "mcp.allowed_origins: {origin:?} is not an origin (scheme://host, scheme://host:port or scheme://host:*)"
-                )));
-            }
-        }
-        Ok(())
     }
 }
 
@@ -713,7 +444,7 @@ mod tests {
 
     #[test]
     fn the_example_file_parses() {
-        let text = include_str!("../../crewbus.example.toml");
+        let text = include_str!("../../../crewbus.example.toml");
         let c = Config::from_toml(text).unwrap();
         assert!(c.database.is_some());
         assert!(c.nats.is_some());
@@ -933,7 +664,7 @@ mod tests {
     /// following it would).
     #[test]
     fn every_configuration_example_of_the_readme_loads() {
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../../README.md");
         let mut blocks = 0;
         let mut rest = readme;
         while let Some(start) = rest.find("```toml\n") {

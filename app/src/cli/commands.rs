@@ -6,15 +6,15 @@ use std::process::ExitCode;
 use crewbus_domain::{Agent, BusError, BusResult, Team};
 use serde_json::json;
 
-use crate::bus::Bus;
+use crate::cli::dev_team::{self, DevAgent, DevTokens};
 use crate::cli::{AgentCommand, BackendChoice, HealthArgs, ServeArgs, StreamCommand, TeamCommand};
 use crate::compose::compose;
 use crate::config::Config;
-use crate::dev_team::{self, DevAgent, DevTokens};
 use crate::server::Server;
 use crate::shutdown::Shutdown;
+use crate::usecases::bus::Bus;
 
-/// `crewbus serve`: composes the bus, sets up the dev team (see [`crate::dev_team`]): on the
+/// `crewbus serve`: composes the bus, sets up the dev team (see [`crate::cli::dev_team`]): on the
 /// embedded store always (default team `local`, agents alice and bob), with a database only when
 /// `--dev-team` is given; prints each agent (`agent NAME (ID) of team TEAM: token TOKEN`, with
 /// `--json` one object `{team, agent, name, token}` per agent, `token` null when it cannot be
@@ -388,7 +388,7 @@ pub async fn agent(config: Config, cmd: AgentCommand, json: bool) -> BusResult<E
 
 /// `crewbus stream …`.
 pub async fn stream(config: Config, cmd: StreamCommand, json: bool) -> BusResult<ExitCode> {
-    crate::streams::run(config, cmd, json).await
+    crate::cli::streams::run(config, cmd, json).await
 }
 
 /// `crewbus health`: asks a running server.

@@ -10,7 +10,6 @@ use serde_json::{Value, json};
 
 use crate::cli::PushCommand;
 use crate::config::Config;
-use crate::runs::bus_error;
 
 /// What a push command produced: the text to print and whether it succeeded (the exit code).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -42,7 +41,7 @@ fn registration_json(r: &PushRegistration) -> Value {
 
 /// Runs `cmd` against `store` at time `now` and renders its output (JSON with `json`).
 ///
-/// Errors: the store's, as [`bus_error`] maps them (`Unavailable` when it cannot be reached);
+/// Errors: the store's, as the domain maps them into a `BusError` (`Unavailable` when it cannot be reached);
 /// `parked --limit` 0 or above `MAX_PAGE` → `Invalid`.
 pub async fn run_push_command(
     store: &dyn PushStore,
@@ -53,7 +52,7 @@ pub async fn run_push_command(
     match cmd {
         PushCommand::List { run } => {
             let run = RunId(*run);
-            let configs = store.list(run).await.map_err(bus_error)?;
+            let configs = store.list(run).await.map_err(BusError::from)?;
             let text = if json {
                 Value::Array(configs.iter().map(config_json).collect()).to_string()
             } else if configs.is_empty() {
@@ -84,7 +83,7 @@ pub async fn run_push_command(
                     crewbus_domain::MAX_PAGE
                 )));
             }
-            let parked = store.parked(*limit).await.map_err(bus_error)?;
+            let parked = store.parked(*limit).await.map_err(BusError::from)?;
             let text = if json {
                 Value::Array(parked.iter().map(registration_json).collect()).to_string()
             } else if parked.is_empty() {
@@ -120,7 +119,7 @@ pub async fn run_push_command(
         }
         PushCommand::Unpark { run, id } => {
             let run = RunId(*run);
-            let found = store.unpark(run, id, now).await.map_err(bus_error)?;
+            let found = store.unpark(run, id, now).await.map_err(BusError::from)?;
             let text = if json {
                 json!({"run": run.0, "id": id, "unparked": found}).to_string()
             } else if found {

@@ -4,8 +4,8 @@ use crewbus_domain::LedgerCounts;
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::bus::Bus;
 use crate::metrics::{Format, LedgerGauges};
+use crate::usecases::bus::Bus;
 
 /// The answer of `/health`.
 #[derive(Debug, Clone, Serialize, ToSchema)]

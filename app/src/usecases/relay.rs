@@ -20,8 +20,8 @@ use crewbus_domain::{
 };
 use futures_util::future::join_all;
 
-use crate::bus::{Bus, after};
 use crate::metrics::Metrics;
+use crate::usecases::bus::{Bus, after};
 
 /// What one relay pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -38,8 +38,8 @@ use crewbus_ports::{Inbox, MessagingBackend};
 use futures_util::future::join_all;
 use futures_util::stream::{self, StreamExt};
 
-use crate::bus::{Bus, before};
 use crate::metrics::Metrics;
+use crate::usecases::bus::{Bus, before};
 
 /// At most this many body reads of one fetch are in flight at once.
 pub const BODY_READS: usize = 16;

@@ -9,8 +9,8 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-use crate::bus::Bus;
 use crate::shutdown::Shutdown;
+use crate::usecases::bus::Bus;
 
 /// Handles of the running workers.
 pub struct Workers {
@@ -54,11 +54,17 @@ impl Workers {
         }
         handles.push((
             "wake-up listener",
-            tokio::spawn(crate::wait::run_listener(bus.clone(), shutdown.clone())),
+            tokio::spawn(crate::usecases::wait::run_listener(
+                bus.clone(),
+                shutdown.clone(),
+            )),
         ));
         handles.push((
             "wait sweep",
-            tokio::spawn(crate::wait::run_sweep(bus.clone(), shutdown.clone())),
+            tokio::spawn(crate::usecases::wait::run_sweep(
+                bus.clone(),
+                shutdown.clone(),
+            )),
         ));
         if let Some(push) = bus.push.clone() {
             let s = shutdown.clone();

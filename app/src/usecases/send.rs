@@ -3,8 +3,8 @@
 
 use crewbus_domain::{Agent, BusError, BusResult, Publication, RunId, SendRequest, Sent, Uuid};
 
-use crate::bus::Bus;
 use crate::metrics::Metrics;
+use crate::usecases::bus::Bus;
 
 /// Bodies up to this size (bytes) are below every backend's effective maximum; larger ones are
 /// checked against the conversation's backend before they are recorded.

@@ -17,7 +17,7 @@ use crate::config::{BusConfig, McpConfig};
 use crate::metrics::Metrics;
 use crate::push::PushRuntime;
 use crate::shutdown::Shutdown;
-use crate::wait::WaitRoom;
+use crate::usecases::wait::WaitRoom;
 
 /// The ports the use cases run on.
 #[derive(Clone)]
@@ -201,18 +201,5 @@ impl Bus {
     }
 }
 
-/// `at + d`, saturating at the far future instead of panicking.
-pub(crate) fn after(at: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
-    chrono::Duration::from_std(d)
-        .ok()
-        .and_then(|d| at.checked_add_signed(d))
-        .unwrap_or(DateTime::<Utc>::MAX_UTC)
-}
-
-/// `at − d`, saturating at the distant past.
-pub(crate) fn before(at: DateTime<Utc>, d: Duration) -> DateTime<Utc> {
-    chrono::Duration::from_std(d)
-        .ok()
-        .and_then(|d| at.checked_sub_signed(d))
-        .unwrap_or(DateTime::<Utc>::MIN_UTC)
-}
+// The instant arithmetic lives in the domain (used by the push worker too).
+pub(crate) use crewbus_domain::{after, before};

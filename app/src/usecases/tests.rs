@@ -16,7 +16,7 @@ use crewbus_ports::{
 use mockall::Sequence;
 use mockall::predicate::eq;
 
-use crate::bus::{Bus, BusSettings, Ports};
+use crate::usecases::bus::{Bus, BusSettings, Ports};
 
 struct Fixed(DateTime<Utc>);
 impl Clock for Fixed {

@@ -23,8 +23,8 @@ use crewbus_domain::{Agent, BusError, BusResult, Team};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
-use crate::admin::NewAgent;
-use crate::bus::Bus;
+use crate::usecases::admin::NewAgent;
+use crate::usecases::bus::Bus;
 
 /// The file's name in the state directory.
 pub const TOKENS_FILE: &str = "dev-tokens.json";
@@ -307,7 +307,7 @@ pub fn stdio_host_config(exe: &Path, base_url: &str, token: &str) -> String {
          \"args\": [\"mcp\", \"--url\", {}],\n      \"env\": {{ {}: {} }}\n    }}\n  }}\n}}",
         quoted(&exe.display().to_string()),
         quoted(base_url),
-        quoted(crate::mcp_bridge::TOKEN_ENV),
+        quoted(crate::cli::mcp_bridge::TOKEN_ENV),
         quoted(token),
     )
 }

@@ -8,22 +8,12 @@ use crewbus_domain::{
     StoreError,
 };
 
-use crate::bus::Bus;
+use crate::usecases::bus::Bus;
 
-/// A journal or push store error as the bus reports it: `NotFound`, `Conflict` and `Invalid`
-/// keep their meaning; `Unavailable` stays retryable; a key ring (`Sealing`) or other store
-/// failure is `Unavailable` with the store's error kept as the source (never in the message).
+/// A journal or push store error as the bus reports it: the domain's
+/// `impl From<StoreError> for BusError` (kept here for the path `crewbus::runs::bus_error`).
 pub fn bus_error(e: StoreError) -> BusError {
-    match e {
-        StoreError::NotFound { what } => BusError::not_found(what),
-        StoreError::Conflict { reason } => BusError::conflict(reason),
-        StoreError::Invalid { reason } => BusError::invalid(reason),
-        StoreError::Unavailable { ref what, .. } => {
-            BusError::unavailable_from(what.clone(), e.clone())
-        }
-        StoreError::Sealing { .. } => BusError::unavailable_from("the push key ring", e),
-        other => BusError::unavailable_from(format!("store ({})", other.code()), other),
-    }
+    BusError::from(e)
 }
 
 impl Bus {

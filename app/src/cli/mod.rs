@@ -1,10 +1,24 @@
 //! The command line: `crewbus serve | mcp | demo | migrate | team | agent | stream | health | load
 //! | push`.
+//!
+//! The arguments are defined here; each command's body lives beside them ([`commands`],
+//! [`push_commands`], [`streams`], the stdio bridge [`mcp_bridge`], the development team of
+//! `serve` [`dev_team`]). The operator tools (`load`, `demo`) keep their arguments in
+//! [`crate::tools`].
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
+
+/// The body backends a team can choose (kept here too, where the command line has always named it).
+pub use crate::config::BackendChoice;
+
+pub mod commands;
+pub mod dev_team;
+pub mod mcp_bridge;
+pub mod push_commands;
+pub mod streams;
 
 /// crewbus — the durable message bus for teams of AI agents.
 ///
@@ -110,7 +124,7 @@ Examples:
   crewbus demo                 embedded default: no services needed
   crewbus --json demo          the transcript and the summary as one JSON document
   crewbus --config crewbus.toml demo --keep   against the configured Postgres (what it creates stays)")]
-    Demo(crate::demo::DemoArgs),
+    Demo(crate::tools::demo::DemoArgs),
 
     /// Create or upgrade the Postgres schema (needs [database]).
     #[command(after_help = "\
@@ -142,7 +156,7 @@ Examples:
   crewbus --config crewbus.toml load --url http://127.0.0.1:7700 --teams 2 --messages 5000
   crewbus --config crewbus.toml load --backend jetstream --rate 500 --members 4
   crewbus --json load --url http://127.0.0.1:7700 --tokens-file tokens.txt")]
-    Load(crate::load::LoadArgs),
+    Load(crate::tools::load::LoadArgs),
 
     /// The operator push outbox: a run's registrations, the parked (dead-letter) list, un-park
     /// (needs [database]). Credentials are never printed; URLs without userinfo or query.
@@ -237,29 +251,6 @@ pub struct HealthArgs {
     /// Base URL of the server. Default: http://<listen from the configuration>.
     #[arg(long, value_name = "URL")]
     pub url: Option<String>,
-}
-
-/// A body backend a team can use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum BackendChoice {
-    /// In-process memory (the embedded default; forgets everything on stop).
-    Memory,
-    /// Postgres, in the ledger's own database (stored in the send transaction).
-    Postgres,
-    /// NATS JetStream (the team's streams come from `team add --provision` or `crewbus stream
-    /// provision`).
-    Jetstream,
-}
-
-impl BackendChoice {
-    /// The backend's registry name.
-    pub fn name(self) -> &'static str {
-        match self {
-            BackendChoice::Memory => "memory",
-            BackendChoice::Postgres => "postgres",
-            BackendChoice::Jetstream => "jetstream",
-        }
-    }
 }
 
 /// `crewbus team …`
@@ -422,5 +413,33 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(Cli::try_parse_from(["crewbus", "serve", "--listen", "nope"]).is_err());
+    }
+
+    #[test]
+    fn load_parses_on_the_command_line() {
+        use clap::Parser as _;
+        let cli = crate::cli::Cli::try_parse_from([
+            "crewbus",
+            "load",
+            "--url",
+            "http://a:1",
+            "--url",
+            "http://b:2",
+            "--messages",
+            "5",
+            "--rate",
+            "10",
+            "--body-bytes",
+            "100",
+            "--body-bytes-max",
+            "50",
+        ])
+        .unwrap();
+        let crate::cli::Command::Load(args) = cli.command else {
+            panic!("not load")
+        };
+        assert_eq!(args.urls.len(), 2);
+        let plan = crate::tools::load::LoadPlan::from_args(&args);
+        assert_eq!((plan.messages, plan.body_bytes), (5, (100, 100)));
     }
 }

@@ -10,10 +10,10 @@ use crewbus_domain::{
 use crewbus_ports::StreamAdmin;
 use serde_json::{Value, json};
 
-use crate::bus::Bus;
 use crate::cli::{StreamChoice, StreamCommand};
 use crate::compose::{compose, stream_admin};
 use crate::config::Config;
+use crate::usecases::bus::Bus;
 
 fn kind_of(c: StreamChoice) -> StreamKind {
     match c {

@@ -29,13 +29,13 @@ use base64::Engine as _;
 use crewbus_domain::{BusError, BusResult, Secret, Uuid};
 use serde_json::{Value, json};
 
-use crate::client::{ApiClient, ApiFailure, uuid_of};
 use crate::compose::compose;
 use crate::config::Config;
-use crate::demo_receiver::{DemoReceiver, Received};
 use crate::push::{DestinationSettings, SecretSource, Signer};
 use crate::server::Server;
 use crate::shutdown::Shutdown;
+use crate::tools::client::{ApiClient, ApiFailure, uuid_of};
+use crate::tools::demo_receiver::{DemoReceiver, Received};
 
 /// Messages each agent sends in the burst.
 const BURST_PER_AGENT: usize = 20;

@@ -2,8 +2,8 @@
 
 use crewbus_domain::{Agent, BusError, BusResult, Team, TokenHash, Uuid, validate_recipient_key};
 
-use crate::bus::Bus;
-use crate::token::{is_token, new_token};
+use crate::usecases::bus::Bus;
+use crate::usecases::token::{is_token, new_token};
 
 /// An agent just created, with its token: the only time the token exists in clear.
 #[derive(Clone)]

@@ -34,10 +34,10 @@ use std::time::Duration;
 use crewbus_domain::{Agent, BusError, BusResult, MAX_PAGE, Wakeup, WakeupTarget};
 use tokio::sync::Notify;
 
-use crate::bus::Bus;
-use crate::deliver::{Delivery, topup_interval};
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
+use crate::usecases::bus::Bus;
+use crate::usecases::deliver::{Delivery, topup_interval};
 
 /// Each waiting agent's waiters: (waiter id, its wake-up slot).
 type Waiting = HashMap<WakeupTarget, Vec<(u64, Arc<Slot>)>>;

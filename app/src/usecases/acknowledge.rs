@@ -2,7 +2,7 @@
 
 use crewbus_domain::{Agent, BusError, BusResult, Receipt, RunId, Uuid};
 
-use crate::bus::Bus;
+use crate::usecases::bus::Bus;
 
 impl Bus {
     /// `agent` says it has read `message`: sets `acknowledged_at` once; never touches the inbox.

@@ -1,0 +1,101 @@
+//! The `[bus]` section: the use cases', workers' and server's bounds.
+
+use std::time::Duration;
+
+use crewbus_domain::MAX_BODY_BYTES;
+use serde::Deserialize;
+
+/// Bus tuning. Durations are in milliseconds unless the name says otherwise.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BusConfig {
+    /// Largest message body in bytes (at most the bus contract of 1 MiB). Default 1 048 576.
+    pub max_body_bytes: u64,
+    /// Slots leased per relay transaction. Default 64.
+    pub relay_batch: usize,
+    /// How long a relay lease holds, ms. Default 30 000.
+    pub relay_lease_ms: u64,
+    /// Pause of an idle worker before it looks again, ms. Default 50.
+    pub idle_poll_ms: u64,
+    /// Inbox events published per reference-worker pass. Default 256.
+    pub reference_batch: usize,
+    /// Relay backoff: first delay, ms. Default 500.
+    pub backoff_base_ms: u64,
+    /// Relay backoff: largest delay, ms. Default 60 000.
+    pub backoff_cap_ms: u64,
+    /// Relay attempts before reconcile decides and the message is failed. Default 12.
+    pub backoff_max_attempts: u32,
+    /// A message handed out and not confirmed is not handed out again before this grace, ms.
+    /// Default 30 000.
+    pub handout_grace_ms: u64,
+    /// Top-up from the ledger hands out a stored message without a delivered receipt once it has
+    /// been stored this long (the inbox normally delivers it first), ms. Default 2000.
+    pub topup_after_ms: u64,
+    /// Keep bodies this many days; 0 keeps them forever. Default 0.
+    pub retention_days: u64,
+    /// How often the retention job runs, seconds. Default 3600.
+    pub retention_interval_s: u64,
+    /// Largest inbox fetch per request. Default 100.
+    pub max_fetch: usize,
+    /// Longest a fetch may wait for a delivery (`wait_ms` of `POST /v1/inbox/fetch`; above it
+    /// is `400 invalid`), ms. Keep it below the ~60 s an MCP host allows a tool call. Default
+    /// 50 000.
+    pub max_wait_ms: u64,
+    /// Deadline for a request's whole body, counted from the end of its headers: a body not
+    /// fully received by then is cut and answered `400 invalid` (with `Connection: close`), however
+    /// steadily it trickles. It bounds reading the body only, never the handler or a streamed
+    /// answer (a waiting fetch, MCP's SSE answers), ms. Default 30 000.
+    pub request_body_timeout_ms: u64,
+    /// A connection that has not sent a complete request head (request line and headers) this
+    /// long after it opened, or after its previous answer (an idle kept-alive connection), is
+    /// closed, ms. Default 10 000.
+    pub header_read_timeout_ms: u64,
+    /// Most HTTP connections open at once; a connection accepted beyond it is closed at once
+    /// (a warning, at most one every 5 s, counts them). Default 4 096.
+    pub max_http_connections: usize,
+    /// After a shutdown signal, how long `serve` waits for open HTTP connections and the
+    /// workers' passes in progress before it abandons them (logged as a warning) and exits, ms.
+    /// Default 10 000.
+    pub shutdown_grace_ms: u64,
+    /// Longest `/health` waits for the ledger (and the broker, at the same time) before it
+    /// reports it unavailable, ms. `crewbus health` waits this plus 5 s for the answer.
+    /// Default 2 000.
+    pub health_timeout_ms: u64,
+}
+
+impl Default for BusConfig {
+    fn default() -> Self {
+        BusConfig {
+            max_body_bytes: MAX_BODY_BYTES,
+            relay_batch: 64,
+            relay_lease_ms: 30_000,
+            idle_poll_ms: 50,
+            reference_batch: 256,
+            backoff_base_ms: 500,
+            backoff_cap_ms: 60_000,
+            backoff_max_attempts: 12,
+            handout_grace_ms: 30_000,
+            topup_after_ms: 2_000,
+            retention_days: 0,
+            retention_interval_s: 3_600,
+            max_fetch: 100,
+            max_wait_ms: 50_000,
+            request_body_timeout_ms: 30_000,
+            header_read_timeout_ms: 10_000,
+            max_http_connections: 4_096,
+            shutdown_grace_ms: 10_000,
+            health_timeout_ms: 2_000,
+        }
+    }
+}
+
+impl BusConfig {
+    /// The relay's retry schedule.
+    pub fn backoff(&self) -> crewbus_domain::Backoff {
+        crewbus_domain::Backoff {
+            base: Duration::from_millis(self.backoff_base_ms),
+            cap: Duration::from_millis(self.backoff_cap_ms),
+            max_attempts: self.backoff_max_attempts,
+        }
+    }
+}

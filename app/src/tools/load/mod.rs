@@ -1,0 +1,77 @@
+//! `crewbus load`: drives running servers over their HTTP API with simulated agents, measures
+//! throughput and latency, and ends with a **zero-loss check**.
+//!
+//! The run: every team's agents are put into `conversations` conversations of `members` agents
+//! each; `messages` messages per team are sent (round-robin over conversations and their
+//! members) at `rate` messages per second in total (0: as fast as `senders` concurrent senders
+//! per team go), with bodies of `body_bytes..=body_bytes_max` bytes. Every agent fetches and
+//! confirms what it receives while the senders run and until every recipient has confirmed every
+//! accepted message (or the drain deadline passes).
+//!
+//! Transient failures (no answer, 429, 5xx) are retried with the same `request_id` — the API is
+//! idempotent on it — until `retry_for` passes, so a server, broker or database restart mid-run
+//! loses nothing the bus accepted. A send refused with another 4xx (e.g. 507 `quota_exceeded`) is
+//! counted as *rejected* for its team and is not expected anywhere.
+//!
+//! The zero-loss check ([`ZeroLoss`]) passes when:
+//! - every accepted message appears exactly once in its conversation's history (the ledger),
+//!   `stored`, and no two history entries share a `request_id`;
+//! - every recipient (the conversation's members but the sender) confirmed every accepted message,
+//!   the `confirmed` outcome came back at most once per (recipient, message), and no agent was
+//!   handed a message again after it learned the message was confirmed;
+//! - the ledger's receipts agree: one receipt per recipient, each with `delivered_at` set, for
+//!   exactly the recipients the agents say confirmed it.
+
+use std::process::ExitCode;
+
+use crewbus_domain::{BusError, BusResult};
+
+use crate::config::Config;
+
+mod args;
+mod check;
+mod report;
+mod run;
+mod team;
+
+pub use args::{LoadArgs, LoadPlan};
+pub use report::{LoadProgress, LoadReport, Percentiles, TeamReport, ZeroLoss};
+pub use run::{run, run_with};
+pub use team::{LoadAgent, LoadTeam, create_teams, teams_of_tokens};
+
+use report::print_report;
+
+/// `crewbus load`: prints the report (text or `--json`); exit code 1 when the zero-loss check
+/// fails.
+pub async fn command(config: Config, args: LoadArgs, json: bool) -> BusResult<ExitCode> {
+    let mut tokens = args.tokens.clone();
+    if let Some(path) = &args.tokens_file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| BusError::invalid(format!("cannot read {}: {e}", path.display())))?;
+        tokens.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .map(str::to_owned),
+        );
+    }
+    let teams = if tokens.is_empty() {
+        create_teams(&config, &args).await?
+    } else {
+        teams_of_tokens(&args.urls, &tokens).await?
+    };
+    let report = run(LoadPlan::from_args(&args), teams).await?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    } else {
+        print_report(&report);
+    }
+    Ok(if report.zero_loss.passed {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}

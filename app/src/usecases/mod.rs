@@ -1,0 +1,24 @@
+//! The use cases: [`bus::Bus`] and its operations (send, deliver, acknowledge, history, runs,
+//! administration), the background workers (relay, references, retention) and the waiting room
+//! for a waiting fetch. They take ports only (`Arc<dyn Ledger>`, `Arc<dyn Backends>`,
+//! `Arc<dyn Clock>`) and name no adapter.
+
+pub mod acknowledge;
+pub mod admin;
+pub mod backends;
+pub mod bus;
+pub mod conversations;
+pub mod deliver;
+pub mod health;
+pub mod history;
+pub mod references;
+pub mod relay;
+pub mod retention;
+pub mod runs;
+pub mod send;
+pub mod token;
+pub mod wait;
+pub mod workers;
+
+#[cfg(test)]
+mod tests;
