@@ -20,13 +20,14 @@ use crewbus_domain::{
 use crewbus_ports::Ledger;
 use uuid::Uuid;
 
-use crate::journal::MemoryJournal;
+pub use journal::MemoryJournal;
 use state::{Shared, State};
 
 mod counts;
 mod delivery;
 mod directory;
 mod history;
+mod journal;
 mod references;
 mod relay;
 mod retention;

@@ -11,7 +11,7 @@ use crewbus_domain::{
 use crewbus_ports::Journal;
 use uuid::Uuid;
 
-use crate::ledger::state::{RunRow, Shared, State};
+use super::state::{RunRow, Shared, State};
 
 /// The in-process [`Journal`]. Made by [`crate::MemoryLedger::journal`], it shares the ledger's
 /// state, so the records the ledger writes (`MessageSent`, …) take their place in the same
