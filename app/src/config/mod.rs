@@ -107,6 +107,12 @@ impl Default for LogConfig {
     }
 }
 
+/// The largest `bus.max_http_connections` accepted.
+const MAX_CONNECTIONS: usize = 1_000_000;
+
+/// The longest duration a `bus.*_ms` key accepts: one day, in milliseconds.
+const MAX_DURATION_MS: u64 = 86_400_000;
+
 impl Config {
     /// Loads the configuration: embedded default ← `path` (or `CREWBUS_CONFIG`, or `./crewbus.toml`
     /// when it exists) ← `CREWBUS_*` variables, except `CREWBUS_CONFIG`, `CREWBUS_MCP_TOKEN` and
@@ -204,10 +210,34 @@ impl Config {
                 "bus.header_read_timeout_ms must be at least 1",
             ));
         }
-        if self.bus.max_http_connections == 0 {
-            return Err(BusError::invalid(
-                "bus.max_http_connections must be at least 1",
-            ));
+        if self.bus.max_http_connections == 0 || self.bus.max_http_connections > MAX_CONNECTIONS {
+            return Err(BusError::invalid(format!(
+                "bus.max_http_connections must be between 1 and {MAX_CONNECTIONS}"
+            )));
+        }
+        // Durations beyond a day are refused rather than left to overflow an instant.
+        let b = &self.bus;
+        for (key, ms) in [
+            ("relay_lease_ms", b.relay_lease_ms),
+            ("idle_poll_ms", b.idle_poll_ms),
+            ("backoff_base_ms", b.backoff_base_ms),
+            ("backoff_cap_ms", b.backoff_cap_ms),
+            ("handout_grace_ms", b.handout_grace_ms),
+            ("topup_after_ms", b.topup_after_ms),
+            ("request_body_timeout_ms", b.request_body_timeout_ms),
+            ("header_read_timeout_ms", b.header_read_timeout_ms),
+            ("shutdown_grace_ms", b.shutdown_grace_ms),
+            ("health_timeout_ms", b.health_timeout_ms),
+            (
+                "retention_interval_s (in ms)",
+                b.retention_interval_s.saturating_mul(1_000),
+            ),
+        ] {
+            if ms > MAX_DURATION_MS {
+                return Err(BusError::invalid(format!(
+                    "bus.{key} must be at most {MAX_DURATION_MS} (one day)"
+                )));
+            }
         }
         if let Some(db) = &self.database {
             for (key, url) in [
@@ -219,6 +249,14 @@ impl Config {
                 {
                     return Err(BusError::invalid(format!(
                         "database.{key} must start with postgres:// or postgresql://"
+                    )));
+                }
+                // The URL itself is never echoed (it may hold a password).
+                if let Some(url) = url.map(Secret::expose)
+                    && url.parse::<sqlx::postgres::PgConnectOptions>().is_err()
+                {
+                    return Err(BusError::invalid(format!(
+                        "database.{key} does not parse as postgres://user:password@host:port/database"
                     )));
                 }
             }
@@ -521,6 +559,16 @@ mod tests {
             Config::from_toml("[bus]\nmax_wait_ms = 300001"),
             Err(BusError::Invalid { .. })
         ));
+        for bad in [
+            "[bus]\nheader_read_timeout_ms = 18446744073709551615",
+            "[bus]\nhealth_timeout_ms = 86400001",
+            "[bus]\nmax_http_connections = 1000001",
+            "[database]\nurl = \"postgres://u:hunter2@127.0.0.1:notaport/db\"",
+        ] {
+            let err = Config::from_toml(bad).expect_err(bad);
+            assert!(matches!(err, BusError::Invalid { .. }), "{bad}");
+            assert!(!err.to_string().contains("hunter2"), "{err}");
+        }
         assert!(matches!(
             Config::from_toml(
                 "[database]\nurl = \"postgres://h/db\"\nlisten_url = \"mysql://h/db\""
@@ -649,7 +697,7 @@ mod tests {
                 "[push]\nkey_ring = { master_key_env = \"CREWBUS_MASTER_KEY\", dir = \"keys\" }\n",
             )?;
             jail.set_env("CREWBUS_MASTER_KEY", "c2VjcmV0");
-            // crewbus.example.toml's old name for the master key, never named by a `*_env` key.
+            // A CREWBUS_ variable no `*_env` key of this file names is still a key.
             jail.set_env("CREWBUS_PUSH_MASTER_KEY", "also-a-secret");
             let err = Config::load(None).expect_err("an unknown variable is refused");
             let text = err.to_string();
