@@ -33,7 +33,7 @@ use crewbus_postgres::{
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
-use crate::config::{Config, NatsConfig, NatsCredential};
+use crate::config::{Config, NatsConfig, NatsCredential, StorageKind};
 use crate::push::{DeliveryWorker, PushRuntime};
 use crate::usecases::backends::CombinedBackends;
 use crate::usecases::bus::{Bus, BusSettings, Ports};
@@ -356,7 +356,7 @@ pub fn push_runtime(
 ///
 /// Errors: `Invalid`, naming the key (never a secret).
 pub fn check_configuration(config: &Config) -> BusResult<()> {
-    let persistent = config.database.is_some();
+    let persistent = config.store()? != StorageKind::Memory;
     let store: Arc<dyn PushStore> = Arc::new(MemoryPushStore::new(config.tenant.clone()));
     let ledger = MemoryLedger::new(config.tenant.clone());
     push_runtime(

@@ -15,7 +15,7 @@ fn main() -> ExitCode {
         // file or CREWBUS_* variable concerns the bridge.
         return crewbus::mcp_bridge::main(args);
     }
-    let config = match Config::load(cli.config.as_deref()) {
+    let mut config = match Config::load(cli.config.as_deref()).and_then(|c| cli.apply(c)) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("crewbus: {e}");
@@ -23,6 +23,16 @@ fn main() -> ExitCode {
         }
     };
     crewbus::logging::init(&config.log);
+    // The embedded store: `serve` creates and locks its data directory (and its push master
+    // key, which the configuration check below then reads); every other command opens it
+    // beside the running server and refuses a missing one.
+    let prepared = match crewbus::embedded::prepare(&cli.command, &mut config) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("crewbus: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     // What only the composition can check (push destinations and their secrets, the key ring,
     // the listener URL) is configuration too: refused here, exit 2, for every command that
     // composes the bus.
@@ -42,7 +52,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli, config)) {
+    match runtime.block_on(run(cli, config, prepared)) {
         Ok(code) => code,
         Err(e) => {
             if cli_json_requested() {
@@ -65,10 +75,14 @@ fn cli_json_requested() -> bool {
     std::env::args().any(|a| a == "--json")
 }
 
-async fn run(cli: Cli, config: Config) -> anyhow::Result<ExitCode> {
+async fn run(
+    cli: Cli,
+    config: Config,
+    prepared: Option<crewbus::embedded::Prepared>,
+) -> anyhow::Result<ExitCode> {
     let json = cli.json;
     match cli.command {
-        Command::Serve(args) => Ok(crewbus::commands::serve(config, args, json).await?),
+        Command::Serve(args) => Ok(crewbus::commands::serve(config, args, prepared, json).await?),
         Command::Demo(args) => crewbus::demo::run(config, args, json).await.context("demo"),
         Command::Migrate => Ok(crewbus::commands::migrate(config, json).await?),
         Command::Team(cmd) => Ok(crewbus::commands::team(config, cmd, json).await?),
@@ -76,6 +90,7 @@ async fn run(cli: Cli, config: Config) -> anyhow::Result<ExitCode> {
         Command::Stream(cmd) => Ok(crewbus::commands::stream(config, cmd, json).await?),
         Command::Health(args) => Ok(crewbus::commands::health(config, args, json).await?),
         Command::Load(args) => Ok(crewbus::load::command(config, args, json).await?),
+        Command::Backup(args) => Ok(crewbus::commands::backup(config, args, json).await?),
         Command::Push(cmd) => Ok(crewbus::push_commands::push(config, cmd, json).await?),
         Command::Mcp(_) => unreachable!("`crewbus mcp` runs before the configuration is loaded"),
     }

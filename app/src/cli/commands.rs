@@ -7,6 +7,7 @@ use crewbus_domain::{Agent, BusError, BusResult, Team};
 use serde_json::json;
 
 use crate::cli::dev_team::{self, DevAgent, DevTokens};
+use crate::cli::embedded::Prepared;
 use crate::cli::{AgentCommand, BackendChoice, HealthArgs, ServeArgs, StreamCommand, TeamCommand};
 use crate::compose::compose;
 use crate::config::Config;
@@ -22,7 +23,12 @@ use crate::usecases::bus::Bus;
 /// paste, and the address (`--json`: `{listening, mcp_url}`). Errors: `--dev-agent` without
 /// `--dev-team` when a database is configured → `Invalid`; as `compose`, the dev team's use
 /// cases and `Server::start`.
-pub async fn serve(mut config: Config, args: ServeArgs, json: bool) -> BusResult<ExitCode> {
+pub async fn serve(
+    mut config: Config,
+    args: ServeArgs,
+    embedded: Option<Prepared>,
+    json: bool,
+) -> BusResult<ExitCode> {
     if let Some(listen) = args.listen {
         config.listen = listen;
     }
@@ -37,6 +43,9 @@ pub async fn serve(mut config: Config, args: ServeArgs, json: bool) -> BusResult
             ));
         }
     };
+    if let Some(p) = &embedded {
+        say_embedded(p, json);
+    }
     let composed = compose(&config).await?;
     tracing::info!(adapters = %composed.description, "composed");
     let bus = composed.bus;
@@ -51,7 +60,7 @@ pub async fn serve(mut config: Config, args: ServeArgs, json: bool) -> BusResult
         } else {
             args.dev_agents.clone()
         };
-        let mut tokens = DevTokens::open(dev_team::state_dir(args.data_dir.as_deref()).as_deref());
+        let mut tokens = DevTokens::open(config.storage.data_dir().ok().as_deref());
         let (team, agents) = dev_team::ensure(&bus, &team_name, &names, &mut tokens).await?;
         if let Err(e) = tokens.save() {
             let path = tokens.path().map(|p| p.display().to_string());
@@ -77,7 +86,33 @@ pub async fn serve(mut config: Config, args: ServeArgs, json: bool) -> BusResult
         );
     }
     server.wait().await;
+    // The lock is released only once the server (and its workers) stopped.
+    drop(embedded);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Where the embedded store is, on stderr (stdout carries the dev agents and, with `--json`,
+/// one JSON document per line).
+fn say_embedded(p: &Prepared, json: bool) {
+    let db = crate::config::database_path(&p.data_dir);
+    if json {
+        eprintln!(
+            "{}",
+            json!({"embedded_store": db, "lock": p.lock.path(), "new_master_key": p.new_master_key})
+        );
+        return;
+    }
+    eprintln!(
+        "embedded store: {} (kept across restarts; `--ephemeral` keeps nothing)",
+        db.display()
+    );
+    if let Some(key) = &p.new_master_key {
+        eprintln!(
+            "push master key made: {} (0600; it seals push credentials at rest: back it up with \
+             the database)",
+            key.display()
+        );
+    }
 }
 
 fn print_dev_agent(team: &Team, dev: &DevAgent, json: bool) {
@@ -123,7 +158,7 @@ fn print_host_config(
             path.display()
         ),
         None => println!(
-            "dev tokens: not kept (no state directory: set --data-dir, XDG_STATE_HOME or HOME)"
+            "dev tokens: not kept (no data directory: set --data-dir, XDG_DATA_HOME or HOME)"
         ),
     }
     let Some(first) = agents.iter().find(|a| a.token().is_some()) else {
@@ -172,12 +207,13 @@ pub async fn migrate(config: Config, json: bool) -> BusResult<ExitCode> {
 
 /// The bus for operator commands: they need a persistent ledger.
 async fn operator_bus(config: &Config) -> BusResult<Bus> {
-    if config.database.is_none() {
+    if config.store()? == crate::config::StorageKind::Memory {
         return Err(BusError::invalid(
-            "this command needs a database: the embedded default keeps teams and agents only \
-             inside a running `crewbus serve`. Configure [database] (CREWBUS_DATABASE__URL), or \
-             use the dev agents `crewbus serve` sets up (`--dev-team NAME --dev-agent NAME`; \
-             their tokens are printed and kept in dev-tokens.json)",
+            "this command needs a store that outlives a process: the memory store keeps teams \
+             and agents only inside a running `crewbus serve`. Use the embedded store (the \
+             default: drop storage.kind = \"memory\" / --ephemeral) or configure [database] \
+             (CREWBUS_DATABASE__URL), or use the dev agents `crewbus serve` sets up (their \
+             tokens are printed and kept in dev-tokens.json)",
         ));
     }
     Ok(compose(config).await?.bus)

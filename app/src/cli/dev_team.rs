@@ -1,8 +1,8 @@
 //! `crewbus serve`'s first five minutes: a dev team with agents whose tokens survive a restart,
 //! and the host configuration to paste.
 //!
-//! The tokens live in `dev-tokens.json` (mode 0600) in the state directory — `--data-dir`, else
-//! `$XDG_STATE_HOME/crewbus`, else `~/.local/state/crewbus`:
+//! The tokens live in `dev-tokens.json` (mode 0600) in the data directory — `--data-dir`, else
+//! `storage.data_dir`, else `$XDG_DATA_HOME/crewbus`, else `~/.local/share/crewbus`:
 //!
 //! ```json
 //! {"about": "…", "teams": {"local": {"alice": {"token": "cbt_…"}, "bob": {"token": "cbt_…"}}}}
@@ -26,7 +26,7 @@ use serde_json::Value;
 use crate::usecases::admin::NewAgent;
 use crate::usecases::bus::Bus;
 
-/// The file's name in the state directory.
+/// The file's name in the data directory.
 pub const TOKENS_FILE: &str = "dev-tokens.json";
 
 /// The dev team's name when `--dev-team` is not given (embedded store only).
@@ -34,24 +34,6 @@ pub const DEFAULT_TEAM: &str = "local";
 
 /// The dev agents when no `--dev-agent` is given.
 pub const DEFAULT_AGENTS: [&str; 2] = ["alice", "bob"];
-
-/// The state directory: `flag` (`--data-dir`) when given, else `$XDG_STATE_HOME/crewbus` (an
-/// absolute path; a relative one is ignored, as the XDG specification says), else
-/// `$HOME/.local/state/crewbus`. `None` when none of them is set.
-pub fn state_dir(flag: Option<&Path>) -> Option<PathBuf> {
-    if let Some(dir) = flag {
-        return Some(dir.to_path_buf());
-    }
-    let var = |name| {
-        std::env::var_os(name)
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-    };
-    if let Some(xdg) = var("XDG_STATE_HOME").filter(|p| p.is_absolute()) {
-        return Some(xdg.join("crewbus"));
-    }
-    var("HOME").map(|home| home.join(".local").join("state").join("crewbus"))
-}
 
 #[derive(Default, Serialize, Deserialize)]
 struct TokensFile {
@@ -100,7 +82,7 @@ impl DevTokens {
         }
     }
 
-    /// The file's path, when there is a state directory.
+    /// The file's path, when there is a data directory.
     pub fn path(&self) -> Option<&Path> {
         self.path.as_deref()
     }
@@ -468,13 +450,5 @@ mod tests {
                 .await,
             Err(BusError::Invalid { .. })
         ));
-    }
-
-    #[test]
-    fn the_state_dir_flag_wins() {
-        assert_eq!(
-            state_dir(Some(Path::new("/x/y"))),
-            Some(PathBuf::from("/x/y"))
-        );
     }
 }

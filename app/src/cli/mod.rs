@@ -1,5 +1,5 @@
 //! The command line: `crewbus serve | mcp | demo | migrate | team | agent | stream | health | load
-//! | push`.
+//! | backup | push`.
 //!
 //! The arguments are defined here; each command's body lives beside them ([`commands`],
 //! [`push_commands`], [`streams`], the stdio bridge [`mcp_bridge`], the development team of
@@ -16,6 +16,7 @@ pub use crate::config::BackendChoice;
 
 pub mod commands;
 pub mod dev_team;
+pub mod embedded;
 pub mod mcp_bridge;
 pub mod push_commands;
 pub mod streams;
@@ -55,6 +56,12 @@ pub struct Cli {
     #[arg(long, global = true)]
     pub json: bool,
 
+    /// The embedded store's data directory (overrides storage.data_dir): its database, the
+    /// push master key and dev-tokens.json. Default: $XDG_DATA_HOME/crewbus, else
+    /// ~/.local/share/crewbus. Only `serve` creates it.
+    #[arg(long, global = true, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -65,22 +72,26 @@ pub struct Cli {
 pub enum Command {
     /// Run the bus: HTTP API, MCP endpoint, relay, reference and retention workers.
     ///
-    /// With no configuration it runs on the embedded default (memory adapters, nothing is kept
-    /// after it stops) and sets up a dev team, `local`, with agents alice and bob: it prints
-    /// their tokens and a host configuration to paste, and keeps the tokens in dev-tokens.json
-    /// in the state directory, so the next start gives the same agents the same tokens. Stops
-    /// gracefully on Ctrl-C or SIGTERM: no new requests, in-flight work drained.
+    /// With no configuration it runs on the embedded store (SQLite in the data directory: what
+    /// it acknowledged survives a restart) and sets up a dev team, `local`, with agents alice and
+    /// bob: it prints their tokens and a host configuration to paste, and keeps the tokens in
+    /// dev-tokens.json in the data directory, so the next start gives the same agents the same
+    /// tokens. Stops gracefully on Ctrl-C or SIGTERM: no new requests, in-flight work drained.
     #[command(after_help = "\
-The state directory: --data-dir, else $XDG_STATE_HOME/crewbus, else ~/.local/state/crewbus.
+The data directory: --data-dir, else storage.data_dir, else $XDG_DATA_HOME/crewbus, else
+~/.local/share/crewbus. It holds crewbus.db, serve.lock (one server per directory: a second
+`serve` on it is refused), master.key (0600, made at the first start; it seals push credentials)
+and dev-tokens.json. --ephemeral keeps everything in memory instead (nothing survives the stop).
 With [database] configured, dev agents are set up only when --dev-team is given. An agent that
 already exists is reused, never re-created; its token is printed when dev-tokens.json holds one
 that works for it (the ledger keeps only a hash of each token).
 
 Examples:
-  crewbus serve                                  memory; team local, agents alice and bob
+  crewbus serve                                  embedded store; team local, alice and bob
+  crewbus serve --ephemeral                      memory: nothing is kept after it stops
   crewbus serve --listen 0.0.0.0:7700
   crewbus serve --dev-team demo --dev-agent carol --dev-agent dave
-  crewbus serve --data-dir ./state               keep dev-tokens.json in ./state
+  crewbus serve --data-dir ./state               the embedded store in ./state
   CREWBUS_DATABASE__URL=postgres://postgres@127.0.0.1/crewbus crewbus serve")]
     Serve(ServeArgs),
 
@@ -158,10 +169,46 @@ Examples:
   crewbus --json load --url http://127.0.0.1:7700 --tokens-file tokens.txt")]
     Load(crate::tools::load::LoadArgs),
 
+    /// Copy the embedded store, online, to a new file (SQLite's `VACUUM INTO`): a consistent
+    /// snapshot taken beside the running server, which keeps serving.
+    #[command(after_help = "\
+The copy is one self-contained SQLite file, compacted. To restore it, stop the server and put
+the file in place of crewbus.db in the data directory (removing crewbus.db-wal and
+crewbus.db-shm), or start a server on a new data directory holding it as crewbus.db. Back up
+master.key too: without it, sealed push credentials cannot be opened. Copying the data
+directory's files by hand is safe only while no server runs.
+
+Examples:
+  crewbus backup --to /backups/crewbus-2026-12-01.db
+  crewbus --data-dir ./state backup --to ./state-copy.db")]
+    Backup(BackupArgs),
+
     /// The operator push outbox: a run's registrations, the parked (dead-letter) list, un-park
     /// (needs [database]). Credentials are never printed; URLs without userinfo or query.
     #[command(subcommand)]
     Push(PushCommand),
+}
+
+impl Cli {
+    /// Applies the command line's store options to a loaded configuration: `--data-dir`, and
+    /// `serve --ephemeral` (memory). Errors: `--ephemeral` beside `[database]` → `Invalid`.
+    pub fn apply(&self, mut config: crate::config::Config) -> crewbus_domain::BusResult<crate::config::Config> {
+        if let Some(dir) = &self.data_dir {
+            config.storage.data_dir = Some(dir.clone());
+        }
+        if let Command::Serve(args) = &self.command
+            && args.ephemeral
+        {
+            if config.database.is_some() {
+                return Err(crewbus_domain::BusError::invalid(
+                    "--ephemeral (memory) contradicts the [database] section: remove one of them",
+                ));
+            }
+            config.storage.kind = Some(crate::config::StorageKind::Memory);
+        }
+        config.validate()?;
+        Ok(config)
+    }
 }
 
 impl Command {
@@ -170,7 +217,7 @@ impl Command {
     pub fn composes(&self) -> bool {
         !matches!(
             self,
-            Command::Mcp(_) | Command::Migrate | Command::Health(_)
+            Command::Mcp(_) | Command::Migrate | Command::Health(_) | Command::Backup(_)
         )
     }
 }
@@ -224,10 +271,18 @@ pub struct ServeArgs {
     #[arg(long = "dev-agent", value_name = "NAME")]
     pub dev_agents: Vec<String>,
 
-    /// The state directory holding dev-tokens.json. Default: $XDG_STATE_HOME/crewbus, else
-    /// ~/.local/state/crewbus.
-    #[arg(long, value_name = "DIR")]
-    pub data_dir: Option<PathBuf>,
+    /// Keep everything in memory: nothing survives the stop (tests, demos, CI). The same as
+    /// `[storage] kind = "memory"`; refused beside `[database]`.
+    #[arg(long)]
+    pub ephemeral: bool,
+}
+
+/// `crewbus backup` options.
+#[derive(Debug, Args)]
+pub struct BackupArgs {
+    /// The file to write (must not exist yet).
+    #[arg(long, value_name = "FILE")]
+    pub to: PathBuf,
 }
 
 /// `crewbus mcp` options. The token is deliberately not an option: it comes from

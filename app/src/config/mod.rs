@@ -22,10 +22,14 @@ use crate::push::PushSettings;
 
 mod bus;
 mod mcp;
+mod storage;
 mod stores;
 
 pub use bus::BusConfig;
 pub use mcp::McpConfig;
+pub use storage::{
+    DATABASE_FILE, LOCK_FILE, MASTER_KEY_FILE, StorageConfig, StorageKind, database_path,
+};
 pub use stores::{BackendChoice, DatabaseConfig, NatsConfig, NatsCredential};
 
 /// The default listen address of `crewbus serve`.
@@ -39,6 +43,9 @@ pub struct Config {
     pub listen: SocketAddr,
     /// The deployment's tenant name. Default `default`.
     pub tenant: TenantId,
+    /// The store (`[storage]`): the embedded SQLite store in the data directory by default,
+    /// `memory` for a store that forgets on stop, Postgres when `[database]` is present.
+    pub storage: StorageConfig,
     /// Postgres: when present, the ledger, journal, inbox and bodies are Postgres.
     pub database: Option<DatabaseConfig>,
     /// NATS JetStream: when present, teams may use JetStream bodies and inboxes (opt-in per team,
@@ -63,6 +70,7 @@ impl Default for Config {
                 .parse()
                 .expect("default listen address parses"),
             tenant: TenantId::default_tenant(),
+            storage: StorageConfig::default(),
             database: None,
             nats: None,
             bus: BusConfig::default(),
@@ -78,6 +86,7 @@ impl fmt::Debug for Config {
         f.debug_struct("Config")
             .field("listen", &self.listen)
             .field("tenant", &self.tenant)
+            .field("storage", &self.storage)
             .field("database", &self.database)
             .field("nats", &self.nats)
             .field("bus", &self.bus)
@@ -292,17 +301,21 @@ impl Config {
             return Err(BusError::invalid("log.format must be `text` or `json`"));
         }
         self.mcp.validate()?;
+        self.storage.validate()?;
+        self.store()?;
         Ok(())
+    }
+
+    /// The store this configuration selects ([`StorageConfig::resolve`]). Errors: a
+    /// contradiction between `storage.kind` and `[database]` → `Invalid`.
+    pub fn store(&self) -> BusResult<StorageKind> {
+        self.storage.resolve(self.database.is_some())
     }
 
     /// A one-line description of which adapters this configuration selects, for logs and the
     /// CLI (no secrets).
     pub fn describe(&self) -> String {
-        let ledger = if self.database.is_some() {
-            "postgres"
-        } else {
-            "memory"
-        };
+        let ledger = self.store().map_or("invalid", StorageKind::name);
         let nats = match &self.nats {
             Some(n) => format!(
                 "jetstream available at {}",

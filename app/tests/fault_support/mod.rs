@@ -52,6 +52,9 @@ pub struct StackSettings {
     pub body_max_bytes: u64,
     /// Inbox stream quota, references.
     pub inbox_max_messages: u64,
+    /// When set, the store is the embedded one in this data directory instead of
+    /// `database_url`'s Postgres.
+    pub embedded_dir: Option<PathBuf>,
 }
 
 impl StackSettings {
@@ -63,6 +66,15 @@ impl StackSettings {
             replicas: 1,
             body_max_bytes: 64 << 20,
             inbox_max_messages: 1_000_000,
+            embedded_dir: None,
+        }
+    }
+
+    /// The embedded store (SQLite) in `data_dir`, no NATS.
+    pub fn embedded(data_dir: &Path) -> Self {
+        StackSettings {
+            embedded_dir: Some(data_dir.to_path_buf()),
+            ..StackSettings::new("", None)
         }
     }
 
@@ -76,13 +88,19 @@ impl StackSettings {
 
     /// The TOML configuration listening on `port`.
     pub fn toml(&self, port: u16) -> String {
+        let store = match &self.embedded_dir {
+            Some(dir) => format!(
+                "[storage]\nkind = \"sqlite\"\ndata_dir = {:?}\n",
+                dir.display().to_string()
+            ),
+            None => format!(
+                "[database]\nurl = \"{}\"\nmax_connections = 8\nmigrate_on_start = true\n",
+                self.database_url
+            ),
+        };
         let mut s = format!(
             r#"listen = "127.0.0.1:{port}"
-[database]
-url = "{db}"
-max_connections = 8
-migrate_on_start = true
-[bus]
+{store}[bus]
 handout_grace_ms = 2000
 idle_poll_ms = 10
 backoff_base_ms = 100
@@ -91,8 +109,7 @@ backoff_max_attempts = 60
 relay_lease_ms = 5000
 [log]
 level = "warn"
-"#,
-            db = self.database_url
+"#
         );
         if !self.nats_servers.is_empty() {
             let nats = self

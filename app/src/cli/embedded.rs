@@ -1,0 +1,271 @@
+//! The embedded store's data directory (`[storage] kind = "sqlite"`, the default without
+//! `[database]`): `crewbus serve` creates it, locks it and keeps a push master key in it; every
+//! other command opens the store beside the running server and refuses a missing one.
+//!
+//! The directory holds `crewbus.db` (with SQLite's `-wal` and `-shm` files), `serve.lock` (held
+//! with an exclusive lock for as long as `serve` runs, so a second `serve` on the same directory
+//! is refused at once), `master.key` (0600: the push key ring's master key, made by the first
+//! `serve`), `keys/` (the key ring's scope keys) and `dev-tokens.json` (0600).
+
+use std::fs::{self, File, TryLockError};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use crewbus_domain::{BusError, BusResult};
+
+use crate::cli::Command;
+use crate::config::{
+    Config, LOCK_FILE, MASTER_KEY_FILE, StorageKind, database_path,
+};
+use crate::push::{KeyRingSettings, MasterKey};
+
+/// The scope keys' directory inside the data directory.
+pub const KEYS_DIR: &str = "keys";
+
+/// The exclusive lock of `<data_dir>/serve.lock`, held until dropped (the operating system
+/// releases it when the process dies, so a killed server never leaves it behind).
+#[derive(Debug)]
+pub struct ServeLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl ServeLock {
+    /// The lock file's path.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+/// What `serve` prepared for the embedded store: its directory, the lock and whether a master
+/// key was made.
+#[derive(Debug)]
+pub struct Prepared {
+    /// The data directory (absolute when the configuration gave a relative one).
+    pub data_dir: PathBuf,
+    /// The held `serve.lock`.
+    pub lock: ServeLock,
+    /// `Some(path)` when this start made the push master key.
+    pub new_master_key: Option<PathBuf>,
+}
+
+/// Prepares the embedded store for `command`: [`prepare_serve`] for `serve`; for `demo`, a
+/// store that would be the embedded default becomes memory (a demo keeps nothing and never
+/// touches the data directory); [`prepare_beside`] for every other command that composes the
+/// bus. `None` but for `serve` on the embedded store.
+pub fn prepare(command: &Command, config: &mut Config) -> BusResult<Option<Prepared>> {
+    match command {
+        Command::Serve(_) => prepare_serve(config),
+        Command::Demo(_) => {
+            if config.store()? == StorageKind::Sqlite {
+                config.storage.kind = Some(StorageKind::Memory);
+            }
+            Ok(None)
+        }
+        Command::Backup(_) => prepare_beside(config).map(|()| None),
+        c if c.composes() => prepare_beside(config).map(|()| None),
+        _ => Ok(None),
+    }
+}
+
+/// For `serve` on the embedded store: creates the data directory (0700), takes
+/// `serve.lock`, makes the push master key when there is none and no `[push.key_ring]` is
+/// configured, and completes `config` (`storage.data_dir` resolved, `push.key_ring` pointing at
+/// the directory's key). `None` on any other store.
+///
+/// Errors: no data directory can be named, or it cannot be created → `Invalid` / `Unavailable`
+/// naming the path; another `serve` holds the lock → `Conflict` naming the directory.
+pub fn prepare_serve(config: &mut Config) -> BusResult<Option<Prepared>> {
+    if config.store()? != StorageKind::Sqlite {
+        return Ok(None);
+    }
+    let data_dir = absolute(config.storage.data_dir()?);
+    create_private_dir(&data_dir)?;
+    let lock = lock(&data_dir)?;
+    let mut new_master_key = None;
+    if config.push.key_ring.is_none() {
+        let key = data_dir.join(MASTER_KEY_FILE);
+        if !key.exists() {
+            write_master_key(&key)?;
+            new_master_key = Some(key.clone());
+        }
+        config.push.key_ring = Some(key_ring(&data_dir));
+    }
+    config.storage.data_dir = Some(data_dir.clone());
+    Ok(Some(Prepared {
+        data_dir,
+        lock,
+        new_master_key,
+    }))
+}
+
+/// For every other command on the embedded store: the store must exist (only `serve` creates
+/// it); `config` is completed as for `serve` (the directory resolved, the key ring of the
+/// directory's master key when it has one). Nothing is created or locked. Other stores: no-op.
+///
+/// Errors: no data directory can be named → `Invalid`; no `crewbus.db` in it → `NotFound`
+/// naming the path and the fix.
+pub fn prepare_beside(config: &mut Config) -> BusResult<()> {
+    if config.store()? != StorageKind::Sqlite {
+        return Ok(());
+    }
+    let data_dir = absolute(config.storage.data_dir()?);
+    let db = database_path(&data_dir);
+    if !db.exists() {
+        return Err(BusError::NotFound {
+            what: format!(
+                "the embedded store {} (start `crewbus serve --data-dir {}` once to create it, \
+                 or point --data-dir / storage.data_dir at an existing one)",
+                db.display(),
+                data_dir.display()
+            ),
+        });
+    }
+    if config.push.key_ring.is_none() && data_dir.join(MASTER_KEY_FILE).exists() {
+        config.push.key_ring = Some(key_ring(&data_dir));
+    }
+    config.storage.data_dir = Some(data_dir);
+    Ok(())
+}
+
+fn key_ring(data_dir: &Path) -> KeyRingSettings {
+    KeyRingSettings {
+        master_key_env: None,
+        master_key_file: Some(data_dir.join(MASTER_KEY_FILE)),
+        dir: data_dir.join(KEYS_DIR),
+    }
+}
+
+fn absolute(dir: PathBuf) -> PathBuf {
+    std::path::absolute(&dir).unwrap_or(dir)
+}
+
+fn create_private_dir(dir: &Path) -> BusResult<()> {
+    let mut builder = fs::DirBuilder::new();
+    builder.recursive(true);
+    #[cfg(unix)]
+    std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+    builder.create(dir).map_err(|e| {
+        BusError::unavailable_from(
+            format!("cannot create the data directory {}", dir.display()),
+            e,
+        )
+    })
+}
+
+/// Takes the exclusive lock of `<dir>/serve.lock` without waiting and writes this process's id
+/// into the file (for the operator; the lock, not the content, is what counts).
+fn lock(dir: &Path) -> BusResult<ServeLock> {
+    let path = dir.join(LOCK_FILE);
+    let mut file = File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| BusError::unavailable_from(format!("cannot open {}", path.display()), e))?;
+    match file.try_lock() {
+        Ok(()) => {}
+        Err(TryLockError::WouldBlock) => {
+            return Err(BusError::conflict(format!(
+                "another `crewbus serve` is running on the data directory {} (it holds {}): the \
+                 embedded store serves one server; stop that one, or give this one another \
+                 --data-dir (Postgres is the store for several servers)",
+                dir.display(),
+                LOCK_FILE
+            )));
+        }
+        Err(TryLockError::Error(e)) => {
+            return Err(BusError::unavailable_from(
+                format!("cannot lock {}", path.display()),
+                e,
+            ));
+        }
+    }
+    let _ = file.set_len(0);
+    let _ = writeln!(file, "{}", std::process::id());
+    Ok(ServeLock { _file: file, path })
+}
+
+/// Writes a fresh master key (base64) to `path`, mode 0600, refusing to replace an existing file.
+fn write_master_key(path: &Path) -> BusResult<()> {
+    let key = MasterKey::generate();
+    let mut options = File::options();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let written = options.open(path).and_then(|mut f| {
+        f.write_all(key.to_base64().as_bytes())?;
+        f.sync_all()
+    });
+    written.map_err(|e| {
+        BusError::unavailable_from(
+            format!("cannot write the push master key {}", path.display()),
+            e,
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn embedded(dir: &Path) -> Config {
+        let mut c = Config::default();
+        c.storage.data_dir = Some(dir.to_path_buf());
+        c
+    }
+
+    #[test]
+    fn a_second_serve_on_the_same_directory_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut first = embedded(dir.path());
+        let held = prepare_serve(&mut first).unwrap().expect("embedded store");
+        let err = prepare_serve(&mut embedded(dir.path())).unwrap_err();
+        assert!(matches!(err, BusError::Conflict { .. }), "{err:?}");
+        drop(held);
+        prepare_serve(&mut embedded(dir.path()))
+            .unwrap()
+            .expect("the lock is free again once dropped");
+    }
+
+    #[test]
+    fn serve_makes_a_private_master_key_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut c = embedded(dir.path());
+        let p = prepare_serve(&mut c).unwrap().unwrap();
+        let key = p.new_master_key.clone().expect("made at the first start");
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = fs::metadata(&key).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600);
+        }
+        assert!(MasterKey::from_file(&key).is_ok());
+        assert_eq!(
+            c.push.key_ring.as_ref().unwrap().master_key_file.as_deref(),
+            Some(key.as_path())
+        );
+        drop(p);
+        let again = prepare_serve(&mut embedded(dir.path())).unwrap().unwrap();
+        assert!(again.new_master_key.is_none(), "the key is kept, not remade");
+    }
+
+    #[test]
+    fn other_commands_refuse_a_missing_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let err = prepare_beside(&mut embedded(dir.path())).unwrap_err();
+        assert!(matches!(err, BusError::NotFound { .. }), "{err:?}");
+        assert!(
+            !dir.path().join(LOCK_FILE).exists(),
+            "nothing is created beside"
+        );
+    }
+
+    #[test]
+    fn other_stores_need_no_preparation() {
+        let mut c = Config::default();
+        c.storage.kind = Some(StorageKind::Memory);
+        assert!(prepare_serve(&mut c).unwrap().is_none());
+        prepare_beside(&mut c).unwrap();
+    }
+}

@@ -1,0 +1,294 @@
+//! The embedded store through the `crewbus` binary: `serve` with no configuration keeps a
+//! conversation across a restart (the data directory from `XDG_DATA_HOME`, as a user's would
+//! be); a second `serve` on the same data directory is refused at once; `crewbus agent revoke`
+//! beside a running server refuses the agent's next call; operator commands refuse a store that
+//! does not exist; `crewbus backup` copies the store online and the copy reads back.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+/// The binary with no configuration from the test's environment, `XDG_DATA_HOME` and `HOME`
+/// pointed at `home` (so the default data directory is `home/data/crewbus`).
+fn crewbus(home: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_crewbus"));
+    c.env_remove("CREWBUS_DATABASE__URL")
+        .env_remove("CREWBUS_CONFIG")
+        .env_remove("CREWBUS_STORAGE__KIND")
+        .env_remove("CREWBUS_STORAGE__DATA_DIR")
+        .env("HOME", home)
+        .env("XDG_DATA_HOME", home.join("data"))
+        .env("CREWBUS_LOG__LEVEL", "warn")
+        .current_dir(home);
+    c
+}
+
+/// A running `crewbus --json serve` and what it printed: the dev agents' tokens by name and the
+/// base URL.
+struct Serve {
+    child: Child,
+    tokens: std::collections::HashMap<String, String>,
+    url: String,
+}
+
+impl Serve {
+    /// Starts `serve` on a free loopback port and reads its dev agents and address.
+    fn start(home: &Path) -> Serve {
+        let mut child = crewbus(home)
+            .args(["--json", "serve", "--listen", "127.0.0.1:0"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut tokens = std::collections::HashMap::new();
+        loop {
+            let line = lines
+                .next()
+                .expect("serve printed its address")
+                .unwrap();
+            let v: Value = serde_json::from_str(&line).unwrap();
+            if let Some(url) = v["listening"].as_str() {
+                // Drain the rest of stdout so the server never blocks on a full pipe.
+                std::thread::spawn(move || for _ in lines.by_ref() {});
+                return Serve {
+                    child,
+                    tokens,
+                    url: url.to_owned(),
+                };
+            }
+            tokens.insert(
+                v["name"].as_str().unwrap().to_owned(),
+                v["token"].as_str().expect("a fresh dev agent has a token").to_owned(),
+            );
+        }
+    }
+
+    /// SIGTERM, then waits for the exit (deadline 30 s).
+    fn stop(mut self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Serve {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn call(url: &str, token: &str, method: &str, path: &str, body: Value) -> (u16, Value) {
+    let client = reqwest::Client::new();
+    let request = match method {
+        "GET" => client.get(format!("{url}{path}")),
+        _ => client.post(format!("{url}{path}")).json(&body),
+    };
+    let r = request.bearer_auth(token).send().await.unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test]
+async fn serve_with_no_configuration_keeps_a_conversation_across_a_restart() {
+    let home = tempfile::tempdir().unwrap();
+    let first = Serve::start(home.path());
+    let (alice, bob) = (first.tokens["alice"].clone(), first.tokens["bob"].clone());
+    let (status, conv) = call(
+        &first.url,
+        &alice,
+        "POST",
+        "/v1/conversations",
+        json!({"title": "kept", "members": ["bob"]}),
+    )
+    .await;
+    assert_eq!(status, 201, "{conv}");
+    let conv_id = conv["id"].as_str().unwrap().to_owned();
+    let (status, sent) = call(
+        &first.url,
+        &alice,
+        "POST",
+        &format!("/v1/conversations/{conv_id}/messages"),
+        json!({"request_id": "r1", "body": "still here after a restart"}),
+    )
+    .await;
+    assert_eq!(status, 201, "{sent}");
+    first.stop();
+    assert!(
+        home.path().join("data/crewbus/crewbus.db").exists(),
+        "the default data directory is $XDG_DATA_HOME/crewbus"
+    );
+
+    let second = Serve::start(home.path());
+    assert_eq!(second.tokens["bob"], bob, "the dev agents keep their tokens");
+    let (status, history) = call(
+        &second.url,
+        &bob,
+        "GET",
+        &format!("/v1/conversations/{conv_id}/messages?after_seq=0&limit=10"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 200, "{history}");
+    let messages = history["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 1, "{history}");
+    assert_eq!(messages[0]["body"], "still here after a restart");
+    let (status, page) = call(
+        &second.url,
+        &bob,
+        "POST",
+        "/v1/inbox/fetch",
+        json!({"limit": 10, "wait_ms": 5000}),
+    )
+    .await;
+    assert_eq!(status, 200, "{page}");
+    let deliveries = page["deliveries"].as_array().unwrap();
+    assert_eq!(deliveries.len(), 1, "bob's delivery survived the restart: {page}");
+    second.stop();
+}
+
+#[tokio::test]
+async fn a_second_serve_on_the_same_data_directory_is_refused_at_once() {
+    let home = tempfile::tempdir().unwrap();
+    let first = Serve::start(home.path());
+    let started = Instant::now();
+    let out = crewbus(home.path())
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "refused at once, not after a wait"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("serve.lock"), "the message names the lock: {stderr}");
+    // The first server is untouched.
+    let (status, _) = call(&first.url, &first.tokens["alice"], "GET", "/v1/me", Value::Null).await;
+    assert_eq!(status, 200);
+    first.stop();
+}
+
+#[tokio::test]
+async fn agent_revoke_beside_a_running_server_refuses_the_agents_next_call() {
+    let home = tempfile::tempdir().unwrap();
+    let serve = Serve::start(home.path());
+    let bob = serve.tokens["bob"].clone();
+    let (status, _) = call(&serve.url, &bob, "GET", "/v1/me", Value::Null).await;
+    assert_eq!(status, 200);
+    let out = crewbus(home.path())
+        .args(["agent", "revoke", "--team", "local", "bob"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (status, body) = call(&serve.url, &bob, "GET", "/v1/me", Value::Null).await;
+    assert_eq!(status, 401, "{body}");
+    // A team added beside the server is there for the server too.
+    let out = crewbus(home.path())
+        .args(["--json", "team", "add", "research"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    serve.stop();
+}
+
+#[test]
+fn operator_commands_refuse_a_store_that_does_not_exist() {
+    let home = tempfile::tempdir().unwrap();
+    let out = crewbus(home.path())
+        .args(["--json", "team", "list"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["code"], "not_found", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(message.contains("crewbus serve"), "the fix is named: {message}");
+    assert!(
+        !home.path().join("data/crewbus").exists(),
+        "only serve creates the store"
+    );
+}
+
+#[tokio::test]
+async fn backup_copies_the_store_online_and_the_copy_reads_back() {
+    let home = tempfile::tempdir().unwrap();
+    let serve = Serve::start(home.path());
+    let alice = serve.tokens["alice"].clone();
+    let (_, conv) = call(
+        &serve.url,
+        &alice,
+        "POST",
+        "/v1/conversations",
+        json!({"title": "backed up", "members": ["bob"]}),
+    )
+    .await;
+    let conv_id = conv["id"].as_str().unwrap().to_owned();
+    for i in 0..3 {
+        let (status, _) = call(
+            &serve.url,
+            &alice,
+            "POST",
+            &format!("/v1/conversations/{conv_id}/messages"),
+            json!({"request_id": format!("r{i}"), "body": format!("message {i}")}),
+        )
+        .await;
+        assert_eq!(status, 201);
+    }
+    let copy = home.path().join("copy.db");
+    let out = crewbus(home.path())
+        .args(["--json", "backup", "--to"])
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    // A second backup to the same file is refused: nothing is overwritten.
+    let again = crewbus(home.path())
+        .args(["backup", "--to"])
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(!again.status.success());
+    serve.stop();
+
+    // Restore: a new data directory holding the copy as its database, and the master key.
+    let restored = tempfile::tempdir().unwrap();
+    let dir = restored.path().join("data/crewbus");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::copy(&copy, dir.join("crewbus.db")).unwrap();
+    let tokens = home.path().join("data/crewbus/dev-tokens.json");
+    std::fs::copy(&tokens, dir.join("dev-tokens.json")).unwrap();
+    let serve = Serve::start(restored.path());
+    let (status, history) = call(
+        &serve.url,
+        &serve.tokens["bob"],
+        "GET",
+        &format!("/v1/conversations/{conv_id}/messages?after_seq=0&limit=10"),
+        Value::Null,
+    )
+    .await;
+    assert_eq!(status, 200, "{history}");
+    let bodies: Vec<&str> = history["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["body"].as_str().unwrap())
+        .collect();
+    assert_eq!(bodies, ["message 0", "message 1", "message 2"]);
+    serve.stop();
+}
