@@ -1,8 +1,8 @@
 //! crewbus SQLite adapter, over sqlx's SQLite driver (libsqlite3 bundled): the whole bus in one
 //! file — the schema and its migrations ([`migrate`]), the ledger ([`SqliteLedger`]) and journal
 //! ([`SqliteJournal`]), a body backend ([`SqliteBackend`]), an inbox as a queue table
-//! (`SqliteInbox`), their registry (`SqliteBackends`) and the push store
-//! (`SqlitePushStore`), all over one [`SqlitePools`] from [`open`].
+//! ([`SqliteInbox`]), their registry ([`SqliteBackends`]) and the push store
+//! ([`SqlitePushStore`]), all over one [`SqlitePools`] from [`open`].
 //!
 //! # What an acknowledged write survives
 //!
@@ -32,20 +32,25 @@
 //! a retryable `Unavailable`, counted by [`SqlitePools::busy_errors`], and SQLite's own message
 //! never reaches a caller.
 #![warn(missing_docs)]
-#![allow(dead_code)] // the inbox, registry and push store land in the next commit
 
 mod body;
 mod codec;
 mod connect;
 mod error;
+mod inbox;
 mod journal;
 mod ledger;
+mod push_store;
+mod registry;
 mod settings;
 
 pub use body::SqliteBackend;
 pub use connect::{SqliteConfig, SqlitePools, backup_to, open};
+pub use inbox::SqliteInbox;
 pub use journal::SqliteJournal;
 pub use ledger::SqliteLedger;
+pub use push_store::SqlitePushStore;
+pub use registry::SqliteBackends;
 pub use settings::SqliteSettings;
 
 use crewbus_domain::{BusError, BusResult};
