@@ -148,7 +148,12 @@ impl SqliteInbox {
 
     /// `publish_reference` after the key check: the insert, or the first locator of a repeat,
     /// in one write transaction.
-    async fn publish(&self, recipient_key: &str, event_id: Uuid, payload: &str) -> BusResult<Published> {
+    async fn publish(
+        &self,
+        recipient_key: &str,
+        event_id: Uuid,
+        payload: &str,
+    ) -> BusResult<Published> {
         let what = "inbox publish";
         let at = Ts(self.clock.now());
         let mut tx = self.pools.begin(what).await?;

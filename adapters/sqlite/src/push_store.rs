@@ -111,10 +111,7 @@ impl SqlitePushStore {
     /// Runs one writing statement in its own write transaction; returns the rows it changed.
     async fn execute(&self, what: &str, query: Query<'_>) -> Result<u64, StoreError> {
         let mut tx = self.pools.begin_store(what).await?;
-        let done = query
-            .execute(&mut *tx)
-            .await
-            .map_err(self.pools.st(what))?;
+        let done = query.execute(&mut *tx).await.map_err(self.pools.st(what))?;
         tx.commit().await.map_err(self.pools.st(what))?;
         Ok(done.rows_affected())
     }
@@ -313,9 +310,7 @@ impl PushStore for SqlitePushStore {
         .fetch_all(self.pools.reader())
         .await
         .map_err(self.pools.st("push store parked"))?;
-        rows.iter()
-            .map(|row| self.registration_of(row))
-            .collect()
+        rows.iter().map(|row| self.registration_of(row)).collect()
     }
 
     async fn unpark(&self, run: RunId, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError> {

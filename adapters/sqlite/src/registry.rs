@@ -3,13 +3,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use crate::connect::SqlitePools;
 use async_trait::async_trait;
 use crewbus_domain::{BusError, BusResult};
 use crewbus_ports::{Backends, Clock, Inbox, MessagingBackend};
-use crate::connect::SqlitePools;
 use uuid::Uuid;
 
-use crate::body::{SqliteBackend, SCHEME};
+use crate::body::{SCHEME, SqliteBackend};
 use crate::inbox::SqliteInbox;
 use crate::settings::SqliteSettings;
 

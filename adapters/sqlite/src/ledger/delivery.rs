@@ -125,9 +125,18 @@ impl SqliteLedger {
     }
 }
 
-pub(super) async fn message(ledger: &SqliteLedger, team: Uuid, message: Uuid) -> BusResult<Message> {
+pub(super) async fn message(
+    ledger: &SqliteLedger,
+    team: Uuid,
+    message: Uuid,
+) -> BusResult<Message> {
     let what = "message lookup";
-    let mut conn = ledger.pools.reader().acquire().await.map_err(ledger.db(what))?;
+    let mut conn = ledger
+        .pools
+        .reader()
+        .acquire()
+        .await
+        .map_err(ledger.db(what))?;
     ledger.message_row(&mut conn, team, message).await
 }
 

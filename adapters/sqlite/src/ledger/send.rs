@@ -135,7 +135,7 @@ impl SqliteLedger {
                 "INSERT INTO inbox_events
                      (id, tenant, team_id, message_id, recipient_id, recipient_key, inbox,
                       payload, created_at)
-                 SELECT ?, ?, ?, ?, ?, ?, t.inbox, ?, ? FROM teams t WHERE t.id = ?3",
+                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, t.inbox, ?7, ?8 FROM teams t WHERE t.id = ?3",
             )
             .bind(Uuid::new_v4())
             .bind(self.tenant.as_str())
