@@ -86,6 +86,7 @@ pub mod nats;
 pub mod postgres;
 pub mod push_store;
 pub mod samples;
+pub mod sqlite;
 pub mod stream_admin;
 pub mod trial;
 pub mod wait;

@@ -1,0 +1,94 @@
+//! How values are stored: times as integer microseconds since the Unix epoch ([`Ts`]), counters
+//! as `i64`, and the `?` lists of `IN (…)` clauses.
+
+use chrono::{DateTime, Utc};
+use sqlx::Sqlite;
+use sqlx::encode::IsNull;
+use sqlx::error::BoxDynError;
+use sqlx::sqlite::SqliteTypeInfo;
+
+/// A time stored as an `INTEGER` of microseconds since the Unix epoch (UTC): sortable, exact to
+/// the microsecond (as Postgres keeps it), and never parsed from text. Binds and decodes as
+/// `i64`; a stored value outside chrono's range fails to decode (never clamped silently).
+/// Times read back are the caller's truncated to the microsecond.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Ts(pub(crate) DateTime<Utc>);
+
+impl Ts {
+    /// The stored form: microseconds since the epoch.
+    pub(crate) fn micros(self) -> i64 {
+        self.0.timestamp_micros()
+    }
+}
+
+impl From<Ts> for DateTime<Utc> {
+    fn from(t: Ts) -> Self {
+        t.0
+    }
+}
+
+/// `Option<Ts>` → `Option<DateTime<Utc>>`.
+pub(crate) fn opt(t: Option<Ts>) -> Option<DateTime<Utc>> {
+    t.map(|t| t.0)
+}
+
+impl sqlx::Type<Sqlite> for Ts {
+    fn type_info() -> SqliteTypeInfo {
+        <i64 as sqlx::Type<Sqlite>>::type_info()
+    }
+    fn compatible(ty: &SqliteTypeInfo) -> bool {
+        <i64 as sqlx::Type<Sqlite>>::compatible(ty)
+    }
+}
+
+impl<'q> sqlx::Encode<'q, Sqlite> for Ts {
+    fn encode_by_ref(
+        &self,
+        buf: &mut <Sqlite as sqlx::Database>::ArgumentBuffer<'q>,
+    ) -> Result<IsNull, BoxDynError> {
+        <i64 as sqlx::Encode<'q, Sqlite>>::encode(self.micros(), buf)
+    }
+}
+
+impl<'r> sqlx::Decode<'r, Sqlite> for Ts {
+    fn decode(value: <Sqlite as sqlx::Database>::ValueRef<'r>) -> Result<Self, BoxDynError> {
+        let micros = <i64 as sqlx::Decode<'r, Sqlite>>::decode(value)?;
+        DateTime::from_timestamp_micros(micros)
+            .map(Ts)
+            .ok_or_else(|| "a stored time is out of range".into())
+    }
+}
+
+/// Saturating `u64` → `INTEGER`.
+pub(crate) fn db_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+/// `INTEGER` (CHECKed non-negative) → `u64`.
+pub(crate) fn from_db(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+/// `?, ?, …` with `n` placeholders (`n ≥ 1`; SQLite allows 32766 parameters, far above
+/// `MAX_PAGE`).
+pub(crate) fn marks(n: usize) -> String {
+    let mut s = String::with_capacity(n * 3);
+    for i in 0..n {
+        if i > 0 {
+            s.push_str(", ");
+        }
+        s.push('?');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_lists_placeholders() {
+        assert_eq!(marks(1), "?");
+        assert_eq!(marks(3), "?, ?, ?");
+    }
+}

@@ -1,0 +1,299 @@
+//! `SqliteJournal`: runs and their records in `runs` and `journal_records`.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use crewbus_domain::{
+    MAX_NOTE_LEN, MAX_PAGE, Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
+};
+use crewbus_ports::Journal;
+use sqlx::SqliteConnection;
+use uuid::Uuid;
+
+use crate::codec::{Ts, db_i64, from_db, opt};
+use crate::connect::SqlitePools;
+
+/// One tenant's runs and journals in SQLite.
+///
+/// Each append runs in a write transaction (`BEGIN IMMEDIATE`: write transactions are
+/// serialised), refuses a sealed run, and takes `last_seq + 1` in the same transaction as the
+/// record, so seqs are gap-free from 1 under any concurrency and nothing follows `RunSealed`.
+/// The ledger appends the bus's own records through the same function inside its transactions.
+/// Record kinds are stored as serde's JSON text (a note's U+0000 is escaped by JSON). Time comes
+/// from the caller.
+#[derive(Clone)]
+pub struct SqliteJournal {
+    pools: SqlitePools,
+    tenant: TenantId,
+}
+
+impl std::fmt::Debug for SqliteJournal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteJournal")
+            .field("tenant", &self.tenant)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A run row as read for an append (inside a write transaction, so it cannot change before the
+/// append).
+pub(crate) struct RunState {
+    pub(crate) team: Uuid,
+    pub(crate) agent: Uuid,
+    pub(crate) sealed: bool,
+}
+
+/// `run` of `tenant` as it stands; `None` when it does not exist.
+pub(crate) async fn run_state(
+    conn: &mut SqliteConnection,
+    tenant: &TenantId,
+    run: RunId,
+) -> Result<Option<RunState>, sqlx::Error> {
+    let row: Option<(Uuid, Uuid, bool)> = sqlx::query_as(
+        "SELECT team_id, agent_id, sealed_at IS NOT NULL FROM runs WHERE id = ? AND tenant = ?",
+    )
+    .bind(run.0)
+    .bind(tenant.as_str())
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(row.map(|(team, agent, sealed)| RunState {
+        team,
+        agent,
+        sealed,
+    }))
+}
+
+/// Appends `kind` at `at` to a run checked open with [`run_state`] in the same write
+/// transaction, and returns its seq. A `RunSealed` record seals the run.
+pub(crate) async fn append(
+    conn: &mut SqliteConnection,
+    run: RunId,
+    at: DateTime<Utc>,
+    kind: &RecordKind,
+) -> Result<Seq, sqlx::Error> {
+    let (sealed_at, outcome) = match kind {
+        RecordKind::RunSealed { outcome, .. } => (Some(Ts(at)), Some(outcome.as_str())),
+        _ => (None, None),
+    };
+    let seq: i64 = sqlx::query_scalar(
+        "UPDATE runs SET last_seq = last_seq + 1,
+                         sealed_at = COALESCE(?2, sealed_at),
+                         outcome = COALESCE(?3, outcome)
+         WHERE id = ?1 RETURNING last_seq",
+    )
+    .bind(run.0)
+    .bind(sealed_at)
+    .bind(outcome)
+    .fetch_one(&mut *conn)
+    .await?;
+    insert_record(conn, run, seq, at, kind).await?;
+    Ok(Seq(from_db(seq)))
+}
+
+async fn insert_record(
+    conn: &mut SqliteConnection,
+    run: RunId,
+    seq: i64,
+    at: DateTime<Utc>,
+    kind: &RecordKind,
+) -> Result<(), sqlx::Error> {
+    let json = serde_json::to_string(kind).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    sqlx::query("INSERT INTO journal_records (run_id, seq, at, kind) VALUES (?, ?, ?, ?)")
+        .bind(run.0)
+        .bind(seq)
+        .bind(Ts(at))
+        .bind(json)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+fn check_text(what: &str, text: &str) -> Result<(), StoreError> {
+    if text.len() > MAX_NOTE_LEN {
+        return Err(StoreError::invalid(format!(
+            "{what} is longer than {MAX_NOTE_LEN} bytes"
+        )));
+    }
+    Ok(())
+}
+
+fn outcome_of(name: &str) -> Option<RunOutcome> {
+    [
+        RunOutcome::Succeeded,
+        RunOutcome::Failed,
+        RunOutcome::Cancelled,
+    ]
+    .into_iter()
+    .find(|o| o.as_str() == name)
+}
+
+impl SqliteJournal {
+    /// The journal of `tenant` over `pools` (migrated: [`crate::migrate`]).
+    pub fn new(pools: SqlitePools, tenant: TenantId) -> Self {
+        SqliteJournal { pools, tenant }
+    }
+
+    /// Appends to an open run in one transaction.
+    async fn append_open(
+        &self,
+        run: RunId,
+        at: DateTime<Utc>,
+        kind: RecordKind,
+    ) -> Result<Seq, StoreError> {
+        let what = "journal append";
+        let mut tx = self.pools.begin_store(what).await?;
+        match run_state(&mut tx, &self.tenant, run)
+            .await
+            .map_err(self.pools.st(what))?
+        {
+            None => return Err(StoreError::not_found(format!("run {run}"))),
+            Some(r) if r.sealed => {
+                return Err(StoreError::conflict(format!("run {run} is sealed")));
+            }
+            Some(_) => {}
+        }
+        let seq = append(&mut tx, run, at, &kind)
+            .await
+            .map_err(self.pools.st(what))?;
+        tx.commit().await.map_err(self.pools.st(what))?;
+        Ok(seq)
+    }
+}
+
+#[async_trait]
+impl Journal for SqliteJournal {
+    fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    async fn admit(&self, team: Uuid, agent: Uuid, at: DateTime<Utc>) -> Result<RunId, StoreError> {
+        let what = "journal admit";
+        let run = RunId::new();
+        let mut tx = self.pools.begin_store(what).await?;
+        sqlx::query(
+            "INSERT INTO runs (id, tenant, team_id, agent_id, admitted_at, last_seq)
+             VALUES (?, ?, ?, ?, ?, 1)",
+        )
+        .bind(run.0)
+        .bind(self.tenant.as_str())
+        .bind(team)
+        .bind(agent)
+        .bind(Ts(at))
+        .execute(&mut *tx)
+        .await
+        .map_err(self.pools.st(what))?;
+        insert_record(
+            &mut tx,
+            run,
+            1,
+            at,
+            &RecordKind::RunAdmitted { team, agent },
+        )
+        .await
+        .map_err(self.pools.st(what))?;
+        tx.commit().await.map_err(self.pools.st(what))?;
+        Ok(run)
+    }
+
+    async fn resume(&self, run: RunId, at: DateTime<Utc>) -> Result<Seq, StoreError> {
+        self.append_open(run, at, RecordKind::RunResumed).await
+    }
+
+    async fn note(&self, run: RunId, text: &str, at: DateTime<Utc>) -> Result<Seq, StoreError> {
+        check_text("note", text)?;
+        let kind = RecordKind::Note {
+            text: text.to_owned(),
+        };
+        self.append_open(run, at, kind).await
+    }
+
+    async fn seal(
+        &self,
+        run: RunId,
+        outcome: RunOutcome,
+        reason: &str,
+        at: DateTime<Utc>,
+    ) -> Result<Seq, StoreError> {
+        check_text("reason", reason)?;
+        let kind = RecordKind::RunSealed {
+            outcome,
+            reason: reason.to_owned(),
+        };
+        self.append_open(run, at, kind).await
+    }
+
+    async fn read(
+        &self,
+        run: RunId,
+        from_seq: Seq,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        if limit == 0 || limit > MAX_PAGE {
+            return Err(StoreError::invalid(format!(
+                "limit must be between 1 and {MAX_PAGE}"
+            )));
+        }
+        let what = "journal read";
+        // One statement, one snapshot: the run's existence and its records agree (a run without
+        // records from `from_seq` on is one row of NULLs).
+        let rows: Vec<(Option<i64>, Option<Ts>, Option<String>)> = sqlx::query_as(
+            "SELECT j.seq, j.at, j.kind
+             FROM runs r LEFT JOIN journal_records j ON j.run_id = r.id AND j.seq >= ?3
+             WHERE r.id = ?1 AND r.tenant = ?2
+             ORDER BY j.seq LIMIT ?4",
+        )
+        .bind(run.0)
+        .bind(self.tenant.as_str())
+        .bind(db_i64(from_seq.0))
+        .bind(limit as i64)
+        .fetch_all(self.pools.reader())
+        .await
+        .map_err(self.pools.st(what))?;
+        if rows.is_empty() {
+            return Err(StoreError::not_found(format!("run {run}")));
+        }
+        let mut records = Vec::with_capacity(rows.len());
+        for row in rows {
+            let (Some(seq), Some(at), Some(kind)) = row else {
+                continue;
+            };
+            let kind = serde_json::from_str(&kind).map_err(|e| StoreError::Backend {
+                what: format!("journal record {run}/{seq} is unreadable"),
+                source: Some(std::sync::Arc::new(e)),
+            })?;
+            records.push(Record {
+                run,
+                seq: Seq(from_db(seq)),
+                at: at.0,
+                kind,
+            });
+        }
+        Ok(records)
+    }
+
+    async fn run(&self, run: RunId) -> Result<Run, StoreError> {
+        type Row = (Uuid, Uuid, Ts, i64, Option<Ts>, Option<String>);
+        let row: Option<Row> = sqlx::query_as(
+            "SELECT team_id, agent_id, admitted_at, last_seq, sealed_at, outcome
+             FROM runs WHERE id = ? AND tenant = ?",
+        )
+        .bind(run.0)
+        .bind(self.tenant.as_str())
+        .fetch_optional(self.pools.reader())
+        .await
+        .map_err(self.pools.st("journal run"))?;
+        let (team, agent, admitted_at, last_seq, sealed_at, outcome) =
+            row.ok_or_else(|| StoreError::not_found(format!("run {run}")))?;
+        let sealed = match (opt(sealed_at), outcome.as_deref().and_then(outcome_of)) {
+            (Some(at), Some(outcome)) => Some((at, outcome)),
+            _ => None,
+        };
+        Ok(Run {
+            id: run,
+            team,
+            agent,
+            admitted_at: admitted_at.0,
+            last_seq: Seq(from_db(last_seq)),
+            sealed,
+        })
+    }
+}

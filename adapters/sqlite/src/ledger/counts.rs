@@ -1,0 +1,61 @@
+//! The SQLite ledger's counts for health and metrics.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use crewbus_domain::{BusResult, LedgerCounts};
+
+use super::SqliteLedger;
+use crate::codec::{Ts, from_db, opt};
+
+pub(super) async fn counts(ledger: &SqliteLedger, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
+    let what = "counts";
+    // One read transaction: every count sees the same snapshot (a WAL reader's).
+    let mut tx = ledger.read(what).await?;
+    let tenant = ledger.tenant.as_str();
+    let (pending, failed, oldest): (i64, i64, Option<Ts>) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE m.publication = 'pending_publication'),
+                count(*) FILTER (WHERE m.publication = 'failed'),
+                min(m.sent_at) FILTER (WHERE m.publication = 'pending_publication')
+         FROM messages m JOIN teams t ON t.id = m.team_id
+         WHERE t.tenant = ? AND m.publication <> 'stored'",
+    )
+    .bind(tenant)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(ledger.db(what))?;
+    let uncertain: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM outbox_slots WHERE tenant = ? AND failed = 0 AND uncertain = 1",
+    )
+    .bind(tenant)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(ledger.db(what))?;
+    let events: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM inbox_events WHERE tenant = ? AND published_at IS NULL",
+    )
+    .bind(tenant)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(ledger.db(what))?;
+    let (deliveries, undelivered): (i64, i64) = sqlx::query_as(
+        "SELECT count(*) FILTER (WHERE r.delivered_at IS NOT NULL),
+                count(*) FILTER (WHERE r.delivered_at IS NULL AND m.publication = 'stored')
+         FROM receipts r JOIN messages m ON m.id = r.message_id
+         JOIN teams t ON t.id = m.team_id
+         WHERE t.tenant = ?",
+    )
+    .bind(tenant)
+    .fetch_one(&mut *tx)
+    .await
+    .map_err(ledger.db(what))?;
+    Ok(LedgerCounts {
+        pending_publications: from_db(pending),
+        uncertain_publications: from_db(uncertain),
+        failed_publications: from_db(failed),
+        oldest_pending_age: opt(oldest).map(|o| (at - o).to_std().unwrap_or(Duration::ZERO)),
+        pending_inbox_events: from_db(events),
+        deliveries: from_db(deliveries),
+        undelivered: from_db(undelivered),
+    })
+}

@@ -1,0 +1,65 @@
+//! The SQLite ledger's retention: what is due, and marking it retained.
+
+use chrono::{DateTime, Utc};
+use crewbus_domain::{BusResult, RetentionTarget, validate_limit};
+use uuid::Uuid;
+
+use super::SqliteLedger;
+use crate::codec::{Ts, from_db};
+
+pub(super) async fn retention_due(
+    ledger: &SqliteLedger,
+    before: DateTime<Utc>,
+    limit: usize,
+) -> BusResult<Vec<RetentionTarget>> {
+    validate_limit(limit)?;
+    let rows: Vec<(Uuid, String, i64)> = sqlx::query_as(
+        "SELECT m.team_id, m.backend, count(*) FROM messages m
+         JOIN teams t ON t.id = m.team_id
+         WHERE t.tenant = ? AND m.publication = 'stored' AND m.retained_at IS NULL
+           AND m.stored_at < ?
+         GROUP BY m.team_id, m.backend
+         ORDER BY m.team_id, m.backend
+         LIMIT ?",
+    )
+    .bind(ledger.tenant.as_str())
+    .bind(Ts(before))
+    .bind(limit as i64)
+    .fetch_all(ledger.pools.reader())
+    .await
+    .map_err(ledger.db("retention due"))?;
+    Ok(rows
+        .into_iter()
+        .map(|(team, backend, messages)| RetentionTarget {
+            team,
+            backend,
+            messages: from_db(messages),
+        })
+        .collect())
+}
+
+pub(super) async fn mark_retained(
+    ledger: &SqliteLedger,
+    team: Uuid,
+    backend: &str,
+    before: DateTime<Utc>,
+    at: DateTime<Utc>,
+) -> BusResult<u64> {
+    let what = "mark retained";
+    let mut tx = ledger.begin(what).await?;
+    ledger.require_team(&mut tx, team).await?;
+    let done = sqlx::query(
+        "UPDATE messages SET retained_at = ?4
+         WHERE team_id = ?1 AND backend = ?2 AND publication = 'stored'
+           AND retained_at IS NULL AND stored_at < ?3",
+    )
+    .bind(team)
+    .bind(backend)
+    .bind(Ts(before))
+    .bind(Ts(at))
+    .execute(&mut *tx)
+    .await
+    .map_err(ledger.db(what))?;
+    ledger.commit(tx, what).await?;
+    Ok(done.rows_affected())
+}

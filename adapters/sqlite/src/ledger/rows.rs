@@ -1,0 +1,165 @@
+//! Rows of the ledger's tables and their conversion to domain types.
+
+use crewbus_domain::{
+    Agent, BusError, BusResult, Locator, Member, Message, Publication, Receipt, Team, TokenHash,
+};
+use uuid::Uuid;
+
+use crate::codec::{Ts, from_db, opt};
+
+pub(crate) const TEAM_COLUMNS: &str = "id, name, body_backend, inbox, created_at";
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct TeamRow {
+    id: Uuid,
+    name: String,
+    body_backend: String,
+    inbox: String,
+    created_at: Ts,
+}
+
+impl From<TeamRow> for Team {
+    fn from(r: TeamRow) -> Team {
+        Team {
+            id: r.id,
+            name: r.name,
+            body_backend: r.body_backend,
+            inbox: r.inbox,
+            created_at: r.created_at.0,
+        }
+    }
+}
+
+pub(crate) const AGENT_COLUMNS: &str =
+    "a.id, a.team_id, a.name, a.recipient_key, a.token_hash, a.created_at, a.revoked_at";
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct AgentRow {
+    id: Uuid,
+    team_id: Uuid,
+    name: String,
+    recipient_key: String,
+    token_hash: Vec<u8>,
+    created_at: Ts,
+    revoked_at: Option<Ts>,
+}
+
+impl TryFrom<AgentRow> for Agent {
+    type Error = BusError;
+    fn try_from(r: AgentRow) -> BusResult<Agent> {
+        let hash: [u8; 32] = r
+            .token_hash
+            .try_into()
+            .map_err(|_| BusError::invalid("stored token hash is not 32 bytes"))?;
+        Ok(Agent {
+            id: r.id,
+            team: r.team_id,
+            name: r.name,
+            recipient_key: r.recipient_key,
+            token_hash: TokenHash(hash),
+            created_at: r.created_at.0,
+            revoked_at: opt(r.revoked_at),
+        })
+    }
+}
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct MemberRow {
+    pub(crate) conversation_id: Uuid,
+    agent_id: Uuid,
+    recipient_key: String,
+    joined_at: Ts,
+}
+
+impl From<MemberRow> for Member {
+    fn from(r: MemberRow) -> Member {
+        Member {
+            agent: r.agent_id,
+            recipient_key: r.recipient_key,
+            joined_at: r.joined_at.0,
+        }
+    }
+}
+
+pub(crate) const MESSAGE_COLUMNS: &str = "m.id, m.team_id, m.conversation_id, m.seq, m.sender_id, \
+     m.request_id, m.body_sha256, m.body_len, m.backend, m.publication, m.locator, m.failure, \
+     m.sent_at, m.stored_at, m.retained_at";
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct MessageRow {
+    id: Uuid,
+    team_id: Uuid,
+    conversation_id: Uuid,
+    seq: i64,
+    sender_id: Uuid,
+    request_id: String,
+    body_sha256: String,
+    body_len: i64,
+    backend: String,
+    publication: String,
+    locator: Option<String>,
+    failure: Option<String>,
+    sent_at: Ts,
+    stored_at: Option<Ts>,
+    retained_at: Option<Ts>,
+}
+
+pub(crate) fn publication_of(name: &str) -> BusResult<Publication> {
+    [
+        Publication::Stored,
+        Publication::PendingPublication,
+        Publication::Failed,
+    ]
+    .into_iter()
+    .find(|p| p.as_str() == name)
+    .ok_or_else(|| BusError::invalid("stored publication state is unknown"))
+}
+
+impl TryFrom<MessageRow> for Message {
+    type Error = BusError;
+    fn try_from(r: MessageRow) -> BusResult<Message> {
+        Ok(Message {
+            id: r.id,
+            team: r.team_id,
+            conversation: r.conversation_id,
+            seq: from_db(r.seq),
+            sender: r.sender_id,
+            request_id: r.request_id,
+            body_sha256: r.body_sha256,
+            body_len: from_db(r.body_len),
+            backend: r.backend,
+            locator: r.locator.map(Locator),
+            publication: publication_of(&r.publication)?,
+            sent_at: r.sent_at.0,
+            stored_at: opt(r.stored_at),
+            retained_at: opt(r.retained_at),
+            failure: r.failure,
+        })
+    }
+}
+
+pub(crate) const RECEIPT_COLUMNS: &str =
+    "message_id, recipient_id, recipient_key, stored_at, delivered_at, acknowledged_at";
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct ReceiptRow {
+    message_id: Uuid,
+    recipient_id: Uuid,
+    recipient_key: String,
+    stored_at: Option<Ts>,
+    delivered_at: Option<Ts>,
+    acknowledged_at: Option<Ts>,
+}
+
+impl From<ReceiptRow> for Receipt {
+    fn from(r: ReceiptRow) -> Receipt {
+        Receipt {
+            message: r.message_id,
+            recipient: r.recipient_id,
+            recipient_key: r.recipient_key,
+            stored_at: opt(r.stored_at),
+            delivered_at: opt(r.delivered_at),
+            acknowledged_at: opt(r.acknowledged_at),
+        }
+    }
+}

@@ -1,0 +1,169 @@
+//! `SqliteLedger::settle`: the fence, then each applied settlement written in call order, in
+//! one write transaction.
+//!
+//! 1. The live slots named by the batch (not failed, lease unexpired at `at`) are read with
+//!    their generation and their message's place; the write transaction is exclusive, so they
+//!    cannot change before the commit.
+//! 2. The fence is decided settlement by settlement in call order: a settlement applies only
+//!    when its slot was read live with the same generation and no earlier settlement of this
+//!    call applied to it (an applied one releases the lease); everything else is `Stale`.
+//! 3. Each applied settlement is written at once: `Confirmed` (message stored, receipts'
+//!    `stored_at`, inbox events by recipient key, slot deleted), `Retryable`/`Uncertain` (slot
+//!    backs off), `Fatal` (slot and message failed). SQLite runs in process, so a statement per
+//!    row costs no round trip; inbox events get their `ord` in call order, as on Postgres.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, Utc};
+use crewbus_domain::{
+    BusResult, ReferencePayload, SettleOutcome, Settlement, SlotOutcome, validate_batch,
+};
+use sqlx::SqliteConnection;
+use uuid::Uuid;
+
+use super::SqliteLedger;
+use crate::codec::{Ts, from_db, marks};
+
+const WHAT: &str = "settle";
+
+/// A slot live at the settle time, with its message's place.
+#[derive(sqlx::FromRow)]
+struct LiveSlot {
+    id: Uuid,
+    generation: i64,
+    message_id: Uuid,
+    team_id: Uuid,
+    conversation_id: Uuid,
+    seq: i64,
+}
+
+impl SqliteLedger {
+    /// Writes one applied settlement of `slot`.
+    async fn apply(
+        &self,
+        conn: &mut SqliteConnection,
+        slot: &LiveSlot,
+        outcome: &SlotOutcome,
+        at: DateTime<Utc>,
+    ) -> BusResult<()> {
+        let db = self.db(WHAT);
+        match outcome {
+            SlotOutcome::Confirmed { locator } => {
+                sqlx::query(
+                    "UPDATE messages SET publication = 'stored', locator = ?, stored_at = ?
+                     WHERE id = ?",
+                )
+                .bind(locator.as_str())
+                .bind(Ts(at))
+                .bind(slot.message_id)
+                .execute(&mut *conn)
+                .await
+                .map_err(&db)?;
+                sqlx::query("UPDATE receipts SET stored_at = ? WHERE message_id = ?")
+                    .bind(Ts(at))
+                    .bind(slot.message_id)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(&db)?;
+                sqlx::query("DELETE FROM outbox_slots WHERE id = ?")
+                    .bind(slot.id)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(&db)?;
+                let payload = ReferencePayload {
+                    message: slot.message_id,
+                    conversation: slot.conversation_id,
+                    seq: from_db(slot.seq),
+                }
+                .to_json();
+                self.enqueue_inbox_events(conn, slot.team_id, slot.message_id, &payload, at)
+                    .await?;
+            }
+            SlotOutcome::Retryable {
+                error,
+                next_attempt_at,
+            }
+            | SlotOutcome::Uncertain {
+                error,
+                next_attempt_at,
+            } => {
+                sqlx::query(
+                    "UPDATE outbox_slots
+                     SET attempts = min(attempts + 1, 2147483647), uncertain = ?,
+                         next_attempt_at = ?, leased_until = NULL, last_error = ?
+                     WHERE id = ?",
+                )
+                .bind(matches!(outcome, SlotOutcome::Uncertain { .. }))
+                .bind(Ts(*next_attempt_at))
+                .bind(error.code())
+                .bind(slot.id)
+                .execute(&mut *conn)
+                .await
+                .map_err(&db)?;
+            }
+            SlotOutcome::Fatal { error } => {
+                sqlx::query(
+                    "UPDATE outbox_slots SET failed = 1, leased_until = NULL, last_error = ?
+                     WHERE id = ?",
+                )
+                .bind(error.code())
+                .bind(slot.id)
+                .execute(&mut *conn)
+                .await
+                .map_err(&db)?;
+                sqlx::query("UPDATE messages SET publication = 'failed', failure = ? WHERE id = ?")
+                    .bind(error.code())
+                    .bind(slot.message_id)
+                    .execute(&mut *conn)
+                    .await
+                    .map_err(&db)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+pub(super) async fn settle(
+    ledger: &SqliteLedger,
+    settlements: &[Settlement],
+    at: DateTime<Utc>,
+) -> BusResult<Vec<SettleOutcome>> {
+    validate_batch(settlements.len())?;
+    if settlements.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut ids: Vec<Uuid> = settlements.iter().map(|s| s.slot).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut tx = ledger.begin(WHAT).await?;
+    let sql = format!(
+        "SELECT s.id, s.generation, s.message_id, s.team_id, m.conversation_id, m.seq
+         FROM outbox_slots s JOIN messages m ON m.id = s.message_id
+         WHERE s.tenant = ? AND s.failed = 0 AND s.leased_until > ? AND s.id IN ({})",
+        marks(ids.len())
+    );
+    let mut query = sqlx::query_as::<_, LiveSlot>(&sql)
+        .bind(ledger.tenant.as_str())
+        .bind(Ts(at));
+    for id in &ids {
+        query = query.bind(*id);
+    }
+    let rows = query.fetch_all(&mut *tx).await.map_err(ledger.db(WHAT))?;
+    let mut live: HashMap<Uuid, LiveSlot> = rows.into_iter().map(|r| (r.id, r)).collect();
+    let mut outcomes = Vec::with_capacity(settlements.len());
+    for s in settlements {
+        let current = live
+            .get(&s.slot)
+            .is_some_and(|r| i64::try_from(s.generation) == Ok(r.generation));
+        // An applied settlement releases the lease: the same slot again is stale.
+        match current.then(|| live.remove(&s.slot)).flatten() {
+            Some(slot) => {
+                ledger.apply(&mut tx, &slot, &s.outcome, at).await?;
+                outcomes.push(SettleOutcome::Applied);
+            }
+            None => outcomes.push(SettleOutcome::Stale),
+        }
+    }
+    ledger.commit(tx, WHAT).await?;
+    Ok(outcomes)
+}
