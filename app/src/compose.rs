@@ -1,14 +1,16 @@
 //! The composition root: the only module that names adapters. It picks them from the
 //! configuration and hands the use cases ports.
 //!
-//! - No `[database]`: memory for every port (the embedded default).
+//! - `[storage] kind` (see [`Config::store`]): `sqlite` — the default without `[database]` — the
+//!   embedded store in the data directory for every port (a new team's default body backend is
+//!   `sqlite`); `memory` for every port (nothing outlives the process).
 //! - `[database]`: Postgres ledger, journal, inbox and bodies; a new team's default body backend
 //!   is `postgres`.
 //! - `[nats]`: JetStream bodies and inbox are available by name (`jetstream`) for teams whose
 //!   streams are provisioned; the team's records choose.
 //!
-//! - `[push]`: the operator push outbox over the push store of the same choice (memory, or
-//!   Postgres with a database), sealed with the local key ring when one is configured — always for
+//! - `[push]`: the operator push outbox over the push store of the same choice (memory, SQLite,
+//!   or Postgres with a database), sealed with the local key ring when one is configured — always for
 //!   Postgres: a Postgres push store without `[push.key_ring]` is refused unless
 //!   `push.allow_unsealed`. The delivery worker is built from the sealed outbox over the journal
 //!   the ledger writes into. With neither destinations nor a key ring configured there is no push
@@ -29,6 +31,9 @@ use crewbus_memory::{
 use crewbus_ports::{Backends, Clock, Journal, KeyRing, Ledger, PushStore, SystemClock, Wakeups};
 use crewbus_postgres::{
     PostgresBackends, PostgresLedger, PostgresPushStore, PostgresSettings, PostgresWakeups,
+};
+use crewbus_sqlite::{
+    SqliteBackends, SqliteConfig, SqliteLedger, SqlitePools, SqlitePushStore, SqliteSettings,
 };
 use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
@@ -60,7 +65,8 @@ pub struct MemoryParts {
     pub backends: MemoryBackends,
 }
 
-/// Builds the ports the configuration asks for, on the system clock.
+/// Builds the ports the configuration asks for, on the system clock, as a command beside the
+/// server ([`Opener::Operator`]: the embedded store must exist; `serve` uses [`compose_server`]).
 ///
 /// Errors: a database or broker that cannot be reached at start-up → `Unavailable`; bad limits →
 /// `Invalid`.
@@ -68,14 +74,114 @@ pub async fn compose(config: &Config) -> BusResult<Composed> {
     compose_with_clock(config, Arc::new(SystemClock)).await
 }
 
+/// [`compose`] for `crewbus serve`: the embedded store is created when missing and migrated
+/// (the caller holds its data directory's `serve.lock`).
+pub async fn compose_server(config: &Config) -> BusResult<Composed> {
+    compose_as(config, Opener::Server, Arc::new(SystemClock)).await
+}
+
 /// [`compose`] with an injected clock.
 pub async fn compose_with_clock(config: &Config, clock: Arc<dyn Clock>) -> BusResult<Composed> {
-    if config.database.is_some() {
-        let pool = connect(config).await?;
-        return postgres_with_pool(config, pool, clock).await;
+    compose_as(config, Opener::Operator, clock).await
+}
+
+/// Who opens the store, which decides what may be created and migrated on the embedded store
+/// (Postgres migrates per `database.migrate_on_start` either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Opener {
+    /// `crewbus serve`: creates the embedded store when missing and applies its migrations.
+    Server,
+    /// A command beside a running server (`team`, `agent`, `push`, `load`, `backup`): creates
+    /// nothing, migrates nothing, and refuses a store whose schema is not this build's.
+    Operator,
+}
+
+/// The ports of `config`'s store (`storage.kind`, or `[database]`), opened as `opener`.
+pub async fn compose_as(
+    config: &Config,
+    opener: Opener,
+    clock: Arc<dyn Clock>,
+) -> BusResult<Composed> {
+    match config.store()? {
+        StorageKind::Postgres => {
+            let pool = connect(config).await?;
+            postgres_with_pool(config, pool, clock).await
+        }
+        StorageKind::Sqlite => {
+            let pools = open_sqlite(config, opener).await?;
+            sqlite_with(config, pools, clock, Arc::new(MemoryWakeups::new()))
+        }
+        StorageKind::Memory => Ok(memory_with_clock(config, clock)?.0),
     }
-    let (composed, _) = memory_with_clock(config, clock)?;
-    Ok(composed)
+}
+
+/// Opens the embedded store of `config` (`<data_dir>/crewbus.db`, the busy timeout of
+/// `storage.busy_timeout_ms`): as the server, creating and migrating it; as an operator, only
+/// an existing store of this build's schema.
+///
+/// Errors: no data directory → `Invalid`; the store missing (operator) → `NotProvisioned`
+/// naming the path; the schema not this build's (operator) → `Conflict`; the file unusable →
+/// `Invalid`/`Unavailable`.
+pub async fn open_sqlite(config: &Config, opener: Opener) -> BusResult<SqlitePools> {
+    let path = crate::config::database_path(&config.storage.data_dir()?);
+    let pools = crewbus_sqlite::open(
+        &path,
+        &SqliteConfig {
+            create_if_missing: opener == Opener::Server,
+            busy_timeout: Duration::from_millis(config.storage.busy_timeout_ms()),
+            ..SqliteConfig::default()
+        },
+    )
+    .await?;
+    match opener {
+        Opener::Server => crewbus_sqlite::migrate(&pools).await?,
+        Opener::Operator => crewbus_sqlite::check_schema(&pools).await?,
+    }
+    Ok(pools)
+}
+
+/// The embedded store for the ledger, journal, push store, inbox and bodies over `pools`;
+/// waiting fetches are woken in process by `wakeups` (one server per store: `serve.lock`).
+pub fn sqlite_with(
+    config: &Config,
+    pools: SqlitePools,
+    clock: Arc<dyn Clock>,
+    wakeups: Arc<dyn Wakeups>,
+) -> BusResult<Composed> {
+    let settings = BusSettings::from_config(&config.bus);
+    let path = pools.path().display().to_string();
+    let ledger = SqliteLedger::new(pools.clone(), config.tenant.clone());
+    let journal: Arc<dyn Journal> = Arc::new(ledger.journal());
+    let push_store: Arc<dyn PushStore> =
+        Arc::new(SqlitePushStore::new(pools.clone(), config.tenant.clone()));
+    let registry = SqliteBackends::new(
+        pools,
+        clock.clone(),
+        SqliteSettings {
+            max_body_bytes: config.bus.max_body_bytes,
+            ack_wait: settings.handout_grace,
+            ..SqliteSettings::default()
+        },
+    );
+    let stores = Stores {
+        ledger: Arc::new(ledger),
+        registry: Arc::new(registry),
+        journal,
+        push_store,
+        persistent: true,
+        wakeups,
+    };
+    finish(config, settings, clock, stores, |push| {
+        format!(
+            "ledger=sqlite inbox=sqlite bodies=sqlite{}{} (embedded store {path})",
+            if config.nats.is_some() {
+                ", jetstream by team"
+            } else {
+                ""
+            },
+            describe_push(push, "sqlite"),
+        )
+    })
 }
 
 /// Connects the pool `[database]` describes. Errors: no `[database]` → `Invalid`; the database
@@ -457,6 +563,23 @@ pub fn stream_admin(config: &Config) -> BusResult<Arc<dyn crewbus_ports::StreamA
         config,
         &settings,
     ))))
+}
+
+/// `crewbus backup --to FILE`: an online copy of the embedded store (`VACUUM INTO`), opened
+/// beside the running server. Errors: another store → `Invalid`; as [`open_sqlite`] and
+/// `crewbus_sqlite::backup_to` (`Conflict` when `to` exists).
+pub async fn backup(config: &Config, to: &std::path::Path) -> BusResult<()> {
+    if config.store()? != StorageKind::Sqlite {
+        return Err(BusError::invalid(format!(
+            "crewbus backup copies the embedded store; this configuration's store is {} (for \
+             Postgres use pg_dump; the memory store has nothing to keep)",
+            config.store()?.name()
+        )));
+    }
+    let pools = open_sqlite(config, Opener::Operator).await?;
+    let copied = crewbus_sqlite::backup_to(&pools, to).await;
+    pools.close().await;
+    copied
 }
 
 /// Applies pending Postgres migrations; returns the versions applied now (empty when the schema

@@ -8,8 +8,10 @@ use serde_json::json;
 
 use crate::cli::dev_team::{self, DevAgent, DevTokens};
 use crate::cli::embedded::Prepared;
-use crate::cli::{AgentCommand, BackendChoice, HealthArgs, ServeArgs, StreamCommand, TeamCommand};
-use crate::compose::compose;
+use crate::cli::{
+    AgentCommand, BackendChoice, BackupArgs, HealthArgs, ServeArgs, StreamCommand, TeamCommand,
+};
+use crate::compose::{compose, compose_server};
 use crate::config::Config;
 use crate::server::Server;
 use crate::shutdown::Shutdown;
@@ -46,7 +48,7 @@ pub async fn serve(
     if let Some(p) = &embedded {
         say_embedded(p, json);
     }
-    let composed = compose(&config).await?;
+    let composed = compose_server(&config).await?;
     tracing::info!(adapters = %composed.description, "composed");
     let bus = composed.bus;
     // Listen first: an address in use is refused before any dev agent or token is set up.
@@ -200,6 +202,28 @@ pub async fn migrate(config: Config, json: bool) -> BusResult<ExitCode> {
             "applied {} migration(s): {}",
             applied.len(),
             applied.join(", ")
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `crewbus backup --to FILE`: copies the embedded store online and prints the copy's path and
+/// size (`--json`: `{backup, bytes, seconds}`). Errors: as [`crate::compose::backup`].
+pub async fn backup(config: Config, args: BackupArgs, json: bool) -> BusResult<ExitCode> {
+    let started = std::time::Instant::now();
+    crate::compose::backup(&config, &args.to).await?;
+    let bytes = std::fs::metadata(&args.to).map(|m| m.len()).unwrap_or(0);
+    let seconds = started.elapsed().as_secs_f64();
+    if json {
+        println!(
+            "{}",
+            json!({"backup": args.to, "bytes": bytes, "seconds": seconds})
+        );
+    } else {
+        println!(
+            "backed up the embedded store to {} ({bytes} bytes in {seconds:.1} s); keep \
+             master.key with it",
+            args.to.display()
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -12,8 +12,10 @@ use super::redact_url;
 /// A body backend a team can use.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum BackendChoice {
-    /// In-process memory (the embedded default; forgets everything on stop).
+    /// In-process memory (forgets everything on stop).
     Memory,
+    /// SQLite, in the embedded store's own file (stored in the send transaction).
+    Sqlite,
     /// Postgres, in the ledger's own database (stored in the send transaction).
     Postgres,
     /// NATS JetStream (the team's streams come from `team add --provision` or `crewbus stream
@@ -26,6 +28,7 @@ impl BackendChoice {
     pub fn name(self) -> &'static str {
         match self {
             BackendChoice::Memory => "memory",
+            BackendChoice::Sqlite => "sqlite",
             BackendChoice::Postgres => "postgres",
             BackendChoice::Jetstream => "jetstream",
         }
