@@ -36,6 +36,8 @@ macro_rules! tests {
     };
 }
 
+#[path = "sqlite/adapters.rs"]
+mod adapters;
 #[path = "sqlite/busy.rs"]
 mod busy;
 #[path = "sqlite/concurrency.rs"]
@@ -238,7 +240,13 @@ fn main() {
         crewbus_conformance::ledger_trials("sqlite", Arc::new(SqliteLedgerFactory), &shared);
     let wakeups =
         Suite::new(Arc::new(NoCrossServerWakeups), &shared).trials("sqlite", wakeups_behaviours());
-    let own = [concurrency::TESTS, durability::TESTS, busy::TESTS].concat();
+    let own = [
+        adapters::TESTS,
+        concurrency::TESTS,
+        durability::TESTS,
+        busy::TESTS,
+    ]
+    .concat();
     // This target's own tests on a runtime of their own, as they load the store hard.
     let own_suite = Suite::new(Arc::new(NoFixture), &crewbus_conformance::runtime());
     let own = own

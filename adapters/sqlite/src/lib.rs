@@ -81,3 +81,70 @@ pub async fn migrate(pools: &SqlitePools) -> BusResult<()> {
         }
     }
 }
+
+/// Checks, without changing anything, that the store behind `pools` has exactly the schema this
+/// build expects: for operator commands, which open an existing store and must not migrate it
+/// behind the server's back.
+///
+/// Errors: no migration applied (an empty or foreign SQLite file) or some still pending →
+/// `NotProvisioned` naming the path, remedy "start the server" (it migrates at start); a
+/// migration applied that this build does not know (a store of a newer crewbus) → `Conflict`;
+/// the store busy or unreadable → `Unavailable`.
+///
+/// SQLite reports a missing table only as the generic `SQLITE_ERROR`, which the error mapping
+/// does not tell from any other refused statement (it never reads message text): without this
+/// check a statement on an unmigrated store answers `Invalid`.
+pub async fn check_schema(pools: &SqlitePools) -> BusResult<()> {
+    let what = "schema check";
+    let not_provisioned = || BusError::NotProvisioned {
+        what: format!("sqlite schema of {}", pools.path().display()),
+        remedy: "start the server once (it applies the migrations)".to_owned(),
+    };
+    let has_table: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '_sqlx_migrations'",
+    )
+    .fetch_one(pools.reader())
+    .await
+    .map_err(pools.db(what))?;
+    if has_table == 0 {
+        return Err(not_provisioned());
+    }
+    let applied: Vec<i64> =
+        sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success = 1")
+            .fetch_all(pools.reader())
+            .await
+            .map_err(pools.db(what))?;
+    let known: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
+    if applied.iter().any(|v| !known.contains(v)) {
+        return Err(BusError::conflict(format!(
+            "sqlite schema of {} is newer than this build",
+            pools.path().display()
+        )));
+    }
+    if known.iter().any(|v| !applied.contains(v)) {
+        return Err(not_provisioned());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn an_unmigrated_store_is_not_provisioned_until_migrated() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SqliteConfig {
+            create_if_missing: true,
+            ..SqliteConfig::default()
+        };
+        let pools = open(dir.path().join("bus.db"), &config).await.unwrap();
+        let e = check_schema(&pools).await.unwrap_err();
+        assert!(matches!(e, BusError::NotProvisioned { .. }), "{e:?}");
+        migrate(&pools).await.unwrap();
+        check_schema(&pools).await.unwrap();
+        migrate(&pools).await.unwrap();
+        check_schema(&pools).await.unwrap();
+        pools.close().await;
+    }
+}
