@@ -28,10 +28,7 @@ fn main() -> ExitCode {
     // beside the running server and refuses a missing one.
     let prepared = match crewbus::embedded::prepare(&cli.command, &mut config) {
         Ok(p) => p,
-        Err(e) => {
-            eprintln!("crewbus: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(e) => return fail(&anyhow::Error::new(e)),
     };
     // What only the composition can check (push destinations and their secrets, the key ring,
     // the listener URL) is configuration too: refused here, exit 2, for every command that
@@ -54,21 +51,25 @@ fn main() -> ExitCode {
     };
     match runtime.block_on(run(cli, config, prepared)) {
         Ok(code) => code,
-        Err(e) => {
-            if cli_json_requested() {
-                let code = e
-                    .downcast_ref::<crewbus_domain::BusError>()
-                    .map_or("internal", crewbus_domain::BusError::code);
-                println!(
-                    "{}",
-                    serde_json::json!({"error": {"code": code, "message": format!("{e:#}")}})
-                );
-            } else {
-                eprintln!("crewbus: {e:#}");
-            }
-            ExitCode::FAILURE
-        }
+        Err(e) => fail(&e),
     }
+}
+
+/// Reports a command's failure (`--json`: `{"error": {code, message}}` on stdout, else a line on
+/// stderr) and returns exit code 1.
+fn fail(e: &anyhow::Error) -> ExitCode {
+    if cli_json_requested() {
+        let code = e
+            .downcast_ref::<crewbus_domain::BusError>()
+            .map_or("internal", crewbus_domain::BusError::code);
+        println!(
+            "{}",
+            serde_json::json!({"error": {"code": code, "message": format!("{e:#}")}})
+        );
+    } else {
+        eprintln!("crewbus: {e:#}");
+    }
+    ExitCode::FAILURE
 }
 
 fn cli_json_requested() -> bool {

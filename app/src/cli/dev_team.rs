@@ -360,7 +360,7 @@ mod tests {
     }
 
     async fn embedded_bus() -> Bus {
-        let config = crate::config::Config::from_toml("").unwrap();
+        let config = crate::config::Config::from_toml("[storage]\nkind = \"memory\"").unwrap();
         crate::compose::compose(&config).await.unwrap().bus
     }
 

@@ -135,16 +135,18 @@ pub async fn run_push_command(
     }
 }
 
-/// `crewbus push …`: composes the configured deployment (a database is needed: the embedded
-/// default keeps registrations only inside a running server) and prints the command's output.
+/// `crewbus push …`: composes the configured deployment beside its server (the embedded store or
+/// Postgres: the memory store keeps registrations only inside a running server) and prints the
+/// command's output.
 ///
-/// Errors: no `[database]` → `Invalid`; composition errors (a Postgres push store without a key
+/// Errors: the memory store → `Invalid`; composition errors (a Postgres push store without a key
 /// ring while destinations are configured, unless `allow_unsealed`); the store's.
 pub async fn push(config: Config, cmd: PushCommand, json: bool) -> BusResult<ExitCode> {
-    if config.database.is_none() {
+    if config.store()? == crate::config::StorageKind::Memory {
         return Err(BusError::invalid(
-            "push commands need a database: the embedded default keeps push registrations only \
-             inside a running `crewbus serve`. Configure [database] (CREWBUS_DATABASE__URL)",
+            "push commands need a store that outlives a process: the memory store keeps push \
+             registrations only inside a running `crewbus serve`. Use the embedded store (the \
+             default) or configure [database] (CREWBUS_DATABASE__URL)",
         ));
     }
     let composed = crate::compose::compose(&config).await?;

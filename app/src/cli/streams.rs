@@ -87,10 +87,10 @@ fn change_text(c: &QuotaChange) -> String {
     )
 }
 
-/// The team id for `team` (an id, or a name looked up in the configured database), and the bus
-/// when a database is configured.
+/// The team id for `team` (an id, or a name looked up in the configured store), and the bus
+/// when the store outlives a process (the embedded store or Postgres).
 async fn resolve_team(config: &Config, team: &str) -> BusResult<(Uuid, Option<Bus>)> {
-    if config.database.is_some() {
+    if config.store()? != crate::config::StorageKind::Memory {
         let bus = compose(config).await?.bus;
         let t = bus.find_team(team).await?;
         return Ok((t.id, Some(bus)));

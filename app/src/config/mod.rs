@@ -485,12 +485,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn embedded_default_is_memory_on_loopback() {
+    fn embedded_default_is_the_sqlite_store_on_loopback() {
         let c = Config::from_toml("").unwrap();
         assert_eq!(c.listen.to_string(), DEFAULT_LISTEN);
         assert!(c.database.is_none() && c.nats.is_none());
         assert_eq!(c.bus.max_body_bytes, MAX_BODY_BYTES);
-        assert!(c.describe().starts_with("ledger=memory"));
+        assert_eq!(c.store().unwrap(), StorageKind::Sqlite);
+        assert!(c.describe().starts_with("ledger=sqlite"));
+        let memory = Config::from_toml("[storage]\nkind = \"memory\"").unwrap();
+        assert_eq!(memory.store().unwrap(), StorageKind::Memory);
+        assert!(memory.describe().starts_with("ledger=memory"));
+    }
+
+    #[test]
+    fn a_store_contradicting_the_database_section_is_refused() {
+        let err = Config::from_toml(
+            "[storage]\nkind = \"sqlite\"\n[database]\nurl = \"postgres://h/db\"",
+        )
+        .unwrap_err();
+        assert!(matches!(err, BusError::Invalid { .. }), "{err:?}");
+        let err = Config::from_toml("[storage]\nkind = \"postgres\"").unwrap_err();
+        assert!(matches!(err, BusError::Invalid { .. }), "{err:?}");
+        let err = Config::from_toml("[storage]\nkind = \"tape\"").unwrap_err();
+        assert!(matches!(err, BusError::Invalid { .. }), "{err:?}");
     }
 
     #[test]

@@ -39,10 +39,11 @@ pub struct LoadTeam {
 /// (provisioning JetStream streams when the backend is `jetstream`), spreading agents over the
 /// URLs. Errors: no database configured → `Invalid`; ledger or broker failures as returned.
 pub async fn create_teams(config: &Config, args: &LoadArgs) -> BusResult<Vec<LoadTeam>> {
-    if config.database.is_none() {
+    if config.store()? == crate::config::StorageKind::Memory {
         return Err(BusError::invalid(
-            "load needs agents: configure [database] (CREWBUS_DATABASE__URL) so it can create \
-             teams, or pass --token/--tokens-file",
+            "load needs agents: on the memory store it cannot create teams beside the server; \
+             use the embedded store (the default) or [database] (CREWBUS_DATABASE__URL), or \
+             pass --token/--tokens-file",
         ));
     }
     let bus = crate::compose::compose(config).await?.bus;
