@@ -129,7 +129,7 @@ def _serve(args: list[str], workdir: Path, log: Path, agents_in_output: bool) ->
         proc = subprocess.Popen(
             args,
             cwd=workdir,
-            env=child_env({"XDG_STATE_HOME": str(workdir / "state"), "HOME": str(workdir)}),
+            env=child_env({"XDG_DATA_HOME": str(workdir / "data"), "HOME": str(workdir)}),
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=err,
@@ -174,10 +174,11 @@ def _wait_healthy(url: str, proc: subprocess.Popen, deadline: float) -> None:
 
 @contextlib.contextmanager
 def memory_server(binary: str) -> Iterator[Crewbus]:
-    """crewbus on the embedded default with a dev team `mcp` and agents alice and bob."""
+    """crewbus on the memory store (`serve --ephemeral`) with a dev team `mcp` and agents alice
+    and bob."""
     with tempfile.TemporaryDirectory(prefix="crewbus-mcp-mem-") as d:
         work = Path(d)
-        args = [binary, "--json", "serve", "--listen", "127.0.0.1:0", "--dev-team", "mcp"]
+        args = [binary, "--json", "serve", "--ephemeral", "--listen", "127.0.0.1:0", "--dev-team", "mcp"]
         for a in AGENTS:
             args += ["--dev-agent", a]
         with _serve(args, work, work / "crewbus.log", agents_in_output=True) as (url, tokens):

@@ -11,8 +11,14 @@ use std::time::{Duration, Instant};
 
 fn crewbus() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_crewbus"));
+    // Never the user's own embedded store: a data directory no test creates, unless a test
+    // passes its own (`--data-dir`, `XDG_DATA_HOME`).
     c.env_remove("CREWBUS_DATABASE__URL")
         .env_remove("CREWBUS_CONFIG")
+        .env(
+            "XDG_DATA_HOME",
+            std::env::temp_dir().join("crewbus-cli-tests-no-store"),
+        )
         .current_dir(std::env::temp_dir());
     c
 }
@@ -125,9 +131,34 @@ fn push_configuration_errors_exit_2_naming_their_key() {
 
 #[test]
 fn operator_commands_explain_what_they_need() {
-    let out = crewbus().args(["team", "list"]).output().unwrap();
+    // On the memory store, the command says it needs a store that outlives a process.
+    let out = crewbus()
+        .args(["--json", "team", "list"])
+        .env("CREWBUS_STORAGE__KIND", "memory")
+        .output()
+        .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("database"));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["error"]["code"], "invalid");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("[database]")
+    );
+    // On the embedded store that no `serve` has created yet, it names the store and the fix.
+    let home = tempfile::tempdir().unwrap();
+    let out = crewbus()
+        .args(["team", "list"])
+        .env("XDG_DATA_HOME", home.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("crewbus serve") && err.contains("crewbus.db"),
+        "{err}"
+    );
     let out = crewbus()
         .args(["--json", "stream", "usage"])
         .output()
@@ -479,13 +510,13 @@ fn me(addr: &str, token: &str) -> (u16, serde_json::Value) {
 }
 
 #[test]
-fn serve_on_the_embedded_store_sets_up_alice_and_bob_and_reuses_their_tokens() {
+fn serve_on_the_memory_store_sets_up_alice_and_bob_and_reuses_their_tokens() {
     let state = tempfile::tempdir().unwrap();
     let dir = state.path().join("state");
 
     // First start, human output: the agents, the tokens file, the host configuration.
     let mut child = crewbus()
-        .arg("serve")
+        .args(["serve", "--ephemeral"])
         .arg("--data-dir")
         .arg(&dir)
         .env("CREWBUS_LISTEN", "127.0.0.1:0")
@@ -557,7 +588,7 @@ fn serve_on_the_embedded_store_sets_up_alice_and_bob_and_reuses_their_tokens() {
 
     // Second start (a fresh memory store), --json: the same tokens, and they work.
     let mut child = crewbus()
-        .args(["--json", "serve"])
+        .args(["--json", "serve", "--ephemeral"])
         .arg("--data-dir")
         .arg(&dir)
         .env("CREWBUS_LISTEN", "127.0.0.1:0")

@@ -37,32 +37,34 @@ struct Serve {
 impl Serve {
     /// Starts `serve` on a free loopback port and reads its dev agents and address.
     fn start(home: &Path) -> Serve {
-        let mut child = crewbus(home)
+        let child = crewbus(home)
             .args(["--json", "serve", "--listen", "127.0.0.1:0"])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap();
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut tokens = std::collections::HashMap::new();
+        // Owned by `Serve` at once, so a failed read below still kills and reaps it.
+        let mut serve = Serve {
+            child,
+            tokens: std::collections::HashMap::new(),
+            url: String::new(),
+        };
+        let mut lines = BufReader::new(serve.child.stdout.take().unwrap()).lines();
         loop {
-            let line = lines
-                .next()
-                .expect("serve printed its address")
-                .unwrap();
+            let line = lines.next().expect("serve printed its address").unwrap();
             let v: Value = serde_json::from_str(&line).unwrap();
             if let Some(url) = v["listening"].as_str() {
+                serve.url = url.to_owned();
                 // Drain the rest of stdout so the server never blocks on a full pipe.
                 std::thread::spawn(move || for _ in lines.by_ref() {});
-                return Serve {
-                    child,
-                    tokens,
-                    url: url.to_owned(),
-                };
+                return serve;
             }
-            tokens.insert(
+            serve.tokens.insert(
                 v["name"].as_str().unwrap().to_owned(),
-                v["token"].as_str().expect("a fresh dev agent has a token").to_owned(),
+                v["token"]
+                    .as_str()
+                    .expect("a fresh dev agent has a token")
+                    .to_owned(),
             );
         }
     }
@@ -131,7 +133,10 @@ async fn serve_with_no_configuration_keeps_a_conversation_across_a_restart() {
     );
 
     let second = Serve::start(home.path());
-    assert_eq!(second.tokens["bob"], bob, "the dev agents keep their tokens");
+    assert_eq!(
+        second.tokens["bob"], bob,
+        "the dev agents keep their tokens"
+    );
     let (status, history) = call(
         &second.url,
         &bob,
@@ -154,7 +159,11 @@ async fn serve_with_no_configuration_keeps_a_conversation_across_a_restart() {
     .await;
     assert_eq!(status, 200, "{page}");
     let deliveries = page["deliveries"].as_array().unwrap();
-    assert_eq!(deliveries.len(), 1, "bob's delivery survived the restart: {page}");
+    assert_eq!(
+        deliveries.len(),
+        1,
+        "bob's delivery survived the restart: {page}"
+    );
     second.stop();
 }
 
@@ -173,9 +182,19 @@ async fn a_second_serve_on_the_same_data_directory_is_refused_at_once() {
         "refused at once, not after a wait"
     );
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("serve.lock"), "the message names the lock: {stderr}");
+    assert!(
+        stderr.contains("serve.lock"),
+        "the message names the lock: {stderr}"
+    );
     // The first server is untouched.
-    let (status, _) = call(&first.url, &first.tokens["alice"], "GET", "/v1/me", Value::Null).await;
+    let (status, _) = call(
+        &first.url,
+        &first.tokens["alice"],
+        "GET",
+        "/v1/me",
+        Value::Null,
+    )
+    .await;
     assert_eq!(status, 200);
     first.stop();
 }
@@ -203,7 +222,11 @@ async fn agent_revoke_beside_a_running_server_refuses_the_agents_next_call() {
         .args(["--json", "team", "add", "research"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     serve.stop();
 }
 
@@ -218,7 +241,10 @@ fn operator_commands_refuse_a_store_that_does_not_exist() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["error"]["code"], "not_found", "{v}");
     let message = v["error"]["message"].as_str().unwrap();
-    assert!(message.contains("crewbus serve"), "the fix is named: {message}");
+    assert!(
+        message.contains("crewbus serve"),
+        "the fix is named: {message}"
+    );
     assert!(
         !home.path().join("data/crewbus").exists(),
         "only serve creates the store"
@@ -256,7 +282,11 @@ async fn backup_copies_the_store_online_and_the_copy_reads_back() {
         .arg(&copy)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A second backup to the same file is refused: nothing is overwritten.
     let again = crewbus(home.path())
         .args(["backup", "--to"])

@@ -3,7 +3,7 @@
 #   openapi-spec-validator   the served /openapi.json is a valid OpenAPI 3.1 document
 #   schemathesis run         `--checks all` with a bearer token, then once without one (every
 #                            401 must be declared), a fixed seed and a bounded number of examples
-# on the memory store and on Postgres (a fresh database on the server of DATABASE_URL, set by
+# on the memory store, the embedded SQLite store and on Postgres (a fresh database on the server of DATABASE_URL, set by
 # setup_postgres). Any finding fails. The probed server runs with `bus.max_wait_ms` = 500, and
 # the document's maximum for `wait_ms` must be that value, so generated waits stay short.
 #
@@ -54,14 +54,18 @@ for line in open(path, errors="replace"):
 PY
 }
 
-# Runs `crewbus … serve` (the memory store, or Postgres when PROBE_DATABASE_URL is set) in $1 (a
+# Runs `crewbus … serve` (the memory store when PROBE_STORE is memory, Postgres when
+# PROBE_DATABASE_URL is set, else the embedded SQLite store in $1/data) in $1 (a
 # work directory) with a dev team `probe` (agents alice and bob) on a free port of 127.0.0.1;
 # sets PROBE_URL, PROBE_TOKEN (alice's) and PROBE_PID once it answers /health. The child sees
 # no CREWBUS_* variable but those set here (the server reads them as configuration).
 start_probed_server() {
   local work="$1" deadline
-  local child_env=(env -i "PATH=$PATH" "HOME=$work" "XDG_STATE_HOME=$work/state"
+  local child_env=(env -i "PATH=$PATH" "HOME=$work" "XDG_DATA_HOME=$work/data"
     "CREWBUS_BUS__MAX_WAIT_MS=$PROBE_MAX_WAIT_MS" "CREWBUS_LOG__LEVEL=warn")
+  if [ "${PROBE_STORE:-}" = memory ]; then
+    child_env+=("CREWBUS_STORAGE__KIND=memory")
+  fi
   if [ -n "${PROBE_DATABASE_URL:-}" ]; then
     child_env+=("CREWBUS_DATABASE__URL=$PROBE_DATABASE_URL")
     "${child_env[@]}" "$CREWBUS_BIN" migrate >"$work/migrate.log" 2>&1 \
@@ -113,12 +117,13 @@ show_schemathesis_log() {
   fi
 }
 
-# The probes against one store ($1: memory or postgres). Returns non-zero on any finding.
+# The probes against one store ($1: memory, sqlite or postgres). Returns non-zero on any finding.
 probe_store() {
   local store="$1" work failed=0
   work="$(mktemp -d /tmp/crewbus-probe-XXXXXX)"
   on_exit "rm -rf '$work'"
   PROBE_DATABASE_URL=""
+  PROBE_STORE="$store"
   if [ "$store" = postgres ]; then
     fresh_probe_database || return 1
   fi
@@ -189,7 +194,7 @@ run_probes() {
   fi
 
   local passed=0 failed=() store
-  for store in memory postgres; do
+  for store in memory sqlite postgres; do
     step "probes on $store: the served OpenAPI document and schemathesis --checks all"
     if probe_store "$store"; then
       passed=$(( passed + 1 ))

@@ -14,9 +14,7 @@ use std::path::{Path, PathBuf};
 use crewbus_domain::{BusError, BusResult};
 
 use crate::cli::Command;
-use crate::config::{
-    Config, LOCK_FILE, MASTER_KEY_FILE, StorageKind, database_path,
-};
+use crate::config::{Config, LOCK_FILE, MASTER_KEY_FILE, StorageKind, database_path};
 use crate::push::{KeyRingSettings, MasterKey};
 
 /// The scope keys' directory inside the data directory.
@@ -52,7 +50,7 @@ pub struct Prepared {
 /// Prepares the embedded store for `command`: [`prepare_serve`] for `serve`; for `demo`, a
 /// store that would be the embedded default becomes memory (a demo keeps nothing and never
 /// touches the data directory); [`prepare_beside`] for every other command that composes the
-/// bus. `None` but for `serve` on the embedded store.
+/// bus (a missing store is no error for `stream`, which needs it only to look a team up). `None` but for `serve` on the embedded store.
 pub fn prepare(command: &Command, config: &mut Config) -> BusResult<Option<Prepared>> {
     match command {
         Command::Serve(_) => prepare_serve(config),
@@ -63,6 +61,12 @@ pub fn prepare(command: &Command, config: &mut Config) -> BusResult<Option<Prepa
             Ok(None)
         }
         Command::Backup(_) => prepare_beside(config).map(|()| None),
+        // Stream commands need the store only to look a team up by name (`stream usage` not
+        // at all): a store not created yet is left for that lookup to report.
+        Command::Stream(_) => match prepare_beside(config) {
+            Err(BusError::NotFound { .. }) => Ok(None),
+            other => other.map(|()| None),
+        },
         c if c.composes() => prepare_beside(config).map(|()| None),
         _ => Ok(None),
     }
@@ -247,7 +251,10 @@ mod tests {
         );
         drop(p);
         let again = prepare_serve(&mut embedded(dir.path())).unwrap().unwrap();
-        assert!(again.new_master_key.is_none(), "the key is kept, not remade");
+        assert!(
+            again.new_master_key.is_none(),
+            "the key is kept, not remade"
+        );
     }
 
     #[test]

@@ -192,7 +192,10 @@ Examples:
 impl Cli {
     /// Applies the command line's store options to a loaded configuration: `--data-dir`, and
     /// `serve --ephemeral` (memory). Errors: `--ephemeral` beside `[database]` → `Invalid`.
-    pub fn apply(&self, mut config: crate::config::Config) -> crewbus_domain::BusResult<crate::config::Config> {
+    pub fn apply(
+        &self,
+        mut config: crate::config::Config,
+    ) -> crewbus_domain::BusResult<crate::config::Config> {
         if let Some(dir) = &self.data_dir {
             config.storage.data_dir = Some(dir.clone());
         }

@@ -167,7 +167,10 @@ mod tests {
             (StorageKind::Memory, true),
         ] {
             let err = kind(Some(k)).resolve(db).unwrap_err();
-            assert!(matches!(err, BusError::Invalid { .. }), "{k:?} {db}: {err:?}");
+            assert!(
+                matches!(err, BusError::Invalid { .. }),
+                "{k:?} {db}: {err:?}"
+            );
         }
     }
 
