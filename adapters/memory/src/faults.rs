@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crewbus_domain::BusError;
 
-/// A handle that makes the next publishes or reconciles of one [`crate::MemoryBodies`] fail.
+/// A handle that makes the next publishes or reconciles of one [`crate::MemoryBackend`] fail.
 ///
 /// Clones share the same queue, and every clone of the body store (including the one the
 /// [`crate::MemoryBackends`] registry caches) consults it, so a test can arm a fault on a store
@@ -130,10 +130,10 @@ mod tests {
     use crewbus_ports::{Backends, MessagingBackend};
     use uuid::Uuid;
 
-    use crate::{BodiesConfig, ManualClock, MemoryBackends, MemoryBodies, MemoryConfig};
+    use crate::{BodiesConfig, ManualClock, MemoryBackend, MemoryBackends, MemoryConfig};
 
-    fn store() -> MemoryBodies {
-        MemoryBodies::new(
+    fn store() -> MemoryBackend {
+        MemoryBackend::new(
             Uuid::new_v4(),
             BodiesConfig::default(),
             Arc::new(ManualClock::default()),

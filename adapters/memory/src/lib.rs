@@ -42,7 +42,7 @@ mod transport;
 mod wakeups;
 
 pub use backends::MemoryBackends;
-pub use bodies::MemoryBodies;
+pub use bodies::MemoryBackend;
 pub use clock::ManualClock;
 pub use config::{BodiesConfig, InboxConfig, MemoryConfig};
 pub use faults::Faults;
