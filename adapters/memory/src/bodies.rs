@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -13,6 +13,7 @@ use uuid::Uuid;
 use crate::config::BodiesConfig;
 use crate::faults::{Faults, PublishFault};
 use crate::locator::{self, Store};
+use crate::lock::lock;
 
 /// The in-memory body backend of one team (`name() == "memory"`).
 ///
@@ -139,10 +140,7 @@ impl MemoryBackend {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.shared
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.shared.state)
     }
 
     /// Stores `envelope` or says why not; the heart of `publish` and `reconcile`.
@@ -296,17 +294,8 @@ mod tests {
 
     use super::*;
     use crate::ManualClock;
+    use crate::test_support::envelope;
     use crewbus_domain::Quotas;
-
-    fn envelope(team: Uuid, body: &str) -> Envelope {
-        Envelope {
-            message_id: Uuid::new_v4(),
-            conversation_id: Uuid::new_v4(),
-            team_id: team,
-            body: body.to_owned(),
-            publish_key: Uuid::new_v4(),
-        }
-    }
 
     #[tokio::test]
     async fn retention_frees_bytes_and_forgets_keys() {

@@ -126,10 +126,11 @@ impl Faults {
 mod tests {
     use std::sync::Arc;
 
-    use crewbus_domain::{BusError, Envelope, Published};
+    use crewbus_domain::{BusError, Published};
     use crewbus_ports::{Backends, MessagingBackend};
     use uuid::Uuid;
 
+    use crate::test_support::envelope;
     use crate::{BodiesConfig, ManualClock, MemoryBackend, MemoryBackends, MemoryConfig};
 
     fn store() -> MemoryBackend {
@@ -138,16 +139,6 @@ mod tests {
             BodiesConfig::default(),
             Arc::new(ManualClock::default()),
         )
-    }
-
-    fn envelope(team: Uuid, body: &str) -> Envelope {
-        Envelope {
-            message_id: Uuid::new_v4(),
-            conversation_id: Uuid::new_v4(),
-            team_id: team,
-            body: body.to_owned(),
-            publish_key: Uuid::new_v4(),
-        }
     }
 
     #[tokio::test]

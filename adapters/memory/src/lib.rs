@@ -36,8 +36,11 @@ mod inbox;
 mod key_ring;
 mod ledger;
 mod locator;
+mod lock;
 mod push_store;
 mod stream_admin;
+#[cfg(test)]
+mod test_support;
 mod transport;
 mod wakeups;
 
