@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crewbus_domain::{BusError, BusResult, Quotas};
-use crewbus_jetstream::{Credential, JetStreamAdmin, JetStreamRegistry};
+use crewbus_jetstream::{Credential, JetStreamAdmin, JetStreamBackends};
 use crewbus_memory::{
     BodiesConfig, InboxConfig, MemoryBackends, MemoryConfig, MemoryLedger, MemoryPushStore,
     MemoryWakeups,
@@ -506,7 +506,7 @@ fn add_jetstream(
         return Ok(None);
     };
     let runtime = jetstream_config(nats, &nats.runtime, config, settings);
-    registries.push(Arc::new(JetStreamRegistry::new(runtime.clone())?));
+    registries.push(Arc::new(JetStreamBackends::new(runtime.clone())?));
     Ok(Some(Arc::new(JetStreamAdmin::new(runtime))))
 }
 

@@ -5,14 +5,16 @@
 //! The ledger-coupled version of these runs in the app's end-to-end tests.
 
 use std::collections::HashMap;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use crewbus_domain::{InboxRef, InboxStatus};
 use uuid::Uuid;
 
-use crate::InboxFixture;
+use crewbus_ports::Inbox;
+
 use crate::inbox::{publish_refs, status_becomes};
 use crate::wait::fetch_at_least;
+use crate::{Capabilities, InboxFixture};
 
 /// The receipts a test has committed, standing in for the ledger: one row per event id, however
 /// often the same event is committed.
@@ -51,6 +53,16 @@ impl ReceiptSet {
     }
 }
 
+/// What every behaviour here starts from: the fixture's capabilities, its inbox and a fresh
+/// recipient.
+fn begin<F: InboxFixture + ?Sized>(fx: &F) -> (Capabilities, Arc<dyn Inbox>, String) {
+    (
+        fx.capabilities().clone(),
+        fx.inbox(),
+        crate::samples::recipient(),
+    )
+}
+
 fn nothing_awaiting() -> InboxStatus {
     InboxStatus {
         present: true,
@@ -64,9 +76,7 @@ pub async fn uncommitted_reference_comes_back<F: InboxFixture + ?Sized>(
     fx: &F,
     receipts: &ReceiptSet,
 ) {
-    let caps = fx.capabilities().clone();
-    let inbox = fx.inbox();
-    let who = crate::samples::recipient();
+    let (caps, inbox, who) = begin(fx);
     let event = publish_refs(&*inbox, &who, 1).await[0];
     let first = fetch_at_least(&*inbox, &who, 1, 10, caps.settle_timeout).await;
     assert_eq!(first[0].event_id, event);
@@ -83,9 +93,7 @@ pub async fn committed_and_acked_reference_never_comes_back<F: InboxFixture + ?S
     fx: &F,
     receipts: &ReceiptSet,
 ) {
-    let caps = fx.capabilities().clone();
-    let inbox = fx.inbox();
-    let who = crate::samples::recipient();
+    let (caps, inbox, who) = begin(fx);
     publish_refs(&*inbox, &who, 1).await;
     let r = fetch_at_least(&*inbox, &who, 1, 10, caps.settle_timeout)
         .await
@@ -103,9 +111,7 @@ pub async fn committed_and_acked_reference_never_comes_back<F: InboxFixture + ?S
 /// An ack repeated (a retry after a lost confirmation) is harmless: `Ok`, and it neither brings
 /// the reference back nor touches another one.
 pub async fn repeated_ack_is_harmless<F: InboxFixture + ?Sized>(fx: &F, receipts: &ReceiptSet) {
-    let caps = fx.capabilities().clone();
-    let inbox = fx.inbox();
-    let who = crate::samples::recipient();
+    let (caps, inbox, who) = begin(fx);
     let published = publish_refs(&*inbox, &who, 2).await;
     let refs = fetch_at_least(&*inbox, &who, 2, 10, caps.settle_timeout).await;
     let r = &refs[0];
@@ -128,9 +134,7 @@ pub async fn redelivery_after_commit_is_recognised_and_recorded_once<F: InboxFix
     fx: &F,
     receipts: &ReceiptSet,
 ) {
-    let caps = fx.capabilities().clone();
-    let inbox = fx.inbox();
-    let who = crate::samples::recipient();
+    let (caps, inbox, who) = begin(fx);
     let event = publish_refs(&*inbox, &who, 1).await[0];
     let first = fetch_at_least(&*inbox, &who, 1, 10, caps.settle_timeout)
         .await

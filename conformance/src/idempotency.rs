@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crewbus_domain::{BusError, Envelope, Published};
-use crewbus_ports::MessagingBackend;
+use crewbus_ports::{Inbox, MessagingBackend};
 use uuid::Uuid;
 
 use crate::bodies::confirmed;
@@ -188,12 +188,8 @@ pub async fn reference_is_deduplicated_on_event_id<F: InboxFixture + ?Sized>(fx:
         panic!("expected a first and a duplicate confirmation, got {first:?} / {second:?}");
     };
     assert_eq!(l1, l2);
-    let marker = Uuid::new_v4();
-    inbox
-        .publish_reference(&who, marker, &payload(marker))
-        .await;
-    let refs = fetch_at_least(&*inbox, &who, 2, 10, fx.capabilities().settle_timeout).await;
-    let events: Vec<Uuid> = refs.iter().map(|r| r.event_id).collect();
+    let timeout = fx.capabilities().settle_timeout;
+    let (events, marker) = fetched_up_to_a_marker(&*inbox, &who, 2, timeout).await;
     assert_eq!(events, vec![event, marker], "the event is handed out once");
 }
 
@@ -209,12 +205,7 @@ pub async fn reference_dedup_survives_ack<F: InboxFixture + ?Sized>(fx: &F) {
     inbox.ack_reference(&refs[0].ack_subject).await.unwrap();
     let again = inbox.publish_reference(&who, event, &payload(event)).await;
     assert_duplicate(&again);
-    let marker = Uuid::new_v4();
-    inbox
-        .publish_reference(&who, marker, &payload(marker))
-        .await;
-    let refs = fetch_at_least(&*inbox, &who, 1, 10, timeout).await;
-    let events: Vec<Uuid> = refs.iter().map(|r| r.event_id).collect();
+    let (events, marker) = fetched_up_to_a_marker(&*inbox, &who, 1, timeout).await;
     assert_eq!(events, vec![marker]);
 }
 
@@ -228,12 +219,8 @@ pub async fn reference_dedup_outlives_the_duplicate_window<F: InboxFixture + ?Si
     fx.advance(fx.capabilities().past_inbox_window()).await;
     let again = inbox.publish_reference(&who, event, &payload(event)).await;
     assert_duplicate(&again);
-    let marker = Uuid::new_v4();
-    inbox
-        .publish_reference(&who, marker, &payload(marker))
-        .await;
-    let refs = fetch_at_least(&*inbox, &who, 2, 10, fx.capabilities().settle_timeout).await;
-    let events: Vec<Uuid> = refs.iter().map(|r| r.event_id).collect();
+    let timeout = fx.capabilities().settle_timeout;
+    let (events, marker) = fetched_up_to_a_marker(&*inbox, &who, 2, timeout).await;
     assert_eq!(events, vec![event, marker], "the event is handed out once");
 }
 
@@ -256,4 +243,18 @@ pub async fn concurrent_republishes_after_retain_store_once<F: BodyFixture + ?Si
     fx.advance(Duration::from_millis(10)).await;
     let cut = fx.now().await;
     assert_eq!(bodies.retain(cut).await.unwrap(), 1, "one copy was stored");
+}
+
+/// Publishes a fresh marker reference for `who`, then fetches until `n` references arrived:
+/// their event ids in order, and the marker's (what was handed out up to the marker).
+async fn fetched_up_to_a_marker(
+    inbox: &dyn Inbox,
+    who: &str,
+    n: usize,
+    timeout: Duration,
+) -> (Vec<Uuid>, Uuid) {
+    let marker = Uuid::new_v4();
+    inbox.publish_reference(who, marker, &payload(marker)).await;
+    let refs = fetch_at_least(inbox, who, n, 10, timeout).await;
+    (refs.iter().map(|r| r.event_id).collect(), marker)
 }

@@ -1,4 +1,4 @@
-//! Argument rules every `Ledger` implementation applies the same way (durations, backend names,
+//! Argument rules the `Ledger` port states for every implementation (durations, backend names,
 //! batch sizes), so the memory and Postgres ledgers cannot drift.
 
 use std::time::Duration;

@@ -71,6 +71,38 @@ pub struct Message {
     pub failure: Option<String>,
 }
 
+impl Message {
+    /// The message `send` records for `request`: number `seq` of its conversation, kept by
+    /// `backend`, its body hashed to `body_sha256`, sent at `at`, pending publication (no locator,
+    /// not stored, retained or failed yet).
+    pub fn pending(
+        id: Uuid,
+        request: &SendRequest,
+        seq: u64,
+        backend: String,
+        body_sha256: String,
+        at: DateTime<Utc>,
+    ) -> Message {
+        Message {
+            id,
+            team: request.team,
+            conversation: request.conversation,
+            seq,
+            sender: request.sender,
+            request_id: request.request_id.clone(),
+            body_sha256,
+            body_len: request.body.len() as u64,
+            backend,
+            locator: None,
+            publication: Publication::PendingPublication,
+            sent_at: at,
+            stored_at: None,
+            retained_at: None,
+            failure: None,
+        }
+    }
+}
+
 /// What a sender asks the ledger's `send` to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendRequest {

@@ -49,6 +49,18 @@ pub struct Quotas {
 }
 
 impl Quotas {
+    /// The default quotas of a team's body stream, whatever keeps it: a million bodies, 1 GiB.
+    pub const DEFAULT_BODIES: Quotas = Quotas {
+        max_messages: 1_000_000,
+        max_bytes: 1024 * 1024 * 1024,
+    };
+
+    /// The default quotas of a team's inbox stream: 100,000 references, 64 MiB.
+    pub const DEFAULT_INBOX: Quotas = Quotas {
+        max_messages: 100_000,
+        max_bytes: 64 * 1024 * 1024,
+    };
+
     /// Checks the floors before any broker is asked: `max_messages` ≥ 1 and `max_bytes` ≥
     /// [`StreamKind::min_bytes`]. Errors: [`BusError::Invalid`] naming the floor.
     pub fn validate(&self, kind: StreamKind) -> BusResult<()> {

@@ -11,6 +11,7 @@ mod inbox;
 mod journal;
 mod key_ring;
 mod ledger;
+mod ledger_sections;
 mod messaging;
 mod push_store;
 mod push_transport;
@@ -23,6 +24,8 @@ pub use inbox::Inbox;
 pub use journal::Journal;
 pub use key_ring::KeyRing;
 pub use ledger::Ledger;
+#[doc(hidden)]
+pub use ledger_sections::__private as __ledger_sections;
 pub use messaging::MessagingBackend;
 pub use push_store::PushStore;
 pub use push_transport::PushTransport;

@@ -14,7 +14,7 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{BusError, BusResult, Envelope, Locator, Published, StreamKind, Uuid};
 
 use crate::backend::JetStreamBackend;
-use crate::errors::{self, Failure, Op, bus_error, code};
+use crate::errors::{self, Failure, Op, bus_error, code, found};
 
 /// Header carrying the body's publish key (also sent as `Nats-Msg-Id`).
 pub(crate) const PUBLISH_KEY: &str = "Crewbus-Publish-Key";
@@ -170,17 +170,10 @@ impl JetStreamBackend {
     /// The last message stored on `subject`, read from the stream leader.
     async fn last_on_subject(&self, subject: &str) -> BusResult<Option<StreamMessage>> {
         let stream = self.body_handle().await?;
-        match stream.get_last_raw_message_by_subject(subject).await {
-            Ok(m) => Ok(Some(m)),
-            Err(e) => {
-                let failure = Failure::from(e);
-                if failure.is_not_found() {
-                    Ok(None)
-                } else {
-                    Err(bus_error(Op::Request, "reading a body subject", failure))
-                }
-            }
-        }
+        found(
+            stream.get_last_raw_message_by_subject(subject).await,
+            "reading a body subject",
+        )
     }
 
     async fn body_handle(&self) -> BusResult<async_nats::jetstream::stream::Stream<()>> {
@@ -235,17 +228,7 @@ impl JetStreamBackend {
         if let Ok(m) = stream.direct_get(seq).await {
             return Ok(Some(m));
         }
-        match stream.get_raw_message(seq).await {
-            Ok(m) => Ok(Some(m)),
-            Err(e) => {
-                let failure = Failure::from(e);
-                if failure.is_not_found() {
-                    Ok(None)
-                } else {
-                    Err(bus_error(Op::Request, "reading a body", failure))
-                }
-            }
-        }
+        found(stream.get_raw_message(seq).await, "reading a body")
     }
 
     /// The first body stored at or after `seq` (leader read), if any.
@@ -255,23 +238,15 @@ impl JetStreamBackend {
             .inner
             .config
             .stream_subject(self.inner.team, StreamKind::Bodies);
-        match stream
-            .raw_message_builder()
-            .sequence(seq)
-            .next_by_subject(filter)
-            .send()
-            .await
-        {
-            Ok(m) => Ok(Some(m)),
-            Err(e) => {
-                let failure = Failure::from(e);
-                if failure.is_not_found() {
-                    Ok(None)
-                } else {
-                    Err(bus_error(Op::Request, "reading a body", failure))
-                }
-            }
-        }
+        found(
+            stream
+                .raw_message_builder()
+                .sequence(seq)
+                .next_by_subject(filter)
+                .send()
+                .await,
+            "reading a body",
+        )
     }
 
     pub(crate) async fn retain_bodies(&self, before: DateTime<Utc>) -> BusResult<u64> {

@@ -114,14 +114,8 @@ impl Default for Config {
         Config {
             servers: vec!["nats://127.0.0.1:4222".to_owned()],
             credential: Credential::None,
-            body_quotas: Quotas {
-                max_messages: 1_000_000,
-                max_bytes: 1024 * 1024 * 1024,
-            },
-            inbox_quotas: Quotas {
-                max_messages: 100_000,
-                max_bytes: 64 * 1024 * 1024,
-            },
+            body_quotas: Quotas::DEFAULT_BODIES,
+            inbox_quotas: Quotas::DEFAULT_INBOX,
             replicas: 1,
             duplicate_window: Duration::from_secs(120),
             inbox_max_age: Duration::from_secs(7 * 24 * 3600),

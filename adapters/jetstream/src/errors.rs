@@ -19,7 +19,7 @@ use async_nats::jetstream::stream::{
     LastRawMessageErrorKind, PurgeError, PurgeErrorKind,
 };
 use async_nats::{ConnectError, ConnectErrorKind, StatusCode};
-use crewbus_domain::{BusError, Published, Source};
+use crewbus_domain::{BusError, BusResult, Published, Source};
 
 /// JetStream API error codes the adapter tells apart (the broker's `err_code`).
 pub(crate) mod code {
@@ -125,6 +125,25 @@ impl Failure {
                 | Fault::Code(code::CONSUMER_NOT_FOUND)
                 | Fault::Code(code::NO_MESSAGE_FOUND)
         )
+    }
+}
+
+/// A broker request's answer where "not found" means there is none: `Ok(None)`; any other
+/// failure is the bus error of a request doing `what`.
+pub(crate) fn found<T, E>(answer: Result<T, E>, what: &str) -> BusResult<Option<T>>
+where
+    Failure: From<E>,
+{
+    match answer {
+        Ok(found) => Ok(Some(found)),
+        Err(e) => {
+            let failure = Failure::from(e);
+            if failure.is_not_found() {
+                Ok(None)
+            } else {
+                Err(bus_error(Op::Request, what, failure))
+            }
+        }
     }
 }
 

@@ -5,7 +5,7 @@
 //!   [`MessagingBackend`](crewbus_ports::MessagingBackend) (bodies) and
 //!   [`Inbox`](crewbus_ports::Inbox) (references), and carries the provisioning associated
 //!   functions (`provision`, `check_update`, `storage_account`, …) that take a [`Config`].
-//! - [`JetStreamRegistry`]: [`Backends`](crewbus_ports::Backends), one shared connection.
+//! - [`JetStreamBackends`]: [`Backends`](crewbus_ports::Backends), one shared connection.
 //! - [`JetStreamAdmin`]: [`StreamAdmin`](crewbus_ports::StreamAdmin) with a provisioning config.
 //!
 //! Layout on the broker (names from the team UUID in hex): body stream `<PREFIX>_B_<team>` on
@@ -73,4 +73,4 @@ pub use admin::JetStreamAdmin;
 pub use backend::{HEADER_ALLOWANCE, JetStreamBackend};
 pub use config::{Config, Credential};
 pub use provision::{BODY_STREAM_MAX_MESSAGE_SIZE, INBOX_STREAM_MAX_MESSAGE_SIZE};
-pub use registry::{JetStreamRegistry, REVALIDATE_AFTER};
+pub use registry::{JetStreamBackends, REVALIDATE_AFTER};

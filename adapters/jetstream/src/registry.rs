@@ -47,7 +47,7 @@ fn slot(kind: StreamKind) -> usize {
 /// evicts the team's adapter. The warning that the server lowers the effective body limit is
 /// logged once per team for the registry's life, however many lookups race to connect it first
 /// and however often it is evicted and connected again.
-pub struct JetStreamRegistry {
+pub struct JetStreamBackends {
     config: Config,
     revalidate_after: Duration,
     connection: tokio::sync::Mutex<Option<Client>>,
@@ -57,26 +57,26 @@ pub struct JetStreamRegistry {
     warned: Mutex<HashSet<Uuid>>,
 }
 
-impl fmt::Debug for JetStreamRegistry {
+impl fmt::Debug for JetStreamBackends {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("JetStreamRegistry")
+        f.debug_struct("JetStreamBackends")
             .field("config", &self.config)
             .finish_non_exhaustive()
     }
 }
 
-impl JetStreamRegistry {
+impl JetStreamBackends {
     /// A registry for `config` (validated now; nothing is contacted until the first lookup).
     /// Errors: `Invalid` config.
     pub fn new(config: Config) -> BusResult<Self> {
         Self::with_revalidation(config, REVALIDATE_AFTER)
     }
 
-    /// [`JetStreamRegistry::new`] with another revalidation interval (`Duration::ZERO` checks
+    /// [`JetStreamBackends::new`] with another revalidation interval (`Duration::ZERO` checks
     /// the team's streams on every lookup).
     pub fn with_revalidation(config: Config, revalidate_after: Duration) -> BusResult<Self> {
         config.validate()?;
-        Ok(JetStreamRegistry {
+        Ok(JetStreamBackends {
             config,
             revalidate_after,
             connection: tokio::sync::Mutex::new(None),
@@ -211,7 +211,7 @@ impl JetStreamRegistry {
 }
 
 #[async_trait]
-impl Backends for JetStreamRegistry {
+impl Backends for JetStreamBackends {
     fn name(&self) -> &'static str {
         JetStreamBackend::NAME
     }

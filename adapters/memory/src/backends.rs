@@ -9,13 +9,13 @@ use crewbus_domain::{BusError, BusResult};
 use crewbus_ports::{Backends, Clock, Inbox, MessagingBackend};
 use uuid::Uuid;
 
-use crate::bodies::MemoryBodies;
+use crate::bodies::MemoryBackend;
 use crate::config::MemoryConfig;
 use crate::inbox::MemoryInbox;
 
 /// The memory [`Backends`] registry (`name() == "memory"`).
 ///
-/// Creates one [`MemoryBodies`] and one [`MemoryInbox`] per team on first request and caches
+/// Creates one [`MemoryBackend`] and one [`MemoryInbox`] per team on first request and caches
 /// them for the life of the registry, so every caller of a team sees the same bodies and
 /// references. Every adapter shares the registry's configuration and clock. Asked for any other
 /// backend name, it answers `NotFound`. Memory needs no provisioning: every team is served.
@@ -27,13 +27,13 @@ pub struct MemoryBackends {
 struct Shared {
     config: MemoryConfig,
     clock: Arc<dyn Clock>,
-    bodies: Mutex<HashMap<Uuid, MemoryBodies>>,
+    bodies: Mutex<HashMap<Uuid, MemoryBackend>>,
     inboxes: Mutex<HashMap<Uuid, MemoryInbox>>,
 }
 
 impl MemoryBackends {
     /// The name this registry answers for.
-    pub const NAME: &'static str = MemoryBodies::NAME;
+    pub const NAME: &'static str = MemoryBackend::NAME;
 
     /// A registry of memory adapters limited by `config`, reading time from `clock`.
     /// Errors: [`BusError::Invalid`] from [`MemoryConfig::validate`].
@@ -56,7 +56,7 @@ impl MemoryBackends {
 
     /// The team's body store as its concrete type (for its [`crate::Faults`] handle), created on
     /// first use; the same store [`Backends::body_backend`] hands out.
-    pub fn bodies(&self, team: Uuid) -> MemoryBodies {
+    pub fn bodies(&self, team: Uuid) -> MemoryBackend {
         let mut map = self
             .shared
             .bodies
@@ -64,7 +64,7 @@ impl MemoryBackends {
             .unwrap_or_else(PoisonError::into_inner);
         map.entry(team)
             .or_insert_with(|| {
-                MemoryBodies::new(team, self.shared.config.bodies, self.shared.clock.clone())
+                MemoryBackend::new(team, self.shared.config.bodies, self.shared.clock.clone())
             })
             .clone()
     }

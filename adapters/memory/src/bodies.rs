@@ -1,8 +1,8 @@
-//! `MemoryBodies`: one team's body store, with the semantics of a discard-new body stream.
+//! `MemoryBackend`: one team's body store, with the semantics of a discard-new body stream.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -13,6 +13,7 @@ use uuid::Uuid;
 use crate::config::BodiesConfig;
 use crate::faults::{Faults, PublishFault};
 use crate::locator::{self, Store};
+use crate::lock::lock;
 
 /// The in-memory body backend of one team (`name() == "memory"`).
 ///
@@ -34,7 +35,7 @@ use crate::locator::{self, Store};
 ///
 /// Clones share the store and its [`Faults`].
 #[derive(Clone)]
-pub struct MemoryBodies {
+pub struct MemoryBackend {
     shared: Arc<Shared>,
 }
 
@@ -73,14 +74,14 @@ enum Outcome {
     Refused(BusError),
 }
 
-impl MemoryBodies {
+impl MemoryBackend {
     /// The backend name, recorded on conversations and outbox rows.
     pub const NAME: &'static str = "memory";
 
     /// An empty body store for `team`, reading time from `clock`. `config` is used as given
     /// (check it with [`BodiesConfig::validate`]).
     pub fn new(team: Uuid, config: BodiesConfig, clock: Arc<dyn Clock>) -> Self {
-        MemoryBodies {
+        MemoryBackend {
             shared: Arc::new(Shared {
                 team,
                 config,
@@ -139,10 +140,7 @@ impl MemoryBodies {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.shared
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.shared.state)
     }
 
     /// Stores `envelope` or says why not; the heart of `publish` and `reconcile`.
@@ -211,9 +209,9 @@ impl MemoryBodies {
     }
 }
 
-impl fmt::Debug for MemoryBodies {
+impl fmt::Debug for MemoryBackend {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemoryBodies")
+        f.debug_struct("MemoryBackend")
             .field("team", &self.shared.team)
             .field("config", &self.shared.config)
             .field("stored_messages", &self.stored_messages())
@@ -222,7 +220,7 @@ impl fmt::Debug for MemoryBodies {
 }
 
 #[async_trait]
-impl MessagingBackend for MemoryBodies {
+impl MessagingBackend for MemoryBackend {
     fn name(&self) -> &'static str {
         Self::NAME
     }
@@ -296,22 +294,13 @@ mod tests {
 
     use super::*;
     use crate::ManualClock;
+    use crate::test_support::envelope;
     use crewbus_domain::Quotas;
-
-    fn envelope(team: Uuid, body: &str) -> Envelope {
-        Envelope {
-            message_id: Uuid::new_v4(),
-            conversation_id: Uuid::new_v4(),
-            team_id: team,
-            body: body.to_owned(),
-            publish_key: Uuid::new_v4(),
-        }
-    }
 
     #[tokio::test]
     async fn retention_frees_bytes_and_forgets_keys() {
         let clock = ManualClock::default();
-        let bodies = MemoryBodies::new(
+        let bodies = MemoryBackend::new(
             Uuid::new_v4(),
             BodiesConfig {
                 quota: Quotas {
@@ -343,7 +332,7 @@ mod tests {
     #[tokio::test]
     async fn retain_removes_strictly_before_the_instant() {
         let clock = ManualClock::default();
-        let bodies = MemoryBodies::new(
+        let bodies = MemoryBackend::new(
             Uuid::new_v4(),
             BodiesConfig::default(),
             Arc::new(clock.clone()),
@@ -362,7 +351,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_key_reused_by_another_message_is_conflict() {
-        let bodies = MemoryBodies::new(
+        let bodies = MemoryBackend::new(
             Uuid::new_v4(),
             BodiesConfig::default(),
             Arc::new(ManualClock::default()),
@@ -381,12 +370,12 @@ mod tests {
 
     #[test]
     fn debug_names_the_team_and_never_the_bodies() {
-        let bodies = MemoryBodies::new(
+        let bodies = MemoryBackend::new(
             Uuid::nil(),
             BodiesConfig::default(),
             Arc::new(ManualClock::default()),
         );
         let text = format!("{bodies:?}");
-        assert!(text.contains("MemoryBodies") && text.contains("stored_messages"));
+        assert!(text.contains("MemoryBackend") && text.contains("stored_messages"));
     }
 }

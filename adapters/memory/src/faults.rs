@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use crewbus_domain::BusError;
 
-/// A handle that makes the next publishes or reconciles of one [`crate::MemoryBodies`] fail.
+/// A handle that makes the next publishes or reconciles of one [`crate::MemoryBackend`] fail.
 ///
 /// Clones share the same queue, and every clone of the body store (including the one the
 /// [`crate::MemoryBackends`] registry caches) consults it, so a test can arm a fault on a store
@@ -126,28 +126,19 @@ impl Faults {
 mod tests {
     use std::sync::Arc;
 
-    use crewbus_domain::{BusError, Envelope, Published};
+    use crewbus_domain::{BusError, Published};
     use crewbus_ports::{Backends, MessagingBackend};
     use uuid::Uuid;
 
-    use crate::{BodiesConfig, ManualClock, MemoryBackends, MemoryBodies, MemoryConfig};
+    use crate::test_support::envelope;
+    use crate::{BodiesConfig, ManualClock, MemoryBackend, MemoryBackends, MemoryConfig};
 
-    fn store() -> MemoryBodies {
-        MemoryBodies::new(
+    fn store() -> MemoryBackend {
+        MemoryBackend::new(
             Uuid::new_v4(),
             BodiesConfig::default(),
             Arc::new(ManualClock::default()),
         )
-    }
-
-    fn envelope(team: Uuid, body: &str) -> Envelope {
-        Envelope {
-            message_id: Uuid::new_v4(),
-            conversation_id: Uuid::new_v4(),
-            team_id: team,
-            body: body.to_owned(),
-            publish_key: Uuid::new_v4(),
-        }
     }
 
     #[tokio::test]

@@ -3,7 +3,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::fmt;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
@@ -14,6 +14,7 @@ use uuid::Uuid;
 use crate::ack_subject;
 use crate::config::{InboxConfig, delta};
 use crate::locator::{self, Store};
+use crate::lock::lock;
 
 /// The in-memory inbox of one team.
 ///
@@ -219,10 +220,7 @@ impl MemoryInbox {
     }
 
     fn state(&self) -> MutexGuard<'_, State> {
-        self.shared
-            .state
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
+        lock(&self.shared.state)
     }
 }
 

@@ -36,13 +36,16 @@ mod inbox;
 mod key_ring;
 mod ledger;
 mod locator;
+mod lock;
 mod push_store;
 mod stream_admin;
+#[cfg(test)]
+mod test_support;
 mod transport;
 mod wakeups;
 
 pub use backends::MemoryBackends;
-pub use bodies::MemoryBodies;
+pub use bodies::MemoryBackend;
 pub use clock::ManualClock;
 pub use config::{BodiesConfig, InboxConfig, MemoryConfig};
 pub use faults::Faults;

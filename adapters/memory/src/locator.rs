@@ -3,7 +3,7 @@
 use crewbus_domain::{BusError, BusResult, Locator};
 use uuid::Uuid;
 
-/// The scheme of every locator the memory adapters issue (and [`crate::MemoryBodies`]'s name).
+/// The scheme of every locator the memory adapters issue (and [`crate::MemoryBackend`]'s name).
 pub(crate) const SCHEME: &str = "memory";
 
 /// Which store of a team issued a locator.

@@ -29,17 +29,11 @@ pub struct MemoryAdminConfig {
 }
 
 impl Default for MemoryAdminConfig {
-    /// The JetStream adapter's default quotas, one replica, no budget.
+    /// The default stream quotas (the JetStream adapter's too), one replica, no budget.
     fn default() -> Self {
         MemoryAdminConfig {
-            body_quotas: Quotas {
-                max_messages: 1_000_000,
-                max_bytes: 1024 * 1024 * 1024,
-            },
-            inbox_quotas: Quotas {
-                max_messages: 100_000,
-                max_bytes: 64 * 1024 * 1024,
-            },
+            body_quotas: Quotas::DEFAULT_BODIES,
+            inbox_quotas: Quotas::DEFAULT_INBOX,
             replicas: 1,
             budget: None,
         }

@@ -39,15 +39,9 @@ fn main() -> ExitCode {
         eprintln!("crewbus: {e}");
         return ExitCode::from(2);
     }
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match crewbus::cli::runtime("crewbus") {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("crewbus: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(run(cli, config, prepared)) {
         Ok(code) => code,

@@ -76,15 +76,9 @@ pub fn main(args: McpArgs) -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match super::runtime("crewbus mcp") {
         Ok(r) => r,
-        Err(e) => {
-            eprintln!("crewbus mcp: cannot start the async runtime: {e}");
-            return ExitCode::FAILURE;
-        }
+        Err(code) => return code,
     };
     match runtime.block_on(run(Arc::new(relay))) {
         Ok(()) => ExitCode::SUCCESS,

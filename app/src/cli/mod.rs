@@ -21,6 +21,18 @@ pub mod mcp_bridge;
 pub mod push_commands;
 pub mod streams;
 
+/// The multi-threaded Tokio runtime a command runs on. Errors: it cannot start — said on stderr
+/// after `who` (`crewbus`, `crewbus mcp`), and the command's exit code (1).
+pub fn runtime(who: &str) -> Result<tokio::runtime::Runtime, std::process::ExitCode> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| {
+            eprintln!("{who}: cannot start the async runtime: {e}");
+            std::process::ExitCode::FAILURE
+        })
+}
+
 /// crewbus — the durable message bus for teams of AI agents.
 ///
 /// Agents of a team talk in conversations over an HTTP API; every message is recorded in a

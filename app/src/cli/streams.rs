@@ -32,6 +32,19 @@ fn mib(bytes: u64) -> String {
     format!("{:.1} MiB", bytes as f64 / 1_048_576.0)
 }
 
+/// `name (kind): max N messages / X MiB<between> holds n / Y MiB`.
+fn stream_text(p: &Provisioned, between: &str) -> String {
+    format!(
+        "{} ({}): max {} messages / {}{between} holds {} / {}",
+        p.name,
+        p.kind.as_str(),
+        p.limits.max_messages,
+        mib(p.limits.max_bytes),
+        p.messages,
+        mib(p.bytes)
+    )
+}
+
 fn account_text(a: &StorageAccount) -> String {
     match a.budget {
         Some(b) => format!(
@@ -121,14 +134,9 @@ pub async fn run(config: Config, cmd: StreamCommand, json: bool) -> BusResult<Ex
             } else {
                 for p in [&bodies, &inbox] {
                     println!(
-                        "{} {} ({}): max {} messages / {}, holds {} / {}",
+                        "{} {}",
                         if p.created { "created" } else { "found" },
-                        p.name,
-                        p.kind.as_str(),
-                        p.limits.max_messages,
-                        mib(p.limits.max_bytes),
-                        p.messages,
-                        mib(p.bytes)
+                        stream_text(p, ",")
                     );
                     if !p.created {
                         println!(
@@ -177,15 +185,7 @@ pub async fn run(config: Config, cmd: StreamCommand, json: bool) -> BusResult<Ex
                 );
             } else {
                 for p in &applied {
-                    println!(
-                        "updated {} ({}): max {} messages / {}; holds {} / {}",
-                        p.name,
-                        p.kind.as_str(),
-                        p.limits.max_messages,
-                        mib(p.limits.max_bytes),
-                        p.messages,
-                        mib(p.bytes)
-                    );
+                    println!("updated {}", stream_text(p, ";"));
                     if p.over_ceiling() {
                         println!(
                             "  warning: its contents read back exceed the new ceiling (a publisher raced the change); nothing was deleted"

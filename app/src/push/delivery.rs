@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Backoff, MAX_PAGE, PushRegistration, PushRequest, RunId, Secret, Seq, StoreError, TenantId,
-    TransportError, after, redact_url,
+    Backoff, MAX_PAGE, PushRegistration, PushRequest, PushResponse, RunId, Secret, Seq, StoreError,
+    TenantId, TransportError, after, redact_url,
 };
 use crewbus_ports::{Clock, Journal, PushStore, PushTransport, SystemClock};
 use futures_util::StreamExt;
@@ -114,6 +114,33 @@ enum Failure {
         error: String,
         retry_after: Option<Duration>,
     },
+}
+
+impl Failure {
+    /// What the answer to the POST of `seq` means: the status of an acknowledgement, or the
+    /// failure that ends the turn (410 Gone and a request that cannot be sent park, any other
+    /// answer or transport error retries).
+    fn of(answer: Result<PushResponse, TransportError>, seq: Seq) -> Result<u16, Failure> {
+        match answer {
+            Ok(response) if response.acknowledged() => Ok(response.status),
+            Ok(response) if response.status == 410 => Err(Failure::Park {
+                error: format!("the receiver answered 410 Gone to seq {seq}"),
+                attempted: true,
+            }),
+            Ok(response) => Err(Failure::Retry {
+                error: format!("the receiver answered {} to seq {seq}", response.status),
+                retry_after: response.retry_after,
+            }),
+            Err(TransportError::Invalid(reason)) => Err(Failure::Park {
+                error: format!("the request for seq {seq} cannot be sent: {reason}"),
+                attempted: false,
+            }),
+            Err(error) => Err(Failure::Retry {
+                error: format!("{error} (seq {seq})"),
+                retry_after: None,
+            }),
+        }
+    }
 }
 
 /// Serves due push registrations: reads their records, signs and POSTs them, and moves cursors.
@@ -418,43 +445,14 @@ impl DeliveryWorker {
                 };
                 let seq = record.seq;
                 let answer = self.transport.deliver(request).await;
-                if !matches!(&answer, Ok(response) if response.acknowledged()) {
-                    failed_at = self.clock.now().max(at);
-                }
-                match answer {
-                    Ok(response) if response.acknowledged() => {
-                        tracing::debug!(%run, %id, %seq, status = response.status, url = %redact_url(&config.url), "push: event acknowledged");
+                match Failure::of(answer, seq) {
+                    Ok(status) => {
+                        tracing::debug!(%run, %id, %seq, status, url = %redact_url(&config.url), "push: event acknowledged");
                         *delivered += 1;
                     }
-                    Ok(response) if response.status == 410 => {
-                        failure = Some(Failure::Park {
-                            error: format!("the receiver answered 410 Gone to seq {seq}"),
-                            attempted: true,
-                        });
-                        break;
-                    }
-                    Ok(response) => {
-                        failure = Some(Failure::Retry {
-                            error: format!(
-                                "the receiver answered {} to seq {seq}",
-                                response.status
-                            ),
-                            retry_after: response.retry_after,
-                        });
-                        break;
-                    }
-                    Err(TransportError::Invalid(reason)) => {
-                        failure = Some(Failure::Park {
-                            error: format!("the request for seq {seq} cannot be sent: {reason}"),
-                            attempted: false,
-                        });
-                        break;
-                    }
-                    Err(error) => {
-                        failure = Some(Failure::Retry {
-                            error: format!("{error} (seq {seq})"),
-                            retry_after: None,
-                        });
+                    Err(stop) => {
+                        failed_at = self.clock.now().max(at);
+                        failure = Some(stop);
                         break;
                     }
                 }
@@ -478,15 +476,8 @@ impl DeliveryWorker {
         let turn = match failure {
             None => Turn::Advanced,
             Some(Failure::Park { error, attempted }) => {
-                if attempted {
-                    // Count the answered POST (keeping the claim), so `push parked` shows it.
-                    self.store
-                        .retry(run, id, after(at, self.settings.lease), &error)
-                        .await?;
-                }
-                self.store.park(run, id, &error).await?;
-                tracing::warn!(%run, %id, url = %redact_url(&config.url), %error, "push: registration parked");
-                Turn::Parked
+                // An answered POST is counted (keeping the claim), so `push parked` shows it.
+                self.park(registration, &error, attempted, at).await?
             }
             Some(Failure::Retry { error, retry_after }) => {
                 let attempts = if progressed {
@@ -501,12 +492,7 @@ impl DeliveryWorker {
                     // `next_attempt_at` is already `at + lease`), so the parked row's `attempts`
                     // — what `push parked` shows — is the count in its error. A crash between the
                     // two leaves an exhausted row that parks on its next failure.
-                    self.store
-                        .retry(run, id, after(at, self.settings.lease), &error)
-                        .await?;
-                    self.store.park(run, id, &error).await?;
-                    tracing::warn!(%run, %id, url = %redact_url(&config.url), %error, "push: registration parked");
-                    Turn::Parked
+                    self.park(registration, &error, true, at).await?
                 } else {
                     let delay =
                         backoff.delay_with_hint(attempts, seed_of(registration), retry_after);
@@ -519,5 +505,26 @@ impl DeliveryWorker {
             }
         };
         Ok(turn)
+    }
+
+    /// Parks `registration` with `error`; `attempted` first records the failed attempt with
+    /// [`PushStore::retry`], keeping the claim (`next_attempt_at = at + lease`).
+    async fn park(
+        &self,
+        registration: &PushRegistration,
+        error: &str,
+        attempted: bool,
+        at: DateTime<Utc>,
+    ) -> Result<Turn, StoreError> {
+        let config = &registration.config;
+        let (run, id) = (config.run, config.id.as_str());
+        if attempted {
+            self.store
+                .retry(run, id, after(at, self.settings.lease), error)
+                .await?;
+        }
+        self.store.park(run, id, error).await?;
+        tracing::warn!(%run, %id, url = %redact_url(&config.url), %error, "push: registration parked");
+        Ok(Turn::Parked)
     }
 }

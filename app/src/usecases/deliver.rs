@@ -226,29 +226,19 @@ impl Bus {
             .readable_only(team.id, requests, &mut backends, &mut readable)
             .await?;
         let (requests, mut over_budget) = BodyBudget::apply(&mut budget, requests, &readable);
-        if !requests.is_empty() {
-            let outcomes = ledger
-                .hand_out(
-                    team.id,
-                    agent.id,
-                    &requests,
-                    self.settings.handout_grace,
-                    now,
-                )
-                .await?;
-            for (request, outcome) in requests.into_iter().zip(outcomes) {
-                match outcome {
-                    HandOutOutcome::Issued(h) => issued.push(h),
-                    // Receipt already committed (crash between commit and ack) or not ours:
-                    // recognised, acknowledged, never shown again.
-                    HandOutOutcome::AlreadyDelivered { .. } | HandOutOutcome::Unknown { .. } => {
-                        if let HandOutSource::Inbox { ack, .. } = request.source {
-                            to_ack.push(ack);
-                        }
+        let outcomes = self.hand_out(team.id, agent.id, &requests, now).await?;
+        for (request, outcome) in requests.into_iter().zip(outcomes) {
+            match outcome {
+                HandOutOutcome::Issued(h) => issued.push(h),
+                // Receipt already committed (crash between commit and ack) or not ours:
+                // recognised, acknowledged, never shown again.
+                HandOutOutcome::AlreadyDelivered { .. } | HandOutOutcome::Unknown { .. } => {
+                    if let HandOutSource::Inbox { ack, .. } = request.source {
+                        to_ack.push(ack);
                     }
-                    // Handed out and within its grace: the inbox redelivers it later.
-                    _ => {}
                 }
+                // Handed out and within its grace: the inbox redelivers it later.
+                _ => {}
             }
         }
 
@@ -285,21 +275,11 @@ impl Bus {
             let all_readable = requests.len() == candidates;
             let (requests, cut) = BodyBudget::apply(&mut budget, requests, &readable);
             over_budget |= cut;
-            if !requests.is_empty() {
-                let outcomes = ledger
-                    .hand_out(
-                        team.id,
-                        agent.id,
-                        &requests,
-                        self.settings.handout_grace,
-                        now,
-                    )
-                    .await?;
-                issued.extend(outcomes.into_iter().filter_map(|o| match o {
-                    HandOutOutcome::Issued(h) => Some(h),
-                    _ => None,
-                }));
-            }
+            let outcomes = self.hand_out(team.id, agent.id, &requests, now).await?;
+            issued.extend(outcomes.into_iter().filter_map(|o| match o {
+                HandOutOutcome::Issued(h) => Some(h),
+                _ => None,
+            }));
             if complete_page && all_readable && !over_budget {
                 self.topped_up_at(agent.id, now);
             }
@@ -362,6 +342,24 @@ impl Bus {
         if let Ok(mut last) = self.topped_up.lock() {
             last.insert(agent, now);
         }
+    }
+
+    /// Records the hand-outs of `requests` to `agent` with the configured grace (no ledger
+    /// call for none). Errors: the ledger failing.
+    async fn hand_out(
+        &self,
+        team: Uuid,
+        agent: Uuid,
+        requests: &[HandOutRequest],
+        now: chrono::DateTime<chrono::Utc>,
+    ) -> BusResult<Vec<HandOutOutcome>> {
+        if requests.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.ports
+            .ledger
+            .hand_out(team, agent, requests, self.settings.handout_grace, now)
+            .await
     }
 
     /// Keeps the requests whose body can be read now (reading it into `readable`), and those the

@@ -8,7 +8,7 @@ use chrono::TimeZone;
 use crewbus_domain::{
     Agent, BusError, ConfirmOutcome, DateTime, DeliveryId, Envelope, HandOut, HandOutOutcome,
     HandOutSource, InboxAck, InboxRef, LeasedSlot, Locator, Message, Publication, Published,
-    ReferencePayload, SettleOutcome, SlotOutcome, Team, TokenHash, Utc, Uuid,
+    ReferencePayload, SettleOutcome, Settlement, SlotOutcome, Team, TokenHash, Utc, Uuid,
 };
 use crewbus_ports::{
     Clock, Inbox, MessagingBackend, MockBackends, MockInbox, MockLedger, MockMessagingBackend,
@@ -104,11 +104,7 @@ async fn confirm_commits_the_receipt_then_acks() {
         .times(1)
         .in_sequence(&mut seq)
         .returning(|_| Ok(()));
-    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
-    let mut backends = MockBackends::new();
-    backends
-        .expect_inbox()
-        .returning(move |_, _| Ok(inbox.clone()));
+    let backends = serving_inbox(MockBackends::new(), inbox);
     let out = bus(ledger, backends).confirm(&a, &[d], None).await.unwrap();
     assert!(matches!(out[0], ConfirmOutcome::Confirmed { .. }));
 }
@@ -123,11 +119,7 @@ async fn no_ack_when_the_commit_fails() {
         .returning(|_, _, _, _, _| Err(BusError::unavailable("ledger")));
     let mut inbox = MockInbox::new();
     inbox.expect_ack_reference().times(0);
-    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
-    let mut backends = MockBackends::new();
-    backends
-        .expect_inbox()
-        .returning(move |_, _| Ok(inbox.clone()));
+    let backends = serving_inbox(MockBackends::new(), inbox);
     let err = bus(ledger, backends)
         .confirm(&a, &[DeliveryId(Uuid::new_v4())], None)
         .await
@@ -154,11 +146,7 @@ async fn a_second_confirm_acks_again_and_an_ack_failure_does_not_fail_the_confir
         .expect_ack_reference()
         .times(1)
         .returning(|_| Err(BusError::timeout("ack")));
-    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
-    let mut backends = MockBackends::new();
-    backends
-        .expect_inbox()
-        .returning(move |_, _| Ok(inbox.clone()));
+    let backends = serving_inbox(MockBackends::new(), inbox);
     let b = bus(ledger, backends);
     let out = b
         .confirm(&a, &[DeliveryId(Uuid::new_v4())], None)
@@ -196,6 +184,31 @@ fn slot(team: Uuid, attempts: u32, uncertain: bool) -> LeasedSlot {
         uncertain,
         leased_until: t0() + chrono::Duration::seconds(30),
     }
+}
+
+/// `backends` hands out `inbox` for every team.
+fn serving_inbox(mut backends: MockBackends, inbox: MockInbox) -> MockBackends {
+    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
+    backends
+        .expect_inbox()
+        .returning(move |_, _| Ok(inbox.clone()));
+    backends
+}
+
+/// `ledger` leases `slots` on every call.
+fn leasing(ledger: &mut MockLedger, slots: Vec<LeasedSlot>) {
+    ledger
+        .expect_lease_slots()
+        .returning(move |_, _, _| Ok(slots.clone()));
+}
+
+/// `ledger` expects one settle, of settlements `check` accepts, and applies them all.
+fn settles_once(ledger: &mut MockLedger, check: fn(&[Settlement]) -> bool) {
+    ledger
+        .expect_settle()
+        .times(1)
+        .withf(move |s, _| check(s))
+        .returning(|s, _| Ok(vec![SettleOutcome::Applied; s.len()]));
 }
 
 fn backends_with(body: MockMessagingBackend) -> MockBackends {
@@ -250,17 +263,11 @@ async fn relay_backs_off_on_retryable_and_reconciles_uncertain_slots() {
     let unsure = slot(team, 1, true);
     let unsure_key = unsure.envelope.publish_key;
     let mut ledger = MockLedger::new();
-    let leased = vec![retry.clone(), unsure.clone()];
-    ledger
-        .expect_lease_slots()
-        .returning(move |_, _, _| Ok(leased.clone()));
-    ledger
-        .expect_settle()
-        .withf(|s, _| {
-            matches!(&s[0].outcome, SlotOutcome::Retryable { next_attempt_at, .. } if *next_attempt_at > t0())
-                && matches!(&s[1].outcome, SlotOutcome::Confirmed { .. })
-        })
-        .returning(|s, _| Ok(vec![SettleOutcome::Applied; s.len()]));
+    leasing(&mut ledger, vec![retry.clone(), unsure.clone()]);
+    settles_once(&mut ledger, |s| {
+        matches!(&s[0].outcome, SlotOutcome::Retryable { next_attempt_at, .. } if *next_attempt_at > t0())
+            && matches!(&s[1].outcome, SlotOutcome::Confirmed { .. })
+    });
     let mut body = MockMessagingBackend::new();
     // only the fresh slot is published; the uncertain one is reconciled instead
     body.expect_publish()
@@ -280,21 +287,15 @@ async fn relay_reconciles_before_giving_up_and_uncertain_is_never_failed() {
     let last = slot(team, 2, false); // max_attempts = 3: this is the last attempt
     let unanswered = slot(team, 0, false);
     let mut ledger = MockLedger::new();
-    let leased = vec![last.clone(), unanswered.clone()];
-    ledger
-        .expect_lease_slots()
-        .returning(move |_, _, _| Ok(leased.clone()));
-    ledger
-        .expect_settle()
-        .withf(|s, _| {
-            matches!(
-                &s[0].outcome,
-                SlotOutcome::Fatal {
-                    error: BusError::QuotaExceeded { .. }
-                }
-            ) && matches!(&s[1].outcome, SlotOutcome::Uncertain { .. })
-        })
-        .returning(|s, _| Ok(vec![SettleOutcome::Applied; s.len()]));
+    leasing(&mut ledger, vec![last.clone(), unanswered.clone()]);
+    settles_once(&mut ledger, |s| {
+        matches!(
+            &s[0].outcome,
+            SlotOutcome::Fatal {
+                error: BusError::QuotaExceeded { .. }
+            }
+        ) && matches!(&s[1].outcome, SlotOutcome::Uncertain { .. })
+    });
     let last_key = last.envelope.publish_key;
     let mut body = MockMessagingBackend::new();
     body.expect_publish().times(2).returning(move |e| {
@@ -421,13 +422,9 @@ async fn fetch_tops_up_from_the_ledger_and_acks_recognised_redeliveries() {
         .with(eq("a-done"))
         .times(1)
         .returning(|_| Ok(()));
-    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
     let mut body = MockMessagingBackend::new();
     body.expect_fetch().returning(|_, _| Ok(Some("hi".into())));
-    let mut backends = backends_with(body);
-    backends
-        .expect_inbox()
-        .returning(move |_, _| Ok(inbox.clone()));
+    let backends = serving_inbox(backends_with(body), inbox);
     let out = bus(ledger, backends).fetch(&a, 4).await.unwrap();
     let got: Vec<Uuid> = out.iter().map(|d| d.message.id).collect();
     assert_eq!(got, vec![fresh, lost]);
@@ -451,11 +448,7 @@ async fn fetch_tops_up_everything_at_once_when_the_inbox_is_down() {
         .expect_fetch_references()
         .returning(|_, _| Err(BusError::unavailable("broker")));
     inbox.expect_ack_reference().times(0);
-    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
-    let mut backends = MockBackends::new();
-    backends
-        .expect_inbox()
-        .returning(move |_, _| Ok(inbox.clone()));
+    let backends = serving_inbox(MockBackends::new(), inbox);
     let out = bus(ledger, backends).fetch(&a, 5).await.unwrap();
     assert!(out.is_empty());
 }
@@ -493,11 +486,7 @@ async fn a_healthy_inbox_tops_up_once_per_interval_a_failed_one_every_time() {
             _ => Ok(vec![]),
         }
     });
-    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
-    let mut backends = MockBackends::new();
-    backends
-        .expect_inbox()
-        .returning(move |_, _| Ok(inbox.clone()));
+    let backends = serving_inbox(MockBackends::new(), inbox);
     let clock = Arc::new(Stepped(std::sync::Mutex::new(t0())));
     let mut b = bus(ledger, backends);
     b.ports.clock = clock.clone();
@@ -544,13 +533,9 @@ async fn a_full_top_up_page_is_followed_by_another_top_up_at_once() {
     });
     let mut inbox = MockInbox::new();
     inbox.expect_fetch_references().returning(|_, _| Ok(vec![]));
-    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
     let mut body = MockMessagingBackend::new();
     body.expect_fetch().returning(|_, _| Ok(Some("hi".into())));
-    let mut backends = backends_with(body);
-    backends
-        .expect_inbox()
-        .returning(move |_, _| Ok(inbox.clone()));
+    let backends = serving_inbox(backends_with(body), inbox);
     let b = bus(ledger, backends);
     // same instant each time: only the backlog rule lets the second top-up run
     assert_eq!(b.fetch(&a, 3).await.unwrap().len(), 3);
@@ -644,14 +629,10 @@ async fn a_body_that_cannot_be_read_is_not_handed_out() {
         .expect_fetch_references()
         .returning(move |_, _| Ok(vec![reference(m, "a-1")]));
     inbox.expect_ack_reference().times(0); // the reference comes back after its ack wait
-    let inbox: Arc<dyn Inbox> = Arc::new(inbox);
     let mut body = MockMessagingBackend::new();
     body.expect_fetch()
         .returning(|_, _| Err(BusError::timeout("broker")));
-    let mut backends = backends_with(body);
-    backends
-        .expect_inbox()
-        .returning(move |_, _| Ok(inbox.clone()));
+    let backends = serving_inbox(backends_with(body), inbox);
     let out = bus(ledger, backends).fetch(&a, 5).await.unwrap();
     assert!(out.is_empty());
 }
@@ -661,10 +642,7 @@ async fn relay_settles_each_team_on_its_own() {
     let (a, b) = (Uuid::new_v4(), Uuid::new_v4());
     let slots = vec![slot(a, 0, false), slot(b, 0, false), slot(a, 0, false)];
     let mut ledger = MockLedger::new();
-    let leased = slots.clone();
-    ledger
-        .expect_lease_slots()
-        .returning(move |_, _, _| Ok(leased.clone()));
+    leasing(&mut ledger, slots.clone());
     // team a's two slots in one transaction, team b's in another; b's settle fails
     ledger
         .expect_settle()
@@ -700,26 +678,19 @@ async fn relay_keeps_a_team_without_streams_pending_until_the_attempts_run_out()
     // max_attempts = 3: a first attempt, and a last one.
     let (first, last) = (slot(team, 0, false), slot(team, 2, false));
     let mut ledger = MockLedger::new();
-    let leased = vec![first.clone(), last.clone()];
-    ledger
-        .expect_lease_slots()
-        .returning(move |_, _, _| Ok(leased.clone()));
-    ledger
-        .expect_settle()
-        .times(1)
-        .withf(|s, _| {
-            matches!(
-                &s[0].outcome,
-                SlotOutcome::Retryable { next_attempt_at, error: BusError::NotProvisioned { .. } }
-                    if *next_attempt_at > t0()
-            ) && matches!(
-                &s[1].outcome,
-                SlotOutcome::Fatal {
-                    error: BusError::NotProvisioned { .. }
-                }
-            )
-        })
-        .returning(|s, _| Ok(vec![SettleOutcome::Applied; s.len()]));
+    leasing(&mut ledger, vec![first.clone(), last.clone()]);
+    settles_once(&mut ledger, |s| {
+        matches!(
+            &s[0].outcome,
+            SlotOutcome::Retryable { next_attempt_at, error: BusError::NotProvisioned { .. } }
+                if *next_attempt_at > t0()
+        ) && matches!(
+            &s[1].outcome,
+            SlotOutcome::Fatal {
+                error: BusError::NotProvisioned { .. }
+            }
+        )
+    });
     let mut backends = MockBackends::new();
     backends
         .expect_body_backend()
@@ -733,23 +704,16 @@ async fn relay_keeps_a_team_without_streams_pending_until_the_attempts_run_out()
 async fn relay_backs_off_when_the_body_stream_vanished_before_the_publish() {
     let team = Uuid::new_v4();
     let mut ledger = MockLedger::new();
-    let leased = vec![slot(team, 0, false)];
-    ledger
-        .expect_lease_slots()
-        .returning(move |_, _, _| Ok(leased.clone()));
-    ledger
-        .expect_settle()
-        .times(1)
-        .withf(|s, _| {
-            matches!(
-                &s[0].outcome,
-                SlotOutcome::Retryable {
-                    error: BusError::NotProvisioned { .. },
-                    ..
-                }
-            )
-        })
-        .returning(|s, _| Ok(vec![SettleOutcome::Applied; s.len()]));
+    leasing(&mut ledger, vec![slot(team, 0, false)]);
+    settles_once(&mut ledger, |s| {
+        matches!(
+            &s[0].outcome,
+            SlotOutcome::Retryable {
+                error: BusError::NotProvisioned { .. },
+                ..
+            }
+        )
+    });
     let mut body = MockMessagingBackend::new();
     body.expect_publish()
         .times(1)

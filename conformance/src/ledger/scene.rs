@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, Conversation, LeasedSlot, Locator, Message, RunId, SendRequest, SettleOutcome,
-    Settlement, SlotOutcome, Team, TokenHash,
+    Agent, Conversation, HistoryPage, LeasedSlot, Locator, Message, RunId, SendRequest, Sent,
+    SettleOutcome, Settlement, SlotOutcome, Team, TokenHash,
 };
 use crewbus_ports::{Journal, Ledger};
 use uuid::Uuid;
@@ -118,6 +118,28 @@ impl Scene {
             .expect("send");
         assert!(sent.created, "a new request id creates a message");
         sent.message
+    }
+
+    /// Sends `request_id` again (no run): what the ledger answers, created or not.
+    pub(crate) async fn send_again(
+        &self,
+        from: &Agent,
+        request_id: &str,
+        body: &str,
+        at: DateTime<Utc>,
+    ) -> Sent {
+        self.ledger
+            .send(self.request(from, request_id, body, None), at)
+            .await
+            .unwrap()
+    }
+
+    /// The first page (up to 100 messages) of the scene's conversation.
+    pub(crate) async fn first_page(&self) -> HistoryPage {
+        self.ledger
+            .history(self.team.id, self.conv.id, 0, 100)
+            .await
+            .unwrap()
     }
 
     /// Leases every due slot at `at`, by message id.

@@ -101,21 +101,13 @@ pub async fn send_follows_the_local_backend<F: LedgerFixture + ?Sized>(fx: &F) {
 pub async fn send_is_idempotent_on_request_id<F: LedgerFixture + ?Sized>(fx: &F) {
     let s = scene(fx, REMOTE).await;
     let first = s.send(&s.a, "same", "body", t(1)).await;
-    let again = s
-        .ledger
-        .send(s.request(&s.a, "same", "body", None), t(2))
-        .await
-        .unwrap();
+    let again = s.send_again(&s.a, "same", "body", t(2)).await;
     assert!(!again.created);
     assert_eq!(again.message, first);
     let slots = s.lease_all(t(3)).await;
     assert_eq!(slots.len(), 1, "a repeat enqueues no second slot");
     s.confirm_slot(&slots[&first.id], t(3)).await;
-    let later = s
-        .ledger
-        .send(s.request(&s.a, "same", "body", None), t(4))
-        .await
-        .unwrap();
+    let later = s.send_again(&s.a, "same", "body", t(4)).await;
     assert!(!later.created);
     assert_eq!(later.message.id, first.id);
     assert_eq!(
@@ -143,12 +135,7 @@ pub async fn send_is_idempotent_on_request_id<F: LedgerFixture + ?Sized>(fx: &F)
         "request ids are scoped to the conversation"
     );
     assert_eq!(elsewhere.message.seq, 1);
-    let page = s
-        .ledger
-        .history(s.team.id, s.conv.id, 0, 100)
-        .await
-        .unwrap();
-    assert_eq!(page.items.len(), 1);
+    assert_eq!(s.first_page().await.items.len(), 1);
     assert!(matches!(
         s.ledger
             .send(s.request(&s.a, "bad id", "body", None), t(7))
@@ -175,12 +162,7 @@ pub async fn concurrent_identical_sends_create_one_message<F: LedgerFixture + ?S
     }
     assert_eq!(created, 1, "exactly one call created the message");
     assert_eq!(ids.len(), 1, "every call returned the same message");
-    let page = s
-        .ledger
-        .history(s.team.id, s.conv.id, 0, 100)
-        .await
-        .unwrap();
-    assert_eq!(page.items.len(), 1);
+    assert_eq!(s.first_page().await.items.len(), 1);
     assert_eq!(s.lease_all(t(2)).await.len(), 1);
 }
 
@@ -320,12 +302,7 @@ pub async fn send_checks_the_acting_run<F: LedgerFixture + ?Sized>(fx: &F) {
         1,
         "a refused send writes nothing to any run"
     );
-    let page = s
-        .ledger
-        .history(s.team.id, s.conv.id, 0, 100)
-        .await
-        .unwrap();
-    assert_eq!(page.items.len(), 1);
+    assert_eq!(s.first_page().await.items.len(), 1);
 }
 
 /// `messages` reads several messages at once: known ones of the team in the order asked, each

@@ -11,7 +11,7 @@ use crewbus_conformance::nats::{self, NatsOptions, NatsServer};
 use crewbus_conformance::trial::Behaviour;
 use crewbus_conformance::wait::until;
 use crewbus_domain::{BusError, Envelope, Locator, Published, Quotas, StreamKind, Uuid};
-use crewbus_jetstream::{Config, JetStreamBackend, JetStreamRegistry};
+use crewbus_jetstream::{Config, JetStreamBackend, JetStreamBackends};
 use crewbus_ports::{Backends, MessagingBackend};
 
 use super::support::*;
@@ -140,7 +140,7 @@ async fn the_lowered_body_limit_is_logged_once_per_team(_h: &Harness) {
         .with_writer(move || writer.clone())
         .finish();
     let registry =
-        JetStreamRegistry::with_revalidation(rt.clone(), Duration::ZERO).expect("registry");
+        JetStreamBackends::with_revalidation(rt.clone(), Duration::ZERO).expect("registry");
     let mut teams = Vec::new();
     for _ in 0..2 {
         let team = Uuid::new_v4();

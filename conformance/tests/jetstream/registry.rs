@@ -7,7 +7,7 @@ use std::time::Duration;
 use crewbus_conformance::nats::{self};
 use crewbus_conformance::trial::Behaviour;
 use crewbus_domain::{BusError, Published, StreamKind, Uuid};
-use crewbus_jetstream::{JetStreamAdmin, JetStreamBackend, JetStreamRegistry};
+use crewbus_jetstream::{JetStreamAdmin, JetStreamBackend, JetStreamBackends};
 use crewbus_ports::{Backends, MessagingBackend, StreamAdmin};
 
 use super::support::*;
@@ -23,7 +23,7 @@ pub(crate) const TESTS: &[Behaviour<Arc<Harness>, Needs>] = tests![
 ];
 
 async fn registry_shares_one_connection_and_caches_teams(h: &Harness) {
-    let registry = JetStreamRegistry::new(h.rt()).expect("registry");
+    let registry = JetStreamBackends::new(h.rt()).expect("registry");
     assert_eq!(
         registry.connections_opened(),
         0,
@@ -71,7 +71,7 @@ async fn registry_shares_one_connection_and_caches_teams(h: &Harness) {
 }
 
 async fn registry_evicts_a_team_whose_streams_vanished(h: &Harness) {
-    let registry = JetStreamRegistry::with_revalidation(h.rt(), Duration::ZERO).expect("registry");
+    let registry = JetStreamBackends::with_revalidation(h.rt(), Duration::ZERO).expect("registry");
     let (team, _) = new_team(h).await;
     registry
         .body_backend(team, JetStreamBackend::NAME)
@@ -89,7 +89,7 @@ async fn registry_evicts_a_team_whose_streams_vanished(h: &Harness) {
 }
 
 async fn registry_serves_bodies_while_the_inbox_stream_is_missing(h: &Harness) {
-    let registry = JetStreamRegistry::with_revalidation(h.rt(), Duration::ZERO).expect("registry");
+    let registry = JetStreamBackends::with_revalidation(h.rt(), Duration::ZERO).expect("registry");
     let (team, b) = new_team(h).await;
     let bodies = registry
         .body_backend(team, JetStreamBackend::NAME)

@@ -13,7 +13,7 @@ use crewbus_conformance::{
     BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, Namespace, TeamFixture,
 };
 use crewbus_domain::{BusError, BusResult, Quotas, StreamKind, Uuid};
-use crewbus_jetstream::{Config, JetStreamAdmin, JetStreamBackend, JetStreamRegistry};
+use crewbus_jetstream::{Config, JetStreamAdmin, JetStreamBackend, JetStreamBackends};
 use crewbus_ports::{Backends, Inbox, MessagingBackend, StreamAdmin};
 
 use super::Harness;
@@ -23,7 +23,7 @@ use super::support::*;
 /// configured with short windows; declares exactly those limits as capabilities.
 pub(crate) struct JetStreamFactory {
     prov: Config,
-    registry: JetStreamRegistry,
+    registry: JetStreamBackends,
     admin: jetstream::Context,
     capabilities: Capabilities,
 }
@@ -71,7 +71,7 @@ impl JetStreamFactory {
         };
         JetStreamFactory {
             prov,
-            registry: JetStreamRegistry::new(rt).expect("registry"),
+            registry: JetStreamBackends::new(rt).expect("registry"),
             admin,
             capabilities,
         }

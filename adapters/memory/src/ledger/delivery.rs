@@ -2,13 +2,12 @@
 //! reads, confirmations, acknowledgements and receipts.
 
 use std::collections::HashSet;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     BusError, BusResult, CandidateFacts, ConfirmFacts, ConfirmOutcome, DeliveryId, HandOutOutcome,
     HandOutRequest, IssuedHandOut, LiveHandOut, Message, Publication, Receipt, RecordKind, RunId,
-    WakeupTarget, decide_confirms, ledger_span, plan_hand_outs, validate_batch, validate_limit,
+    WakeupTarget, decide_confirms, plan_hand_outs,
 };
 use uuid::Uuid;
 
@@ -20,7 +19,6 @@ pub(super) fn message(ledger: &MemoryLedger, team: Uuid, message: Uuid) -> BusRe
 }
 
 pub(super) fn messages(ledger: &MemoryLedger, team: Uuid, ids: &[Uuid]) -> BusResult<Vec<Message>> {
-    validate_batch(ids.len())?;
     let st = ledger.state()?;
     let mut seen = HashSet::with_capacity(ids.len());
     Ok(ids
@@ -35,11 +33,9 @@ pub(super) fn hand_out(
     team: Uuid,
     recipient: Uuid,
     requests: &[HandOutRequest],
-    grace: Duration,
+    held_until: DateTime<Utc>,
     at: DateTime<Utc>,
 ) -> BusResult<Vec<HandOutOutcome>> {
-    validate_batch(requests.len())?;
-    let held_until = at + ledger_span(grace)?;
     let mut st = ledger.state()?;
     st.agent_of(team, recipient)?;
     let plan = plan_hand_outs(
@@ -117,7 +113,6 @@ pub(super) fn undelivered(
     at: DateTime<Utc>,
     limit: usize,
 ) -> BusResult<Vec<Uuid>> {
-    validate_limit(limit)?;
     let st = ledger.state()?;
     st.agent_of(team, recipient)?;
     let mut found: Vec<(DateTime<Utc>, Uuid, u64, Uuid)> = st
@@ -146,7 +141,6 @@ pub(super) fn wakeable(
     stored_before: DateTime<Utc>,
     at: DateTime<Utc>,
 ) -> BusResult<Vec<WakeupTarget>> {
-    validate_batch(targets.len())?;
     let st = ledger.state()?;
     let mut found: Vec<WakeupTarget> = targets
         .iter()
@@ -183,7 +177,6 @@ pub(super) fn confirm(
     run: Option<RunId>,
     at: DateTime<Utc>,
 ) -> BusResult<Vec<ConfirmOutcome>> {
-    validate_batch(deliveries.len())?;
     let mut st = ledger.state()?;
     st.agent_of(team, recipient)?;
     st.check_run(run, team, recipient)?;

@@ -5,7 +5,6 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, Conversation, Member, Team, TokenHash, recipient_key_for,
-    validate_backend_name, validate_batch, validate_name,
 };
 use uuid::Uuid;
 
@@ -19,9 +18,6 @@ pub(super) fn create_team(
     inbox: &str,
     at: DateTime<Utc>,
 ) -> BusResult<Team> {
-    validate_name("team name", name)?;
-    validate_backend_name("body backend", body_backend)?;
-    validate_backend_name("inbox", inbox)?;
     let mut st = ledger.state()?;
     if st.teams.values().any(|t| t.name == name) {
         return Err(BusError::conflict(format!("team name {name:?} is taken")));
@@ -54,8 +50,6 @@ pub(super) fn set_team_backends(
     body_backend: &str,
     inbox: &str,
 ) -> BusResult<Team> {
-    validate_backend_name("body backend", body_backend)?;
-    validate_backend_name("inbox", inbox)?;
     let mut st = ledger.state()?;
     st.team_of(team)?;
     let t = st.teams.get_mut(&team).expect("checked above");
@@ -71,7 +65,6 @@ pub(super) fn create_agent(
     token_hash: TokenHash,
     at: DateTime<Utc>,
 ) -> BusResult<Agent> {
-    validate_name("agent name", name)?;
     let mut st = ledger.state()?;
     st.team_of(team)?;
     if st.agents.values().any(|a| a.team == team && a.name == name) {
@@ -143,8 +136,6 @@ pub(super) fn create_conversation(
     members: &[Uuid],
     at: DateTime<Utc>,
 ) -> BusResult<Conversation> {
-    validate_name("conversation title", title)?;
-    validate_batch(members.len())?;
     let mut st = ledger.state()?;
     let backend = st.team_of(team)?.body_backend.clone();
     let mut seen = HashSet::new();

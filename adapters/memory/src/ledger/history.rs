@@ -1,6 +1,6 @@
 //! The memory ledger's history pages.
 
-use crewbus_domain::{BusResult, HistoryPage, validate_limit};
+use crewbus_domain::{BusResult, HistoryPage};
 use uuid::Uuid;
 
 use super::MemoryLedger;
@@ -12,7 +12,6 @@ pub(super) fn history(
     after_seq: u64,
     limit: usize,
 ) -> BusResult<HistoryPage> {
-    validate_limit(limit)?;
     let st = ledger.state()?;
     let row = st.conversation_of(team, conversation)?;
     let messages = row

@@ -3,22 +3,14 @@
 //! One file per section of the port, as the trait lists them: `directory` (teams, agents,
 //! conversations), `send`, `relay` (outbox slots), `references` (inbox events),
 //! `delivery` (messages, hand-outs, confirmations, receipts), `history`, `retention` and
-//! `counts`; the tables are in `state`. The `impl Ledger` here only delegates.
+//! `counts`; the tables are in `state`. The `impl Ledger` is
+//! [`crewbus_ports::impl_ledger_by_sections!`]: it applies the port's argument rules and
+//! delegates to the sections.
 
 use std::fmt;
 use std::sync::MutexGuard;
-use std::time::Duration;
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use crewbus_domain::{
-    Agent, BusError, BusResult, ConfirmOutcome, Conversation, DeliveryId, HandOutOutcome,
-    HandOutRequest, HistoryPage, InboxEvent, LeasedSlot, LedgerCounts, Message, Receipt,
-    RetentionTarget, RunId, SendRequest, Sent, SettleOutcome, Settlement, Team, TenantId,
-    TokenHash, WakeupTarget,
-};
-use crewbus_ports::Ledger;
-use uuid::Uuid;
+use crewbus_domain::{BusError, BusResult, TenantId};
 
 pub use journal::MemoryJournal;
 use state::{Shared, State};
@@ -34,10 +26,10 @@ mod retention;
 mod send;
 pub(crate) mod state;
 
-/// The in-process [`Ledger`]: one tenant's teams, agents, conversations, messages, receipts,
+/// The in-process [`Ledger`](crewbus_ports::Ledger): one tenant's teams, agents, conversations, messages, receipts,
 /// outbox slots, inbox events and hand-outs in memory, with the Postgres ledger's semantics.
 ///
-/// [`Ledger::local_backend`] is `None`: every body, the memory backend's included, goes through
+/// [`Ledger::local_backend`](crewbus_ports::Ledger::local_backend) is `None`: every body, the memory backend's included, goes through
 /// the outbox and the relay, so fast tests exercise them too. The ledger shares its state with
 /// the [`MemoryJournal`]s made by [`MemoryLedger::journal`], and writes the bus's journal records
 /// under the same lock as the change they describe. It never reads a clock: time comes from the
@@ -149,228 +141,16 @@ impl MemoryLedger {
     }
 }
 
-#[async_trait]
-impl Ledger for MemoryLedger {
-    fn tenant(&self) -> &TenantId {
-        &self.tenant
-    }
-
-    fn local_backend(&self) -> Option<&'static str> {
-        None
-    }
-
-    async fn create_team(
-        &self,
-        name: &str,
-        body_backend: &str,
-        inbox: &str,
-        at: DateTime<Utc>,
-    ) -> BusResult<Team> {
-        directory::create_team(self, name, body_backend, inbox, at)
-    }
-
-    async fn team(&self, team: Uuid) -> BusResult<Team> {
-        directory::team(self, team)
-    }
-
-    async fn teams(&self) -> BusResult<Vec<Team>> {
-        directory::teams(self)
-    }
-
-    async fn set_team_backends(
-        &self,
-        team: Uuid,
-        body_backend: &str,
-        inbox: &str,
-    ) -> BusResult<Team> {
-        directory::set_team_backends(self, team, body_backend, inbox)
-    }
-
-    async fn create_agent(
-        &self,
-        team: Uuid,
-        name: &str,
-        token_hash: TokenHash,
-        at: DateTime<Utc>,
-    ) -> BusResult<Agent> {
-        directory::create_agent(self, team, name, token_hash, at)
-    }
-
-    async fn agent(&self, team: Uuid, agent: Uuid) -> BusResult<Agent> {
-        directory::agent(self, team, agent)
-    }
-
-    async fn agent_by_token(&self, token_hash: &TokenHash) -> BusResult<Agent> {
-        directory::agent_by_token(self, token_hash)
-    }
-
-    async fn agents(&self, team: Uuid) -> BusResult<Vec<Agent>> {
-        directory::agents(self, team)
-    }
-
-    async fn revoke_agent(&self, team: Uuid, agent: Uuid, at: DateTime<Utc>) -> BusResult<Agent> {
-        directory::revoke_agent(self, team, agent, at)
-    }
-
-    async fn create_conversation(
-        &self,
-        team: Uuid,
-        creator: Uuid,
-        title: &str,
-        members: &[Uuid],
-        at: DateTime<Utc>,
-    ) -> BusResult<Conversation> {
-        directory::create_conversation(self, team, creator, title, members, at)
-    }
-
-    async fn conversation(&self, team: Uuid, conversation: Uuid) -> BusResult<Conversation> {
-        directory::conversation(self, team, conversation)
-    }
-
-    async fn conversations(&self, team: Uuid) -> BusResult<Vec<Conversation>> {
-        directory::conversations(self, team)
-    }
-
-    async fn conversations_for(&self, team: Uuid, agent: Uuid) -> BusResult<Vec<Conversation>> {
-        directory::conversations_for(self, team, agent)
-    }
-
-    async fn send(&self, request: SendRequest, at: DateTime<Utc>) -> BusResult<Sent> {
-        send::send(self, request, at)
-    }
-
-    async fn message(&self, team: Uuid, message: Uuid) -> BusResult<Message> {
-        delivery::message(self, team, message)
-    }
-
-    async fn messages(&self, team: Uuid, ids: &[Uuid]) -> BusResult<Vec<Message>> {
-        delivery::messages(self, team, ids)
-    }
-
-    async fn lease_slots(
-        &self,
-        at: DateTime<Utc>,
-        lease_for: Duration,
-        limit: usize,
-    ) -> BusResult<Vec<LeasedSlot>> {
-        relay::lease_slots(self, at, lease_for, limit)
-    }
-
-    async fn settle(
-        &self,
-        settlements: &[Settlement],
-        at: DateTime<Utc>,
-    ) -> BusResult<Vec<SettleOutcome>> {
-        relay::settle(self, settlements, at)
-    }
-
-    async fn lease_inbox_events(
-        &self,
-        at: DateTime<Utc>,
-        lease_for: Duration,
-        limit: usize,
-    ) -> BusResult<Vec<InboxEvent>> {
-        references::lease_inbox_events(self, at, lease_for, limit)
-    }
-
-    async fn mark_published(&self, events: &[Uuid], at: DateTime<Utc>) -> BusResult<u64> {
-        references::mark_published(self, events, at)
-    }
-
-    async fn hand_out(
-        &self,
-        team: Uuid,
-        recipient: Uuid,
-        requests: &[HandOutRequest],
-        grace: Duration,
-        at: DateTime<Utc>,
-    ) -> BusResult<Vec<HandOutOutcome>> {
-        delivery::hand_out(self, team, recipient, requests, grace, at)
-    }
-
-    async fn undelivered(
-        &self,
-        team: Uuid,
-        recipient: Uuid,
-        stored_before: DateTime<Utc>,
-        at: DateTime<Utc>,
-        limit: usize,
-    ) -> BusResult<Vec<Uuid>> {
-        delivery::undelivered(self, team, recipient, stored_before, at, limit)
-    }
-
-    async fn wakeable(
-        &self,
-        targets: &[WakeupTarget],
-        stored_before: DateTime<Utc>,
-        at: DateTime<Utc>,
-    ) -> BusResult<Vec<WakeupTarget>> {
-        delivery::wakeable(self, targets, stored_before, at)
-    }
-
-    async fn confirm(
-        &self,
-        team: Uuid,
-        recipient: Uuid,
-        deliveries: &[DeliveryId],
-        run: Option<RunId>,
-        at: DateTime<Utc>,
-    ) -> BusResult<Vec<ConfirmOutcome>> {
-        delivery::confirm(self, team, recipient, deliveries, run, at)
-    }
-
-    async fn acknowledge(
-        &self,
-        team: Uuid,
-        agent: Uuid,
-        message: Uuid,
-        run: Option<RunId>,
-        at: DateTime<Utc>,
-    ) -> BusResult<Receipt> {
-        delivery::acknowledge(self, team, agent, message, run, at)
-    }
-
-    async fn receipts(&self, team: Uuid, message: Uuid) -> BusResult<Vec<Receipt>> {
-        delivery::receipts(self, team, message)
-    }
-
-    async fn history(
-        &self,
-        team: Uuid,
-        conversation: Uuid,
-        after_seq: u64,
-        limit: usize,
-    ) -> BusResult<HistoryPage> {
-        history::history(self, team, conversation, after_seq, limit)
-    }
-
-    async fn retention_due(
-        &self,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> BusResult<Vec<RetentionTarget>> {
-        retention::retention_due(self, before, limit)
-    }
-
-    async fn mark_retained(
-        &self,
-        team: Uuid,
-        backend: &str,
-        before: DateTime<Utc>,
-        at: DateTime<Utc>,
-    ) -> BusResult<u64> {
-        retention::mark_retained(self, team, backend, before, at)
-    }
-
-    async fn counts(&self, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
-        counts::counts(self, at)
-    }
+crewbus_ports::impl_ledger_by_sections! {
+    MemoryLedger { tenant: tenant, local_backend: None, sections: sync }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crewbus_ports::Journal;
+    use chrono::Utc;
+    use crewbus_ports::{Journal, Ledger};
+    use uuid::Uuid;
 
     fn block_on<F: std::future::Future>(f: F) -> F::Output {
         tokio::runtime::Builder::new_current_thread()

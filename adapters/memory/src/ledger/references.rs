@@ -1,9 +1,7 @@
 //! The memory ledger's reference worker side: leasing inbox events and marking them published.
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusResult, InboxEvent, positive_ledger_span, validate_batch, validate_limit};
+use crewbus_domain::{BusResult, InboxEvent};
 use uuid::Uuid;
 
 use super::MemoryLedger;
@@ -11,11 +9,9 @@ use super::MemoryLedger;
 pub(super) fn lease_inbox_events(
     ledger: &MemoryLedger,
     at: DateTime<Utc>,
-    lease_for: Duration,
+    until: DateTime<Utc>,
     limit: usize,
 ) -> BusResult<Vec<InboxEvent>> {
-    validate_limit(limit)?;
-    let until = at + positive_ledger_span(lease_for, "lease_for")?;
     let mut st = ledger.state()?;
     let mut due: Vec<(u64, Uuid)> = st
         .events
@@ -40,7 +36,6 @@ pub(super) fn mark_published(
     events: &[Uuid],
     at: DateTime<Utc>,
 ) -> BusResult<u64> {
-    validate_batch(events.len())?;
     let mut st = ledger.state()?;
     let mut changed = 0;
     for id in events {

@@ -1,11 +1,9 @@
 //! The memory ledger's relay side: leasing outbox slots and settling them.
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     BusResult, InboxEvent, LeasedSlot, Publication, ReferencePayload, SettleOutcome, Settlement,
-    SlotOutcome, positive_ledger_span, validate_batch, validate_limit,
+    SlotOutcome,
 };
 use uuid::Uuid;
 
@@ -15,11 +13,9 @@ use super::state::EventRow;
 pub(super) fn lease_slots(
     ledger: &MemoryLedger,
     at: DateTime<Utc>,
-    lease_for: Duration,
+    until: DateTime<Utc>,
     limit: usize,
 ) -> BusResult<Vec<LeasedSlot>> {
-    validate_limit(limit)?;
-    let until = at + positive_ledger_span(lease_for, "lease_for")?;
     let mut st = ledger.state()?;
     let mut due: Vec<(DateTime<Utc>, u64, Uuid)> = st
         .slots
@@ -53,7 +49,6 @@ pub(super) fn settle(
     settlements: &[Settlement],
     at: DateTime<Utc>,
 ) -> BusResult<Vec<SettleOutcome>> {
-    validate_batch(settlements.len())?;
     let mut st = ledger.state()?;
     let mut outcomes = Vec::with_capacity(settlements.len());
     for s in settlements {

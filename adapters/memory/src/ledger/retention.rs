@@ -3,7 +3,7 @@
 use std::collections::BTreeMap;
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusResult, Publication, RetentionTarget, validate_limit};
+use crewbus_domain::{BusResult, Publication, RetentionTarget};
 use uuid::Uuid;
 
 use super::MemoryLedger;
@@ -13,7 +13,6 @@ pub(super) fn retention_due(
     before: DateTime<Utc>,
     limit: usize,
 ) -> BusResult<Vec<RetentionTarget>> {
-    validate_limit(limit)?;
     let st = ledger.state()?;
     let mut groups: BTreeMap<(Uuid, String), u64> = BTreeMap::new();
     for m in st.messages.values() {

@@ -2,8 +2,8 @@
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    BusError, BusResult, Envelope, Member, Message, Publication, Receipt, RecordKind, SendRequest,
-    Sent, body_sha256, validate_request_id,
+    BusError, BusResult, Envelope, Member, Message, Receipt, RecordKind, SendRequest, Sent,
+    body_sha256,
 };
 use uuid::Uuid;
 
@@ -15,7 +15,6 @@ pub(super) fn send(
     request: SendRequest,
     at: DateTime<Utc>,
 ) -> BusResult<Sent> {
-    validate_request_id(&request.request_id)?;
     let mut st = ledger.state()?;
     let row = st.conversation_of(request.team, request.conversation)?;
     let conversation = row.conversation.clone();
@@ -47,23 +46,7 @@ pub(super) fn send(
 
     let seq = row.messages.keys().next_back().copied().unwrap_or(0) + 1;
     let id = Uuid::new_v4();
-    let message = Message {
-        id,
-        team: request.team,
-        conversation: conversation.id,
-        seq,
-        sender: request.sender,
-        request_id: request.request_id.clone(),
-        body_sha256: sha,
-        body_len: request.body.len() as u64,
-        backend: conversation.backend.clone(),
-        locator: None,
-        publication: Publication::PendingPublication,
-        sent_at: at,
-        stored_at: None,
-        retained_at: None,
-        failure: None,
-    };
+    let message = Message::pending(id, &request, seq, conversation.backend.clone(), sha, at);
     let recipients: Vec<&Member> = conversation
         .members
         .iter()

@@ -2,13 +2,12 @@
 //! reads, confirmations, acknowledgements and receipts.
 
 use std::collections::{BTreeMap, HashMap};
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     BusError, BusResult, CandidateFacts, ConfirmFacts, ConfirmOutcome, DeliveryId, HandOutOutcome,
     HandOutRequest, InboxAck, IssuedHandOut, LiveHandOut, Message, Receipt, RecordKind, RunId,
-    WakeupTarget, decide_confirms, ledger_span, plan_hand_outs, validate_batch, validate_limit,
+    WakeupTarget, decide_confirms, plan_hand_outs,
 };
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -127,18 +126,15 @@ impl PostgresLedger {
         let deliveries: Vec<Uuid> = acks.keys().map(|d| d.0).collect();
         let inboxes: Vec<&str> = acks.values().map(|a| a.inbox.as_str()).collect();
         let subjects: Vec<&str> = acks.values().map(|a| a.ack_subject.as_str()).collect();
-        sqlx::query(
+        let statement = sqlx::query(
             "UPDATE hand_outs h SET ack_inbox = u.inbox, ack_subject = u.subject
              FROM unnest($1::uuid[], $2::text[], $3::text[]) AS u (delivery_id, inbox, subject)
              WHERE h.delivery_id = u.delivery_id",
         )
         .bind(&deliveries)
         .bind(&inboxes)
-        .bind(&subjects)
-        .execute(&mut *conn)
-        .await
-        .map_err(db("hand-out"))?;
-        Ok(())
+        .bind(&subjects);
+        Self::write(conn, statement).await
     }
 
     /// `hand_out`, step 4: inserts the new hand-outs (one statement).
@@ -168,7 +164,7 @@ impl PostgresLedger {
             .iter()
             .map(|r| r.ack.as_ref().map(|a| a.ack_subject.as_str()))
             .collect();
-        sqlx::query(
+        let statement = sqlx::query(
             "INSERT INTO hand_outs
                  (delivery_id, team_id, message_id, recipient_id, conversation_id, seq,
                   redelivered, issued_at, held_until, ack_inbox, ack_subject)
@@ -189,10 +185,19 @@ impl PostgresLedger {
         .bind(&seqs)
         .bind(&redelivered)
         .bind(&inboxes)
-        .bind(&subjects)
-        .execute(&mut *conn)
-        .await
-        .map_err(db("hand-out"))?;
+        .bind(&subjects);
+        Self::write(conn, statement).await
+    }
+
+    /// Runs one of `hand_out`'s write statements.
+    async fn write(
+        conn: &mut PgConnection,
+        statement: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> BusResult<()> {
+        statement
+            .execute(&mut *conn)
+            .await
+            .map_err(db("hand-out"))?;
         Ok(())
     }
 }
@@ -211,7 +216,6 @@ pub(super) async fn messages(
     team: Uuid,
     ids: &[Uuid],
 ) -> BusResult<Vec<Message>> {
-    validate_batch(ids.len())?;
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -240,11 +244,9 @@ pub(super) async fn hand_out(
     team: Uuid,
     recipient: Uuid,
     requests: &[HandOutRequest],
-    grace: Duration,
+    held_until: DateTime<Utc>,
     at: DateTime<Utc>,
 ) -> BusResult<Vec<HandOutOutcome>> {
-    validate_batch(requests.len())?;
-    let held_until = at + ledger_span(grace)?;
     let what = "hand-out";
     let mut tx = ledger.begin(what).await?;
     // A constant number of statements whatever the batch size: lock the receipts, read the
@@ -306,7 +308,6 @@ pub(super) async fn undelivered(
     at: DateTime<Utc>,
     limit: usize,
 ) -> BusResult<Vec<Uuid>> {
-    validate_limit(limit)?;
     let what = "undelivered";
     let mut conn = ledger.pool.acquire().await.map_err(db(what))?;
     ledger.agent_row(&mut conn, team, recipient).await?;
@@ -338,7 +339,6 @@ pub(super) async fn wakeable(
     stored_before: DateTime<Utc>,
     at: DateTime<Utc>,
 ) -> BusResult<Vec<WakeupTarget>> {
-    validate_batch(targets.len())?;
     if targets.is_empty() {
         return Ok(Vec::new());
     }
@@ -384,7 +384,6 @@ pub(super) async fn confirm(
     run: Option<RunId>,
     at: DateTime<Utc>,
 ) -> BusResult<Vec<ConfirmOutcome>> {
-    validate_batch(deliveries.len())?;
     let what = "confirm";
     let mut tx = ledger.begin(what).await?;
     ledger.agent_row(&mut tx, team, recipient).await?;

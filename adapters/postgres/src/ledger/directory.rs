@@ -5,7 +5,6 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, Conversation, Member, Team, TokenHash, recipient_key_for,
-    validate_backend_name, validate_batch, validate_name,
 };
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -67,9 +66,6 @@ pub(super) async fn create_team(
     inbox: &str,
     at: DateTime<Utc>,
 ) -> BusResult<Team> {
-    validate_name("team name", name)?;
-    validate_backend_name("body backend", body_backend)?;
-    validate_backend_name("inbox", inbox)?;
     let row: TeamRow = sqlx::query_as(&format!(
         "INSERT INTO teams (id, tenant, name, body_backend, inbox, created_at)
          VALUES ($1, $2, $3, $4, $5, $6) RETURNING {TEAM_COLUMNS}"
@@ -111,8 +107,6 @@ pub(super) async fn set_team_backends(
     body_backend: &str,
     inbox: &str,
 ) -> BusResult<Team> {
-    validate_backend_name("body backend", body_backend)?;
-    validate_backend_name("inbox", inbox)?;
     let row: Option<TeamRow> = sqlx::query_as(&format!(
         "UPDATE teams SET body_backend = $3, inbox = $4 WHERE id = $1 AND tenant = $2
          RETURNING {TEAM_COLUMNS}"
@@ -135,7 +129,6 @@ pub(super) async fn create_agent(
     token_hash: TokenHash,
     at: DateTime<Utc>,
 ) -> BusResult<Agent> {
-    validate_name("agent name", name)?;
     let what = "create agent";
     let mut tx = ledger.begin(what).await?;
     ledger.require_team(&mut tx, team).await?;
@@ -229,8 +222,6 @@ pub(super) async fn create_conversation(
     members: &[Uuid],
     at: DateTime<Utc>,
 ) -> BusResult<Conversation> {
-    validate_name("conversation title", title)?;
-    validate_batch(members.len())?;
     let what = "create conversation";
     let mut tx = ledger.begin(what).await?;
     let backend = ledger.team_row(&mut tx, team).await?.body_backend;
@@ -308,19 +299,9 @@ pub(super) async fn conversation(
 ) -> BusResult<Conversation> {
     let what = "conversation";
     let mut conn = ledger.pool.acquire().await.map_err(db(what))?;
-    let row: Option<(String, String, DateTime<Utc>)> = sqlx::query_as(
-        "SELECT c.title, c.backend, c.created_at FROM conversations c
-         JOIN teams t ON t.id = c.team_id
-         WHERE c.id = $1 AND c.team_id = $2 AND t.tenant = $3",
-    )
-    .bind(conversation)
-    .bind(team)
-    .bind(ledger.tenant.as_str())
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(db(what))?;
-    let (title, backend, created_at) =
-        row.ok_or_else(|| BusError::not_found(format!("conversation {conversation}")))?;
+    let (title, backend, created_at) = ledger
+        .conversation_row(&mut conn, team, conversation, what)
+        .await?;
     let mut members = PostgresLedger::members_of(&mut conn, &[conversation]).await?;
     Ok(Conversation {
         id: conversation,

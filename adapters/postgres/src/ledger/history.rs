@@ -1,6 +1,6 @@
 //! The Postgres ledger's history pages.
 
-use crewbus_domain::{BusError, BusResult, HistoryPage, Message, validate_limit};
+use crewbus_domain::{BusResult, HistoryPage, Message};
 use uuid::Uuid;
 
 use super::rows::{MESSAGE_COLUMNS, MessageRow, db_i64};
@@ -13,22 +13,11 @@ pub(super) async fn history(
     after_seq: u64,
     limit: usize,
 ) -> BusResult<HistoryPage> {
-    validate_limit(limit)?;
     let what = "history";
     let mut conn = ledger.pool.acquire().await.map_err(db(what))?;
-    let found: Option<i32> = sqlx::query_scalar(
-        "SELECT 1 FROM conversations c JOIN teams t ON t.id = c.team_id
-         WHERE c.id = $1 AND c.team_id = $2 AND t.tenant = $3",
-    )
-    .bind(conversation)
-    .bind(team)
-    .bind(ledger.tenant.as_str())
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(db(what))?;
-    if found.is_none() {
-        return Err(BusError::not_found(format!("conversation {conversation}")));
-    }
+    ledger
+        .conversation_row(&mut conn, team, conversation, what)
+        .await?;
     let rows: Vec<MessageRow> = sqlx::query_as(&format!(
         "SELECT {MESSAGE_COLUMNS} FROM messages m
          WHERE m.conversation_id = $1 AND m.seq > $2 ORDER BY m.seq LIMIT $3"

@@ -1,27 +1,20 @@
 //! The Postgres ledger's relay side: leasing outbox slots and settling them (set-based, in
 //! `settle`).
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
-use crewbus_domain::{
-    BusError, BusResult, Envelope, LeasedSlot, SettleOutcome, Settlement, positive_ledger_span,
-    validate_batch, validate_limit,
-};
+use crewbus_domain::{BusError, BusResult, Envelope, LeasedSlot, SettleOutcome, Settlement};
 use uuid::Uuid;
 
+use super::PostgresLedger;
 use super::rows::from_db;
 use super::settle;
-use super::{PostgresLedger, db};
 
 pub(super) async fn lease_slots(
     ledger: &PostgresLedger,
     at: DateTime<Utc>,
-    lease_for: Duration,
+    until: DateTime<Utc>,
     limit: usize,
 ) -> BusResult<Vec<LeasedSlot>> {
-    validate_limit(limit)?;
-    let until = at + positive_ledger_span(lease_for, "lease_for")?;
     #[derive(sqlx::FromRow)]
     struct Row {
         id: Uuid,
@@ -37,27 +30,26 @@ pub(super) async fn lease_slots(
         next_attempt_at: DateTime<Utc>,
         ord: i64,
     }
-    let mut rows: Vec<Row> = sqlx::query_as(
-        "WITH due AS (
-             SELECT id FROM outbox_slots
-             WHERE tenant = $1 AND NOT failed AND next_attempt_at <= $2
-               AND (leased_until IS NULL OR leased_until <= $2)
-             ORDER BY next_attempt_at, ord
-             LIMIT $3
-             FOR UPDATE SKIP LOCKED)
-         UPDATE outbox_slots s SET generation = s.generation + 1, leased_until = $4
-         FROM due WHERE s.id = due.id
-         RETURNING s.id, s.generation, s.backend, s.message_id, s.conversation_id,
-                   s.team_id, s.body, s.publish_key, s.attempts, s.uncertain,
-                   s.next_attempt_at, s.ord",
-    )
-    .bind(ledger.tenant.as_str())
-    .bind(at)
-    .bind(limit as i64)
-    .bind(until)
-    .fetch_all(&ledger.pool)
-    .await
-    .map_err(db("lease slots"))?;
+    let mut rows: Vec<Row> = ledger
+        .lease_rows(
+            "WITH due AS (
+                 SELECT id FROM outbox_slots
+                 WHERE tenant = $1 AND NOT failed AND next_attempt_at <= $2
+                   AND (leased_until IS NULL OR leased_until <= $2)
+                 ORDER BY next_attempt_at, ord
+                 LIMIT $3
+                 FOR UPDATE SKIP LOCKED)
+             UPDATE outbox_slots s SET generation = s.generation + 1, leased_until = $4
+             FROM due WHERE s.id = due.id
+             RETURNING s.id, s.generation, s.backend, s.message_id, s.conversation_id,
+                       s.team_id, s.body, s.publish_key, s.attempts, s.uncertain,
+                       s.next_attempt_at, s.ord",
+            at,
+            until,
+            limit,
+            "lease slots",
+        )
+        .await?;
     rows.sort_by_key(|r| (r.next_attempt_at, r.ord));
     rows.into_iter()
         .map(|r| {
@@ -87,7 +79,6 @@ pub(super) async fn settle(
     settlements: &[Settlement],
     at: DateTime<Utc>,
 ) -> BusResult<Vec<SettleOutcome>> {
-    validate_batch(settlements.len())?;
     if settlements.is_empty() {
         return Ok(Vec::new());
     }

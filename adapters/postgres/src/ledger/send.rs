@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     BusError, BusResult, Envelope, Message, Publication, RecordKind, ReferencePayload, SendRequest,
-    Sent, body_sha256, validate_request_id,
+    Sent, body_sha256,
 };
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -117,7 +117,6 @@ pub(super) async fn send(
     request: SendRequest,
     at: DateTime<Utc>,
 ) -> BusResult<Sent> {
-    validate_request_id(&request.request_id)?;
     let what = "send";
     let mut tx = ledger.begin(what).await?;
     // The conversation row is the per-conversation lock: seq allocation and the insert
@@ -175,23 +174,7 @@ pub(super) async fn send(
     let seq = from_db(next_seq);
     let id = Uuid::new_v4();
     let local = backend == SCHEME;
-    let mut message = Message {
-        id,
-        team: request.team,
-        conversation: request.conversation,
-        seq,
-        sender: request.sender,
-        request_id: request.request_id.clone(),
-        body_sha256: sha,
-        body_len: request.body.len() as u64,
-        backend: backend.clone(),
-        locator: None,
-        publication: Publication::PendingPublication,
-        sent_at: at,
-        stored_at: None,
-        retained_at: None,
-        failure: None,
-    };
+    let mut message = Message::pending(id, &request, seq, backend.clone(), sha, at);
     if local {
         message.publication = Publication::Stored;
         message.locator = Some(locator_for(id));

@@ -160,14 +160,7 @@ pub(super) async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -
         }
     }
     for (rid, a) in &accepted {
-        let conv = &shared.convs[a.conversation];
-        let team = &shared.teams[conv.team];
-        let want: HashSet<Uuid> = conv
-            .members
-            .iter()
-            .map(|&i| team.agents[i].id)
-            .filter(|id| *id != a.sender)
-            .collect();
+        let want = recipients(shared, a);
         let got = confirmed_by.remove(&a.message).unwrap_or_default();
         if got != want && !failed_ids.contains(&a.message) && !pending_ids.contains(&a.message) {
             lost += u64::from(!want.is_subset(&got));
@@ -198,12 +191,7 @@ pub(super) async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -
             let conv = &shared.convs[a.conversation];
             let team = &shared.teams[conv.team];
             let reader = &team.agents[conv.members[0]];
-            let want: HashSet<Uuid> = conv
-                .members
-                .iter()
-                .map(|&i| team.agents[i].id)
-                .filter(|id| *id != a.sender)
-                .collect();
+            let want = recipients(shared, a);
             let path = format!("/v1/messages/{}/receipts", a.message);
             in_flight.push(async move {
                 let r = shared.call(&reader.client, Method::GET, &path, None).await;
@@ -260,4 +248,15 @@ pub(super) async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -
     };
     *shared.stored_latency.lock().unwrap() = stored_latency;
     zl
+}
+
+/// The agents an accepted message was meant for: its conversation's members but the sender.
+fn recipients(shared: &Shared, a: &Accepted) -> HashSet<Uuid> {
+    let conv = &shared.convs[a.conversation];
+    let team = &shared.teams[conv.team];
+    conv.members
+        .iter()
+        .map(|&i| team.agents[i].id)
+        .filter(|id| *id != a.sender)
+        .collect()
 }

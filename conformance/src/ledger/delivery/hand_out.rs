@@ -21,16 +21,8 @@ pub async fn hand_out_holds_a_message_for_the_grace_period<F: LedgerFixture + ?S
     let s = scene(fx, REMOTE).await;
     let m = s.send_stored(&s.a, "r1", "hi", t(0)).await;
     let out = s
-        .ledger
-        .hand_out(
-            s.team.id,
-            s.b.id,
-            &[from_ledger(m.id), from_ledger(m.id)],
-            GRACE,
-            t(10),
-        )
-        .await
-        .unwrap();
+        .hand_out_to(&s.b, &[from_ledger(m.id), from_ledger(m.id)], t(10))
+        .await;
     let first = issued(&out[0]);
     assert_eq!((first.message, first.recipient), (m.id, s.b.id));
     assert_eq!((first.conversation, first.seq), (s.conv.id, 1));
@@ -45,37 +37,17 @@ pub async fn hand_out_holds_a_message_for_the_grace_period<F: LedgerFixture + ?S
         },
         "one fetch never returns the same message twice"
     );
-    let held = s
-        .ledger
-        .hand_out(s.team.id, s.b.id, &[from_ledger(m.id)], GRACE, t(69))
-        .await
-        .unwrap();
+    let held = s.hand_out_to(&s.b, &[from_ledger(m.id)], t(69)).await;
     assert!(matches!(held[0], HandOutOutcome::Held { .. }));
-    let c_out = s
-        .ledger
-        .hand_out(s.team.id, s.c.id, &[from_ledger(m.id)], GRACE, t(69))
-        .await
-        .unwrap();
+    let c_out = s.hand_out_to(&s.c, &[from_ledger(m.id)], t(69)).await;
     assert!(!issued(&c_out[0]).redelivered, "hold is per recipient");
-    let later = s
-        .ledger
-        .hand_out(s.team.id, s.b.id, &[from_ledger(m.id)], GRACE, t(70))
-        .await
-        .unwrap();
+    let later = s.hand_out_to(&s.b, &[from_ledger(m.id)], t(70)).await;
     let second = issued(&later[0]);
     assert!(second.redelivered);
     assert_ne!(second.delivery, first.delivery);
     let counted = s
-        .ledger
-        .hand_out(
-            s.team.id,
-            s.c.id,
-            &[from_inbox(m.id, "ack-x", 2)],
-            GRACE,
-            t(1000),
-        )
-        .await
-        .unwrap();
+        .hand_out_to(&s.c, &[from_inbox(m.id, "ack-x", 2)], t(1000))
+        .await;
     assert!(
         issued(&counted[0]).redelivered,
         "an inbox delivery count above 1 is a redelivery"
@@ -89,20 +61,16 @@ pub async fn hand_out_explains_what_it_does_not_issue<F: LedgerFixture + ?Sized>
     let stored = s.send_stored(&s.a, "r1", "stored", t(0)).await;
     let pending = s.send(&s.a, "r2", "pending", t(1)).await;
     let out = s
-        .ledger
-        .hand_out(
-            s.team.id,
-            s.b.id,
+        .hand_out_to(
+            &s.b,
             &[
                 from_ledger(Uuid::new_v4()),
                 from_ledger(pending.id),
                 from_ledger(stored.id),
             ],
-            GRACE,
             t(2),
         )
-        .await
-        .unwrap();
+        .await;
     assert_eq!(
         out[0],
         HandOutOutcome::Unknown {
@@ -116,11 +84,7 @@ pub async fn hand_out_explains_what_it_does_not_issue<F: LedgerFixture + ?Sized>
         }
     );
     let h = issued(&out[2]);
-    let own = s
-        .ledger
-        .hand_out(s.team.id, s.a.id, &[from_ledger(stored.id)], GRACE, t(2))
-        .await
-        .unwrap();
+    let own = s.hand_out_to(&s.a, &[from_ledger(stored.id)], t(2)).await;
     assert_eq!(
         own[0],
         HandOutOutcome::Unknown { message: stored.id },
@@ -131,16 +95,8 @@ pub async fn hand_out_explains_what_it_does_not_issue<F: LedgerFixture + ?Sized>
         .await
         .unwrap();
     let after = s
-        .ledger
-        .hand_out(
-            s.team.id,
-            s.b.id,
-            &[from_inbox(stored.id, "ack-1", 2)],
-            GRACE,
-            t(4),
-        )
-        .await
-        .unwrap();
+        .hand_out_to(&s.b, &[from_inbox(stored.id, "ack-1", 2)], t(4))
+        .await;
     assert_eq!(
         after[0],
         HandOutOutcome::AlreadyDelivered { message: stored.id }
@@ -179,28 +135,12 @@ pub async fn held_inbox_candidate_takes_over_the_ack<F: LedgerFixture + ?Sized>(
     let s = scene(fx, REMOTE).await;
     let m = s.send_stored(&s.a, "r1", "hi", t(0)).await;
     let out = s
-        .ledger
-        .hand_out(
-            s.team.id,
-            s.b.id,
-            &[from_inbox(m.id, "ack-1", 1)],
-            GRACE,
-            t(1),
-        )
-        .await
-        .unwrap();
+        .hand_out_to(&s.b, &[from_inbox(m.id, "ack-1", 1)], t(1))
+        .await;
     let h = issued(&out[0]);
     let held = s
-        .ledger
-        .hand_out(
-            s.team.id,
-            s.b.id,
-            &[from_inbox(m.id, "ack-2", 2)],
-            GRACE,
-            t(2),
-        )
-        .await
-        .unwrap();
+        .hand_out_to(&s.b, &[from_inbox(m.id, "ack-2", 2)], t(2))
+        .await;
     assert!(matches!(held[0], HandOutOutcome::Held { .. }));
     let confirmed = s
         .ledger
@@ -231,27 +171,11 @@ pub async fn hand_out_and_confirm_decide_every_item_of_a_batch<F: LedgerFixture 
     }
     // m[0] held by a live hand-out; m[1] delivered; m[2] handed out, its hold lapsed by t(100).
     let first = s
-        .ledger
-        .hand_out(
-            s.team.id,
-            s.b.id,
-            &[from_ledger(m[1]), from_ledger(m[2])],
-            GRACE,
-            t(1),
-        )
-        .await
-        .unwrap();
+        .hand_out_to(&s.b, &[from_ledger(m[1]), from_ledger(m[2])], t(1))
+        .await;
     let held_m0 = s
-        .ledger
-        .hand_out(
-            s.team.id,
-            s.b.id,
-            &[from_inbox(m[0], "ack-0a", 1)],
-            GRACE,
-            t(90),
-        )
-        .await
-        .unwrap();
+        .hand_out_to(&s.b, &[from_inbox(m[0], "ack-0a", 1)], t(90))
+        .await;
     let live = issued(&held_m0[0]);
     s.ledger
         .confirm(s.team.id, s.b.id, &[issued(&first[0]).delivery], None, t(2))
@@ -259,10 +183,8 @@ pub async fn hand_out_and_confirm_decide_every_item_of_a_batch<F: LedgerFixture 
         .unwrap();
     let unknown = Uuid::new_v4();
     let out = s
-        .ledger
-        .hand_out(
-            s.team.id,
-            s.b.id,
+        .hand_out_to(
+            &s.b,
             &[
                 from_inbox(m[3], "ack-3a", 1),
                 from_inbox(m[0], "ack-0b", 2),
@@ -274,11 +196,9 @@ pub async fn hand_out_and_confirm_decide_every_item_of_a_batch<F: LedgerFixture 
                 from_ledger(m[4]),
                 from_inbox(m[0], "ack-0c", 3),
             ],
-            GRACE,
             t(100),
         )
-        .await
-        .unwrap();
+        .await;
     assert_eq!(out.len(), 9, "one outcome per request");
     let m3 = issued(&out[0]);
     assert!(!m3.redelivered);
@@ -521,16 +441,8 @@ pub async fn wakeable_finds_waiters_with_something_to_hand_out_or_revoked<
         "stored before the cutoff only"
     );
     let held: Vec<HandOut> = s
-        .ledger
-        .hand_out(
-            s.team.id,
-            s.b.id,
-            &[from_ledger(first.id), from_ledger(m.id)],
-            GRACE,
-            t(10),
-        )
+        .hand_out_to(&s.b, &[from_ledger(first.id), from_ledger(m.id)], t(10))
         .await
-        .unwrap()
         .iter()
         .map(issued)
         .collect();

@@ -57,15 +57,22 @@ pub(crate) fn out_id(outcome: &HandOutOutcome) -> Uuid {
 }
 
 impl Scene {
+    /// Hands the `requests` out to `to` (for the grace period) at `at`; the outcomes.
+    pub(crate) async fn hand_out_to(
+        &self,
+        to: &Agent,
+        requests: &[HandOutRequest],
+        at: DateTime<Utc>,
+    ) -> Vec<HandOutOutcome> {
+        self.ledger
+            .hand_out(self.team.id, to.id, requests, GRACE, at)
+            .await
+            .unwrap()
+    }
+
     /// Hands message `message` out to `to` alone (from the ledger, for the grace period) at `at`
     /// and expects it issued.
     pub(crate) async fn issue(&self, to: &Agent, message: Uuid, at: DateTime<Utc>) -> HandOut {
-        issued(
-            &self
-                .ledger
-                .hand_out(self.team.id, to.id, &[from_ledger(message)], GRACE, at)
-                .await
-                .unwrap()[0],
-        )
+        issued(&self.hand_out_to(to, &[from_ledger(message)], at).await[0])
     }
 }
