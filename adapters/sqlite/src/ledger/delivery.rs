@@ -6,13 +6,12 @@
 //! transaction is exclusive, so the facts hold until the commit.
 
 use std::collections::HashMap;
-use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     BusError, BusResult, CandidateFacts, ConfirmFacts, ConfirmOutcome, DeliveryId, HandOutOutcome,
     HandOutRequest, InboxAck, LiveHandOut, Message, Receipt, RecordKind, RunId, WakeupTarget,
-    decide_confirms, ledger_span, plan_hand_outs, validate_batch, validate_limit,
+    decide_confirms, plan_hand_outs,
 };
 use sqlx::SqliteConnection;
 use uuid::Uuid;
@@ -145,7 +144,6 @@ pub(super) async fn messages(
     team: Uuid,
     ids: &[Uuid],
 ) -> BusResult<Vec<Message>> {
-    validate_batch(ids.len())?;
     if ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -179,11 +177,9 @@ pub(super) async fn hand_out(
     team: Uuid,
     recipient: Uuid,
     requests: &[HandOutRequest],
-    grace: Duration,
+    held_until: DateTime<Utc>,
     at: DateTime<Utc>,
 ) -> BusResult<Vec<HandOutOutcome>> {
-    validate_batch(requests.len())?;
-    let held_until = at + ledger_span(grace)?;
     let what = "hand-out";
     let mut tx = ledger.begin(what).await?;
     let mut ids: Vec<Uuid> = requests.iter().map(|r| r.message).collect();
@@ -274,7 +270,6 @@ pub(super) async fn undelivered(
     at: DateTime<Utc>,
     limit: usize,
 ) -> BusResult<Vec<Uuid>> {
-    validate_limit(limit)?;
     let what = "undelivered";
     let mut tx = ledger.read(what).await?;
     ledger.agent_row(&mut tx, team, recipient).await?;
@@ -306,7 +301,6 @@ pub(super) async fn wakeable(
     stored_before: DateTime<Utc>,
     at: DateTime<Utc>,
 ) -> BusResult<Vec<WakeupTarget>> {
-    validate_batch(targets.len())?;
     if targets.is_empty() {
         return Ok(Vec::new());
     }
@@ -355,7 +349,6 @@ pub(super) async fn confirm(
     run: Option<RunId>,
     at: DateTime<Utc>,
 ) -> BusResult<Vec<ConfirmOutcome>> {
-    validate_batch(deliveries.len())?;
     let what = "confirm";
     let mut tx = ledger.begin(what).await?;
     ledger.agent_row(&mut tx, team, recipient).await?;

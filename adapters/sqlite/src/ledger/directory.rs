@@ -5,7 +5,6 @@ use std::collections::{HashMap, HashSet};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, Conversation, Member, Team, TokenHash, recipient_key_for,
-    validate_backend_name, validate_batch, validate_name,
 };
 use sqlx::SqliteConnection;
 use uuid::Uuid;
@@ -79,9 +78,6 @@ pub(super) async fn create_team(
     inbox: &str,
     at: DateTime<Utc>,
 ) -> BusResult<Team> {
-    validate_name("team name", name)?;
-    validate_backend_name("body backend", body_backend)?;
-    validate_backend_name("inbox", inbox)?;
     let what = "create team";
     let mut tx = ledger.begin(what).await?;
     let row: TeamRow = sqlx::query_as(&format!(
@@ -132,8 +128,6 @@ pub(super) async fn set_team_backends(
     body_backend: &str,
     inbox: &str,
 ) -> BusResult<Team> {
-    validate_backend_name("body backend", body_backend)?;
-    validate_backend_name("inbox", inbox)?;
     let what = "set team backends";
     let mut tx = ledger.begin(what).await?;
     let row: Option<TeamRow> = sqlx::query_as(&format!(
@@ -159,7 +153,6 @@ pub(super) async fn create_agent(
     token_hash: TokenHash,
     at: DateTime<Utc>,
 ) -> BusResult<Agent> {
-    validate_name("agent name", name)?;
     let what = "create agent";
     let mut tx = ledger.begin(what).await?;
     ledger.require_team(&mut tx, team).await?;
@@ -259,8 +252,6 @@ pub(super) async fn create_conversation(
     members: &[Uuid],
     at: DateTime<Utc>,
 ) -> BusResult<Conversation> {
-    validate_name("conversation title", title)?;
-    validate_batch(members.len())?;
     let what = "create conversation";
     let mut tx = ledger.begin(what).await?;
     let backend = ledger.team_row(&mut tx, team).await?.body_backend;

@@ -1,6 +1,6 @@
 //! The SQLite ledger's history pages.
 
-use crewbus_domain::{BusError, BusResult, HistoryPage, Message, validate_limit};
+use crewbus_domain::{BusError, BusResult, HistoryPage, Message};
 use uuid::Uuid;
 
 use super::SqliteLedger;
@@ -14,7 +14,6 @@ pub(super) async fn history(
     after_seq: u64,
     limit: usize,
 ) -> BusResult<HistoryPage> {
-    validate_limit(limit)?;
     let what = "history";
     // One snapshot: the conversation check and its page agree.
     let mut tx = ledger.read(what).await?;

@@ -4,19 +4,10 @@
 //! `directory` (teams, agents, conversations), `send`, `relay` (leasing outbox slots), `settle`,
 //! `references` (inbox events), `delivery` (messages, hand-outs, confirmations, receipts),
 //! `history`, `retention` and `counts`; table rows and their conversions are in `rows`. The
-//! `impl Ledger` here only delegates; the lookups and run checks the sections share are here.
+//! `impl Ledger` is [`crewbus_ports::impl_ledger_by_sections!`]: it applies the port's argument
+//! rules and delegates to the sections. The lookups and run checks the sections share are here.
 
-use std::time::Duration;
-
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use crewbus_domain::{
-    Agent, BusError, BusResult, ConfirmOutcome, Conversation, DeliveryId, HandOutOutcome,
-    HandOutRequest, HistoryPage, InboxEvent, LeasedSlot, LedgerCounts, Message, Receipt,
-    RetentionTarget, RunId, SendRequest, Sent, SettleOutcome, Settlement, Team, TenantId,
-    TokenHash, WakeupTarget,
-};
-use crewbus_ports::Ledger;
+use crewbus_domain::{Agent, BusError, BusResult, Message, RunId, Team, TenantId};
 use sqlx::SqliteConnection;
 use uuid::Uuid;
 
@@ -50,9 +41,10 @@ mod settle;
 ///   writes the message, its receipts and its outbox slot or inbox events in one write
 ///   transaction: `seq` is gap-free (a rolled-back send gives its number back) and two identical
 ///   concurrent requests create one message (the second one sees the first). For SQLite
-///   conversations ([`Ledger::local_backend`] is `Some("sqlite")`) the body is written to the
-///   table [`crate::SqliteBackend`] reads, and the inbox events enqueued, in the same
-///   transaction; other backends get an outbox slot holding the body.
+///   conversations ([`Ledger::local_backend`](crewbus_ports::Ledger::local_backend) is
+///   `Some("sqlite")`) the body is written to the table [`crate::SqliteBackend`] reads, and the
+///   inbox events enqueued, in the same transaction; other backends get an outbox slot holding
+///   the body.
 /// - **lease_slots** / **lease_inbox_events** are `UPDATE … WHERE id IN (SELECT … LIMIT ?)
 ///   RETURNING` (no `SKIP LOCKED`: a second caller waits for the write connection and then
 ///   sees the first one's leases), scanning every due row each time (no cursor), so a slot whose
@@ -207,220 +199,6 @@ impl SqliteLedger {
     }
 }
 
-#[async_trait]
-impl Ledger for SqliteLedger {
-    fn tenant(&self) -> &TenantId {
-        &self.tenant
-    }
-
-    fn local_backend(&self) -> Option<&'static str> {
-        Some(SCHEME)
-    }
-
-    async fn create_team(
-        &self,
-        name: &str,
-        body_backend: &str,
-        inbox: &str,
-        at: DateTime<Utc>,
-    ) -> BusResult<Team> {
-        directory::create_team(self, name, body_backend, inbox, at).await
-    }
-
-    async fn team(&self, team: Uuid) -> BusResult<Team> {
-        directory::team(self, team).await
-    }
-
-    async fn teams(&self) -> BusResult<Vec<Team>> {
-        directory::teams(self).await
-    }
-
-    async fn set_team_backends(
-        &self,
-        team: Uuid,
-        body_backend: &str,
-        inbox: &str,
-    ) -> BusResult<Team> {
-        directory::set_team_backends(self, team, body_backend, inbox).await
-    }
-
-    async fn create_agent(
-        &self,
-        team: Uuid,
-        name: &str,
-        token_hash: TokenHash,
-        at: DateTime<Utc>,
-    ) -> BusResult<Agent> {
-        directory::create_agent(self, team, name, token_hash, at).await
-    }
-
-    async fn agent(&self, team: Uuid, agent: Uuid) -> BusResult<Agent> {
-        directory::agent(self, team, agent).await
-    }
-
-    async fn agent_by_token(&self, token_hash: &TokenHash) -> BusResult<Agent> {
-        directory::agent_by_token(self, token_hash).await
-    }
-
-    async fn agents(&self, team: Uuid) -> BusResult<Vec<Agent>> {
-        directory::agents(self, team).await
-    }
-
-    async fn revoke_agent(&self, team: Uuid, agent: Uuid, at: DateTime<Utc>) -> BusResult<Agent> {
-        directory::revoke_agent(self, team, agent, at).await
-    }
-
-    async fn create_conversation(
-        &self,
-        team: Uuid,
-        creator: Uuid,
-        title: &str,
-        members: &[Uuid],
-        at: DateTime<Utc>,
-    ) -> BusResult<Conversation> {
-        directory::create_conversation(self, team, creator, title, members, at).await
-    }
-
-    async fn conversation(&self, team: Uuid, conversation: Uuid) -> BusResult<Conversation> {
-        directory::conversation(self, team, conversation).await
-    }
-
-    async fn conversations(&self, team: Uuid) -> BusResult<Vec<Conversation>> {
-        directory::conversations(self, team).await
-    }
-
-    async fn conversations_for(&self, team: Uuid, agent: Uuid) -> BusResult<Vec<Conversation>> {
-        directory::conversations_for(self, team, agent).await
-    }
-
-    async fn send(&self, request: SendRequest, at: DateTime<Utc>) -> BusResult<Sent> {
-        send::send(self, request, at).await
-    }
-
-    async fn message(&self, team: Uuid, message: Uuid) -> BusResult<Message> {
-        delivery::message(self, team, message).await
-    }
-
-    async fn messages(&self, team: Uuid, ids: &[Uuid]) -> BusResult<Vec<Message>> {
-        delivery::messages(self, team, ids).await
-    }
-
-    async fn lease_slots(
-        &self,
-        at: DateTime<Utc>,
-        lease_for: Duration,
-        limit: usize,
-    ) -> BusResult<Vec<LeasedSlot>> {
-        relay::lease_slots(self, at, lease_for, limit).await
-    }
-
-    async fn settle(
-        &self,
-        settlements: &[Settlement],
-        at: DateTime<Utc>,
-    ) -> BusResult<Vec<SettleOutcome>> {
-        settle::settle(self, settlements, at).await
-    }
-
-    async fn lease_inbox_events(
-        &self,
-        at: DateTime<Utc>,
-        lease_for: Duration,
-        limit: usize,
-    ) -> BusResult<Vec<InboxEvent>> {
-        references::lease_inbox_events(self, at, lease_for, limit).await
-    }
-
-    async fn mark_published(&self, events: &[Uuid], at: DateTime<Utc>) -> BusResult<u64> {
-        references::mark_published(self, events, at).await
-    }
-
-    async fn hand_out(
-        &self,
-        team: Uuid,
-        recipient: Uuid,
-        requests: &[HandOutRequest],
-        grace: Duration,
-        at: DateTime<Utc>,
-    ) -> BusResult<Vec<HandOutOutcome>> {
-        delivery::hand_out(self, team, recipient, requests, grace, at).await
-    }
-
-    async fn undelivered(
-        &self,
-        team: Uuid,
-        recipient: Uuid,
-        stored_before: DateTime<Utc>,
-        at: DateTime<Utc>,
-        limit: usize,
-    ) -> BusResult<Vec<Uuid>> {
-        delivery::undelivered(self, team, recipient, stored_before, at, limit).await
-    }
-
-    async fn wakeable(
-        &self,
-        targets: &[WakeupTarget],
-        stored_before: DateTime<Utc>,
-        at: DateTime<Utc>,
-    ) -> BusResult<Vec<WakeupTarget>> {
-        delivery::wakeable(self, targets, stored_before, at).await
-    }
-
-    async fn confirm(
-        &self,
-        team: Uuid,
-        recipient: Uuid,
-        deliveries: &[DeliveryId],
-        run: Option<RunId>,
-        at: DateTime<Utc>,
-    ) -> BusResult<Vec<ConfirmOutcome>> {
-        delivery::confirm(self, team, recipient, deliveries, run, at).await
-    }
-
-    async fn acknowledge(
-        &self,
-        team: Uuid,
-        agent: Uuid,
-        message: Uuid,
-        run: Option<RunId>,
-        at: DateTime<Utc>,
-    ) -> BusResult<Receipt> {
-        delivery::acknowledge(self, team, agent, message, run, at).await
-    }
-
-    async fn receipts(&self, team: Uuid, message: Uuid) -> BusResult<Vec<Receipt>> {
-        delivery::receipts(self, team, message).await
-    }
-
-    async fn history(
-        &self,
-        team: Uuid,
-        conversation: Uuid,
-        after_seq: u64,
-        limit: usize,
-    ) -> BusResult<HistoryPage> {
-        history::history(self, team, conversation, after_seq, limit).await
-    }
-
-    async fn retention_due(
-        &self,
-        before: DateTime<Utc>,
-        limit: usize,
-    ) -> BusResult<Vec<RetentionTarget>> {
-        retention::retention_due(self, before, limit).await
-    }
-
-    async fn mark_retained(
-        &self,
-        team: Uuid,
-        backend: &str,
-        before: DateTime<Utc>,
-        at: DateTime<Utc>,
-    ) -> BusResult<u64> {
-        retention::mark_retained(self, team, backend, before, at).await
-    }
-
-    async fn counts(&self, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
-        counts::counts(self, at).await
-    }
+crewbus_ports::impl_ledger_by_sections! {
+    SqliteLedger { tenant: tenant, local_backend: Some(SCHEME), sections: async }
 }

@@ -1,9 +1,7 @@
 //! The SQLite ledger's reference worker side: leasing inbox events and marking them published.
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusResult, InboxEvent, positive_ledger_span, validate_batch, validate_limit};
+use crewbus_domain::{BusResult, InboxEvent};
 use uuid::Uuid;
 
 use super::SqliteLedger;
@@ -12,11 +10,9 @@ use crate::codec::{Ts, marks};
 pub(super) async fn lease_inbox_events(
     ledger: &SqliteLedger,
     at: DateTime<Utc>,
-    lease_for: Duration,
+    until: DateTime<Utc>,
     limit: usize,
 ) -> BusResult<Vec<InboxEvent>> {
-    validate_limit(limit)?;
-    let until = at + positive_ledger_span(lease_for, "lease_for")?;
     #[derive(sqlx::FromRow)]
     struct Row {
         id: Uuid,
@@ -71,7 +67,6 @@ pub(super) async fn mark_published(
     events: &[Uuid],
     at: DateTime<Utc>,
 ) -> BusResult<u64> {
-    validate_batch(events.len())?;
     if events.is_empty() {
         return Ok(0);
     }

@@ -1,24 +1,21 @@
 //! The SQLite ledger's relay side: leasing outbox slots (settling them is in `settle`).
 
-use std::time::Duration;
-
 use chrono::{DateTime, Utc};
-use crewbus_domain::{
-    BusError, BusResult, Envelope, LeasedSlot, positive_ledger_span, validate_limit,
-};
+use crewbus_domain::{BusError, BusResult, Envelope, LeasedSlot};
 use uuid::Uuid;
 
 use super::SqliteLedger;
 use crate::codec::{Ts, from_db};
 
+/// The port lists `settle` under the relay; it has its own file.
+pub(super) use super::settle::settle;
+
 pub(super) async fn lease_slots(
     ledger: &SqliteLedger,
     at: DateTime<Utc>,
-    lease_for: Duration,
+    until: DateTime<Utc>,
     limit: usize,
 ) -> BusResult<Vec<LeasedSlot>> {
-    validate_limit(limit)?;
-    let until = at + positive_ledger_span(lease_for, "lease_for")?;
     #[derive(sqlx::FromRow)]
     struct Row {
         id: Uuid,

@@ -1,7 +1,7 @@
 //! The SQLite ledger's retention: what is due, and marking it retained.
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusResult, RetentionTarget, validate_limit};
+use crewbus_domain::{BusResult, RetentionTarget};
 use uuid::Uuid;
 
 use super::SqliteLedger;
@@ -12,7 +12,6 @@ pub(super) async fn retention_due(
     before: DateTime<Utc>,
     limit: usize,
 ) -> BusResult<Vec<RetentionTarget>> {
-    validate_limit(limit)?;
     let rows: Vec<(Uuid, String, i64)> = sqlx::query_as(
         "SELECT m.team_id, m.backend, count(*) FROM messages m
          JOIN teams t ON t.id = m.team_id

@@ -4,7 +4,7 @@
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     BusError, BusResult, Envelope, Message, Publication, RecordKind, ReferencePayload, SendRequest,
-    Sent, body_sha256, validate_request_id,
+    Sent, body_sha256,
 };
 use sqlx::SqliteConnection;
 use uuid::Uuid;
@@ -158,7 +158,6 @@ pub(super) async fn send(
     request: SendRequest,
     at: DateTime<Utc>,
 ) -> BusResult<Sent> {
-    validate_request_id(&request.request_id)?;
     let what = "send";
     let mut tx = ledger.begin(what).await?;
     // Inside the write transaction nothing changes between these checks and the writes: no

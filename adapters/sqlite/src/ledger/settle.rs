@@ -15,9 +15,7 @@
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{
-    BusResult, ReferencePayload, SettleOutcome, Settlement, SlotOutcome, validate_batch,
-};
+use crewbus_domain::{BusResult, ReferencePayload, SettleOutcome, Settlement, SlotOutcome};
 use sqlx::SqliteConnection;
 use uuid::Uuid;
 
@@ -128,7 +126,6 @@ pub(super) async fn settle(
     settlements: &[Settlement],
     at: DateTime<Utc>,
 ) -> BusResult<Vec<SettleOutcome>> {
-    validate_batch(settlements.len())?;
     if settlements.is_empty() {
         return Ok(Vec::new());
     }
