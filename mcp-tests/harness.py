@@ -1,7 +1,7 @@
 """Starts what the MCP tests run against, on loopback only, and stops it again.
 
 - `memory_server(binary)`: `crewbus serve --dev-team T --dev-agent alice --dev-agent bob --json`
-  on the embedded default (memory store), listening on a free port of 127.0.0.1.
+  on the memory store (`serve --ephemeral`), listening on a free port of 127.0.0.1.
 - `postgres_jetstream_server(binary)`: a private nats-server (conformance/nats/server.conf,
   `NATS_SERVER_BIN`, default /usr/sbin/nats-server) on a free port, a fresh database on the
   server of `DATABASE_URL`, then `crewbus migrate`, `team add T --backend jetstream --inbox

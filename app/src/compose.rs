@@ -260,7 +260,7 @@ pub async fn postgres_with_pool(
     })
 }
 
-/// The embedded default: memory for every port, limits from `config.bus`.
+/// The memory store: memory for every port, limits from `config.bus`.
 pub fn memory_with_clock(
     config: &Config,
     clock: Arc<dyn Clock>,
@@ -268,7 +268,7 @@ pub fn memory_with_clock(
     memory_with(config, clock, memory_config(config))
 }
 
-/// The embedded default with explicit memory adapter limits (tests shrink the inbox to make it
+/// The memory store with explicit memory adapter limits (tests shrink the inbox to make it
 /// overflow).
 pub fn memory_with(
     config: &Config,
@@ -301,7 +301,7 @@ pub fn memory_with_wakeups(
     };
     let composed = finish(config, settings, clock, stores, |push| {
         format!(
-            "ledger=memory inbox=memory bodies=memory{}{} (embedded default: nothing is kept after it stops)",
+            "ledger=memory inbox=memory bodies=memory{}{} (memory store: nothing is kept after it stops)",
             if config.nats.is_some() {
                 ", jetstream by team"
             } else {

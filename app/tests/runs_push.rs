@@ -1,5 +1,5 @@
 //! Runs through the HTTP API with the push outbox wired by the composition root, end to end
-//! against a real local webhook receiver: memory (embedded default) and Postgres (sealed with the
+//! against a real local webhook receiver: memory and Postgres (sealed with the
 //! local key ring). Postgres tests need `DATABASE_URL` and fail loudly without it.
 
 mod common;

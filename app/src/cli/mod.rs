@@ -144,7 +144,7 @@ Examples:
     /// real HTTP API, then print the transcript and a summary (messages, deliveries, latency).
     #[command(after_help = "\
 Examples:
-  crewbus demo                 embedded default: no services needed
+  crewbus demo                 on the memory store: no services needed
   crewbus --json demo          the transcript and the summary as one JSON document
   crewbus --config crewbus.toml demo --keep   against the configured Postgres (what it creates stays)")]
     Demo(crate::tools::demo::DemoArgs),

@@ -1,6 +1,6 @@
 //! Configuration: one TOML file plus `CREWBUS_*` environment overrides.
 //!
-//! Sources, later ones winning: the embedded default (memory adapters for every port, listening on
+//! Sources, later ones winning: the embedded default (the embedded SQLite store, listening on
 //! `127.0.0.1:7700`), the TOML file (`--config PATH`, else `CREWBUS_CONFIG`, else `crewbus.toml`
 //! in the working directory when it exists), then environment variables `CREWBUS_<KEY>` where a
 //! nested key is joined with `__` (`CREWBUS_DATABASE__URL`, `CREWBUS_BUS__RELAY_BATCH`).

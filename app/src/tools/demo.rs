@@ -12,7 +12,7 @@
 //! (signed with a fresh Standard Webhooks key), so the runs' journals arrive there as CloudEvents:
 //! the transcript shows the event types received, the summary counts them.
 //!
-//! On the embedded default (no `[database]`) everything lives in memory and is gone when the
+//! Without `[database]` the demo runs on the memory store: everything lives in memory and is gone when the
 //! demo ends. Against a configured database the demo refuses to start unless `--keep` is given:
 //! what it creates there (a team, three agents, their runs, a conversation and its messages)
 //! would stay, because crewbus has no command that deletes a team. With `--keep` it says up front
@@ -110,7 +110,7 @@ fn failure(e: ApiFailure) -> BusError {
     ))
 }
 
-/// Runs the demo against the configured services (the embedded default when none). The hand-out
+/// Runs the demo against the configured Postgres, or on the memory store when none. The hand-out
 /// grace is shortened to one second so the redelivery shows quickly.
 ///
 /// Errors: a configured database without `args.keep` → [`BusError::Invalid`] saying what would
@@ -120,7 +120,7 @@ pub async fn run(mut config: Config, args: DemoArgs, json: bool) -> BusResult<Ex
     if persistent && !args.keep {
         return Err(BusError::invalid(format!(
             "crewbus demo would create {} and leave them there: crewbus cannot delete a team. \
-             Run it without [database] (the embedded default keeps nothing), or pass --keep to \
+             Run it without [database] (then it runs on the memory store and keeps nothing), or pass --keep to \
              create them anyway (its agents are revoked when it ends)",
             created_text("demo-<8 hex>", "the configured database")
         )));
