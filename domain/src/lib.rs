@@ -27,6 +27,7 @@ mod push_transport;
 mod quota;
 mod receipt;
 mod secret;
+mod send_rules;
 mod store_error;
 mod team;
 mod wakeup;
@@ -65,6 +66,9 @@ pub use push_transport::{PushRequest, PushResponse, TransportError};
 pub use quota::{Provisioned, QuotaChange, Quotas, Reservation, StorageAccount, StreamKind};
 pub use receipt::Receipt;
 pub use secret::Secret;
+pub use send_rules::{
+    ConversationFacts, RunFacts, SendDecision, SendFacts, answer_sends, plan_sends,
+};
 pub use store_error::StoreError;
 pub use team::{Agent, MAX_NAME_LEN, Team, TokenHash, recipient_key_for, validate_name};
 pub use wakeup::{Wakeup, WakeupTarget};

@@ -34,7 +34,8 @@ use uuid::Uuid;
 ///   else `Invalid`. An empty batch is answered with an empty result.
 /// - **Errors** common to every method: the store unreachable or restarting → `Unavailable` or
 ///   `Timeout` (retryable; nothing or everything was written — an idempotent repeat is safe for
-///   `send`, `settle`, `confirm`, `acknowledge`, `mark_published`, `mark_retained`).
+///   `send`, `send_batch`, `settle`, `confirm`, `acknowledge`, `mark_published`,
+///   `mark_retained`).
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
 pub trait Ledger: Send + Sync {
@@ -153,6 +154,38 @@ pub trait Ledger: Send + Sync {
     /// `NotFound`; sender not a member, or revoked → `Forbidden`; run unknown or another
     /// team's → `NotFound`, another agent's → `Forbidden`; the repeat rule; run sealed → `Conflict`.
     async fn send(&self, request: SendRequest, at: DateTime<Utc>) -> BusResult<Sent>;
+
+    /// Group commit: records many sends in **one transaction** (one commit, one WAL flush),
+    /// each exactly as [`Ledger::send`] would, and answers **one outcome per request, in order**.
+    ///
+    /// Within the batch:
+    /// - the batch's conversations are locked in id order (Postgres: one `SELECT … FOR NO KEY
+    ///   UPDATE` ordered by id), then its runs in id order, so two servers' batches never
+    ///   deadlock; every fact below is read under those locks;
+    /// - each request is decided by `send`'s order of checks, in queue order
+    ///   ([`crewbus_domain::plan_sends`]); a refused request (bad `request_id` → `Invalid`,
+    ///   unknown conversation or run → `NotFound`, not an active member or another agent's run →
+    ///   `Forbidden`, another body under a used request id or a sealed run → `Conflict`) is its
+    ///   own `Err` and never fails the others;
+    /// - the repeat rule spans the batch: the first request of a `(conversation, request_id)` in
+    ///   queue order wins; a later one with the same body answers the first's message
+    ///   (`created: false`), with another body → `Conflict`;
+    /// - each conversation's `seq` goes on gap-free in queue order: the accepted requests of a
+    ///   conversation get `next_seq`, `next_seq + 1`, …;
+    /// - every request's fate is decided before anything is written (no savepoints); then the
+    ///   messages, receipts, journal records and outbox slots (or, for the local backend, bodies
+    ///   and inbox events) are written as `send` writes them.
+    ///
+    /// A batch whose every request is refused writes nothing. An empty batch → an empty answer.
+    ///
+    /// Errors (the outer `Err`, for the whole batch: nothing was written, and the same retryable
+    /// error stands for every request): the store unavailable or the commit failing →
+    /// `Unavailable` / `Timeout`; more than [`crewbus_domain::MAX_PAGE`] requests → `Invalid`.
+    async fn send_batch(
+        &self,
+        requests: &[SendRequest],
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<BusResult<Sent>>>;
 
     /// One message of `team` as it stands. Errors: unknown or another team's → `NotFound`.
     async fn message(&self, team: Uuid, message: Uuid) -> BusResult<Message>;

@@ -31,7 +31,7 @@ pub mod __private {
 /// - `directory`: `create_team`, `team`, `teams`, `set_team_backends`, `create_agent`, `agent`,
 ///   `agent_by_token`, `agents`, `revoke_agent`, `create_conversation`, `conversation`,
 ///   `conversations`, `conversations_for`;
-/// - `send`: `send`;
+/// - `send`: `send`, `send_batch`;
 /// - `relay`: `lease_slots`, `settle`;
 /// - `references`: `lease_inbox_events`, `mark_published`;
 /// - `delivery`: `message`, `messages`, `hand_out`, `undelivered`, `wakeable`, `confirm`,
@@ -42,10 +42,11 @@ pub mod __private {
 ///
 /// Before a section is called, the macro refuses with `Invalid`, in this order, what the port
 /// refuses for every implementation: bad team, agent and backend names and conversation titles
-/// (`validate_name`, `validate_backend_name`), a bad `request_id`, a `limit` out of range, a
-/// batch over `MAX_PAGE`, a zero `lease_for` and durations out of range. Durations arrive at the
-/// section as deadlines: `lease_slots` and `lease_inbox_events` get `until = at + lease_for`,
-/// `hand_out` gets `held_until = at + grace` (in place of `lease_for` and `grace`).
+/// (`validate_name`, `validate_backend_name`), a bad `request_id` (of `send`; `send_batch`
+/// refuses each bad one as its own outcome), a `limit` out of range, a batch over `MAX_PAGE`,
+/// a zero `lease_for` and durations out of range (an empty `send_batch` is answered here).
+/// Durations arrive at the section as deadlines: `lease_slots` and `lease_inbox_events` get
+/// `until = at + lease_for`, `hand_out` gets `held_until = at + grace` (in place of `lease_for` and `grace`).
 ///
 /// `sections: sync` calls the section functions as they are (an in-process ledger);
 /// `sections: async` awaits them.
@@ -187,6 +188,18 @@ macro_rules! impl_ledger_by_sections {
                 async fn send(&self, request: SendRequest, at: DateTime<Utc>) -> BusResult<Sent> {
                     validate_request_id(&request.request_id)?;
                     send::send(self, request, at)$($aw)*
+                }
+
+                async fn send_batch(
+                    &self,
+                    requests: &[SendRequest],
+                    at: DateTime<Utc>,
+                ) -> BusResult<Vec<BusResult<Sent>>> {
+                    validate_batch(requests.len())?;
+                    if requests.is_empty() {
+                        return Ok(Vec::new());
+                    }
+                    send::send_batch(self, requests, at)$($aw)*
                 }
 
                 async fn message(&self, team: Uuid, message: Uuid) -> BusResult<Message> {

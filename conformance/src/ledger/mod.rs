@@ -5,8 +5,8 @@
 //! asserting error variants (never text). [`ledger_behaviours`] lists them for a test target.
 //!
 //! One file per section of the port: [`directory`] (teams, agents, conversations), [`send`],
-//! [`relay`] (outbox slots), [`references`] (inbox events), [`delivery`] (hand-outs, receipts),
-//! [`history`], [`retention`] and [`counts`]; the validation every section shares stands here.
+//! [`send_batch`] (group commit), [`relay`] (outbox slots), [`references`] (inbox events),
+//! [`delivery`] (hand-outs, receipts), [`history`], [`retention`] and [`counts`]; the validation every section shares stands here.
 //! Their fixture, the small world they set up and their instants are [`fixture`], `scene` and
 //! [`time`].
 
@@ -33,6 +33,7 @@ pub mod relay;
 pub mod retention;
 pub(crate) mod scene;
 pub mod send;
+pub mod send_batch;
 pub mod time;
 
 pub use counts::*;
@@ -43,6 +44,7 @@ pub use references::*;
 pub use relay::*;
 pub use retention::*;
 pub use send::*;
+pub use send_batch::*;
 
 /// Every ledger behaviour, by name.
 pub fn ledger_behaviours() -> Vec<Behaviour<dyn LedgerFixture>> {
@@ -59,6 +61,10 @@ pub fn ledger_behaviours() -> Vec<Behaviour<dyn LedgerFixture>> {
         concurrent_sends_get_gap_free_seq,
         send_refuses_non_members_and_foreign_conversations,
         send_checks_the_acting_run,
+        send_batch_answers_each_request_in_order,
+        send_batch_numbers_each_conversation_in_queue_order,
+        send_batch_bounds_are_checked,
+        send_batch_of_refusals_writes_nothing,
         slot_is_leased_once_until_its_lease_expires,
         backing_off_slot_does_not_block_others,
         stale_generation_writes_nothing,

@@ -1,14 +1,20 @@
-//! The memory ledger's `send`: a message, its receipts and its outbox slot, with the run's record.
+//! The memory ledger's `send` and `send_batch`: a message, its receipts and its outbox slot,
+//! with the run's record.
+//!
+//! A batch is its requests applied in queue order under the ledger's one lock, each by `send`'s
+//! rules: every check of a request comes before its writes, and nothing else interleaves, so
+//! this is exactly the port's batch rule (the first of a request id wins, later ones repeat or
+//! conflict, seqs gap-free in queue order) without a plan.
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     BusError, BusResult, Envelope, Member, Message, Receipt, RecordKind, SendRequest, Sent,
-    body_sha256,
+    body_sha256, validate_request_id,
 };
 use uuid::Uuid;
 
 use super::MemoryLedger;
-use super::state::Slot;
+use super::state::{Slot, State};
 
 pub(super) fn send(
     ledger: &MemoryLedger,
@@ -16,6 +22,28 @@ pub(super) fn send(
     at: DateTime<Utc>,
 ) -> BusResult<Sent> {
     let mut st = ledger.state()?;
+    send_in(&mut st, request, at)
+}
+
+/// `send_batch`: every request under one lock, in order; a refused request (a bad request id
+/// included) is its own outcome. The outer `Err` is only the lock (an injected outage).
+pub(super) fn send_batch(
+    ledger: &MemoryLedger,
+    requests: &[SendRequest],
+    at: DateTime<Utc>,
+) -> BusResult<Vec<BusResult<Sent>>> {
+    let mut st = ledger.state()?;
+    Ok(requests
+        .iter()
+        .map(|request| {
+            validate_request_id(&request.request_id)?;
+            send_in(&mut st, request.clone(), at)
+        })
+        .collect())
+}
+
+/// One send on the locked state: every check, then the writes.
+fn send_in(st: &mut State, request: SendRequest, at: DateTime<Utc>) -> BusResult<Sent> {
     let row = st.conversation_of(request.team, request.conversation)?;
     let conversation = row.conversation.clone();
     let sender_ok = st

@@ -1,271 +1,381 @@
-//! The Postgres ledger's `send`: the conversation lock, the repeat rule, and the one statement
-//! that writes a message with its receipts and its outbox slot or inbox events.
+//! The Postgres ledger's `send` and `send_batch` (group commit): the conversation locks, the
+//! facts read under them, the plan, and the one statement that writes every message of the
+//! batch with its receipts, its outbox slot or body and inbox events, and its journal records.
+//!
+//! `send` is a batch of one. A batch is a constant number of statements whatever its size:
+//!
+//! 1. `BEGIN`;
+//! 2. the lock: the batch's conversations, `ORDER BY id FOR NO KEY UPDATE` (two batches lock in
+//!    the same order, so they cannot deadlock), returning each locked row's latest `next_seq`;
+//! 3. the facts, one statement over `unnest` of the requests, in a snapshot taken after the locks
+//!    were granted (so a send or a revocation committed while this batch waited is seen): is the
+//!    sender an active member, which message (if any) holds the request id;
+//! 4. only when some request id is taken: those messages as they stand (`id = ANY`);
+//! 5. only when some request names a run: the runs, `ORDER BY id FOR NO KEY UPDATE`;
+//! 6. the decision, in memory: [`crewbus_domain::plan_sends`] — every request's fate before any
+//!    write, so no savepoint;
+//! 7. only when something is created: one statement of data-modifying CTEs over `unnest` arrays
+//!    (seq bumps, messages, receipts, outbox slots, bodies, inbox events);
+//! 8. only when a created message names a run: one statement for every `MessageSent` record and
+//!    run counter (after the messages, as `send` always wrote them);
+//! 9. `COMMIT`.
+//!
+//! A send without a run that creates its message: five round trips; a batch of 64: the same
+//! five.
+
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    BusError, BusResult, Envelope, Message, Publication, RecordKind, ReferencePayload, SendRequest,
-    Sent, body_sha256,
+    BusError, BusResult, ConversationFacts, Message, Publication, RecordKind, ReferencePayload,
+    RunFacts, RunId, SendDecision, SendFacts, SendRequest, Sent, answer_sends, plan_sends,
 };
-use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::rows::{MESSAGE_COLUMNS, MessageRow, db_i64, from_db};
-use super::{PostgresLedger, db};
-use crate::body::{SCHEME, locator_for, store_body};
-use crate::error::bus_error;
-use crate::journal::append;
+use super::{PostgresLedger, Tx, db};
+use crate::body::{SCHEME, locator_for};
 
-/// `send`'s write (after the checks, under the conversation lock), shared head: bumps the
-/// conversation's `next_seq`, inserts the message (`$1` id, `$2` team, `$3` conversation, `$4`
-/// seq, `$5` sender, `$6` request id, `$7` body SHA-256, `$8` body length, `$9` backend, `$10`
-/// publication, `$11` locator, `$12` sent at, `$13` stored at) unless the request id is taken
-/// or the sender is no longer an active member, and one receipt per member other than the
-/// sender. The statement returns the message id, or no row when the message was not inserted
-/// (nothing else is written then but the bump, which the caller rolls back). The sender is
-/// checked again here because this statement's snapshot is taken after the conversation lock
-/// was granted: a revocation committed while the send waited for the lock is seen.
-macro_rules! send_head {
-    () => {
-        "WITH bump AS (
-             UPDATE conversations SET next_seq = next_seq + 1 WHERE id = $3
-         ), msg AS (
-             INSERT INTO messages
-                 (id, team_id, conversation_id, seq, sender_id, request_id, body_sha256,
-                  body_len, backend, publication, locator, sent_at, stored_at)
-             SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13
-             WHERE EXISTS (
-                 SELECT 1 FROM members m JOIN agents a ON a.id = m.agent_id
-                 WHERE m.conversation_id = $3 AND m.agent_id = $5 AND a.team_id = $2
-                   AND a.revoked_at IS NULL)
-             ON CONFLICT (conversation_id, request_id) DO NOTHING
-             RETURNING id
-         ), rec AS (
-             INSERT INTO receipts (message_id, recipient_id, recipient_key, stored_at)
-             SELECT msg.id, mb.agent_id, mb.recipient_key, $13
-             FROM msg JOIN members mb ON mb.conversation_id = $3 AND mb.agent_id <> $5
-             RETURNING message_id, recipient_id, recipient_key
-         )"
-    };
-}
+const WHAT: &str = "send";
 
-/// `send` to another backend than the ledger's: [`send_head!`] and the outbox slot (`$14` slot
-/// id, `$15` tenant, `$16` publish key, `$17` body bytes; due at `$12`).
-const SEND_REMOTE: &str = concat!(
-    send_head!(),
-    ", slot AS (
-         INSERT INTO outbox_slots
-             (id, tenant, message_id, team_id, conversation_id, backend, publish_key, body,
-              next_attempt_at)
-         SELECT $14, $15, msg.id, $2, $3, $9, $16, $17, $12 FROM msg
-     )
-     SELECT id FROM msg"
-);
+/// The batch's write (after the plan, under the locks): `$1`… `$16` are the created messages'
+/// columns in queue order (id, team, conversation, seq, sender, request id, body SHA-256, body
+/// length, backend, publication, locator, stored at, reference payload — `NULL` for an outbox
+/// backend —, outbox slot id — `NULL` for the local backend —, publish key, body bytes);
+/// `$17` the time, `$18` the tenant. Returns how many messages were inserted.
+const WRITE_BATCH: &str = "
+WITH u AS (
+    SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::bigint[], $5::uuid[],
+                         $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[],
+                         $11::text[], $12::timestamptz[], $13::text[], $14::uuid[], $15::uuid[],
+                         $16::bytea[])
+        WITH ORDINALITY AS u(id, team, conv, seq, sender, rid, sha, len, backend, publication,
+                             locator, stored_at, payload, slot_id, publish_key, body, ord)
+), bump AS (
+    UPDATE conversations c SET next_seq = c.next_seq + n.k
+    FROM (SELECT conv, count(*) AS k FROM u GROUP BY conv) n
+    WHERE c.id = n.conv
+), msg AS (
+    INSERT INTO messages
+        (id, team_id, conversation_id, seq, sender_id, request_id, body_sha256, body_len,
+         backend, publication, locator, sent_at, stored_at)
+    SELECT id, team, conv, seq, sender, rid, sha, len, backend, publication, locator, $17,
+           stored_at
+    FROM u ORDER BY ord
+    RETURNING id
+), rec AS (
+    INSERT INTO receipts (message_id, recipient_id, recipient_key, stored_at)
+    SELECT u.id, mb.agent_id, mb.recipient_key, u.stored_at
+    FROM u JOIN members mb ON mb.conversation_id = u.conv AND mb.agent_id <> u.sender
+    RETURNING message_id, recipient_id, recipient_key
+), slot AS (
+    INSERT INTO outbox_slots
+        (id, tenant, message_id, team_id, conversation_id, backend, publish_key, body,
+         next_attempt_at)
+    SELECT slot_id, $18, id, team, conv, backend, publish_key, body, $17
+    FROM u WHERE payload IS NULL ORDER BY ord
+), stored AS (
+    INSERT INTO bodies (message_id, team_id, conversation_id, publish_key, body, stored_at)
+    SELECT id, team, conv, publish_key, body, $17 FROM u WHERE payload IS NOT NULL
+), events AS (
+    INSERT INTO inbox_events
+        (id, tenant, team_id, message_id, recipient_id, recipient_key, inbox, payload,
+         created_at)
+    SELECT gen_random_uuid(), $18, u.team, rec.message_id, rec.recipient_id, rec.recipient_key,
+           t.inbox, u.payload, $17
+    FROM rec JOIN u ON u.id = rec.message_id JOIN teams t ON t.id = u.team
+    WHERE u.payload IS NOT NULL
+    ORDER BY u.ord, rec.recipient_key
+)
+SELECT count(*) FROM msg";
 
-/// `send` to the ledger's own backend: [`send_head!`] and one inbox event per receipt, by
-/// recipient key, in the team's inbox now (`$14` reference payload, `$15` tenant).
-const SEND_LOCAL: &str = concat!(
-    send_head!(),
-    ", events AS (
-         INSERT INTO inbox_events
-             (id, tenant, team_id, message_id, recipient_id, recipient_key, inbox, payload,
-              created_at)
-         SELECT gen_random_uuid(), $15, $2, rec.message_id, rec.recipient_id, rec.recipient_key,
-                t.inbox, $14, $12
-         FROM rec JOIN teams t ON t.id = $2
-         ORDER BY rec.recipient_key
-     )
-     SELECT id FROM msg"
-);
-
-impl PostgresLedger {
-    /// The repeat rule of `send`: the message already recorded under the request's
-    /// `(conversation, request_id)`, as it stands, `created: false` — or `Conflict` when it was
-    /// sent with another body; `None` when the request id is free.
-    async fn repeated(
-        conn: &mut PgConnection,
-        conversation: Uuid,
-        request_id: &str,
-        sha: &str,
-    ) -> BusResult<Option<Sent>> {
-        let existing: Option<MessageRow> = sqlx::query_as(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages m
-             WHERE m.conversation_id = $1 AND m.request_id = $2"
-        ))
-        .bind(conversation)
-        .bind(request_id)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(db("send"))?;
-        let Some(existing) = existing else {
-            return Ok(None);
-        };
-        let message = Message::try_from(existing)?;
-        if message.body_sha256 != sha {
-            return Err(BusError::conflict(
-                "request id was already used with another body",
-            ));
-        }
-        Ok(Some(Sent {
-            message,
-            created: false,
-        }))
-    }
-}
+/// The batch's `MessageSent` records, after [`WRITE_BATCH`] (as `send` always wrote the record
+/// after the message): `$1`… `$3` the records (run, the record's rank among the batch's records
+/// of its run from 1, kind JSON), `$4` the time; each takes its run's `last_seq` + its rank, and
+/// each run's `last_seq` grows by its number of records. Every part of the statement sees the
+/// runs as they were before it, so `last_seq` in `records` is the locked row's before `bump`.
+const WRITE_RECORDS: &str = "
+WITH j AS (
+    SELECT * FROM unnest($1::uuid[], $2::bigint[], $3::text[]) AS j(run, nth, kind)
+), bump AS (
+    UPDATE runs r SET last_seq = r.last_seq + n.k
+    FROM (SELECT run, count(*) AS k FROM j GROUP BY run) n
+    WHERE r.id = n.run
+)
+INSERT INTO journal_records (run_id, seq, at, kind)
+SELECT j.run, r.last_seq + j.nth, $4, j.kind FROM j JOIN runs r ON r.id = j.run";
 
 pub(super) async fn send(
     ledger: &PostgresLedger,
     request: SendRequest,
     at: DateTime<Utc>,
 ) -> BusResult<Sent> {
-    let what = "send";
-    let mut tx = ledger.begin(what).await?;
-    // The conversation row is the per-conversation lock: seq allocation and the insert
-    // happen under it. The same statement checks the sender and whether the request id is
-    // taken, under the statement's snapshot (taken before any wait for the lock); `next_seq`
-    // is the locked row's latest. A repeat that committed while this send waited for the
-    // lock is caught by the insert (`ON CONFLICT … DO NOTHING`) and looked up again.
-    let conv: Option<(String, i64, bool, bool)> = sqlx::query_as(
-        "SELECT c.backend, c.next_seq,
-                EXISTS (
-                    SELECT 1 FROM members m JOIN agents a ON a.id = m.agent_id
-                    WHERE m.conversation_id = c.id AND m.agent_id = $4
-                      AND a.team_id = c.team_id AND a.revoked_at IS NULL),
-                EXISTS (
-                    SELECT 1 FROM messages e
-                    WHERE e.conversation_id = c.id AND e.request_id = $5)
-         FROM conversations c JOIN teams t ON t.id = c.team_id
-         WHERE c.id = $1 AND c.team_id = $2 AND t.tenant = $3
-         FOR NO KEY UPDATE OF c",
-    )
-    .bind(request.conversation)
-    .bind(request.team)
-    .bind(ledger.tenant.as_str())
-    .bind(request.sender)
-    .bind(&request.request_id)
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(db(what))?;
-    let (backend, next_seq, sender_ok, repeat) =
-        conv.ok_or_else(|| BusError::not_found(format!("conversation {}", request.conversation)))?;
-    if !sender_ok {
-        return Err(BusError::forbidden(
-            "the sender is not an active member of the conversation",
-        ));
-    }
-    let sealed = ledger
-        .check_run_owner(&mut tx, request.run, request.team, request.sender)
-        .await?;
-    let sha = body_sha256(&request.body);
-    // The repeat rule; when sealed, look again: a repeat committed during the lock wait
-    // answers before the seal does.
-    if (repeat || sealed)
-        && let Some(sent) =
-            PostgresLedger::repeated(&mut tx, request.conversation, &request.request_id, &sha)
-                .await?
-    {
-        return Ok(sent);
-    }
-    if sealed {
-        return Err(BusError::conflict(format!(
-            "run {} is sealed",
-            request.run.map(|r| r.to_string()).unwrap_or_default()
-        )));
-    }
-    let seq = from_db(next_seq);
-    let id = Uuid::new_v4();
-    let local = backend == SCHEME;
-    let mut message = Message::pending(id, &request, seq, backend.clone(), sha, at);
-    if local {
-        message.publication = Publication::Stored;
-        message.locator = Some(locator_for(id));
-        message.stored_at = Some(at);
-    }
-    let envelope = Envelope {
-        message_id: id,
-        conversation_id: request.conversation,
-        team_id: request.team,
-        body: request.body,
-        publish_key: Uuid::new_v4(),
-    };
-    // One statement: seq bump, message, receipts, and the outbox slot (other backends) or
-    // the inbox events (local backend). Foreign keys are checked at the statement's end.
-    let query = sqlx::query_scalar(if local { SEND_LOCAL } else { SEND_REMOTE })
-        .bind(id)
-        .bind(request.team)
-        .bind(request.conversation)
-        .bind(next_seq)
-        .bind(request.sender)
-        .bind(&request.request_id)
-        .bind(&message.body_sha256)
-        .bind(db_i64(message.body_len))
-        .bind(&backend)
-        .bind(message.publication.as_str())
-        .bind(message.locator.as_ref().map(|l| l.as_str()))
-        .bind(at)
-        .bind(message.stored_at);
-    let query = if local {
-        let payload = ReferencePayload {
-            message: id,
-            conversation: request.conversation,
-            seq,
-        };
-        query.bind(payload.to_json()).bind(ledger.tenant.as_str())
-    } else {
-        query
-            .bind(Uuid::new_v4())
-            .bind(ledger.tenant.as_str())
-            .bind(envelope.publish_key)
-            .bind(envelope.body.as_bytes())
-    };
-    let inserted: Option<Uuid> = query.fetch_optional(&mut *tx).await.map_err(db(what))?;
-    if inserted.is_none() {
-        // Not inserted: the sender was revoked, or the request id was taken by a send that
-        // committed while this one waited for the conversation lock (this transaction is
-        // rolled back). Checked in the trait's order: the sender, then the repeat rule.
-        let active: bool = sqlx::query_scalar(
-            "SELECT EXISTS (
-                 SELECT 1 FROM members m JOIN agents a ON a.id = m.agent_id
-                 WHERE m.conversation_id = $1 AND m.agent_id = $2 AND a.team_id = $3
-                   AND a.revoked_at IS NULL)",
+    send_batch(ledger, std::slice::from_ref(&request), at)
+        .await?
+        .pop()
+        .expect("one outcome per request")
+}
+
+pub(super) async fn send_batch(
+    ledger: &PostgresLedger,
+    requests: &[SendRequest],
+    at: DateTime<Utc>,
+) -> BusResult<Vec<BusResult<Sent>>> {
+    let mut tx = ledger.begin(WHAT).await?;
+    let facts = ledger.send_facts(&mut tx, requests).await?;
+    let plan = plan_sends(requests, &facts);
+    let created = ledger.write_plan(&mut tx, requests, &plan, at).await?;
+    PostgresLedger::commit(tx, WHAT).await?;
+    Ok(answer_sends(plan, &created))
+}
+
+impl PostgresLedger {
+    /// Locks the batch's conversations (in id order), then reads what the plan needs under the
+    /// locks, and locks the batch's runs (in id order).
+    async fn send_facts(&self, tx: &mut Tx, requests: &[SendRequest]) -> BusResult<SendFacts> {
+        let mut conversations: Vec<Uuid> = requests.iter().map(|r| r.conversation).collect();
+        conversations.sort_unstable();
+        conversations.dedup();
+        let locked: Vec<(Uuid, Uuid, String, i64)> = sqlx::query_as(
+            "SELECT c.id, c.team_id, c.backend, c.next_seq
+             FROM conversations c JOIN teams t ON t.id = c.team_id
+             WHERE c.id = ANY($1) AND t.tenant = $2
+             ORDER BY c.id
+             FOR NO KEY UPDATE OF c",
         )
-        .bind(request.conversation)
-        .bind(request.sender)
-        .bind(request.team)
-        .fetch_one(&mut *tx)
+        .bind(&conversations)
+        .bind(self.tenant.as_str())
+        .fetch_all(&mut **tx)
         .await
-        .map_err(db(what))?;
-        if !active {
-            return Err(BusError::forbidden(
-                "the sender is not an active member of the conversation",
+        .map_err(db(WHAT))?;
+        let mut facts = SendFacts::default();
+        for (id, team, backend, next_seq) in locked {
+            let next_seq = from_db(next_seq);
+            facts.conversations.insert(
+                id,
+                ConversationFacts {
+                    team,
+                    backend,
+                    next_seq,
+                },
+            );
+        }
+
+        // A new statement: its snapshot is taken after every lock above was granted.
+        let convs: Vec<Uuid> = requests.iter().map(|r| r.conversation).collect();
+        let senders: Vec<Uuid> = requests.iter().map(|r| r.sender).collect();
+        let request_ids: Vec<&str> = requests.iter().map(|r| r.request_id.as_str()).collect();
+        let rows: Vec<(i64, bool, Option<Uuid>)> = sqlx::query_as(
+            "SELECT r.i,
+                    EXISTS (
+                        SELECT 1 FROM members m
+                        JOIN agents a ON a.id = m.agent_id
+                        JOIN conversations c ON c.id = m.conversation_id
+                        WHERE m.conversation_id = r.conv AND m.agent_id = r.sender
+                          AND a.team_id = c.team_id AND a.revoked_at IS NULL),
+                    (SELECT e.id FROM messages e
+                     WHERE e.conversation_id = r.conv AND e.request_id = r.rid)
+             FROM unnest($1::uuid[], $2::uuid[], $3::text[]) WITH ORDINALITY AS r(conv, sender, rid, i)",
+        )
+        .bind(&convs)
+        .bind(&senders)
+        .bind(&request_ids)
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(db(WHAT))?;
+        let mut recorded_ids = Vec::new();
+        for (i, active, existing) in rows {
+            let request = &requests[usize::try_from(i - 1).expect("ordinality from 1")];
+            if active {
+                facts
+                    .active_members
+                    .insert((request.conversation, request.sender));
+            }
+            recorded_ids.extend(existing);
+        }
+        if !recorded_ids.is_empty() {
+            let rows: Vec<MessageRow> = sqlx::query_as(&format!(
+                "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id = ANY($1)"
+            ))
+            .bind(&recorded_ids)
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(db(WHAT))?;
+            for row in rows {
+                let message = Message::try_from(row)?;
+                facts
+                    .recorded
+                    .insert((message.conversation, message.request_id.clone()), message);
+            }
+        }
+
+        let mut runs: Vec<Uuid> = requests.iter().filter_map(|r| r.run.map(|r| r.0)).collect();
+        if !runs.is_empty() {
+            runs.sort_unstable();
+            runs.dedup();
+            let locked: Vec<(Uuid, Uuid, Uuid, bool)> = sqlx::query_as(
+                "SELECT id, team_id, agent_id, sealed_at IS NOT NULL FROM runs
+                 WHERE id = ANY($1) AND tenant = $2
+                 ORDER BY id
+                 FOR NO KEY UPDATE",
+            )
+            .bind(&runs)
+            .bind(self.tenant.as_str())
+            .fetch_all(&mut **tx)
+            .await
+            .map_err(db("run lookup"))?;
+            for (id, team, agent, sealed) in locked {
+                facts.runs.insert(
+                    RunId(id),
+                    RunFacts {
+                        team,
+                        agent,
+                        sealed,
+                    },
+                );
+            }
+        }
+        Ok(facts)
+    }
+
+    /// Writes every `Create` of `plan` in one statement and returns the created messages by
+    /// request index (nothing is written, and no statement sent, when nothing is created).
+    async fn write_plan(
+        &self,
+        tx: &mut Tx,
+        requests: &[SendRequest],
+        plan: &[SendDecision],
+        at: DateTime<Utc>,
+    ) -> BusResult<HashMap<usize, Message>> {
+        let mut created = HashMap::new();
+        let mut cols = Columns::default();
+        let mut records: (Vec<Uuid>, Vec<i64>, Vec<String>) = Default::default();
+        let mut per_run: HashMap<Uuid, i64> = HashMap::new();
+        for (i, (request, decision)) in requests.iter().zip(plan).enumerate() {
+            let SendDecision::Create {
+                seq,
+                backend,
+                body_sha256,
+            } = decision
+            else {
+                continue;
+            };
+            let id = Uuid::new_v4();
+            let mut message =
+                Message::pending(id, request, *seq, backend.clone(), body_sha256.clone(), at);
+            let local = backend == SCHEME;
+            if local {
+                message.publication = Publication::Stored;
+                message.locator = Some(locator_for(id));
+                message.stored_at = Some(at);
+            }
+            cols.push(&message, request, local);
+            if let Some(run) = request.run {
+                let nth = per_run.entry(run.0).or_default();
+                *nth += 1;
+                records.0.push(run.0);
+                records.1.push(*nth);
+                records.2.push(
+                    serde_json::to_string(&RecordKind::MessageSent {
+                        conversation: request.conversation,
+                        message: id,
+                        seq: *seq,
+                    })
+                    .map_err(|e| db(WHAT)(sqlx::Error::Encode(Box::new(e))))?,
+                );
+            }
+            created.insert(i, message);
+        }
+        if created.is_empty() {
+            return Ok(created);
+        }
+        let inserted: i64 = sqlx::query_scalar(WRITE_BATCH)
+            .bind(&cols.id)
+            .bind(&cols.team)
+            .bind(&cols.conv)
+            .bind(&cols.seq)
+            .bind(&cols.sender)
+            .bind(&cols.request_id)
+            .bind(&cols.sha)
+            .bind(&cols.len)
+            .bind(&cols.backend)
+            .bind(&cols.publication)
+            .bind(&cols.locator)
+            .bind(&cols.stored_at)
+            .bind(&cols.payload)
+            .bind(&cols.slot_id)
+            .bind(&cols.publish_key)
+            .bind(&cols.body)
+            .bind(at)
+            .bind(self.tenant.as_str())
+            .fetch_one(&mut **tx)
+            .await
+            .map_err(db(WHAT))?;
+        if usize::try_from(inserted).ok() != Some(created.len()) {
+            return Err(BusError::unavailable(
+                "send: the batch's write did not insert every planned message",
             ));
         }
-        return PostgresLedger::repeated(
-            &mut tx,
-            request.conversation,
-            &request.request_id,
-            &message.body_sha256,
-        )
-        .await?
-        .ok_or_else(|| BusError::conflict("the request id is taken"));
-    }
-    if local {
-        match store_body(&mut tx, &envelope, at).await {
-            Ok(_) => {}
-            Err(Ok(refused)) => return Err(refused),
-            Err(Err(e)) => return Err(bus_error(e, what)),
+        if !records.0.is_empty() {
+            sqlx::query(WRITE_RECORDS)
+                .bind(&records.0)
+                .bind(&records.1)
+                .bind(&records.2)
+                .bind(at)
+                .execute(&mut **tx)
+                .await
+                .map_err(db(WHAT))?;
         }
+        Ok(created)
     }
-    if let Some(run) = request.run {
-        let kind = RecordKind::MessageSent {
-            conversation: request.conversation,
-            message: id,
-            seq,
-        };
-        append(&mut tx, run, at, &kind).await.map_err(db(what))?;
+}
+
+/// The created messages' columns, one array per column of [`WRITE_BATCH`]'s `unnest`.
+#[derive(Default)]
+struct Columns {
+    id: Vec<Uuid>,
+    team: Vec<Uuid>,
+    conv: Vec<Uuid>,
+    seq: Vec<i64>,
+    sender: Vec<Uuid>,
+    request_id: Vec<String>,
+    sha: Vec<String>,
+    len: Vec<i64>,
+    backend: Vec<String>,
+    publication: Vec<&'static str>,
+    locator: Vec<Option<String>>,
+    stored_at: Vec<Option<DateTime<Utc>>>,
+    payload: Vec<Option<String>>,
+    slot_id: Vec<Option<Uuid>>,
+    publish_key: Vec<Uuid>,
+    body: Vec<Vec<u8>>,
+}
+
+impl Columns {
+    fn push(&mut self, message: &Message, request: &SendRequest, local: bool) {
+        self.id.push(message.id);
+        self.team.push(message.team);
+        self.conv.push(message.conversation);
+        self.seq.push(db_i64(message.seq));
+        self.sender.push(message.sender);
+        self.request_id.push(message.request_id.clone());
+        self.sha.push(message.body_sha256.clone());
+        self.len.push(db_i64(message.body_len));
+        self.backend.push(message.backend.clone());
+        self.publication.push(message.publication.as_str());
+        self.locator
+            .push(message.locator.as_ref().map(|l| l.as_str().to_owned()));
+        self.stored_at.push(message.stored_at);
+        self.payload.push(local.then(|| {
+            ReferencePayload {
+                message: message.id,
+                conversation: message.conversation,
+                seq: message.seq,
+            }
+            .to_json()
+        }));
+        self.slot_id.push((!local).then(Uuid::new_v4));
+        self.publish_key.push(Uuid::new_v4());
+        self.body.push(request.body.as_bytes().to_vec());
     }
-    PostgresLedger::commit(tx, what).await?;
-    Ok(Sent {
-        message,
-        created: true,
-    })
 }

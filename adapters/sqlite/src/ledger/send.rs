@@ -1,10 +1,21 @@
-//! The SQLite ledger's `send`: the checks, the repeat rule, and the writes of a message with
-//! its receipts and its outbox slot or inbox events — one write transaction.
+//! The SQLite ledger's `send` and `send_batch` (group commit): the facts, the plan, and the
+//! writes of every message of the batch with its receipts and its outbox slot or body and inbox
+//! events — one `BEGIN IMMEDIATE` write transaction, one commit (one WAL flush) for the batch.
+//!
+//! `send` is a batch of one. Inside the write transaction nothing else writes (SQLite has no row
+//! locks: the transaction holds the database's one write lock), so the facts read at its start
+//! hold until its commit. The reads and writes are per-request statements: SQLite runs in
+//! process, a statement costs no round trip, and the commit's fsync is what the batch shares.
+//! Every request's fate is decided ([`crewbus_domain::plan_sends`]) before any write: no
+//! savepoint.
 
 use chrono::{DateTime, Utc};
+use std::collections::{HashMap, HashSet};
+
 use crewbus_domain::{
-    BusError, BusResult, Envelope, Message, Publication, RecordKind, ReferencePayload, SendRequest,
-    Sent, body_sha256,
+    BusError, BusResult, ConversationFacts, Envelope, Message, Publication, RecordKind,
+    ReferencePayload, RunFacts, SendDecision, SendFacts, SendRequest, Sent, answer_sends,
+    plan_sends,
 };
 use sqlx::SqliteConnection;
 use uuid::Uuid;
@@ -13,43 +24,9 @@ use super::SqliteLedger;
 use super::rows::{MESSAGE_COLUMNS, MessageRow};
 use crate::body::{SCHEME, locator_for, store_body};
 use crate::codec::{Ts, db_i64, from_db};
-use crate::journal::append;
+use crate::journal::{append, run_state};
 
 impl SqliteLedger {
-    /// The repeat rule of `send`: the message already recorded under the request's
-    /// `(conversation, request_id)`, as it stands, `created: false` — or `Conflict` when it was
-    /// sent with another body; `None` when the request id is free.
-    async fn repeated(
-        &self,
-        conn: &mut SqliteConnection,
-        conversation: Uuid,
-        request_id: &str,
-        sha: &str,
-    ) -> BusResult<Option<Sent>> {
-        let existing: Option<MessageRow> = sqlx::query_as(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages m
-             WHERE m.conversation_id = ? AND m.request_id = ?"
-        ))
-        .bind(conversation)
-        .bind(request_id)
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(self.db("send"))?;
-        let Some(existing) = existing else {
-            return Ok(None);
-        };
-        let message = Message::try_from(existing)?;
-        if message.body_sha256 != sha {
-            return Err(BusError::conflict(
-                "request id was already used with another body",
-            ));
-        }
-        Ok(Some(Sent {
-            message,
-            created: false,
-        }))
-    }
-
     /// Inserts the message, bumps the conversation's counter, and writes one receipt per member
     /// other than the sender (recipients snapshotted now); returns the recipients (agent id,
     /// recipient key) in recipient key order.
@@ -158,133 +135,210 @@ pub(super) async fn send(
     request: SendRequest,
     at: DateTime<Utc>,
 ) -> BusResult<Sent> {
+    send_batch(ledger, std::slice::from_ref(&request), at)
+        .await?
+        .pop()
+        .expect("one outcome per request")
+}
+
+pub(super) async fn send_batch(
+    ledger: &SqliteLedger,
+    requests: &[SendRequest],
+    at: DateTime<Utc>,
+) -> BusResult<Vec<BusResult<Sent>>> {
     let what = "send";
     let mut tx = ledger.begin(what).await?;
-    // Inside the write transaction nothing changes between these checks and the writes: no
-    // concurrent send, revocation or seal can interleave.
-    let conv: Option<(String, i64, bool, bool)> = sqlx::query_as(
-        "SELECT c.backend, c.next_seq,
-                EXISTS (
-                    SELECT 1 FROM members m JOIN agents a ON a.id = m.agent_id
-                    WHERE m.conversation_id = c.id AND m.agent_id = ?4
-                      AND a.team_id = c.team_id AND a.revoked_at IS NULL),
-                EXISTS (
-                    SELECT 1 FROM messages e
-                    WHERE e.conversation_id = c.id AND e.request_id = ?5)
-         FROM conversations c JOIN teams t ON t.id = c.team_id
-         WHERE c.id = ?1 AND c.team_id = ?2 AND t.tenant = ?3",
-    )
-    .bind(request.conversation)
-    .bind(request.team)
-    .bind(ledger.tenant.as_str())
-    .bind(request.sender)
-    .bind(&request.request_id)
-    .fetch_optional(&mut *tx)
-    .await
-    .map_err(ledger.db(what))?;
-    let (backend, next_seq, sender_ok, repeat) =
-        conv.ok_or_else(|| BusError::not_found(format!("conversation {}", request.conversation)))?;
-    if !sender_ok {
-        return Err(BusError::forbidden(
-            "the sender is not an active member of the conversation",
-        ));
-    }
-    let sealed = ledger
-        .check_run_owner(&mut tx, request.run, request.team, request.sender)
-        .await?;
-    let sha = body_sha256(&request.body);
-    if repeat {
-        return ledger
-            .repeated(&mut tx, request.conversation, &request.request_id, &sha)
-            .await?
-            .ok_or_else(|| BusError::conflict("the request id is taken"));
-    }
-    if sealed {
-        return Err(BusError::conflict(format!(
-            "run {} is sealed",
-            request.run.map(|r| r.to_string()).unwrap_or_default()
-        )));
-    }
-    let seq = from_db(next_seq);
-    let id = Uuid::new_v4();
-    let local = backend == SCHEME;
-    let mut message = Message {
-        id,
-        team: request.team,
-        conversation: request.conversation,
-        seq,
-        sender: request.sender,
-        request_id: request.request_id.clone(),
-        body_sha256: sha,
-        body_len: request.body.len() as u64,
-        backend: backend.clone(),
-        locator: None,
-        publication: Publication::PendingPublication,
-        sent_at: at,
-        stored_at: None,
-        retained_at: None,
-        failure: None,
-    };
-    if local {
-        message.publication = Publication::Stored;
-        message.locator = Some(locator_for(id));
-        message.stored_at = Some(at);
-    }
-    let envelope = Envelope {
-        message_id: id,
-        conversation_id: request.conversation,
-        team_id: request.team,
-        body: request.body,
-        publish_key: Uuid::new_v4(),
-    };
-    ledger.insert_message(&mut tx, &message).await?;
-    if local {
-        let payload = ReferencePayload {
-            message: id,
-            conversation: request.conversation,
+    let facts = ledger.send_facts(&mut tx, requests).await?;
+    let plan = plan_sends(requests, &facts);
+    let mut created = HashMap::new();
+    for (i, (request, decision)) in requests.iter().zip(&plan).enumerate() {
+        if let SendDecision::Create {
             seq,
-        };
-        ledger
-            .enqueue_inbox_events(&mut tx, request.team, id, &payload.to_json(), at)
-            .await?;
-        match store_body(&mut tx, &envelope, at).await {
-            Ok(_) => {}
-            Err(Ok(refused)) => return Err(refused),
-            Err(Err(e)) => return Err(ledger.pools.bus_error(e, what)),
+            backend,
+            body_sha256,
+        } = decision
+        {
+            let message = ledger
+                .write_message(&mut tx, request, *seq, backend, body_sha256, at)
+                .await?;
+            created.insert(i, message);
         }
-    } else {
-        sqlx::query(
-            "INSERT INTO outbox_slots
-                 (id, tenant, message_id, team_id, conversation_id, backend, publish_key, body,
-                  next_attempt_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )
-        .bind(Uuid::new_v4())
-        .bind(ledger.tenant.as_str())
-        .bind(id)
-        .bind(request.team)
-        .bind(request.conversation)
-        .bind(&backend)
-        .bind(envelope.publish_key)
-        .bind(envelope.body.as_bytes())
-        .bind(Ts(at))
-        .execute(&mut *tx)
-        .await
-        .map_err(ledger.db(what))?;
-    }
-    if let Some(run) = request.run {
-        let kind = RecordKind::MessageSent {
-            conversation: request.conversation,
-            message: id,
-            seq,
-        };
-        append(&mut tx, run, at, &kind)
-            .await
-            .map_err(ledger.db(what))?;
     }
     ledger.commit(tx, what).await?;
-    Ok(Sent {
-        message,
-        created: true,
-    })
+    Ok(answer_sends(plan, &created))
+}
+
+impl SqliteLedger {
+    /// What the plan needs, read inside the write transaction: the batch's conversations, whether
+    /// each sender is an active member, the messages holding the batch's request ids, its runs.
+    async fn send_facts(
+        &self,
+        conn: &mut SqliteConnection,
+        requests: &[SendRequest],
+    ) -> BusResult<SendFacts> {
+        let what = "send";
+        let mut facts = SendFacts::default();
+        // What was looked up already (found or not), so each is read once per batch.
+        let mut conversations_read = HashSet::new();
+        let mut request_ids_read = HashSet::new();
+        for request in requests {
+            if conversations_read.insert(request.conversation) {
+                let row: Option<(Uuid, String, i64)> = sqlx::query_as(
+                    "SELECT c.team_id, c.backend, c.next_seq
+                     FROM conversations c JOIN teams t ON t.id = c.team_id
+                     WHERE c.id = ? AND t.tenant = ?",
+                )
+                .bind(request.conversation)
+                .bind(self.tenant.as_str())
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(self.db(what))?;
+                if let Some((team, backend, next_seq)) = row {
+                    facts.conversations.insert(
+                        request.conversation,
+                        ConversationFacts {
+                            team,
+                            backend,
+                            next_seq: from_db(next_seq),
+                        },
+                    );
+                }
+            }
+            let pair = (request.conversation, request.sender);
+            if !facts.active_members.contains(&pair) {
+                let active: bool = sqlx::query_scalar(
+                    "SELECT EXISTS (
+                         SELECT 1 FROM members m
+                         JOIN agents a ON a.id = m.agent_id
+                         JOIN conversations c ON c.id = m.conversation_id
+                         WHERE m.conversation_id = ? AND m.agent_id = ?
+                           AND a.team_id = c.team_id AND a.revoked_at IS NULL)",
+                )
+                .bind(request.conversation)
+                .bind(request.sender)
+                .fetch_one(&mut *conn)
+                .await
+                .map_err(self.db(what))?;
+                if active {
+                    facts.active_members.insert(pair);
+                }
+            }
+            let key = (request.conversation, request.request_id.clone());
+            if request_ids_read.insert(key.clone()) {
+                let existing: Option<MessageRow> = sqlx::query_as(&format!(
+                    "SELECT {MESSAGE_COLUMNS} FROM messages m
+                     WHERE m.conversation_id = ? AND m.request_id = ?"
+                ))
+                .bind(request.conversation)
+                .bind(&request.request_id)
+                .fetch_optional(&mut *conn)
+                .await
+                .map_err(self.db(what))?;
+                if let Some(row) = existing {
+                    facts.recorded.insert(key, Message::try_from(row)?);
+                }
+            }
+            if let Some(run) = request.run
+                && !facts.runs.contains_key(&run)
+                && let Some(state) = run_state(conn, &self.tenant, run)
+                    .await
+                    .map_err(self.db("run lookup"))?
+            {
+                facts.runs.insert(
+                    run,
+                    RunFacts {
+                        team: state.team,
+                        agent: state.agent,
+                        sealed: state.sealed,
+                    },
+                );
+            }
+        }
+        Ok(facts)
+    }
+
+    /// Writes one planned message as `send` always has: the message with its seq bump and
+    /// receipts, then the body and inbox events (local backend) or the outbox slot, then the
+    /// run's `MessageSent`. Any failure here is the transaction's (the outer `Err`): a body
+    /// store conflict cannot come from a fresh message id and publish key but a broken store.
+    async fn write_message(
+        &self,
+        conn: &mut SqliteConnection,
+        request: &SendRequest,
+        seq: u64,
+        backend: &str,
+        body_sha256: &str,
+        at: DateTime<Utc>,
+    ) -> BusResult<Message> {
+        let what = "send";
+        let id = Uuid::new_v4();
+        let local = backend == SCHEME;
+        let mut message = Message::pending(
+            id,
+            request,
+            seq,
+            backend.to_owned(),
+            body_sha256.to_owned(),
+            at,
+        );
+        if local {
+            message.publication = Publication::Stored;
+            message.locator = Some(locator_for(id));
+            message.stored_at = Some(at);
+        }
+        let envelope = Envelope {
+            message_id: id,
+            conversation_id: request.conversation,
+            team_id: request.team,
+            body: request.body.clone(),
+            publish_key: Uuid::new_v4(),
+        };
+        self.insert_message(conn, &message).await?;
+        if local {
+            let payload = ReferencePayload {
+                message: id,
+                conversation: request.conversation,
+                seq,
+            };
+            self.enqueue_inbox_events(conn, request.team, id, &payload.to_json(), at)
+                .await?;
+            match store_body(conn, &envelope, at).await {
+                Ok(_) => {}
+                Err(Ok(refused)) => {
+                    return Err(BusError::unavailable(format!(
+                        "send: the body store refused a fresh body ({refused})"
+                    )));
+                }
+                Err(Err(e)) => return Err(self.pools.bus_error(e, what)),
+            }
+        } else {
+            sqlx::query(
+                "INSERT INTO outbox_slots
+                     (id, tenant, message_id, team_id, conversation_id, backend, publish_key, body,
+                      next_attempt_at)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(Uuid::new_v4())
+            .bind(self.tenant.as_str())
+            .bind(id)
+            .bind(request.team)
+            .bind(request.conversation)
+            .bind(backend)
+            .bind(envelope.publish_key)
+            .bind(envelope.body.as_bytes())
+            .bind(Ts(at))
+            .execute(&mut *conn)
+            .await
+            .map_err(self.db(what))?;
+        }
+        if let Some(run) = request.run {
+            let kind = RecordKind::MessageSent {
+                conversation: request.conversation,
+                message: id,
+                seq,
+            };
+            append(conn, run, at, &kind).await.map_err(self.db(what))?;
+        }
+        Ok(message)
+    }
 }
