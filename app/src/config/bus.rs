@@ -13,6 +13,13 @@ pub struct BusConfig {
     pub max_body_bytes: u64,
     /// Slots leased per relay transaction. Default 64.
     pub relay_batch: usize,
+    /// Group commit: most concurrent send requests recorded in one ledger transaction (one
+    /// commit). Whatever queued while the previous batch committed forms the next one, without
+    /// waiting (linger 0). At least 1; above `MAX_PAGE` (1000) it is capped. Default 64.
+    pub send_batch_max: usize,
+    /// Group commit: most body bytes (the sum of the bodies' UTF-8 lengths) in one send batch,
+    /// bytes; a larger body is committed alone. At least 1. Default 4 194 304 (4 MiB).
+    pub send_batch_max_bytes: u64,
     /// How long a relay lease holds, ms. Default 30 000.
     pub relay_lease_ms: u64,
     /// Pause of an idle worker before it looks again, ms. Default 50.
@@ -68,6 +75,8 @@ impl Default for BusConfig {
         BusConfig {
             max_body_bytes: MAX_BODY_BYTES,
             relay_batch: 64,
+            send_batch_max: 64,
+            send_batch_max_bytes: 4 * 1024 * 1024,
             relay_lease_ms: 30_000,
             idle_poll_ms: 50,
             reference_batch: 256,

@@ -199,6 +199,11 @@ impl Config {
                 "bus.max_body_bytes must be between 1 and {MAX_BODY_BYTES}"
             )));
         }
+        if self.bus.send_batch_max == 0 || self.bus.send_batch_max_bytes == 0 {
+            return Err(BusError::invalid(
+                "bus.send_batch_max and bus.send_batch_max_bytes must be at least 1",
+            ));
+        }
         if self.bus.relay_batch == 0 || self.bus.reference_batch == 0 || self.bus.max_fetch == 0 {
             return Err(BusError::invalid(
                 "bus.relay_batch, bus.reference_batch and bus.max_fetch must be at least 1",

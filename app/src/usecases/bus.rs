@@ -6,7 +6,7 @@
 //! only — never an adapter type.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crewbus_domain::{Backoff, DateTime, Utc, Uuid};
@@ -17,6 +17,7 @@ use crate::config::{BusConfig, McpConfig};
 use crate::metrics::Metrics;
 use crate::push::PushRuntime;
 use crate::shutdown::Shutdown;
+use crate::usecases::send_batch::{BatchBounds, SendBatcher};
 use crate::usecases::wait::WaitRoom;
 
 /// The ports the use cases run on.
@@ -44,6 +45,10 @@ pub struct BusSettings {
     pub max_body_bytes: u64,
     /// Slots leased and settled per relay transaction.
     pub relay_batch: usize,
+    /// Most send requests per group commit (`Ledger::send_batch`), 1 to `MAX_PAGE`.
+    pub send_batch_max: usize,
+    /// Most body bytes per group commit (sum of the bodies' lengths), bytes.
+    pub send_batch_max_bytes: u64,
     /// Relay lease length.
     pub relay_lease: Duration,
     /// Inbox events leased per reference-worker pass.
@@ -92,6 +97,8 @@ impl BusSettings {
         BusSettings {
             max_body_bytes: c.max_body_bytes,
             relay_batch: c.relay_batch.min(crewbus_domain::MAX_PAGE),
+            send_batch_max: c.send_batch_max.clamp(1, crewbus_domain::MAX_PAGE),
+            send_batch_max_bytes: c.send_batch_max_bytes.max(1),
             relay_lease: Duration::from_millis(c.relay_lease_ms),
             reference_batch: c.reference_batch.min(crewbus_domain::MAX_PAGE),
             reference_lease: Duration::from_millis(c.relay_lease_ms),
@@ -144,6 +151,9 @@ pub struct Bus {
     pub(crate) room: Arc<WaitRoom>,
     /// The bus's own shutdown: once fired, every waiting fetch answers an empty page at once.
     pub(crate) shutdown: Shutdown,
+    /// The group-commit batcher of sends, spawned on the first send (on the runtime serving
+    /// it); it ends when the last clone of the bus is dropped, after answering its queue.
+    pub(crate) sends: Arc<OnceLock<SendBatcher>>,
 }
 
 impl Bus {
@@ -158,6 +168,7 @@ impl Bus {
             topped_up: Arc::new(Mutex::new(HashMap::new())),
             room: Arc::new(WaitRoom::default()),
             shutdown: Shutdown::new(),
+            sends: Arc::new(OnceLock::new()),
         }
     }
 
@@ -198,6 +209,20 @@ impl Bus {
 
     pub(crate) fn now(&self) -> DateTime<Utc> {
         self.ports.clock.now()
+    }
+
+    /// The bus's send batcher, spawned on first use.
+    pub(crate) fn send_batcher(&self) -> &SendBatcher {
+        self.sends.get_or_init(|| {
+            SendBatcher::spawn(
+                Arc::clone(&self.ports.ledger),
+                Arc::clone(&self.ports.clock),
+                BatchBounds {
+                    max: self.settings.send_batch_max,
+                    max_bytes: self.settings.send_batch_max_bytes,
+                },
+            )
+        })
     }
 }
 

@@ -16,6 +16,7 @@ pub mod relay;
 pub mod retention;
 pub mod runs;
 pub mod send;
+pub(crate) mod send_batch;
 pub mod token;
 pub mod wait;
 pub mod workers;

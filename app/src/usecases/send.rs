@@ -1,5 +1,6 @@
 //! Send: one ledger transaction records the message, its receipts and (for an outbox backend)
-//! the slot the relay publishes from.
+//! the slot the relay publishes from — shared by the concurrent sends of one group commit
+//! (`send_batch`: one batcher per bus, one `Ledger::send_batch` per batch).
 
 use crewbus_domain::{Agent, BusError, BusResult, Publication, RunId, SendRequest, Sent, Uuid};
 
@@ -46,10 +47,14 @@ impl Bus {
 
     /// Sends `body` from `sender` into `conversation`, idempotent on `request_id`.
     ///
+    /// The request is queued to the bus's send batcher and recorded with whatever other sends
+    /// queued meanwhile, in one ledger transaction (group commit); its outcome is its own.
+    ///
     /// Returns the message as it stands (`created: false` for a repeat). Errors: a body above
     /// the limit → `TooLarge` (bytes); otherwise as `Ledger::send` (`Invalid` request id,
     /// `NotFound` conversation, `Forbidden` non-member, `Conflict` same request id with another
-    /// body, run rules).
+    /// body, run rules); the batch's transaction failing → its retryable error
+    /// (`Unavailable` / `Timeout`: nothing was written).
     pub async fn send(
         &self,
         sender: &Agent,
@@ -76,7 +81,7 @@ impl Bus {
             body,
             run,
         };
-        let sent = self.ports.ledger.send(request, self.now()).await?;
+        let sent = self.send_batcher().send(request).await?;
         if sent.created {
             Metrics::inc(&self.metrics.messages_sent);
             match sent.message.publication {
