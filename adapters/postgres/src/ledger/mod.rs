@@ -34,17 +34,19 @@ mod settle;
 /// `(conversation, seq)` and `(conversation, request_id)`, one receipt per (message, recipient),
 /// one inbox event per (kind, message, recipient), non-negative counters). In particular:
 ///
-/// - **send** locks the conversation row (`SELECT … FOR NO KEY UPDATE`), so concurrent senders are
-///   serialised per conversation: `seq` comes from the row's counter, gap-free (a rolled-back
-///   send gives its number back), and a concurrent duplicate request waits and then finds the
-///   first one's message. The lock statement also checks the sender and looks the request id
-///   up; the writes (seq bump, message, receipts, then the outbox slot or the inbox events) are
-///   one statement of data-modifying CTEs whose insert skips a request id taken meanwhile
-///   (`ON CONFLICT DO NOTHING`: a repeat committed during the lock wait, answered by the
-///   repeat rule) — four round trips for a send without a run (BEGIN, lock, write, COMMIT).
-///   For Postgres conversations ([`Ledger::local_backend`](crewbus_ports::Ledger::local_backend) is `Some("postgres")`) the body is
+/// - **send_batch** (and `send`, a batch of one) locks the batch's conversation rows in id order
+///   (`SELECT … ORDER BY id FOR NO KEY UPDATE`, one statement), so concurrent senders are
+///   serialised per conversation and two batches cannot deadlock: `seq` comes from the row's
+///   counter, gap-free (a rolled-back batch gives its numbers back), and a concurrent duplicate
+///   request waits and then finds the first one's message. The next statement (its snapshot
+///   taken after the locks were granted) reads every sender's membership and request id at once
+///   (`unnest`); the batch is decided in memory (`plan_sends`); the writes (seq bumps,
+///   messages, receipts, then the outbox slots or the bodies and inbox events) are one statement
+///   of data-modifying CTEs over `unnest` arrays, the runs' records one more — five round trips
+///   for a batch of any size without runs (BEGIN, lock, read, write, COMMIT; see
+///   `ledger/send.rs`). For Postgres conversations ([`Ledger::local_backend`](crewbus_ports::Ledger::local_backend) is `Some("postgres")`) the body is
 ///   written to the table [`crate::PostgresBackend`] reads and the inbox events are enqueued in
-///   the same transaction (five round trips); other backends get an outbox slot holding the
+///   the same transaction (same statement); other backends get an outbox slot holding the
 ///   body.
 /// - **lease_slots** / **lease_inbox_events** take rows with `FOR UPDATE SKIP LOCKED`, so
 ///   concurrent relays never lease the same row, and scan every due row each time (no cursor),
