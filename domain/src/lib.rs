@@ -49,7 +49,10 @@ pub use ids::{RunId, Seq, TenantId};
 pub use inbox::{InboxRef, InboxStatus, MAX_RECIPIENT_KEY_LEN, validate_recipient_key};
 pub use inbox_event::{InboxEvent, ReferencePayload};
 pub use instant::{after, before};
-pub use journal::{MAX_NOTE_LEN, Record, RecordKind, Run, RunOutcome};
+pub use journal::{
+    MAX_NOTE_LEN, Record, RecordKind, Run, RunOutcome, check_appendable, validate_journal_limit,
+    validate_note_text,
+};
 pub use ledger_args::{ledger_span, positive_ledger_span, validate_backend_name, validate_batch};
 pub use ledger_counts::{LedgerCounts, RetentionTarget};
 pub use locator::Locator;
