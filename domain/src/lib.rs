@@ -40,7 +40,7 @@ pub use delivery_rules::{
     CandidateFacts, ConfirmFacts, HandOutPlan, IssuedHandOut, LiveHandOut, decide_confirms,
     plan_hand_outs,
 };
-pub use envelope::Envelope;
+pub use envelope::{Envelope, stored_body};
 pub use error::{BusError, BusResult, Source};
 pub use history::{
     Absence, HistoryItem, HistoryPage, MAX_PAGE, MAX_POSITION, validate_limit, validate_position,
@@ -55,7 +55,7 @@ pub use journal::{
 };
 pub use ledger_args::{ledger_span, positive_ledger_span, validate_backend_name, validate_batch};
 pub use ledger_counts::{LedgerCounts, RetentionTarget};
-pub use locator::Locator;
+pub use locator::{INBOX_LOCATOR_PREFIX, Locator};
 pub use message::{
     MAX_REQUEST_ID_LEN, Message, Publication, SendRequest, Sent, body_sha256, validate_request_id,
 };

@@ -11,7 +11,7 @@ use crewbus_ports::{Clock, Inbox};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::body::{INBOX_REST_PREFIX, SCHEME};
+use crate::body::SCHEME;
 use crate::error::bus_error;
 use crate::settings::PostgresSettings;
 
@@ -194,7 +194,7 @@ impl Inbox for PostgresInbox {
             Err(e) => return Published::from_error(bus_error(e, "inbox publish")),
         };
         Published::Confirmed {
-            locator: Locator::new(SCHEME, &format!("{INBOX_REST_PREFIX}{seq}")),
+            locator: Locator::for_inbox_reference(SCHEME, seq),
             duplicate,
         }
     }

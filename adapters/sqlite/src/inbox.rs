@@ -10,7 +10,7 @@ use crewbus_domain::{
 use crewbus_ports::{Clock, Inbox};
 use uuid::Uuid;
 
-use crate::body::{INBOX_REST_PREFIX, SCHEME};
+use crate::body::SCHEME;
 use crate::codec::{Ts, from_db};
 use crate::connect::SqlitePools;
 use crate::settings::SqliteSettings;
@@ -188,7 +188,7 @@ impl SqliteInbox {
         };
         tx.commit().await.map_err(self.pools.db(what))?;
         Ok(Published::Confirmed {
-            locator: Locator::new(SCHEME, &format!("{INBOX_REST_PREFIX}{seq}")),
+            locator: Locator::for_inbox_reference(SCHEME, seq),
             duplicate,
         })
     }
