@@ -46,7 +46,10 @@ pub use history::{
     Absence, HistoryItem, HistoryPage, MAX_PAGE, MAX_POSITION, validate_limit, validate_position,
 };
 pub use ids::{RunId, Seq, TenantId};
-pub use inbox::{InboxRef, InboxStatus, MAX_RECIPIENT_KEY_LEN, validate_recipient_key};
+pub use inbox::{
+    InboxRef, InboxStatus, MAX_RECIPIENT_KEY_LEN, parse_queue_ack_token, queue_ack_token,
+    validate_recipient_key,
+};
 pub use inbox_event::{InboxEvent, ReferencePayload};
 pub use instant::{after, before};
 pub use journal::{
