@@ -315,7 +315,10 @@ mod tests {
         assert!(matches!(e, BusError::Invalid { .. }), "{e:?}");
         let text = e.to_string();
         assert!(text.contains("garbage.db"), "the file is named: {text}");
-        assert!(!text.contains("code: 26"), "SQLite's own text stays out: {text}");
+        assert!(
+            !text.contains("code: 26"),
+            "SQLite's own text stays out: {text}"
+        );
     }
 
     #[tokio::test]
