@@ -129,6 +129,8 @@ pub async fn open_sqlite(config: &Config, opener: Opener) -> BusResult<SqlitePoo
         &SqliteConfig {
             create_if_missing: opener == Opener::Server,
             busy_timeout: Duration::from_millis(config.storage.busy_timeout_ms()),
+            // A write waits for the one write connection no longer than for the file's lock.
+            acquire_timeout: Duration::from_millis(config.storage.busy_timeout_ms()),
             ..SqliteConfig::default()
         },
     )
@@ -576,10 +578,29 @@ pub async fn backup(config: &Config, to: &std::path::Path) -> BusResult<()> {
             config.store()?.name()
         )));
     }
+    let dir = match to.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => std::path::PathBuf::from("."),
+    };
+    if !dir.is_dir() {
+        return Err(BusError::invalid(format!(
+            "the backup's directory {} does not exist",
+            dir.display()
+        )));
+    }
     let pools = open_sqlite(config, Opener::Operator).await?;
     let copied = crewbus_sqlite::backup_to(&pools, to).await;
     pools.close().await;
-    copied
+    copied?;
+    // The copy holds every message body: readable by its owner only.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(to, std::fs::Permissions::from_mode(0o600)).map_err(|e| {
+            BusError::unavailable_from(format!("cannot make {} private", to.display()), e)
+        })?;
+    }
+    Ok(())
 }
 
 /// Applies pending Postgres migrations; returns the versions applied now (empty when the schema

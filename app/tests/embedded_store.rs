@@ -301,8 +301,16 @@ async fn backup_copies_the_store_online_and_the_copy_reads_back() {
     let dir = restored.path().join("data/crewbus");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::copy(&copy, dir.join("crewbus.db")).unwrap();
-    let tokens = home.path().join("data/crewbus/dev-tokens.json");
-    std::fs::copy(&tokens, dir.join("dev-tokens.json")).unwrap();
+    // The documented restore: the copy, and master.key (with keys/, none here) beside it.
+    let old = home.path().join("data/crewbus");
+    std::fs::copy(old.join("dev-tokens.json"), dir.join("dev-tokens.json")).unwrap();
+    std::fs::copy(old.join("master.key"), dir.join("master.key")).unwrap();
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the copy is readable by its owner only");
+    }
     let serve = Serve::start(restored.path());
     let (status, history) = call(
         &serve.url,

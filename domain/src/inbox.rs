@@ -53,6 +53,47 @@ pub struct InboxStatus {
     pub redelivered: u64,
 }
 
+impl InboxStatus {
+    /// The status of a recipient from an inbox's counts: all zero (the default) when the consumer
+    /// is not `present`, whatever the counts say.
+    pub fn from_counts(present: bool, pending: u64, awaiting_ack: u64, redelivered: u64) -> Self {
+        if !present {
+            return InboxStatus::default();
+        }
+        InboxStatus {
+            present,
+            pending,
+            awaiting_ack,
+            redelivered,
+        }
+    }
+}
+
+/// The ack token `<prefix>:<team, simple hex>:<seq>` that an inbox kept as a queue of positions
+/// issues for the reference at queue position `seq` of `team`.
+pub fn queue_ack_token(prefix: &str, team: Uuid, seq: i64) -> String {
+    format!("{prefix}:{}:{seq}", team.simple())
+}
+
+/// The queue position (≥ 1) that a [`queue_ack_token`] of `prefix` and `team` names.
+/// Errors: anything else — another prefix, another team's token, garbage → [`BusError::Forbidden`].
+pub fn parse_queue_ack_token(prefix: &str, team: Uuid, token: &str) -> BusResult<i64> {
+    let forbidden = || BusError::forbidden("not an ack token of this team's inbox");
+    let mut parts = token.split(':');
+    let (Some(found), Some(owner), Some(seq), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err(forbidden());
+    };
+    if found != prefix || Uuid::try_parse(owner).ok() != Some(team) {
+        return Err(forbidden());
+    }
+    seq.parse::<i64>()
+        .ok()
+        .filter(|s| *s >= 1)
+        .ok_or_else(forbidden)
+}
+
 /// Longest accepted recipient key, in bytes.
 pub const MAX_RECIPIENT_KEY_LEN: usize = 128;
 
@@ -82,6 +123,42 @@ pub fn validate_recipient_key(key: &str) -> BusResult<()> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn queue_ack_tokens_round_trip_for_their_team_only() {
+        let team = Uuid::new_v4();
+        let token = queue_ack_token("q-inbox", team, 42);
+        assert_eq!(parse_queue_ack_token("q-inbox", team, &token).unwrap(), 42);
+        let t = team.simple();
+        for bad in [
+            queue_ack_token("q-inbox", Uuid::new_v4(), 42),
+            queue_ack_token("other", team, 42),
+            format!("q-inbox:{t}:0"),
+            format!("q-inbox:{t}:-1"),
+            format!("q-inbox:{t}:x"),
+            format!("q-inbox:{t}:1:2"),
+            format!("q-inbox:{t}"),
+            String::new(),
+        ] {
+            assert!(
+                matches!(
+                    parse_queue_ack_token("q-inbox", team, &bad),
+                    Err(BusError::Forbidden { .. })
+                ),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_absent_consumer_counts_nothing() {
+        assert_eq!(
+            InboxStatus::from_counts(false, 3, 2, 1),
+            InboxStatus::default()
+        );
+        let s = InboxStatus::from_counts(true, 3, 2, 1);
+        assert!(s.present && s.pending == 3 && s.awaiting_ack == 2 && s.redelivered == 1);
+    }
 
     #[test]
     fn recipient_keys() {

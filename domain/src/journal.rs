@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::{RunId, Seq};
+use crate::{MAX_PAGE, RunId, Seq, StoreError};
 
 /// How a run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -28,6 +28,17 @@ impl RunOutcome {
             RunOutcome::Failed => "failed",
             RunOutcome::Cancelled => "cancelled",
         }
+    }
+
+    /// The outcome whose [`RunOutcome::as_str`] is `name`; `None` for any other name.
+    pub fn from_name(name: &str) -> Option<RunOutcome> {
+        [
+            RunOutcome::Succeeded,
+            RunOutcome::Failed,
+            RunOutcome::Cancelled,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == name)
     }
 }
 
@@ -98,6 +109,37 @@ impl RecordKind {
 /// Longest accepted note or seal reason, in bytes.
 pub const MAX_NOTE_LEN: usize = 16 * 1024;
 
+/// Validates a note's text or a seal's reason (`what` names it in the error): at most
+/// [`MAX_NOTE_LEN`] bytes. Errors: [`StoreError::Invalid`].
+pub fn validate_note_text(what: &str, text: &str) -> Result<(), StoreError> {
+    if text.len() > MAX_NOTE_LEN {
+        return Err(StoreError::invalid(format!(
+            "{what} is longer than {MAX_NOTE_LEN} bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// Validates the `limit` of a journal read: 1 to [`MAX_PAGE`]. Errors: [`StoreError::Invalid`].
+pub fn validate_journal_limit(limit: usize) -> Result<(), StoreError> {
+    if limit == 0 || limit > MAX_PAGE {
+        return Err(StoreError::invalid(format!(
+            "limit must be between 1 and {MAX_PAGE}"
+        )));
+    }
+    Ok(())
+}
+
+/// The rule for appending to `run`, given whether it is sealed (`None`: no such run of the
+/// tenant). Errors: no such run → [`StoreError::NotFound`]; sealed → [`StoreError::Conflict`].
+pub fn check_appendable(run: RunId, sealed: Option<bool>) -> Result<(), StoreError> {
+    match sealed {
+        None => Err(StoreError::not_found(format!("run {run}"))),
+        Some(true) => Err(StoreError::conflict(format!("run {run} is sealed"))),
+        Some(false) => Ok(()),
+    }
+}
+
 /// One journal record.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Record {
@@ -109,6 +151,24 @@ pub struct Record {
     pub at: DateTime<Utc>,
     /// What it says.
     pub kind: RecordKind,
+}
+
+impl Record {
+    /// A record read back from a store that keeps its kind as the JSON of [`RecordKind`].
+    /// Errors: `kind_json` that is not a record kind → [`StoreError::Backend`] (the store's data
+    /// is unreadable), with the JSON error as its source.
+    pub fn from_stored(
+        run: RunId,
+        seq: Seq,
+        at: DateTime<Utc>,
+        kind_json: &str,
+    ) -> Result<Record, StoreError> {
+        let kind = serde_json::from_str(kind_json).map_err(|e| StoreError::Backend {
+            what: format!("journal record {run}/{seq} is unreadable"),
+            source: Some(std::sync::Arc::new(e)),
+        })?;
+        Ok(Record { run, seq, at, kind })
+    }
 }
 
 /// A run as the journal knows it.
@@ -132,5 +192,98 @@ impl Run {
     /// Whether the run is sealed (nothing more can be appended).
     pub fn is_sealed(&self) -> bool {
         self.sealed.is_some()
+    }
+
+    /// A run read back from a store's columns: it is sealed when both `sealed_at` and an
+    /// `outcome` named as [`RunOutcome::as_str`] names one are stored (an unknown outcome name
+    /// reads as open).
+    pub fn from_stored(
+        id: RunId,
+        team: Uuid,
+        agent: Uuid,
+        admitted_at: DateTime<Utc>,
+        last_seq: Seq,
+        sealed_at: Option<DateTime<Utc>>,
+        outcome: Option<&str>,
+    ) -> Run {
+        let sealed = match (sealed_at, outcome.and_then(RunOutcome::from_name)) {
+            (Some(at), Some(outcome)) => Some((at, outcome)),
+            _ => None,
+        };
+        Run {
+            id,
+            team,
+            agent,
+            admitted_at,
+            last_seq,
+            sealed,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_names_round_trip() {
+        for o in [
+            RunOutcome::Succeeded,
+            RunOutcome::Failed,
+            RunOutcome::Cancelled,
+        ] {
+            assert_eq!(RunOutcome::from_name(o.as_str()), Some(o));
+        }
+        assert_eq!(RunOutcome::from_name("Succeeded"), None);
+        assert_eq!(RunOutcome::from_name(""), None);
+    }
+
+    #[test]
+    fn note_text_and_limit_rules() {
+        assert!(validate_note_text("note", &"x".repeat(MAX_NOTE_LEN)).is_ok());
+        assert!(matches!(
+            validate_note_text("note", &"x".repeat(MAX_NOTE_LEN + 1)),
+            Err(StoreError::Invalid { .. })
+        ));
+        assert!(validate_journal_limit(1).is_ok() && validate_journal_limit(MAX_PAGE).is_ok());
+        for bad in [0, MAX_PAGE + 1] {
+            assert!(matches!(
+                validate_journal_limit(bad),
+                Err(StoreError::Invalid { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn appending_needs_an_open_run() {
+        let run = RunId::new();
+        assert!(check_appendable(run, Some(false)).is_ok());
+        assert!(matches!(
+            check_appendable(run, Some(true)),
+            Err(StoreError::Conflict { .. })
+        ));
+        assert!(matches!(
+            check_appendable(run, None),
+            Err(StoreError::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn stored_records_and_runs_read_back() {
+        let (run, at) = (RunId::new(), Utc::now());
+        let kind = RecordKind::Note { text: "hi".into() };
+        let json = serde_json::to_string(&kind).unwrap();
+        let record = Record::from_stored(run, Seq(2), at, &json).unwrap();
+        assert_eq!(record.kind, kind);
+        assert!(matches!(
+            Record::from_stored(run, Seq(2), at, "{}"),
+            Err(StoreError::Backend { .. })
+        ));
+        let (team, agent) = (Uuid::new_v4(), Uuid::new_v4());
+        let sealed = Run::from_stored(run, team, agent, at, Seq(3), Some(at), Some("failed"));
+        assert_eq!(sealed.sealed, Some((at, RunOutcome::Failed)));
+        let open = Run::from_stored(run, team, agent, at, Seq(3), Some(at), Some("unknown"));
+        assert!(!open.is_sealed());
+        assert!(!Run::from_stored(run, team, agent, at, Seq(1), None, None).is_sealed());
     }
 }

@@ -41,19 +41,25 @@ pub use delivery_rules::{
     CandidateFacts, ConfirmFacts, HandOutPlan, IssuedHandOut, LiveHandOut, decide_confirms,
     plan_hand_outs,
 };
-pub use envelope::Envelope;
+pub use envelope::{Envelope, stored_body};
 pub use error::{BusError, BusResult, Source};
 pub use history::{
     Absence, HistoryItem, HistoryPage, MAX_PAGE, MAX_POSITION, validate_limit, validate_position,
 };
 pub use ids::{RunId, Seq, TenantId};
-pub use inbox::{InboxRef, InboxStatus, MAX_RECIPIENT_KEY_LEN, validate_recipient_key};
+pub use inbox::{
+    InboxRef, InboxStatus, MAX_RECIPIENT_KEY_LEN, parse_queue_ack_token, queue_ack_token,
+    validate_recipient_key,
+};
 pub use inbox_event::{InboxEvent, ReferencePayload};
 pub use instant::{after, before};
-pub use journal::{MAX_NOTE_LEN, Record, RecordKind, Run, RunOutcome};
+pub use journal::{
+    MAX_NOTE_LEN, Record, RecordKind, Run, RunOutcome, check_appendable, validate_journal_limit,
+    validate_note_text,
+};
 pub use ledger_args::{ledger_span, positive_ledger_span, validate_backend_name, validate_batch};
 pub use ledger_counts::{LedgerCounts, RetentionTarget};
-pub use locator::Locator;
+pub use locator::{INBOX_LOCATOR_PREFIX, Locator};
 pub use message::{
     MAX_REQUEST_ID_LEN, Message, Publication, SendRequest, Sent, body_sha256, validate_request_id,
 };

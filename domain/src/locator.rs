@@ -4,7 +4,14 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
+use uuid::Uuid;
+
 use crate::{BusError, BusResult};
+
+/// The `rest` prefix of the locators an inbox issues for references (`<scheme>:inbox:<seq>`) in a
+/// store that keeps bodies under `<scheme>:<message id>`: a body fetch refuses them
+/// ([`Locator::message_id_for`]).
+pub const INBOX_LOCATOR_PREFIX: &str = "inbox:";
 
 /// An opaque reference to a stored body, `<scheme>:<rest>`.
 ///
@@ -65,6 +72,38 @@ impl Locator {
         }
         Ok(rest)
     }
+
+    /// `<scheme>:<message id>`: where a store that keeps bodies by message id keeps
+    /// `message_id`'s.
+    pub fn for_message(scheme: &str, message_id: Uuid) -> Self {
+        Locator::new(scheme, &message_id.to_string())
+    }
+
+    /// `<scheme>:inbox:<seq>`: the locator an inbox of such a store confirms the reference at
+    /// queue position `seq` with.
+    pub fn for_inbox_reference(scheme: &str, seq: i64) -> Self {
+        Locator::new(scheme, &format!("{INBOX_LOCATOR_PREFIX}{seq}"))
+    }
+
+    /// The message id of a [`Locator::for_message`] locator of `scheme`, which must be
+    /// `message_id`. Errors: another scheme or a malformed rest → [`BusError::Invalid`]; an
+    /// inbox locator ([`Locator::for_inbox_reference`]) or another message's →
+    /// [`BusError::Forbidden`].
+    pub fn message_id_for(&self, scheme: &str, message_id: Uuid) -> BusResult<Uuid> {
+        let rest = self.rest_for(scheme)?;
+        if rest.starts_with(INBOX_LOCATOR_PREFIX) {
+            return Err(BusError::forbidden(
+                "the locator names the inbox, not the body table",
+            ));
+        }
+        let id = Uuid::try_parse(rest).map_err(|_| {
+            BusError::invalid(format!("{scheme} locator is not `{scheme}:<message id>`"))
+        })?;
+        if id != message_id {
+            return Err(BusError::forbidden("the locator names another message"));
+        }
+        Ok(id)
+    }
 }
 
 impl fmt::Display for Locator {
@@ -77,6 +116,32 @@ impl fmt::Display for Locator {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn message_locators_name_one_message_of_one_scheme() {
+        let id = Uuid::new_v4();
+        let l = Locator::for_message("postgres", id);
+        assert_eq!(l.as_str(), format!("postgres:{id}"));
+        assert_eq!(l.message_id_for("postgres", id).unwrap(), id);
+        assert!(matches!(
+            l.message_id_for("postgres", Uuid::new_v4()),
+            Err(BusError::Forbidden { .. })
+        ));
+        assert!(matches!(
+            l.message_id_for("sqlite", id),
+            Err(BusError::Invalid { .. })
+        ));
+        let inbox = Locator::for_inbox_reference("postgres", 7);
+        assert_eq!(inbox.as_str(), "postgres:inbox:7");
+        assert!(matches!(
+            inbox.message_id_for("postgres", id),
+            Err(BusError::Forbidden { .. })
+        ));
+        assert!(matches!(
+            Locator::new("postgres", "x").message_id_for("postgres", id),
+            Err(BusError::Invalid { .. })
+        ));
+    }
 
     #[test]
     fn splits_at_the_first_colon() {

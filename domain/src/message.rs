@@ -32,6 +32,19 @@ impl Publication {
             Publication::Failed => "failed",
         }
     }
+
+    /// The state named `name` as a store keeps it ([`Publication::as_str`]). Errors: any other
+    /// name → [`crate::BusError::Invalid`].
+    pub fn from_stored(name: &str) -> crate::BusResult<Publication> {
+        [
+            Publication::Stored,
+            Publication::PendingPublication,
+            Publication::Failed,
+        ]
+        .into_iter()
+        .find(|p| p.as_str() == name)
+        .ok_or_else(|| crate::BusError::invalid("stored publication state is unknown"))
+    }
 }
 
 /// One message of a conversation, as the ledger records it (the body itself lives in the body
@@ -157,6 +170,21 @@ pub fn validate_request_id(id: &str) -> BusResult<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn publication_states_read_back_by_name() {
+        for p in [
+            Publication::Stored,
+            Publication::PendingPublication,
+            Publication::Failed,
+        ] {
+            assert_eq!(Publication::from_stored(p.as_str()).unwrap(), p);
+        }
+        assert!(matches!(
+            Publication::from_stored("stored "),
+            Err(crate::BusError::Invalid { .. })
+        ));
+    }
 
     #[test]
     fn sha256_of_a_body() {

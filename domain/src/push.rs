@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 use zeroize::Zeroize;
 
-use crate::{BusError, BusResult, RunId, Secret, Seq};
+use crate::{BusError, BusResult, RunId, Secret, Seq, StoreError};
 
 /// How a push request authenticates: sent as `Authorization: <scheme> <credentials>`.
 ///
@@ -146,6 +146,41 @@ pub struct PushConfig {
     pub authentication: Option<PushAuthentication>,
 }
 
+impl PushConfig {
+    /// The authorization as a store keeps it: `(scheme, credentials)`, both `None` without one.
+    pub fn authentication_columns(&self) -> (Option<&str>, Option<&str>) {
+        match &self.authentication {
+            Some(a) => (Some(a.scheme.as_str()), Some(a.credentials.expose())),
+            None => (None, None),
+        }
+    }
+
+    /// A registration read back from a store's columns; `scheme` and `credentials` as
+    /// [`PushConfig::authentication_columns`] wrote them (an authorization only when both are
+    /// stored).
+    pub fn from_stored(
+        id: String,
+        run: RunId,
+        url: String,
+        scheme: Option<String>,
+        credentials: Option<String>,
+    ) -> PushConfig {
+        let authentication = match (scheme, credentials) {
+            (Some(scheme), Some(credentials)) => Some(PushAuthentication {
+                scheme,
+                credentials: Secret::new(credentials),
+            }),
+            _ => None,
+        };
+        PushConfig {
+            id,
+            run,
+            url,
+            authentication,
+        }
+    }
+}
+
 impl fmt::Debug for PushConfig {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PushConfig")
@@ -172,6 +207,36 @@ pub struct PushRegistration {
     pub last_error: Option<String>,
     /// Parked (dead-lettered): left out of `due` until un-parked.
     pub parked: bool,
+}
+
+impl PushRegistration {
+    /// The rule for a cursor a push store writes: at most `i64::MAX` (a signed 64-bit column),
+    /// returned as stored. Errors: above it → [`StoreError::Invalid`].
+    pub fn storable_cursor(next_seq: Seq) -> Result<i64, StoreError> {
+        i64::try_from(next_seq.0).map_err(|_| {
+            StoreError::invalid(format!(
+                "cursor {next_seq} is above the largest storable cursor"
+            ))
+        })
+    }
+
+    /// The cursor and attempt count read back from a store's signed columns, for the store named
+    /// `store` (in the error). Errors: a negative cursor or an attempt count outside `u32` →
+    /// [`StoreError::Backend`] (corrupt data, never wrapped around).
+    pub fn stored_counters(
+        store: &str,
+        next_seq: i64,
+        attempts: i64,
+    ) -> Result<(Seq, u32), StoreError> {
+        let corrupt = |what: &str| StoreError::Backend {
+            what: format!("{store} (push store): {what}"),
+            source: None,
+        };
+        let next_seq = u64::try_from(next_seq).map_err(|_| corrupt("a negative cursor"))?;
+        let attempts =
+            u32::try_from(attempts).map_err(|_| corrupt("an attempt count out of range"))?;
+        Ok((Seq(next_seq), attempts))
+    }
 }
 
 /// A 32-byte data key that seals one value. Zeroized on drop; never printed.
@@ -226,6 +291,38 @@ mod tests {
             }),
             signing_keys: vec![Secret::new("whsec_abc")],
         }
+    }
+
+    #[test]
+    fn push_store_columns_round_trip_and_refuse_what_does_not_fit() {
+        assert_eq!(PushRegistration::storable_cursor(Seq(7)).unwrap(), 7);
+        assert!(matches!(
+            PushRegistration::storable_cursor(Seq(i64::MAX as u64 + 1)),
+            Err(StoreError::Invalid { .. })
+        ));
+        assert_eq!(
+            PushRegistration::stored_counters("s", 3, 2).unwrap(),
+            (Seq(3), 2)
+        );
+        for (seq, attempts) in [(-1, 0), (0, -1), (0, i64::from(u32::MAX) + 1)] {
+            assert!(matches!(
+                PushRegistration::stored_counters("s", seq, attempts),
+                Err(StoreError::Backend { .. })
+            ));
+        }
+        let run = RunId::new();
+        let config = PushConfig::from_stored(
+            "operator:a".into(),
+            run,
+            "https://x".into(),
+            Some("Bearer".into()),
+            Some("t".into()),
+        );
+        assert_eq!(config.authentication_columns(), (Some("Bearer"), Some("t")));
+        let bare =
+            PushConfig::from_stored("id".into(), run, "u".into(), Some("Bearer".into()), None);
+        assert_eq!(bare.authentication, None);
+        assert_eq!(bare.authentication_columns(), (None, None));
     }
 
     #[test]

@@ -72,6 +72,14 @@ impl TokenHash {
     pub fn of(token: &str) -> Self {
         TokenHash(Sha256::digest(token.as_bytes()).into())
     }
+
+    /// A hash read back from a store's bytes. Errors: not 32 bytes → [`crate::BusError::Invalid`].
+    pub fn from_stored(bytes: Vec<u8>) -> crate::BusResult<Self> {
+        let hash: [u8; 32] = bytes
+            .try_into()
+            .map_err(|_| crate::BusError::invalid("stored token hash is not 32 bytes"))?;
+        Ok(TokenHash(hash))
+    }
 }
 
 impl fmt::Debug for TokenHash {
@@ -106,6 +114,16 @@ pub fn validate_name(what: &str, name: &str) -> crate::BusResult<()> {
 mod tests {
     use super::*;
     use crate::{BusError, validate_recipient_key};
+
+    #[test]
+    fn stored_token_hashes_are_32_bytes() {
+        let hash = TokenHash::of("t");
+        assert_eq!(TokenHash::from_stored(hash.0.to_vec()).unwrap(), hash);
+        assert!(matches!(
+            TokenHash::from_stored(vec![0; 31]),
+            Err(BusError::Invalid { .. })
+        ));
+    }
 
     #[test]
     fn recipient_keys_are_subject_safe_and_stable() {

@@ -2,7 +2,9 @@
 //!
 //! Every port is object safe and `Send + Sync` (use them as `Arc<dyn Port>`), has no associated
 //! types, and names no adapter, broker or database. The `mock` feature adds `mockall` mocks
-//! (`MockMessagingBackend`, `MockInbox`, …) for the application's unit tests.
+//! (`MockMessagingBackend`, `MockInbox`, …) for the application's unit tests. Beside the ports
+//! stand a few generic helpers for adapters that name no adapter either ([`TeamRegistry`], a
+//! per-team cache that implements [`Backends`]).
 #![warn(missing_docs)]
 
 mod backends;
@@ -18,7 +20,7 @@ mod push_transport;
 mod stream_admin;
 mod wakeups;
 
-pub use backends::Backends;
+pub use backends::{Backends, TeamAdapters, TeamCache, TeamRegistry, check_backend_name};
 pub use clock::{Clock, SystemClock};
 pub use inbox::Inbox;
 pub use journal::Journal;

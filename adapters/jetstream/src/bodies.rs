@@ -53,14 +53,8 @@ fn to_utc(m: &StreamMessage) -> DateTime<Utc> {
 impl JetStreamBackend {
     pub(crate) async fn publish_body(&self, env: &Envelope) -> Published {
         let inner = &self.inner;
-        if env.team_id != inner.team {
-            return Published::Fatal(BusError::forbidden("the envelope belongs to another team"));
-        }
-        if env.body_len() > inner.body_limit {
-            return Published::Fatal(BusError::TooLarge {
-                size: env.body_len(),
-                limit: inner.body_limit,
-            });
+        if let Err(e) = env.check_for(inner.team, inner.body_limit) {
+            return Published::Fatal(e);
         }
         let subject = inner
             .config

@@ -5,8 +5,8 @@ use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
-use crewbus_domain::{BusError, BusResult};
-use crewbus_ports::{Backends, Clock, Inbox, MessagingBackend};
+use crewbus_domain::BusResult;
+use crewbus_ports::{Backends, Clock, Inbox, MessagingBackend, check_backend_name};
 use uuid::Uuid;
 
 use crate::bodies::MemoryBackend;
@@ -83,17 +83,6 @@ impl MemoryBackends {
             })
             .clone()
     }
-
-    fn check_name(name: &str) -> BusResult<()> {
-        if name == Self::NAME {
-            Ok(())
-        } else {
-            Err(BusError::not_found(format!(
-                "backend `{name}` (this registry serves `{}`)",
-                Self::NAME
-            )))
-        }
-    }
 }
 
 impl fmt::Debug for MemoryBackends {
@@ -111,12 +100,12 @@ impl Backends for MemoryBackends {
     }
 
     async fn body_backend(&self, team: Uuid, name: &str) -> BusResult<Arc<dyn MessagingBackend>> {
-        Self::check_name(name)?;
+        check_backend_name(name, Self::NAME)?;
         Ok(Arc::new(self.bodies(team)))
     }
 
     async fn inbox(&self, team: Uuid, name: &str) -> BusResult<Arc<dyn Inbox>> {
-        Self::check_name(name)?;
+        check_backend_name(name, Self::NAME)?;
         Ok(Arc::new(self.team_inbox(team)))
     }
 }
@@ -125,7 +114,7 @@ impl Backends for MemoryBackends {
 mod tests {
     use std::time::Duration;
 
-    use crewbus_domain::{Envelope, Published};
+    use crewbus_domain::{BusError, Envelope, Published};
 
     use super::*;
     use crate::ManualClock;

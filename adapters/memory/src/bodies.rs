@@ -146,14 +146,10 @@ impl MemoryBackend {
     /// Stores `envelope` or says why not; the heart of `publish` and `reconcile`.
     fn store(&self, envelope: &Envelope) -> Outcome {
         let team = self.shared.team;
-        if envelope.team_id != team {
-            return Outcome::Refused(BusError::forbidden("the envelope belongs to another team"));
+        if let Err(e) = envelope.check_for(team, self.shared.config.max_body_bytes) {
+            return Outcome::Refused(e);
         }
-        let limit = self.shared.config.max_body_bytes;
         let size = envelope.body_len();
-        if size > limit {
-            return Outcome::Refused(BusError::TooLarge { size, limit });
-        }
         let now = self.shared.clock.now();
         let mut state = self.state();
         if let Some(seq) = state.by_key.get(&envelope.publish_key).copied() {

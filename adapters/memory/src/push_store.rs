@@ -10,15 +10,6 @@ use crewbus_ports::PushStore;
 
 type Key = (TenantId, RunId, String);
 
-fn check_cursor(next_seq: Seq) -> Result<(), StoreError> {
-    if next_seq.0 > i64::MAX as u64 {
-        return Err(StoreError::Invalid {
-            reason: format!("cursor {next_seq} is above the largest storable cursor"),
-        });
-    }
-    Ok(())
-}
-
 #[derive(Default)]
 struct State {
     rows: BTreeMap<Key, Row>,
@@ -88,7 +79,7 @@ impl PushStore for MemoryPushStore {
         next_seq: Seq,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        check_cursor(next_seq)?;
+        PushRegistration::storable_cursor(next_seq)?;
         let key = self.key(config.run, &config.id);
         let mut state = self.lock();
         match state.rows.get_mut(&key) {
@@ -175,7 +166,7 @@ impl PushStore for MemoryPushStore {
         next_seq: Seq,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        check_cursor(next_seq)?;
+        PushRegistration::storable_cursor(next_seq)?;
         if let Some(row) = self.lock().rows.get_mut(&self.key(run, id)) {
             let r = &mut row.registration;
             r.next_seq = r.next_seq.max(next_seq);

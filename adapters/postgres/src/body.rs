@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusError, BusResult, Envelope, Locator, Published};
+use crewbus_domain::{BusError, BusResult, Envelope, Locator, Published, stored_body};
 use crewbus_ports::{Clock, MessagingBackend};
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
@@ -15,10 +15,6 @@ use crate::settings::PostgresSettings;
 
 /// The locator scheme (and backend name) of Postgres bodies: `postgres:<message id>`.
 pub(crate) const SCHEME: &str = "postgres";
-
-/// The `rest` prefix of the locators the Postgres inbox issues for references
-/// (`postgres:inbox:<seq>`); `fetch` refuses them with `Forbidden`.
-pub(crate) const INBOX_REST_PREFIX: &str = "inbox:";
 
 /// One team's bodies in Postgres.
 ///
@@ -59,7 +55,7 @@ pub(crate) enum Stored {
 
 /// The locator of the body of `message_id`.
 pub(crate) fn locator_for(message_id: Uuid) -> Locator {
-    Locator::new(SCHEME, &message_id.to_string())
+    Locator::for_message(SCHEME, message_id)
 }
 
 /// Inserts `envelope`'s body stored at `at`, idempotently on its publish key. Used by
@@ -100,21 +96,13 @@ pub(crate) async fn store_body(
         .fetch_all(&mut *conn)
         .await
         .map_err(Err)?;
-        match held.as_slice() {
-            [] => continue,
-            [(message, team, key)]
-                if *message == envelope.message_id
-                    && *team == envelope.team_id
-                    && *key == envelope.publish_key =>
-            {
-                return Ok(Stored::Duplicate);
-            }
-            _ => {
-                return Err(Ok(BusError::conflict(
-                    "the message id or publish key is already held under another key or message",
-                )));
-            }
+        if held.is_empty() {
+            continue;
         }
+        return envelope
+            .check_held(&held)
+            .map(|()| Stored::Duplicate)
+            .map_err(Ok);
     }
     Err(Ok(BusError::unavailable(
         "body store: the row changed repeatedly under the publish",
@@ -148,23 +136,8 @@ impl PostgresBackend {
         self.max_body_bytes
     }
 
-    /// Checks an envelope before anything is sent: `Forbidden` for another team, `TooLarge`
-    /// above the limit.
-    fn vet(&self, envelope: &Envelope) -> BusResult<()> {
-        if envelope.team_id != self.team {
-            return Err(BusError::forbidden("the envelope belongs to another team"));
-        }
-        if envelope.body_len() > self.max_body_bytes {
-            return Err(BusError::TooLarge {
-                size: envelope.body_len(),
-                limit: self.max_body_bytes,
-            });
-        }
-        Ok(())
-    }
-
     async fn store(&self, envelope: &Envelope) -> Published {
-        if let Err(e) = self.vet(envelope) {
+        if let Err(e) = envelope.check_for(self.team, self.max_body_bytes) {
             return Published::Fatal(e);
         }
         let at = self.clock.now();
@@ -186,23 +159,6 @@ impl PostgresBackend {
     }
 }
 
-/// Parses a Postgres body locator for `message_id`: `Invalid` for another scheme or a malformed
-/// rest, `Forbidden` for an inbox locator or another message's.
-pub(crate) fn parse_locator(locator: &Locator, message_id: Uuid) -> BusResult<Uuid> {
-    let rest = locator.rest_for(SCHEME)?;
-    if rest.starts_with(INBOX_REST_PREFIX) {
-        return Err(BusError::forbidden(
-            "the locator names the inbox, not the body table",
-        ));
-    }
-    let id = Uuid::try_parse(rest)
-        .map_err(|_| BusError::invalid("postgres locator is not `postgres:<message id>`"))?;
-    if id != message_id {
-        return Err(BusError::forbidden("the locator names another message"));
-    }
-    Ok(id)
-}
-
 #[async_trait]
 impl MessagingBackend for PostgresBackend {
     fn name(&self) -> &'static str {
@@ -214,22 +170,14 @@ impl MessagingBackend for PostgresBackend {
     }
 
     async fn fetch(&self, locator: &Locator, message_id: Uuid) -> BusResult<Option<String>> {
-        let id = parse_locator(locator, message_id)?;
+        let id = locator.message_id_for(SCHEME, message_id)?;
         let row: Option<(Uuid, Vec<u8>)> =
             sqlx::query_as("SELECT team_id, body FROM bodies WHERE message_id = $1")
                 .bind(id)
                 .fetch_optional(&self.pool)
                 .await
                 .map_err(|e| bus_error(e, "body fetch"))?;
-        match row {
-            None => Ok(None),
-            Some((team, _)) if team != self.team => {
-                Err(BusError::forbidden("the body belongs to another team"))
-            }
-            Some((_, body)) => String::from_utf8(body)
-                .map(Some)
-                .map_err(|_| BusError::invalid("body fetch: stored body is not UTF-8")),
-        }
+        stored_body(self.team, row)
     }
 
     async fn retain(&self, before: DateTime<Utc>) -> BusResult<u64> {
@@ -243,7 +191,7 @@ impl MessagingBackend for PostgresBackend {
     }
 
     async fn reconcile(&self, envelope: &Envelope) -> BusResult<Option<Locator>> {
-        self.vet(envelope)?;
+        envelope.check_for(self.team, self.max_body_bytes)?;
         // Publishing under the same key is the lookup: a held body answers `duplicate`.
         match self.store(envelope).await {
             Published::Confirmed { locator, .. } => Ok(Some(locator)),

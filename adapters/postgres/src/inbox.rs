@@ -5,13 +5,14 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    BusError, BusResult, InboxRef, InboxStatus, Locator, Published, validate_recipient_key,
+    BusError, BusResult, InboxRef, InboxStatus, Locator, Published, parse_queue_ack_token,
+    queue_ack_token, validate_recipient_key,
 };
 use crewbus_ports::{Clock, Inbox};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::body::{INBOX_REST_PREFIX, SCHEME};
+use crate::body::SCHEME;
 use crate::error::bus_error;
 use crate::settings::PostgresSettings;
 
@@ -117,29 +118,6 @@ impl PostgresInbox {
         .map_err(|e| bus_error(e, "inbox purge"))?;
         Ok(done.rows_affected())
     }
-
-    fn ack_token(&self, seq: i64) -> String {
-        format!("{ACK_PREFIX}:{}:{seq}", self.team.simple())
-    }
-
-    /// The queue position an ack token of this team names. Errors: `Forbidden` for anything
-    /// else.
-    fn parse_ack_token(&self, token: &str) -> BusResult<i64> {
-        let forbidden = || BusError::forbidden("not an ack token of this team's inbox");
-        let mut parts = token.split(':');
-        let (Some(ACK_PREFIX), Some(team), Some(seq), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(forbidden());
-        };
-        if Uuid::try_parse(team).ok() != Some(self.team) {
-            return Err(forbidden());
-        }
-        seq.parse::<i64>()
-            .ok()
-            .filter(|s| *s >= 1)
-            .ok_or_else(forbidden)
-    }
 }
 
 #[async_trait]
@@ -194,7 +172,7 @@ impl Inbox for PostgresInbox {
             Err(e) => return Published::from_error(bus_error(e, "inbox publish")),
         };
         Published::Confirmed {
-            locator: Locator::new(SCHEME, &format!("{INBOX_REST_PREFIX}{seq}")),
+            locator: Locator::for_inbox_reference(SCHEME, seq),
             duplicate,
         }
     }
@@ -248,7 +226,7 @@ impl Inbox for PostgresInbox {
             .map(|(seq, event_id, payload, deliveries)| InboxRef {
                 event_id,
                 payload,
-                ack_subject: self.ack_token(seq),
+                ack_subject: queue_ack_token(ACK_PREFIX, self.team, seq),
                 stream_seq: seq as u64,
                 deliveries: deliveries as u64,
             })
@@ -256,7 +234,7 @@ impl Inbox for PostgresInbox {
     }
 
     async fn ack_reference(&self, ack_subject: &str) -> BusResult<()> {
-        let seq = self.parse_ack_token(ack_subject)?;
+        let seq = parse_queue_ack_token(ACK_PREFIX, self.team, ack_subject)?;
         sqlx::query(
             "UPDATE inbox_queue SET acked_at = $3
              WHERE team_id = $1 AND seq = $2 AND acked_at IS NULL AND deliveries > 0",
@@ -288,14 +266,11 @@ impl Inbox for PostgresInbox {
         .fetch_one(&self.pool)
         .await
         .map_err(|e| bus_error(e, "inbox status"))?;
-        if !present {
-            return Ok(InboxStatus::default());
-        }
-        Ok(InboxStatus {
+        Ok(InboxStatus::from_counts(
             present,
-            pending: pending as u64,
-            awaiting_ack: awaiting_ack as u64,
-            redelivered: redelivered as u64,
-        })
+            pending as u64,
+            awaiting_ack as u64,
+            redelivered as u64,
+        ))
     }
 }

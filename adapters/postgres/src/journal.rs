@@ -3,7 +3,8 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    MAX_NOTE_LEN, MAX_PAGE, Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
+    Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId, check_appendable,
+    validate_journal_limit, validate_note_text,
 };
 use crewbus_ports::Journal;
 use sqlx::{PgConnection, PgPool, Row};
@@ -105,25 +106,6 @@ async fn insert_record(
     Ok(())
 }
 
-fn check_text(what: &str, text: &str) -> Result<(), StoreError> {
-    if text.len() > MAX_NOTE_LEN {
-        return Err(StoreError::invalid(format!(
-            "{what} is longer than {MAX_NOTE_LEN} bytes"
-        )));
-    }
-    Ok(())
-}
-
-fn outcome_of(name: &str) -> Option<RunOutcome> {
-    [
-        RunOutcome::Succeeded,
-        RunOutcome::Failed,
-        RunOutcome::Cancelled,
-    ]
-    .into_iter()
-    .find(|o| o.as_str() == name)
-}
-
 impl PostgresJournal {
     /// The journal of `tenant` over `pool` (migrated: [`crate::migrate`]).
     pub fn new(pool: PgPool, tenant: TenantId) -> Self {
@@ -139,16 +121,10 @@ impl PostgresJournal {
     ) -> Result<Seq, StoreError> {
         let what = "journal append";
         let mut tx = self.pool.begin().await.map_err(|e| store_error(e, what))?;
-        match lock_run(&mut tx, &self.tenant, run)
+        let locked = lock_run(&mut tx, &self.tenant, run)
             .await
-            .map_err(|e| store_error(e, what))?
-        {
-            None => return Err(StoreError::not_found(format!("run {run}"))),
-            Some(r) if r.sealed => {
-                return Err(StoreError::conflict(format!("run {run} is sealed")));
-            }
-            Some(_) => {}
-        }
+            .map_err(|e| store_error(e, what))?;
+        check_appendable(run, locked.map(|r| r.sealed))?;
         let seq = append(&mut tx, run, at, &kind)
             .await
             .map_err(|e| store_error(e, what))?;
@@ -197,7 +173,7 @@ impl Journal for PostgresJournal {
     }
 
     async fn note(&self, run: RunId, text: &str, at: DateTime<Utc>) -> Result<Seq, StoreError> {
-        check_text("note", text)?;
+        validate_note_text("note", text)?;
         let kind = RecordKind::Note {
             text: text.to_owned(),
         };
@@ -211,7 +187,7 @@ impl Journal for PostgresJournal {
         reason: &str,
         at: DateTime<Utc>,
     ) -> Result<Seq, StoreError> {
-        check_text("reason", reason)?;
+        validate_note_text("reason", reason)?;
         let kind = RecordKind::RunSealed {
             outcome,
             reason: reason.to_owned(),
@@ -225,11 +201,7 @@ impl Journal for PostgresJournal {
         from_seq: Seq,
         limit: usize,
     ) -> Result<Vec<Record>, StoreError> {
-        if limit == 0 || limit > MAX_PAGE {
-            return Err(StoreError::invalid(format!(
-                "limit must be between 1 and {MAX_PAGE}"
-            )));
-        }
+        validate_journal_limit(limit)?;
         let what = "journal read";
         // One statement, one snapshot: the run's existence and its records agree.
         let rows = sqlx::query(
@@ -261,16 +233,7 @@ impl Journal for PostgresJournal {
             };
             let at: DateTime<Utc> = row.try_get(2).map_err(|e| store_error(e, what))?;
             let kind: String = row.try_get(3).map_err(|e| store_error(e, what))?;
-            let kind = serde_json::from_str(&kind).map_err(|e| StoreError::Backend {
-                what: format!("journal record {run}/{seq} is unreadable"),
-                source: Some(std::sync::Arc::new(e)),
-            })?;
-            records.push(Record {
-                run,
-                seq: Seq(seq as u64),
-                at,
-                kind,
-            });
+            records.push(Record::from_stored(run, Seq(seq as u64), at, &kind)?);
         }
         Ok(records)
     }
@@ -294,17 +257,14 @@ impl Journal for PostgresJournal {
         .map_err(|e| store_error(e, "journal run"))?;
         let (team, agent, admitted_at, last_seq, sealed_at, outcome) =
             row.ok_or_else(|| StoreError::not_found(format!("run {run}")))?;
-        let sealed = match (sealed_at, outcome.as_deref().and_then(outcome_of)) {
-            (Some(at), Some(outcome)) => Some((at, outcome)),
-            _ => None,
-        };
-        Ok(Run {
-            id: run,
+        Ok(Run::from_stored(
+            run,
             team,
             agent,
             admitted_at,
-            last_seq: Seq(last_seq as u64),
-            sealed,
-        })
+            Seq(last_seq as u64),
+            sealed_at,
+            outcome.as_deref(),
+        ))
     }
 }

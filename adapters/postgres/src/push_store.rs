@@ -2,9 +2,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use crewbus_domain::{
-    PushAuthentication, PushConfig, PushRegistration, RunId, Secret, Seq, StoreError, TenantId,
-};
+use crewbus_domain::{PushConfig, PushRegistration, RunId, Seq, StoreError, TenantId};
 use crewbus_ports::PushStore;
 use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Row};
@@ -46,52 +44,32 @@ impl std::fmt::Debug for PostgresPushStore {
 const COLUMNS: &str = "run_id, id, url, auth_scheme, auth_credentials, next_seq, attempts, \
                        next_attempt_at, last_error, parked";
 
-fn cursor(next_seq: Seq) -> Result<i64, StoreError> {
-    i64::try_from(next_seq.0).map_err(|_| {
-        StoreError::invalid(format!(
-            "cursor {next_seq} is above the largest storable cursor"
-        ))
-    })
-}
-
 fn limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
-}
-
-fn corrupt(what: &str) -> StoreError {
-    StoreError::Backend {
-        what: format!("postgres (push store): {what}"),
-        source: None,
-    }
 }
 
 fn config_of(row: &PgRow) -> Result<PushConfig, StoreError> {
     let get = |e: sqlx::Error| store_error(e, "push store read");
     let scheme: Option<String> = row.try_get("auth_scheme").map_err(get)?;
     let credentials: Option<String> = row.try_get("auth_credentials").map_err(get)?;
-    let authentication = match (scheme, credentials) {
-        (Some(scheme), Some(credentials)) => Some(PushAuthentication {
-            scheme,
-            credentials: Secret::new(credentials),
-        }),
-        _ => None,
-    };
-    Ok(PushConfig {
-        id: row.try_get("id").map_err(get)?,
-        run: RunId(row.try_get("run_id").map_err(get)?),
-        url: row.try_get("url").map_err(get)?,
-        authentication,
-    })
+    Ok(PushConfig::from_stored(
+        row.try_get("id").map_err(get)?,
+        RunId(row.try_get("run_id").map_err(get)?),
+        row.try_get("url").map_err(get)?,
+        scheme,
+        credentials,
+    ))
 }
 
 fn registration_of(row: &PgRow, at_column: &str) -> Result<PushRegistration, StoreError> {
     let get = |e: sqlx::Error| store_error(e, "push store read");
     let next_seq: i64 = row.try_get("next_seq").map_err(get)?;
     let attempts: i64 = row.try_get("attempts").map_err(get)?;
+    let (next_seq, attempts) = PushRegistration::stored_counters("postgres", next_seq, attempts)?;
     Ok(PushRegistration {
         config: config_of(row)?,
-        next_seq: Seq(u64::try_from(next_seq).map_err(|_| corrupt("a negative cursor"))?),
-        attempts: u32::try_from(attempts).map_err(|_| corrupt("an attempt count out of range"))?,
+        next_seq,
+        attempts,
         next_attempt_at: row.try_get(at_column).map_err(get)?,
         last_error: row.try_get("last_error").map_err(get)?,
         parked: row.try_get("parked").map_err(get)?,
@@ -129,11 +107,8 @@ impl PushStore for PostgresPushStore {
         next_seq: Seq,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let next_seq = cursor(next_seq)?;
-        let (scheme, credentials) = match &config.authentication {
-            Some(a) => (Some(a.scheme.as_str()), Some(a.credentials.expose())),
-            None => (None, None),
-        };
+        let next_seq = PushRegistration::storable_cursor(next_seq)?;
+        let (scheme, credentials) = config.authentication_columns();
         let query = sqlx::query(
             "INSERT INTO push_registrations
                  (tenant, run_id, id, url, auth_scheme, auth_credentials, next_seq, attempts,
@@ -237,7 +212,7 @@ impl PushStore for PostgresPushStore {
         next_seq: Seq,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let next_seq = cursor(next_seq)?;
+        let next_seq = PushRegistration::storable_cursor(next_seq)?;
         let query = sqlx::query(
             "UPDATE push_registrations
              SET next_seq = GREATEST(next_seq, $4), attempts = 0, last_error = NULL,

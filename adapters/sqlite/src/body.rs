@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusError, BusResult, Envelope, Locator, Published};
+use crewbus_domain::{BusError, BusResult, Envelope, Locator, Published, stored_body};
 use crewbus_ports::{Clock, MessagingBackend};
 use sqlx::SqliteConnection;
 use uuid::Uuid;
@@ -16,10 +16,6 @@ use crate::settings::SqliteSettings;
 
 /// The locator scheme (and backend name) of SQLite bodies: `sqlite:<message id>`.
 pub(crate) const SCHEME: &str = crate::NAME;
-
-/// The `rest` prefix of the locators the SQLite inbox issues for references
-/// (`sqlite:inbox:<seq>`); `fetch` refuses them with `Forbidden`.
-pub(crate) const INBOX_REST_PREFIX: &str = "inbox:";
 
 /// One team's bodies in SQLite.
 ///
@@ -60,7 +56,7 @@ pub(crate) enum Stored {
 
 /// The locator of the body of `message_id`.
 pub(crate) fn locator_for(message_id: Uuid) -> Locator {
-    Locator::new(SCHEME, &message_id.to_string())
+    Locator::for_message(SCHEME, message_id)
 }
 
 /// Inserts `envelope`'s body stored at `at`, idempotently on its publish key, inside the
@@ -100,18 +96,10 @@ pub(crate) async fn store_body(
     .fetch_all(&mut *conn)
     .await
     .map_err(Err)?;
-    match held.as_slice() {
-        [(message, team, key)]
-            if *message == envelope.message_id
-                && *team == envelope.team_id
-                && *key == envelope.publish_key =>
-        {
-            Ok(Stored::Duplicate)
-        }
-        _ => Err(Ok(BusError::conflict(
-            "the message id or publish key is already held under another key or message",
-        ))),
-    }
+    envelope
+        .check_held(&held)
+        .map(|()| Stored::Duplicate)
+        .map_err(Ok)
 }
 
 impl SqliteBackend {
@@ -141,23 +129,8 @@ impl SqliteBackend {
         self.max_body_bytes
     }
 
-    /// Checks an envelope before anything is written: `Forbidden` for another team, `TooLarge`
-    /// above the limit.
-    fn vet(&self, envelope: &Envelope) -> BusResult<()> {
-        if envelope.team_id != self.team {
-            return Err(BusError::forbidden("the envelope belongs to another team"));
-        }
-        if envelope.body_len() > self.max_body_bytes {
-            return Err(BusError::TooLarge {
-                size: envelope.body_len(),
-                limit: self.max_body_bytes,
-            });
-        }
-        Ok(())
-    }
-
     async fn store(&self, envelope: &Envelope) -> Published {
-        if let Err(e) = self.vet(envelope) {
+        if let Err(e) = envelope.check_for(self.team, self.max_body_bytes) {
             return Published::Fatal(e);
         }
         let what = "body store";
@@ -193,23 +166,6 @@ impl SqliteBackend {
     }
 }
 
-/// Parses a SQLite body locator for `message_id`: `Invalid` for another scheme or a malformed
-/// rest, `Forbidden` for an inbox locator or another message's.
-pub(crate) fn parse_locator(locator: &Locator, message_id: Uuid) -> BusResult<Uuid> {
-    let rest = locator.rest_for(SCHEME)?;
-    if rest.starts_with(INBOX_REST_PREFIX) {
-        return Err(BusError::forbidden(
-            "the locator names the inbox, not the body table",
-        ));
-    }
-    let id = Uuid::try_parse(rest)
-        .map_err(|_| BusError::invalid("sqlite locator is not `sqlite:<message id>`"))?;
-    if id != message_id {
-        return Err(BusError::forbidden("the locator names another message"));
-    }
-    Ok(id)
-}
-
 #[async_trait]
 impl MessagingBackend for SqliteBackend {
     fn name(&self) -> &'static str {
@@ -225,22 +181,14 @@ impl MessagingBackend for SqliteBackend {
     }
 
     async fn fetch(&self, locator: &Locator, message_id: Uuid) -> BusResult<Option<String>> {
-        let id = parse_locator(locator, message_id)?;
+        let id = locator.message_id_for(SCHEME, message_id)?;
         let row: Option<(Uuid, Vec<u8>)> =
             sqlx::query_as("SELECT team_id, body FROM bodies WHERE message_id = ?")
                 .bind(id)
                 .fetch_optional(self.pools.reader())
                 .await
                 .map_err(self.pools.db("body fetch"))?;
-        match row {
-            None => Ok(None),
-            Some((team, _)) if team != self.team => {
-                Err(BusError::forbidden("the body belongs to another team"))
-            }
-            Some((_, body)) => String::from_utf8(body)
-                .map(Some)
-                .map_err(|_| BusError::invalid("body fetch: stored body is not UTF-8")),
-        }
+        stored_body(self.team, row)
     }
 
     async fn retain(&self, before: DateTime<Utc>) -> BusResult<u64> {
@@ -257,7 +205,7 @@ impl MessagingBackend for SqliteBackend {
     }
 
     async fn reconcile(&self, envelope: &Envelope) -> BusResult<Option<Locator>> {
-        self.vet(envelope)?;
+        envelope.check_for(self.team, self.max_body_bytes)?;
         // Publishing under the same key is the lookup: a held body answers `duplicate`.
         match self.store(envelope).await {
             Published::Confirmed { locator, .. } => Ok(Some(locator)),

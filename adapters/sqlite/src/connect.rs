@@ -205,7 +205,8 @@ pub async fn open(path: impl AsRef<Path>, config: &SqliteConfig) -> BusResult<Sq
         .clone()
         .create_if_missing(config.create_if_missing)
         .journal_mode(SqliteJournalMode::Wal);
-    let what = "open";
+    let opening = format!("open {}", path.display());
+    let what = opening.as_str();
     let write = SqlitePoolOptions::new()
         .max_connections(1)
         .min_connections(1)
@@ -303,6 +304,21 @@ mod tests {
         assert!(matches!(e, BusError::NotProvisioned { .. }), "{e:?}");
         assert!(e.to_string().contains("absent.db"), "{e}");
         assert!(!path.exists(), "nothing is created");
+    }
+
+    #[tokio::test]
+    async fn a_file_that_is_not_a_database_is_invalid_and_its_text_stays_in_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("garbage.db");
+        std::fs::write(&path, vec![0x5a_u8; 8192]).unwrap();
+        let e = open(&path, &SqliteConfig::default()).await.unwrap_err();
+        assert!(matches!(e, BusError::Invalid { .. }), "{e:?}");
+        let text = e.to_string();
+        assert!(text.contains("garbage.db"), "the file is named: {text}");
+        assert!(
+            !text.contains("code: 26"),
+            "SQLite's own text stays out: {text}"
+        );
     }
 
     #[tokio::test]

@@ -27,6 +27,8 @@ pub(crate) mod code {
     pub(crate) const INTERRUPT: i32 = 9;
     /// `SQLITE_IOERR` (and its extended codes).
     pub(crate) const IOERR: i32 = 10;
+    /// `SQLITE_CORRUPT`: the database file is damaged.
+    pub(crate) const CORRUPT: i32 = 11;
     /// `SQLITE_FULL`: the disk is full.
     pub(crate) const FULL: i32 = 13;
     /// `SQLITE_CANTOPEN`.
@@ -41,6 +43,8 @@ pub(crate) mod code {
     pub(crate) const MISMATCH: i32 = 20;
     /// `SQLITE_RANGE`: a bind parameter index out of range.
     pub(crate) const RANGE: i32 = 25;
+    /// `SQLITE_NOTADB`: the file is not a SQLite database.
+    pub(crate) const NOTADB: i32 = 26;
     /// `SQLITE_CONSTRAINT_FOREIGNKEY`.
     pub(crate) const CONSTRAINT_FOREIGNKEY: i32 = 787;
     /// `SQLITE_CONSTRAINT_PRIMARYKEY`.
@@ -82,6 +86,9 @@ pub(crate) enum Class {
     Unavailable,
     /// `SQLITE_INTERRUPT`: the statement was interrupted.
     Timeout,
+    /// `SQLITE_CORRUPT` / `SQLITE_NOTADB`: the file is damaged or not a database; an operator
+    /// must restore it.
+    Damaged,
     /// Anything else (`SQLITE_ERROR` for a statement SQLite refuses, a read-only connection
     /// asked to write, stored data that cannot be decoded): a bug a retry will not fix.
     Internal,
@@ -104,6 +111,7 @@ pub(crate) fn classify(err: &sqlx::Error) -> Class {
                     Class::Unavailable
                 }
                 (_, code::INTERRUPT) => Class::Timeout,
+                (_, code::CORRUPT | code::NOTADB) => Class::Damaged,
                 (_, code::READONLY) => Class::Internal,
                 _ => Class::Internal,
             }
@@ -119,7 +127,7 @@ fn log(err: &sqlx::Error, class: Class, what: &str) {
         Class::Busy | Class::Unavailable | Class::Timeout => {
             tracing::warn!(what, error = %err, "sqlite unavailable")
         }
-        Class::Internal => tracing::error!(what, error = %err, "sqlite failure"),
+        Class::Internal | Class::Damaged => tracing::error!(what, error = %err, "sqlite failure"),
         Class::Conflict | Class::NotFound | Class::Refused => {
             tracing::debug!(what, error = %err, "sqlite refused")
         }
@@ -149,6 +157,10 @@ pub(crate) fn bus_error(err: sqlx::Error, what: &str, busy: &BusyCounter) -> Bus
         Class::Unavailable => BusError::unavailable_from(format!("sqlite ({what})"), err),
         Class::Timeout => BusError::timeout(format!("sqlite ({what})")),
         Class::Internal => BusError::invalid(format!("{what}: the database failed the statement")),
+        Class::Damaged => BusError::invalid(format!(
+            "{what}: the store file is damaged or not a SQLite database: restore it from a \
+             backup (`crewbus backup`), without a stale -wal/-shm file beside it"
+        )),
     }
 }
 
@@ -167,7 +179,7 @@ pub(crate) fn store_error(err: sqlx::Error, what: &str, busy: &BusyCounter) -> S
             what: format!("sqlite ({what})"),
             source: source(),
         },
-        Class::Internal => StoreError::Backend {
+        Class::Internal | Class::Damaged => StoreError::Backend {
             what: format!("sqlite ({what})"),
             source: source(),
         },

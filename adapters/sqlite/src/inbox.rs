@@ -5,12 +5,13 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    BusError, BusResult, InboxRef, InboxStatus, Locator, Published, validate_recipient_key,
+    BusError, BusResult, InboxRef, InboxStatus, Locator, Published, parse_queue_ack_token,
+    queue_ack_token, validate_recipient_key,
 };
 use crewbus_ports::{Clock, Inbox};
 use uuid::Uuid;
 
-use crate::body::{INBOX_REST_PREFIX, SCHEME};
+use crate::body::SCHEME;
 use crate::codec::{Ts, from_db};
 use crate::connect::SqlitePools;
 use crate::settings::SqliteSettings;
@@ -123,29 +124,6 @@ impl SqliteInbox {
         Ok(done.rows_affected())
     }
 
-    fn ack_token(&self, seq: i64) -> String {
-        format!("{ACK_PREFIX}:{}:{seq}", self.team.simple())
-    }
-
-    /// The queue position an ack token of this team names. Errors: `Forbidden` for anything
-    /// else.
-    fn parse_ack_token(&self, token: &str) -> BusResult<i64> {
-        let forbidden = || BusError::forbidden("not an ack token of this team's inbox");
-        let mut parts = token.split(':');
-        let (Some(ACK_PREFIX), Some(team), Some(seq), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
-            return Err(forbidden());
-        };
-        if Uuid::try_parse(team).ok() != Some(self.team) {
-            return Err(forbidden());
-        }
-        seq.parse::<i64>()
-            .ok()
-            .filter(|s| *s >= 1)
-            .ok_or_else(forbidden)
-    }
-
     /// `publish_reference` after the key check: the insert, or the first locator of a repeat,
     /// in one write transaction.
     async fn publish(
@@ -188,7 +166,7 @@ impl SqliteInbox {
         };
         tx.commit().await.map_err(self.pools.db(what))?;
         Ok(Published::Confirmed {
-            locator: Locator::new(SCHEME, &format!("{INBOX_REST_PREFIX}{seq}")),
+            locator: Locator::for_inbox_reference(SCHEME, seq),
             duplicate,
         })
     }
@@ -262,7 +240,7 @@ impl Inbox for SqliteInbox {
                     event_id,
                     payload: String::from_utf8(payload)
                         .map_err(|_| BusError::invalid("inbox fetch: a payload is not UTF-8"))?,
-                    ack_subject: self.ack_token(seq),
+                    ack_subject: queue_ack_token(ACK_PREFIX, self.team, seq),
                     stream_seq: from_db(seq),
                     deliveries: from_db(deliveries),
                 })
@@ -271,7 +249,7 @@ impl Inbox for SqliteInbox {
     }
 
     async fn ack_reference(&self, ack_subject: &str) -> BusResult<()> {
-        let seq = self.parse_ack_token(ack_subject)?;
+        let seq = parse_queue_ack_token(ACK_PREFIX, self.team, ack_subject)?;
         let what = "inbox ack";
         let mut tx = self.pools.begin(what).await?;
         sqlx::query(
@@ -306,14 +284,11 @@ impl Inbox for SqliteInbox {
         .fetch_one(self.pools.reader())
         .await
         .map_err(self.pools.db("inbox status"))?;
-        if !present {
-            return Ok(InboxStatus::default());
-        }
-        Ok(InboxStatus {
+        Ok(InboxStatus::from_counts(
             present,
-            pending: from_db(pending),
-            awaiting_ack: from_db(awaiting_ack),
-            redelivered: from_db(redelivered),
-        })
+            from_db(pending),
+            from_db(awaiting_ack),
+            from_db(redelivered),
+        ))
     }
 }

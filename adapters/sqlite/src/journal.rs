@@ -3,7 +3,8 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    MAX_NOTE_LEN, MAX_PAGE, Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
+    Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId, check_appendable,
+    validate_journal_limit, validate_note_text,
 };
 use crewbus_ports::Journal;
 use sqlx::SqliteConnection;
@@ -107,25 +108,6 @@ async fn insert_record(
     Ok(())
 }
 
-fn check_text(what: &str, text: &str) -> Result<(), StoreError> {
-    if text.len() > MAX_NOTE_LEN {
-        return Err(StoreError::invalid(format!(
-            "{what} is longer than {MAX_NOTE_LEN} bytes"
-        )));
-    }
-    Ok(())
-}
-
-fn outcome_of(name: &str) -> Option<RunOutcome> {
-    [
-        RunOutcome::Succeeded,
-        RunOutcome::Failed,
-        RunOutcome::Cancelled,
-    ]
-    .into_iter()
-    .find(|o| o.as_str() == name)
-}
-
 impl SqliteJournal {
     /// The journal of `tenant` over `pools` (migrated: [`crate::migrate`]).
     pub fn new(pools: SqlitePools, tenant: TenantId) -> Self {
@@ -141,16 +123,10 @@ impl SqliteJournal {
     ) -> Result<Seq, StoreError> {
         let what = "journal append";
         let mut tx = self.pools.begin_store(what).await?;
-        match run_state(&mut tx, &self.tenant, run)
+        let state = run_state(&mut tx, &self.tenant, run)
             .await
-            .map_err(self.pools.st(what))?
-        {
-            None => return Err(StoreError::not_found(format!("run {run}"))),
-            Some(r) if r.sealed => {
-                return Err(StoreError::conflict(format!("run {run} is sealed")));
-            }
-            Some(_) => {}
-        }
+            .map_err(self.pools.st(what))?;
+        check_appendable(run, state.map(|r| r.sealed))?;
         let seq = append(&mut tx, run, at, &kind)
             .await
             .map_err(self.pools.st(what))?;
@@ -199,7 +175,7 @@ impl Journal for SqliteJournal {
     }
 
     async fn note(&self, run: RunId, text: &str, at: DateTime<Utc>) -> Result<Seq, StoreError> {
-        check_text("note", text)?;
+        validate_note_text("note", text)?;
         let kind = RecordKind::Note {
             text: text.to_owned(),
         };
@@ -213,7 +189,7 @@ impl Journal for SqliteJournal {
         reason: &str,
         at: DateTime<Utc>,
     ) -> Result<Seq, StoreError> {
-        check_text("reason", reason)?;
+        validate_note_text("reason", reason)?;
         let kind = RecordKind::RunSealed {
             outcome,
             reason: reason.to_owned(),
@@ -227,11 +203,7 @@ impl Journal for SqliteJournal {
         from_seq: Seq,
         limit: usize,
     ) -> Result<Vec<Record>, StoreError> {
-        if limit == 0 || limit > MAX_PAGE {
-            return Err(StoreError::invalid(format!(
-                "limit must be between 1 and {MAX_PAGE}"
-            )));
-        }
+        validate_journal_limit(limit)?;
         let what = "journal read";
         // One statement, one snapshot: the run's existence and its records agree (a run without
         // records from `from_seq` on is one row of NULLs).
@@ -256,16 +228,7 @@ impl Journal for SqliteJournal {
             let (Some(seq), Some(at), Some(kind)) = row else {
                 continue;
             };
-            let kind = serde_json::from_str(&kind).map_err(|e| StoreError::Backend {
-                what: format!("journal record {run}/{seq} is unreadable"),
-                source: Some(std::sync::Arc::new(e)),
-            })?;
-            records.push(Record {
-                run,
-                seq: Seq(from_db(seq)),
-                at: at.0,
-                kind,
-            });
+            records.push(Record::from_stored(run, Seq(from_db(seq)), at.0, &kind)?);
         }
         Ok(records)
     }
@@ -283,17 +246,14 @@ impl Journal for SqliteJournal {
         .map_err(self.pools.st("journal run"))?;
         let (team, agent, admitted_at, last_seq, sealed_at, outcome) =
             row.ok_or_else(|| StoreError::not_found(format!("run {run}")))?;
-        let sealed = match (opt(sealed_at), outcome.as_deref().and_then(outcome_of)) {
-            (Some(at), Some(outcome)) => Some((at, outcome)),
-            _ => None,
-        };
-        Ok(Run {
-            id: run,
+        Ok(Run::from_stored(
+            run,
             team,
             agent,
-            admitted_at: admitted_at.0,
-            last_seq: Seq(from_db(last_seq)),
-            sealed,
-        })
+            admitted_at.0,
+            Seq(from_db(last_seq)),
+            opt(sealed_at),
+            outcome.as_deref(),
+        ))
     }
 }

@@ -2,9 +2,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use crewbus_domain::{
-    PushAuthentication, PushConfig, PushRegistration, RunId, Secret, Seq, StoreError, TenantId,
-};
+use crewbus_domain::{PushConfig, PushRegistration, RunId, Seq, StoreError, TenantId};
 use crewbus_ports::PushStore;
 use sqlx::sqlite::{SqliteArguments, SqliteRow};
 use sqlx::{Row, Sqlite};
@@ -46,23 +44,8 @@ impl std::fmt::Debug for SqlitePushStore {
 const COLUMNS: &str = "run_id, id, url, auth_scheme, auth_credentials, next_seq, attempts, \
                        next_attempt_at, last_error, parked";
 
-fn cursor(next_seq: Seq) -> Result<i64, StoreError> {
-    i64::try_from(next_seq.0).map_err(|_| {
-        StoreError::invalid(format!(
-            "cursor {next_seq} is above the largest storable cursor"
-        ))
-    })
-}
-
 fn limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
-}
-
-fn corrupt(what: &str) -> StoreError {
-    StoreError::Backend {
-        what: format!("sqlite (push store): {what}"),
-        source: None,
-    }
 }
 
 type Query<'q> = sqlx::query::Query<'q, Sqlite, SqliteArguments<'q>>;
@@ -77,19 +60,13 @@ impl SqlitePushStore {
         let get = self.pools.st("push store read");
         let scheme: Option<String> = row.try_get("auth_scheme").map_err(&get)?;
         let credentials: Option<String> = row.try_get("auth_credentials").map_err(&get)?;
-        let authentication = match (scheme, credentials) {
-            (Some(scheme), Some(credentials)) => Some(PushAuthentication {
-                scheme,
-                credentials: Secret::new(credentials),
-            }),
-            _ => None,
-        };
-        Ok(PushConfig {
-            id: row.try_get("id").map_err(&get)?,
-            run: RunId(row.try_get("run_id").map_err(&get)?),
-            url: row.try_get("url").map_err(&get)?,
-            authentication,
-        })
+        Ok(PushConfig::from_stored(
+            row.try_get("id").map_err(&get)?,
+            RunId(row.try_get("run_id").map_err(&get)?),
+            row.try_get("url").map_err(&get)?,
+            scheme,
+            credentials,
+        ))
     }
 
     fn registration_of(&self, row: &SqliteRow) -> Result<PushRegistration, StoreError> {
@@ -97,11 +74,11 @@ impl SqlitePushStore {
         let next_seq: i64 = row.try_get("next_seq").map_err(&get)?;
         let attempts: i64 = row.try_get("attempts").map_err(&get)?;
         let at: Ts = row.try_get("next_attempt_at").map_err(&get)?;
+        let (next_seq, attempts) = PushRegistration::stored_counters("sqlite", next_seq, attempts)?;
         Ok(PushRegistration {
             config: self.config_of(row)?,
-            next_seq: Seq(u64::try_from(next_seq).map_err(|_| corrupt("a negative cursor"))?),
-            attempts: u32::try_from(attempts)
-                .map_err(|_| corrupt("an attempt count out of range"))?,
+            next_seq,
+            attempts,
             next_attempt_at: at.0,
             last_error: row.try_get("last_error").map_err(&get)?,
             parked: row.try_get("parked").map_err(&get)?,
@@ -129,11 +106,8 @@ impl PushStore for SqlitePushStore {
         next_seq: Seq,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let next_seq = cursor(next_seq)?;
-        let (scheme, credentials) = match &config.authentication {
-            Some(a) => (Some(a.scheme.as_str()), Some(a.credentials.expose())),
-            None => (None, None),
-        };
+        let next_seq = PushRegistration::storable_cursor(next_seq)?;
+        let (scheme, credentials) = config.authentication_columns();
         let query = sqlx::query(
             "INSERT INTO push_registrations
                  (tenant, run_id, id, url, auth_scheme, auth_credentials, next_seq, attempts,
@@ -237,7 +211,7 @@ impl PushStore for SqlitePushStore {
         next_seq: Seq,
         at: DateTime<Utc>,
     ) -> Result<(), StoreError> {
-        let next_seq = cursor(next_seq)?;
+        let next_seq = PushRegistration::storable_cursor(next_seq)?;
         let query = sqlx::query(
             "UPDATE push_registrations
              SET next_seq = max(next_seq, ?4), attempts = 0, last_error = NULL,

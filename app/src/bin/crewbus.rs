@@ -52,18 +52,32 @@ fn main() -> ExitCode {
 /// Reports a command's failure (`--json`: `{"error": {code, message}}` on stdout, else a line on
 /// stderr) and returns exit code 1.
 fn fail(e: &anyhow::Error) -> ExitCode {
+    let message = message(e);
     if cli_json_requested() {
         let code = e
             .downcast_ref::<crewbus_domain::BusError>()
             .map_or("internal", crewbus_domain::BusError::code);
         println!(
             "{}",
-            serde_json::json!({"error": {"code": code, "message": format!("{e:#}")}})
+            serde_json::json!({"error": {"code": code, "message": message}})
         );
     } else {
-        eprintln!("crewbus: {e:#}");
+        eprintln!("crewbus: {message}");
     }
     ExitCode::FAILURE
+}
+
+/// The chain of an error's messages, down to the first `BusError`: a `BusError`'s message is
+/// written for people, its sources (a driver's or broker's text) are for the logs.
+fn message(e: &anyhow::Error) -> String {
+    let mut parts = Vec::new();
+    for cause in e.chain() {
+        parts.push(cause.to_string());
+        if cause.is::<crewbus_domain::BusError>() {
+            break;
+        }
+    }
+    parts.join(": ")
 }
 
 fn cli_json_requested() -> bool {

@@ -84,16 +84,38 @@ pub fn prepare_serve(config: &mut Config) -> BusResult<Option<Prepared>> {
         return Ok(None);
     }
     let data_dir = absolute(config.storage.data_dir()?);
+    if data_dir.exists() && !data_dir.is_dir() {
+        return Err(BusError::invalid(format!(
+            "the data directory {} is not a directory (--data-dir / storage.data_dir)",
+            data_dir.display()
+        )));
+    }
     create_private_dir(&data_dir)?;
     let lock = lock(&data_dir)?;
+    let db = database_path(&data_dir);
     let mut new_master_key = None;
     if config.push.key_ring.is_none() {
         let key = data_dir.join(MASTER_KEY_FILE);
         if !key.exists() {
+            if db.exists() {
+                // A store whose key is gone: a new key would open none of its sealed push
+                // credentials, and deliveries would go out without them.
+                return Err(BusError::conflict(format!(
+                    "{} holds a store but no {MASTER_KEY_FILE}: put back the master key (and \
+                     {KEYS_DIR}/) it was made with, from where the store was backed up, or \
+                     configure [push.key_ring]",
+                    data_dir.display()
+                )));
+            }
             write_master_key(&key)?;
             new_master_key = Some(key.clone());
         }
         config.push.key_ring = Some(key_ring(&data_dir));
+    }
+    if !db.exists() {
+        // SQLite creates its files readable by everyone (the umask's default); an empty file is
+        // an empty database, and SQLite gives the -wal and -shm files the database's mode.
+        create_private_file(&db)?;
     }
     config.storage.data_dir = Some(data_dir.clone());
     Ok(Some(Prepared {
@@ -115,6 +137,14 @@ pub fn prepare_beside(config: &mut Config) -> BusResult<()> {
     }
     let data_dir = absolute(config.storage.data_dir()?);
     let db = database_path(&data_dir);
+    if let Err(e) = std::fs::metadata(&db)
+        && e.kind() != std::io::ErrorKind::NotFound
+    {
+        return Err(BusError::unavailable_from(
+            format!("cannot read the embedded store {}", db.display()),
+            e,
+        ));
+    }
     if !db.exists() {
         return Err(BusError::NotFound {
             what: format!(
@@ -155,6 +185,18 @@ fn create_private_dir(dir: &Path) -> BusResult<()> {
             e,
         )
     })
+}
+
+/// Creates an empty file, mode 0600, refusing to replace one.
+fn create_private_file(path: &Path) -> BusResult<()> {
+    let mut options = File::options();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(path)
+        .map(drop)
+        .map_err(|e| BusError::unavailable_from(format!("cannot create {}", path.display()), e))
 }
 
 /// Takes the exclusive lock of `<dir>/serve.lock` without waiting and writes this process's id
@@ -255,6 +297,36 @@ mod tests {
             again.new_master_key.is_none(),
             "the key is kept, not remade"
         );
+    }
+
+    #[test]
+    fn a_store_without_its_master_key_is_refused_and_files_are_private() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = prepare_serve(&mut embedded(dir.path())).unwrap().unwrap();
+        let db = database_path(dir.path());
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = fs::metadata(&db).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "the store is readable by its owner only");
+        }
+        drop(p);
+        fs::remove_file(dir.path().join(MASTER_KEY_FILE)).unwrap();
+        let err = prepare_serve(&mut embedded(dir.path())).unwrap_err();
+        assert!(matches!(err, BusError::Conflict { .. }), "{err:?}");
+        assert!(
+            !dir.path().join(MASTER_KEY_FILE).exists(),
+            "no new key is made for an existing store"
+        );
+    }
+
+    #[test]
+    fn a_data_directory_that_is_a_file_is_invalid() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("afile");
+        fs::write(&file, b"x").unwrap();
+        let err = prepare_serve(&mut embedded(&file)).unwrap_err();
+        assert!(matches!(err, BusError::Invalid { .. }), "{err:?}");
     }
 
     #[test]

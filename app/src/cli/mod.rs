@@ -36,8 +36,8 @@ pub fn runtime(who: &str) -> Result<tokio::runtime::Runtime, std::process::ExitC
 /// crewbus — the durable message bus for teams of AI agents.
 ///
 /// Agents of a team talk in conversations over an HTTP API; every message is recorded in a
-/// ledger (Postgres, or memory for trying it out), its body is kept by a body backend (Postgres,
-/// NATS JetStream or memory), and every recipient gets it exactly once: a delivery is confirmed
+/// ledger (Postgres, or the embedded SQLite store on one machine), its body is kept by a body
+/// backend (Postgres, SQLite, NATS JetStream or memory), and every recipient gets it exactly once: a delivery is confirmed
 /// only after its receipt is committed.
 #[derive(Debug, Parser)]
 #[command(
@@ -47,14 +47,16 @@ pub fn runtime(who: &str) -> Result<tokio::runtime::Runtime, std::process::ExitC
     after_help = "\
 Examples:
   crewbus demo                              three agents talk, then a summary
-  crewbus serve                             memory at 127.0.0.1:7700, dev team `local` with
-                                            agents alice and bob (tokens kept in dev-tokens.json)
+  crewbus serve                             the embedded store at 127.0.0.1:7700, dev team
+                                            `local` with agents alice and bob (kept across restarts)
+  crewbus serve --ephemeral                 the same on memory: nothing kept after it stops
   crewbus mcp --url http://127.0.0.1:7700   stdio MCP server for a host (token: CREWBUS_MCP_TOKEN)
   crewbus --config crewbus.toml migrate     create or upgrade the Postgres schema
-  crewbus team add research                 create a team (needs [database])
+  crewbus team add research                 create a team (beside the running server)
   crewbus agent add --team research alice   create an agent; prints its token once
   crewbus health                            ask the running server if it is healthy
   crewbus push parked                       push registrations that stopped (dead letters)
+  crewbus backup --to copy.db               an online copy of the embedded store
 
 Configuration: crewbus.toml in the working directory, --config PATH or CREWBUS_CONFIG, then
 CREWBUS_* variables (CREWBUS_LISTEN, CREWBUS_DATABASE__URL, …). See crewbus.example.toml."
@@ -93,7 +95,8 @@ pub enum Command {
 The data directory: --data-dir, else storage.data_dir, else $XDG_DATA_HOME/crewbus, else
 ~/.local/share/crewbus. It holds crewbus.db, serve.lock (one server per directory: a second
 `serve` on it is refused), master.key (0600, made at the first start; it seals push credentials)
-and dev-tokens.json. --ephemeral keeps everything in memory instead (nothing survives the stop).
+and dev-tokens.json. --ephemeral keeps the store in memory instead (only dev-tokens.json
+survives the stop).
 With [database] configured, dev agents are set up only when --dev-team is given. An agent that
 already exists is reused, never re-created; its token is printed when dev-tokens.json holds one
 that works for it (the ledger keeps only a hash of each token).
@@ -187,8 +190,9 @@ Examples:
 The copy is one self-contained SQLite file, compacted. To restore it, stop the server and put
 the file in place of crewbus.db in the data directory (removing crewbus.db-wal and
 crewbus.db-shm), or start a server on a new data directory holding it as crewbus.db. Back up
-master.key too: without it, sealed push credentials cannot be opened. Copying the data
-directory's files by hand is safe only while no server runs.
+master.key and keys/ too, and restore them beside it: without them sealed push credentials
+cannot be opened (a server refuses a store whose master.key is missing). The copy is mode 0600.
+Copying the data directory's files by hand is safe only while no server runs.
 
 Examples:
   crewbus backup --to /backups/crewbus-2026-12-01.db
@@ -196,7 +200,7 @@ Examples:
     Backup(BackupArgs),
 
     /// The operator push outbox: a run's registrations, the parked (dead-letter) list, un-park
-    /// (needs [database]). Credentials are never printed; URLs without userinfo or query.
+    /// (beside the running server; not on the memory store). Credentials are never printed; URLs without userinfo or query.
     #[command(subcommand)]
     Push(PushCommand),
 }
@@ -286,7 +290,8 @@ pub struct ServeArgs {
     #[arg(long = "dev-agent", value_name = "NAME")]
     pub dev_agents: Vec<String>,
 
-    /// Keep everything in memory: nothing survives the stop (tests, demos, CI). The same as
+    /// Keep the store in memory: nothing but dev-tokens.json survives the stop (tests, demos,
+    /// CI). The same as
     /// `[storage] kind = "memory"`; refused beside `[database]`.
     #[arg(long)]
     pub ephemeral: bool,
@@ -341,7 +346,7 @@ The same in steps (the team must exist before `stream provision` can name it):
         /// The team's display name.
         name: String,
         /// Default body backend for new conversations. Default: the ledger's own (postgres with
-        /// a database, else memory). `jetstream` needs `--provision`: without it `team add`
+        /// a database, sqlite on the embedded store, memory on the memory store). `jetstream` needs `--provision`: without it `team add`
         /// refuses (`not_provisioned`), since messages sent before the streams exist wait in the
         /// outbox and then fail.
         #[arg(long, value_enum)]

@@ -53,8 +53,8 @@ fn message_for(e: &BusError) -> String {
     match e {
         BusError::Unauthenticated => "unauthenticated: send `Authorization: Bearer <token>` with \
                                       an active agent's token (`crewbus serve` prints its dev \
-                                      agents' tokens and keeps them in dev-tokens.json; with a \
-                                      database, `crewbus agent add` prints one)"
+                                      agents' tokens and keeps them in dev-tokens.json; \
+                                      `crewbus agent add` prints one)"
             .to_owned(),
         other => other.to_string(),
     }

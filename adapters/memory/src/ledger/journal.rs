@@ -6,7 +6,8 @@ use std::sync::MutexGuard;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    MAX_NOTE_LEN, MAX_PAGE, Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
+    Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId, validate_journal_limit,
+    validate_note_text,
 };
 use crewbus_ports::Journal;
 use uuid::Uuid;
@@ -53,15 +54,6 @@ fn open_run(st: &mut State, run: RunId) -> Result<&mut RunRow, StoreError> {
     Ok(row)
 }
 
-fn check_text(what: &str, text: &str) -> Result<(), StoreError> {
-    if text.len() > MAX_NOTE_LEN {
-        return Err(StoreError::invalid(format!(
-            "{what} is longer than {MAX_NOTE_LEN} bytes"
-        )));
-    }
-    Ok(())
-}
-
 #[async_trait]
 impl Journal for MemoryJournal {
     fn tenant(&self) -> &TenantId {
@@ -93,7 +85,7 @@ impl Journal for MemoryJournal {
     }
 
     async fn note(&self, run: RunId, text: &str, at: DateTime<Utc>) -> Result<Seq, StoreError> {
-        check_text("note", text)?;
+        validate_note_text("note", text)?;
         let mut st = self.state()?;
         Ok(open_run(&mut st, run)?.append(
             at,
@@ -110,7 +102,7 @@ impl Journal for MemoryJournal {
         reason: &str,
         at: DateTime<Utc>,
     ) -> Result<Seq, StoreError> {
-        check_text("reason", reason)?;
+        validate_note_text("reason", reason)?;
         let mut st = self.state()?;
         Ok(open_run(&mut st, run)?.append(
             at,
@@ -127,11 +119,7 @@ impl Journal for MemoryJournal {
         from_seq: Seq,
         limit: usize,
     ) -> Result<Vec<Record>, StoreError> {
-        if limit == 0 || limit > MAX_PAGE {
-            return Err(StoreError::invalid(format!(
-                "limit must be between 1 and {MAX_PAGE}"
-            )));
-        }
+        validate_journal_limit(limit)?;
         let st = self.state()?;
         let row = st
             .runs

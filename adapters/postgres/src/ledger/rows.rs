@@ -56,16 +56,12 @@ pub(crate) struct AgentRow {
 impl TryFrom<AgentRow> for Agent {
     type Error = BusError;
     fn try_from(r: AgentRow) -> BusResult<Agent> {
-        let hash: [u8; 32] = r
-            .token_hash
-            .try_into()
-            .map_err(|_| BusError::invalid("stored token hash is not 32 bytes"))?;
         Ok(Agent {
             id: r.id,
             team: r.team_id,
             name: r.name,
             recipient_key: r.recipient_key,
-            token_hash: TokenHash(hash),
+            token_hash: TokenHash::from_stored(r.token_hash)?,
             created_at: r.created_at,
             revoked_at: r.revoked_at,
         })
@@ -113,17 +109,6 @@ pub(crate) struct MessageRow {
     retained_at: Option<DateTime<Utc>>,
 }
 
-pub(crate) fn publication_of(name: &str) -> BusResult<Publication> {
-    [
-        Publication::Stored,
-        Publication::PendingPublication,
-        Publication::Failed,
-    ]
-    .into_iter()
-    .find(|p| p.as_str() == name)
-    .ok_or_else(|| BusError::invalid("stored publication state is unknown"))
-}
-
 impl TryFrom<MessageRow> for Message {
     type Error = BusError;
     fn try_from(r: MessageRow) -> BusResult<Message> {
@@ -138,7 +123,7 @@ impl TryFrom<MessageRow> for Message {
             body_len: from_db(r.body_len),
             backend: r.backend,
             locator: r.locator.map(Locator),
-            publication: publication_of(&r.publication)?,
+            publication: Publication::from_stored(&r.publication)?,
             sent_at: r.sent_at,
             stored_at: r.stored_at,
             retained_at: r.retained_at,

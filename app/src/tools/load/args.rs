@@ -16,7 +16,8 @@ pub struct LoadArgs {
         default_value = "http://127.0.0.1:7700"
     )]
     pub urls: Vec<String>,
-    /// Create this many teams through the ledger (needs [database]), named
+    /// Create this many teams through the ledger (the embedded store or Postgres, opened beside
+    /// the server), named
     /// `<team-prefix>-<n>-<random>`. Ignored when tokens are given.
     #[arg(long, default_value_t = 1)]
     pub teams: usize,
