@@ -5,9 +5,6 @@
 
 mod fault_support;
 
-use std::sync::atomic::Ordering;
-use std::time::{Duration, Instant};
-
 use fault_support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -19,14 +16,7 @@ async fn serve_killed_with_sigkill_mid_load_on_the_embedded_store_loses_nothing(
     let (progress, load, _) = start_load(&server.config(), &args).await;
 
     accepted_at_least(&progress, scaled(100)).await;
-    server.kill9();
-    let retries = progress.retries.load(Ordering::SeqCst);
-    // The agents notice: their requests go unanswered and are retried.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while progress.retries.load(Ordering::SeqCst) == retries {
-        assert!(Instant::now() < deadline, "nobody noticed the crash");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    crash_and_await_retries(&mut server, &progress).await;
     // The restart takes the data directory's lock again (the killed process's lock died with
     // it) and recovers the database from its write-ahead log.
     server.restart().await;

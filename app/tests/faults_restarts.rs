@@ -74,14 +74,7 @@ async fn crewbus_server_killed_and_restarted_mid_load_loses_nothing() {
     let (progress, load, _) = start_load(&server.config(), &args).await;
 
     accepted_at_least(&progress, scaled(100)).await;
-    server.kill9();
-    let retries = progress.retries.load(Ordering::SeqCst);
-    // The agents notice: their requests go unanswered and are retried.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while progress.retries.load(Ordering::SeqCst) == retries {
-        assert!(Instant::now() < deadline, "nobody noticed the crash");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    crash_and_await_retries(&mut server, &progress).await;
     server.restart().await;
     let report = load.await.unwrap();
     assert_no_loss(&report, scaled(400));

@@ -341,6 +341,18 @@ pub async fn accepted_at_least(progress: &LoadProgress, n: u64) {
     }
 }
 
+/// SIGKILLs `server` (a crash: nothing drained) and waits (deadline 30 s) until the load's
+/// agents notice: their requests go unanswered and at least one more is retried.
+pub async fn crash_and_await_retries(server: &mut CrewbusProcess, progress: &LoadProgress) {
+    server.kill9();
+    let retries = progress.retries.load(Ordering::SeqCst);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while progress.retries.load(Ordering::SeqCst) == retries {
+        assert!(Instant::now() < deadline, "nobody noticed the crash");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// Asserts the zero-loss check passed and every planned message was accepted.
 pub fn assert_no_loss(report: &LoadReport, planned: u64) {
     assert!(
