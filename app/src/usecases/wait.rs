@@ -278,6 +278,8 @@ impl Bus {
         let mut woken = 0;
         for chunk in targets.chunks(MAX_PAGE) {
             for t in self.ports.ledger.wakeable(chunk, now, now).await? {
+                // Perhaps revoked: its token is looked up again.
+                self.tokens.forget(&[t]);
                 self.room.wake(t, true);
                 woken += 1;
             }
@@ -293,13 +295,16 @@ impl Bus {
 }
 
 /// The wake-up listener: hands every wake-up from the [`Wakeups`](crewbus_ports::Wakeups) port
-/// to this process's waiters until shutdown. A lost listener is started again after a pause,
+/// to this process's waiters until shutdown, and drops the woken agents' cached tokens (a
+/// wake-up may be a revocation on another server; `Everyone` drops the whole token cache). A lost listener is started again after a pause,
 /// and then every waiter is woken (wake-ups may have been missed meanwhile).
 pub(crate) async fn run_listener(bus: Bus, shutdown: Shutdown) {
     let pause = Duration::from_secs(1);
     while !shutdown.is_triggered() {
         match bus.ports.wakeups.listen().await {
             Ok(mut listener) => {
+                // Wake-ups (revocations among them) may have been missed meanwhile.
+                bus.tokens.forget_all();
                 bus.room.wake_everyone();
                 loop {
                     let next = tokio::select! {
@@ -308,11 +313,17 @@ pub(crate) async fn run_listener(bus: Bus, shutdown: Shutdown) {
                     };
                     match next {
                         Ok(Wakeup::Agents(targets)) => {
+                            // A wake-up may be a revocation: the agents' tokens are looked up
+                            // again on their next request.
+                            bus.tokens.forget(&targets);
                             for t in targets {
                                 bus.room.wake(t, false);
                             }
                         }
-                        Ok(Wakeup::Everyone) => bus.room.wake_everyone(),
+                        Ok(Wakeup::Everyone) => {
+                            bus.tokens.forget_all();
+                            bus.room.wake_everyone();
+                        }
                         Err(error) => {
                             tracing::warn!(code = error.code(), error = ?error, "wake-up listener lost; starting it again");
                             break;
