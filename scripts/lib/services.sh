@@ -101,7 +101,7 @@ setup_nats() {
 
 # Starts a standalone nats-server ($1: the binary) with JetStream on a free port of 127.0.0.1,
 # file storage in a temp dir, `max_payload: 2MB` (a 1 MiB body plus headers) and no
-# authentication; stopped at exit. Sets NATS_URL.
+# authentication; stopped at exit. Sets NATS_URL and NATS_PID.
 start_nats_server() {
   local bin="$1" dir port attempt
   if [ ! -x "$bin" ]; then
@@ -123,7 +123,7 @@ CONF
     local waited=0
     while [ "$waited" -lt 100 ]; do
       if grep -q "Server is ready" "$dir/server.log" 2>/dev/null; then
-        export NATS_URL="nats://127.0.0.1:$port"
+        export NATS_URL="nats://127.0.0.1:$port" NATS_PID="$pid"
         echo "nats: started $("$bin" --version | awk '{print $NF}') on 127.0.0.1:$port (stopped at exit)"
         return
       fi
