@@ -165,8 +165,9 @@ impl Bus {
 
     /// The agent presenting `token`. A lookup of an active agent is reused for at most
     /// `bus.token_cache_ms` (see [`token_cache`](crate::usecases::token_cache)); the ledger
-    /// still refuses a revoked sender's `send` whatever the cache says. Errors: unknown or
-    /// revoked → `Unauthenticated`.
+    /// still refuses a revoked agent's `send` (`Forbidden`), and its `hand_out`, `undelivered`
+    /// and `confirm` (`Unauthenticated`), whatever the cache says. Errors: unknown or revoked →
+    /// `Unauthenticated`.
     pub async fn authenticate(&self, token: &str) -> BusResult<Agent> {
         if token.is_empty() {
             return Err(BusError::Unauthenticated);

@@ -19,7 +19,8 @@
 //! epoch taken before the read), so a read from before a revocation never re-fills the cache
 //! after it. A revocation this server hears of by no wake-up at all (an operator command beside
 //! an embedded server, a lost notification) takes effect for authentication within the
-//! `token_cache_ms` bound.
+//! `token_cache_ms` bound; the ledger refuses a revoked agent's sends, hand-outs, top-ups and
+//! confirms at once, whatever this cache says.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

@@ -9,7 +9,8 @@
 //!    wake-up for it, the deadline (→ an empty page), the bus's shutdown (→ an empty page).
 //! 4. Woken, it checks that the agent is still active (revoked → `Unauthenticated`) while it
 //!    fetches again, and goes back to 3 with an empty result. A re-fetch that fails is logged
-//!    and the wait goes on: only the deadline ends it.
+//!    and the wait goes on: only the deadline ends it — except a re-fetch the ledger refuses
+//!    with `Unauthenticated` (the agent revoked), which ends the wait with it.
 //!
 //! # Where wake-ups come from
 //! - The reference worker, after a pass published and marked references: this process's
@@ -245,6 +246,9 @@ impl Bus {
             match fetched {
                 Ok(ds) if !ds.is_empty() => return Ok(ds),
                 Ok(_) => {}
+                // The ledger refuses a revoked agent's hand-outs and top-up: the wait ends with
+                // 401 even when the agent check above failed.
+                Err(BusError::Unauthenticated) => return Err(BusError::Unauthenticated),
                 Err(error) => {
                     Metrics::inc(&self.metrics.fetch_wait_errors);
                     tracing::warn!(agent = %agent.id, code = error.code(), error = ?error, "waiting fetch: re-fetch failed; still waiting");
