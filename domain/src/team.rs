@@ -51,6 +51,16 @@ impl Agent {
     pub fn revoked(&self) -> bool {
         self.revoked_at.is_some()
     }
+
+    /// The ledger's check of a delivery call's recipient (`hand_out`, `undelivered`,
+    /// `confirm`): `Ok` while active; revoked → `Unauthenticated`, the answer its token gets at
+    /// the door, so a token still cached by the app fetches and confirms nothing.
+    pub fn ensure_active(&self) -> crate::BusResult<()> {
+        if self.revoked() {
+            return Err(crate::BusError::Unauthenticated);
+        }
+        Ok(())
+    }
 }
 
 /// The recipient key of the agent with id `agent`: `a` followed by the id's 32 lowercase hex

@@ -102,8 +102,10 @@ pub trait Ledger: Send + Sync {
     /// Every agent of `team` (revoked ones included), by name. Errors: unknown team → `NotFound`.
     async fn agents(&self, team: Uuid) -> BusResult<Vec<Agent>>;
 
-    /// Revokes an agent: it never authenticates again and cannot send. Idempotent (a second
-    /// revoke keeps the first `revoked_at`). Its receipts stay. Errors: unknown → `NotFound`.
+    /// Revokes an agent: it never authenticates again, cannot send (`send` → `Forbidden`) and
+    /// is handed out, listed and confirmed nothing (`hand_out`, `undelivered`, `confirm` →
+    /// `Unauthenticated`), whatever a caller's token cache says. Idempotent (a second revoke
+    /// keeps the first `revoked_at`). Its receipts stay. Errors: unknown → `NotFound`.
     async fn revoke_agent(&self, team: Uuid, agent: Uuid, at: DateTime<Utc>) -> BusResult<Agent>;
 
     // ---- conversations -----------------------------------------------------------------------
@@ -269,7 +271,10 @@ pub trait Ledger: Send + Sync {
     /// This ladder is [`crewbus_domain::plan_hand_outs`]: an implementation reads the facts,
     /// calls it and writes its plan.
     ///
-    /// Errors: unknown recipient → `NotFound`; more than `MAX_PAGE` requests → `Invalid`.
+    /// Errors: more than `MAX_PAGE` requests → `Invalid`; unknown recipient (or another
+    /// team's) → `NotFound`; a revoked recipient → `Unauthenticated` (the answer its token gets
+    /// at the door, so a token a caller still caches is handed nothing; read in the same
+    /// transaction; an empty batch too), and nothing is written.
     async fn hand_out(
         &self,
         team: Uuid,
@@ -282,7 +287,9 @@ pub trait Ledger: Send + Sync {
     /// The top-up query: up to `limit` messages `Stored` before `stored_before` whose receipt
     /// for `recipient` is not delivered and that have no live hand-out to `recipient`
     /// (unconfirmed with `held_until > at`), oldest stored first (then conversation, seq).
-    /// Hand them out with `HandOutSource::Ledger`. Errors: unknown recipient → `NotFound`.
+    /// Hand them out with `HandOutSource::Ledger`. Errors: `limit` out of range → `Invalid`;
+    /// unknown recipient (or another team's) → `NotFound`; a revoked recipient →
+    /// `Unauthenticated` (as [`Ledger::hand_out`]).
     async fn undelivered(
         &self,
         team: Uuid,
@@ -311,7 +318,11 @@ pub trait Ledger: Send + Sync {
     /// another delivery id → `AlreadyConfirmed` (nothing written); an id not issued to
     /// `recipient` → `Unknown`. Both confirmed outcomes carry the inbox ack to send after the
     /// commit; the decision is [`crewbus_domain::decide_confirms`].
-    /// Errors: run rules (see the trait docs); more than `MAX_PAGE` ids → `Invalid`.
+    ///
+    /// Errors: more than `MAX_PAGE` ids → `Invalid`; unknown recipient (or another team's) →
+    /// `NotFound`; a revoked recipient → `Unauthenticated` (as [`Ledger::hand_out`]: its
+    /// hand-outs lapse, its receipts stay undelivered, nothing is written); then the run rules
+    /// (see the trait docs).
     async fn confirm(
         &self,
         team: Uuid,

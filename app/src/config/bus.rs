@@ -68,6 +68,12 @@ pub struct BusConfig {
     /// reports it unavailable, ms. `crewbus health` waits this plus 5 s for the answer.
     /// Default 2 000.
     pub health_timeout_ms: u64,
+    /// How long a bearer-token lookup is reused for the same token, ms: at most 1000 (above
+    /// is refused at load), 0 looks every request's token up in the ledger. A revocation
+    /// through any server drops the token at once on every server that hears its wake-up; one
+    /// heard of by no wake-up (an operator command beside an embedded server) takes effect
+    /// within this. Default 1000.
+    pub token_cache_ms: u64,
 }
 
 impl Default for BusConfig {
@@ -94,6 +100,7 @@ impl Default for BusConfig {
             max_http_connections: 4_096,
             shutdown_grace_ms: 10_000,
             health_timeout_ms: 2_000,
+            token_cache_ms: 1_000,
         }
     }
 }

@@ -275,6 +275,13 @@ impl Config {
                 }
             }
         }
+        if self.bus.token_cache_ms > crate::usecases::token_cache::MAX_TOKEN_CACHE_MS {
+            return Err(BusError::invalid(format!(
+                "bus.token_cache_ms must be at most {} (1 s: how long a revoked token may still \
+                 authenticate); 0 disables the token cache",
+                crate::usecases::token_cache::MAX_TOKEN_CACHE_MS
+            )));
+        }
         if self.bus.max_wait_ms > 300_000 {
             return Err(BusError::invalid(
                 "bus.max_wait_ms must be at most 300000 (5 minutes)",
@@ -594,6 +601,16 @@ mod tests {
             Config::from_toml("[bus]\nmax_wait_ms = 300001"),
             Err(BusError::Invalid { .. })
         ));
+        let err = Config::from_toml("[bus]\ntoken_cache_ms = 1001").expect_err("above 1 s");
+        assert!(
+            matches!(err, BusError::Invalid { .. })
+                && err.to_string().contains("bus.token_cache_ms"),
+            "{err}"
+        );
+        for ok in [0, 1_000] {
+            let c = Config::from_toml(&format!("[bus]\ntoken_cache_ms = {ok}")).unwrap();
+            assert_eq!(c.bus.token_cache_ms, ok);
+        }
         for bad in [
             "[bus]\nheader_read_timeout_ms = 18446744073709551615",
             "[bus]\nhealth_timeout_ms = 86400001",

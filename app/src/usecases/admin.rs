@@ -145,33 +145,43 @@ impl Bus {
             .ok_or_else(|| BusError::not_found(format!("agent `{name_or_id}`")))
     }
 
-    /// Revokes an agent of `team`: its token is refused from now on, and its waiting fetches on
-    /// every server end with `Unauthenticated` (woken through the wake-up port after the
-    /// commit). Idempotent. Errors: as `Ledger::revoke_agent` (`NotFound`).
+    /// Revokes an agent of `team`: its token is refused from now on (this server's token cache
+    /// drops it at once), and its waiting fetches on every server end with `Unauthenticated`
+    /// (woken through the wake-up port after the commit; the wake-up also drops the token from
+    /// the other servers' caches). Idempotent. Errors: as `Ledger::revoke_agent` (`NotFound`).
     pub async fn revoke_agent(&self, team: Uuid, agent: Uuid) -> BusResult<Agent> {
+        let target = crewbus_domain::WakeupTarget::new(team, agent);
         let revoked = self
             .ports
             .ledger
             .revoke_agent(team, agent, self.now())
-            .await?;
-        self.notify_waiters(&mut vec![crewbus_domain::WakeupTarget::new(team, agent)])
             .await;
+        // Dropped whatever the answer: a revocation that timed out may still have committed.
+        self.tokens.forget(&[target]);
+        let revoked = revoked?;
+        self.notify_waiters(&mut vec![target]).await;
         Ok(revoked)
     }
 
-    /// The agent presenting `token`. Errors: unknown or revoked → `Unauthenticated`.
+    /// The agent presenting `token`. A lookup of an active agent is reused for at most
+    /// `bus.token_cache_ms` (see [`token_cache`](crate::usecases::token_cache)); the ledger
+    /// still refuses a revoked agent's `send` (`Forbidden`), and its `hand_out`, `undelivered`
+    /// and `confirm` (`Unauthenticated`), whatever the cache says. Errors: unknown or revoked →
+    /// `Unauthenticated`.
     pub async fn authenticate(&self, token: &str) -> BusResult<Agent> {
         if token.is_empty() {
             return Err(BusError::Unauthenticated);
         }
-        let agent = self
-            .ports
-            .ledger
-            .agent_by_token(&TokenHash::of(token))
-            .await?;
+        let hash = TokenHash::of(token);
+        if let Some(agent) = self.tokens.get(&hash) {
+            return Ok(agent);
+        }
+        let ticket = self.tokens.ticket();
+        let agent = self.ports.ledger.agent_by_token(&hash).await?;
         if agent.revoked() {
             return Err(BusError::Unauthenticated);
         }
+        self.tokens.insert(hash, &agent, ticket);
         Ok(agent)
     }
 }

@@ -18,6 +18,7 @@ use crate::metrics::Metrics;
 use crate::push::PushRuntime;
 use crate::shutdown::Shutdown;
 use crate::usecases::send_batch::{BatchBounds, SendBatcher};
+use crate::usecases::token_cache::{TOKEN_CACHE_ENTRIES, TokenCache};
 use crate::usecases::wait::WaitRoom;
 
 /// The ports the use cases run on.
@@ -86,6 +87,9 @@ pub struct BusSettings {
     pub shutdown_grace: Duration,
     /// Longest the health probe waits for the ledger (and, beside it, the broker).
     pub health_timeout: Duration,
+    /// How long a bearer-token lookup is reused (`bus.token_cache_ms`, at most 1 s); zero looks
+    /// every request's token up in the ledger (see `token_cache`).
+    pub token_cache: Duration,
     /// The MCP endpoint's allowed hosts and origins beyond loopback (set by the composition
     /// root from `[mcp]`; none by default).
     pub mcp: McpConfig,
@@ -117,6 +121,10 @@ impl BusSettings {
             max_http_connections: c.max_http_connections,
             shutdown_grace: Duration::from_millis(c.shutdown_grace_ms),
             health_timeout: Duration::from_millis(c.health_timeout_ms),
+            token_cache: Duration::from_millis(
+                c.token_cache_ms
+                    .min(crate::usecases::token_cache::MAX_TOKEN_CACHE_MS),
+            ),
             mcp: McpConfig::default(),
         }
     }
@@ -154,11 +162,15 @@ pub struct Bus {
     /// The group-commit batcher of sends, spawned on the first send (on the runtime serving
     /// it); it ends when the last clone of the bus is dropped, after answering its queue.
     pub(crate) sends: Arc<OnceLock<SendBatcher>>,
+    /// Recent bearer-token lookups (see `token_cache`): at most `settings.token_cache` old,
+    /// dropped on a revocation or a wake-up of the agent.
+    pub(crate) tokens: Arc<TokenCache>,
 }
 
 impl Bus {
     /// A bus over `ports` with `settings`.
     pub fn new(ports: Ports, settings: BusSettings) -> Self {
+        let tokens = Arc::new(TokenCache::new(settings.token_cache, TOKEN_CACHE_ENTRIES));
         Bus {
             ports,
             settings: Arc::new(settings),
@@ -169,6 +181,7 @@ impl Bus {
             room: Arc::new(WaitRoom::default()),
             shutdown: Shutdown::new(),
             sends: Arc::new(OnceLock::new()),
+            tokens,
         }
     }
 

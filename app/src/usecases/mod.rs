@@ -18,6 +18,7 @@ pub mod runs;
 pub mod send;
 pub(crate) mod send_batch;
 pub mod token;
+pub mod token_cache;
 pub mod wait;
 pub mod workers;
 

@@ -1,5 +1,6 @@
 //! Unit tests of the use cases against mockall mocks of the ports: receipt before ack (and no
-//! ack when the commit fails), relay fencing and outcomes, and the fetch top-up.
+//! ack when the commit fails), relay fencing and outcomes, and the fetch top-up; the token cache
+//! in [`token_cache`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -721,3 +722,5 @@ async fn relay_backs_off_when_the_body_stream_vanished_before_the_publish() {
     let pass = bus(ledger, backends_with(body)).relay_pass().await.unwrap();
     assert_eq!((pass.retried, pass.failed), (1, 0));
 }
+
+mod token_cache;

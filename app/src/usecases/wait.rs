@@ -9,7 +9,8 @@
 //!    wake-up for it, the deadline (→ an empty page), the bus's shutdown (→ an empty page).
 //! 4. Woken, it checks that the agent is still active (revoked → `Unauthenticated`) while it
 //!    fetches again, and goes back to 3 with an empty result. A re-fetch that fails is logged
-//!    and the wait goes on: only the deadline ends it.
+//!    and the wait goes on: only the deadline ends it — except a re-fetch the ledger refuses
+//!    with `Unauthenticated` (the agent revoked), which ends the wait with it.
 //!
 //! # Where wake-ups come from
 //! - The reference worker, after a pass published and marked references: this process's
@@ -245,6 +246,9 @@ impl Bus {
             match fetched {
                 Ok(ds) if !ds.is_empty() => return Ok(ds),
                 Ok(_) => {}
+                // The ledger refuses a revoked agent's hand-outs and top-up: the wait ends with
+                // 401 even when the agent check above failed.
+                Err(BusError::Unauthenticated) => return Err(BusError::Unauthenticated),
                 Err(error) => {
                     Metrics::inc(&self.metrics.fetch_wait_errors);
                     tracing::warn!(agent = %agent.id, code = error.code(), error = ?error, "waiting fetch: re-fetch failed; still waiting");
@@ -278,6 +282,8 @@ impl Bus {
         let mut woken = 0;
         for chunk in targets.chunks(MAX_PAGE) {
             for t in self.ports.ledger.wakeable(chunk, now, now).await? {
+                // Perhaps revoked: its token is looked up again.
+                self.tokens.forget(&[t]);
                 self.room.wake(t, true);
                 woken += 1;
             }
@@ -293,13 +299,16 @@ impl Bus {
 }
 
 /// The wake-up listener: hands every wake-up from the [`Wakeups`](crewbus_ports::Wakeups) port
-/// to this process's waiters until shutdown. A lost listener is started again after a pause,
+/// to this process's waiters until shutdown, and drops the woken agents' cached tokens (a
+/// wake-up may be a revocation on another server; `Everyone` drops the whole token cache). A lost listener is started again after a pause,
 /// and then every waiter is woken (wake-ups may have been missed meanwhile).
 pub(crate) async fn run_listener(bus: Bus, shutdown: Shutdown) {
     let pause = Duration::from_secs(1);
     while !shutdown.is_triggered() {
         match bus.ports.wakeups.listen().await {
             Ok(mut listener) => {
+                // Wake-ups (revocations among them) may have been missed meanwhile.
+                bus.tokens.forget_all();
                 bus.room.wake_everyone();
                 loop {
                     let next = tokio::select! {
@@ -308,11 +317,17 @@ pub(crate) async fn run_listener(bus: Bus, shutdown: Shutdown) {
                     };
                     match next {
                         Ok(Wakeup::Agents(targets)) => {
+                            // A wake-up may be a revocation: the agents' tokens are looked up
+                            // again on their next request.
+                            bus.tokens.forget(&targets);
                             for t in targets {
                                 bus.room.wake(t, false);
                             }
                         }
-                        Ok(Wakeup::Everyone) => bus.room.wake_everyone(),
+                        Ok(Wakeup::Everyone) => {
+                            bus.tokens.forget_all();
+                            bus.room.wake_everyone();
+                        }
                         Err(error) => {
                             tracing::warn!(code = error.code(), error = ?error, "wake-up listener lost; starting it again");
                             break;

@@ -85,6 +85,7 @@ pub fn ledger_behaviours() -> Vec<Behaviour<dyn LedgerFixture>> {
         confirm_checks_the_run_and_journals_delivery,
         top_up_lists_stored_undelivered_without_live_hand_out,
         wakeable_finds_waiters_with_something_to_hand_out_or_revoked,
+        a_revoked_recipient_is_handed_and_confirmed_nothing,
         acknowledge_only_a_recipient_after_delivery_once,
         runs_of_another_team_are_not_found,
         receipts_are_one_per_recipient,

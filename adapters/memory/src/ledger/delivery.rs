@@ -37,7 +37,7 @@ pub(super) fn hand_out(
     at: DateTime<Utc>,
 ) -> BusResult<Vec<HandOutOutcome>> {
     let mut st = ledger.state()?;
-    st.agent_of(team, recipient)?;
+    st.agent_of(team, recipient)?.ensure_active()?;
     let plan = plan_hand_outs(
         recipient,
         requests,
@@ -114,7 +114,7 @@ pub(super) fn undelivered(
     limit: usize,
 ) -> BusResult<Vec<Uuid>> {
     let st = ledger.state()?;
-    st.agent_of(team, recipient)?;
+    st.agent_of(team, recipient)?.ensure_active()?;
     let mut found: Vec<(DateTime<Utc>, Uuid, u64, Uuid)> = st
         .by_recipient
         .get(&recipient)
@@ -178,7 +178,7 @@ pub(super) fn confirm(
     at: DateTime<Utc>,
 ) -> BusResult<Vec<ConfirmOutcome>> {
     let mut st = ledger.state()?;
-    st.agent_of(team, recipient)?;
+    st.agent_of(team, recipient)?.ensure_active()?;
     st.check_run(run, team, recipient)?;
     let outcomes = decide_confirms(deliveries, |delivery| {
         let row = st

@@ -32,11 +32,13 @@ struct Prior {
 }
 
 impl PostgresLedger {
-    /// `hand_out`, step 1: the candidates among `ids` (sorted, distinct) that are `Stored`
-    /// messages of `team` (of this tenant) with a receipt for `recipient`, by message id. The receipt rows are
-    /// locked in message id order (deterministic, so concurrent calls cannot deadlock):
-    /// concurrent hand-outs of one message to one recipient are serialised, and the hand-outs
-    /// read next (a later statement, a fresh snapshot) include the other call's.
+    /// `hand_out`, step 1, in one statement: the recipient checked (unknown or another team's
+    /// → `NotFound`; revoked → `Unauthenticated`, whatever the app's token cache says), and the
+    /// candidates among `ids` (sorted, distinct) that are `Stored` messages of `team` with a
+    /// receipt for `recipient`, by message id. The receipt rows are locked in message id order
+    /// (deterministic, so concurrent calls cannot deadlock): concurrent hand-outs of one
+    /// message to one recipient are serialised, and the hand-outs read next (a later statement,
+    /// a fresh snapshot) include the other call's.
     async fn lock_candidates(
         &self,
         conn: &mut PgConnection,
@@ -44,17 +46,23 @@ impl PostgresLedger {
         recipient: Uuid,
         ids: &[Uuid],
     ) -> BusResult<HashMap<Uuid, Candidate>> {
-        if ids.is_empty() {
-            return Ok(HashMap::new());
-        }
-        let rows: Vec<(Uuid, Uuid, i64, bool)> = sqlx::query_as(
-            "SELECT m.id, m.conversation_id, m.seq, r.delivered_at IS NOT NULL
-             FROM messages m
-             JOIN teams t ON t.id = m.team_id AND t.tenant = $4
-             JOIN receipts r ON r.message_id = m.id AND r.recipient_id = $2
-             WHERE m.id = ANY($1) AND m.team_id = $3 AND m.publication = 'stored'
-             ORDER BY m.id
-             FOR NO KEY UPDATE OF r",
+        // The agent's row (of this tenant) is the outer side: no row → unknown; one row with
+        // NULL candidate columns when no candidate is found. The candidates are a materialised
+        // CTE, so their locks are taken once, in `ORDER BY m.id` order.
+        type Row = (bool, Option<Uuid>, Option<Uuid>, Option<i64>, Option<bool>);
+        let rows: Vec<Row> = sqlx::query_as(
+            "WITH c AS MATERIALIZED (
+                 SELECT m.id, m.conversation_id, m.seq, r.delivered_at IS NOT NULL AS delivered
+                 FROM messages m
+                 JOIN receipts r ON r.message_id = m.id AND r.recipient_id = $2
+                 WHERE m.id = ANY($1) AND m.team_id = $3 AND m.publication = 'stored'
+                 ORDER BY m.id
+                 FOR NO KEY UPDATE OF r)
+             SELECT a.revoked_at IS NOT NULL, c.id, c.conversation_id, c.seq, c.delivered
+             FROM agents a
+             JOIN teams t ON t.id = a.team_id AND t.tenant = $4
+             LEFT JOIN c ON true
+             WHERE a.id = $2 AND a.team_id = $3",
         )
         .bind(ids)
         .bind(recipient)
@@ -63,17 +71,21 @@ impl PostgresLedger {
         .fetch_all(&mut *conn)
         .await
         .map_err(db("hand-out"))?;
+        let Some((revoked, ..)) = rows.first() else {
+            return Err(BusError::not_found(format!("agent {recipient}")));
+        };
+        if *revoked {
+            return Err(BusError::Unauthenticated);
+        }
         Ok(rows
             .into_iter()
-            .map(|(id, conversation, seq, delivered)| {
-                (
-                    id,
-                    Candidate {
-                        conversation,
-                        seq,
-                        delivered,
-                    },
-                )
+            .filter_map(|(_, id, conversation, seq, delivered)| {
+                let candidate = Candidate {
+                    conversation: conversation?,
+                    seq: seq?,
+                    delivered: delivered?,
+                };
+                Some((id?, candidate))
             })
             .collect())
     }
@@ -249,21 +261,16 @@ pub(super) async fn hand_out(
 ) -> BusResult<Vec<HandOutOutcome>> {
     let what = "hand-out";
     let mut tx = ledger.begin(what).await?;
-    // A constant number of statements whatever the batch size: lock the receipts, read the
-    // earlier hand-outs, then decide every request, in order, by the domain's hand-out ladder
-    // (`plan_hand_outs`), and write the acks that move and the new hand-outs in one statement
-    // each.
+    // A constant number of statements whatever the batch size: check the recipient and lock
+    // the receipts (one statement), read the earlier hand-outs, then decide every request, in
+    // order, by the domain's hand-out ladder (`plan_hand_outs`), and write the acks that move
+    // and the new hand-outs in one statement each.
     let mut ids: Vec<Uuid> = requests.iter().map(|r| r.message).collect();
     ids.sort_unstable();
     ids.dedup();
     let candidates = ledger
         .lock_candidates(&mut tx, team, recipient, &ids)
         .await?;
-    if candidates.is_empty() {
-        // A receipt of the team's message proves the recipient is the team's agent; without
-        // one, an unknown recipient is `NotFound`.
-        ledger.agent_row(&mut tx, team, recipient).await?;
-    }
     if requests.is_empty() {
         PostgresLedger::commit(tx, what).await?;
         return Ok(Vec::new());
@@ -310,7 +317,12 @@ pub(super) async fn undelivered(
 ) -> BusResult<Vec<Uuid>> {
     let what = "undelivered";
     let mut conn = ledger.pool.acquire().await.map_err(db(what))?;
-    ledger.agent_row(&mut conn, team, recipient).await?;
+    // Revoked → `Unauthenticated`, whatever the app's token cache says (the agent is looked up
+    // anyway).
+    ledger
+        .agent_row(&mut conn, team, recipient)
+        .await?
+        .ensure_active()?;
     let ids: Vec<Uuid> = sqlx::query_scalar(
         "SELECT m.id FROM receipts r JOIN messages m ON m.id = r.message_id
          WHERE r.recipient_id = $1 AND r.delivered_at IS NULL AND m.team_id = $2
@@ -386,7 +398,12 @@ pub(super) async fn confirm(
 ) -> BusResult<Vec<ConfirmOutcome>> {
     let what = "confirm";
     let mut tx = ledger.begin(what).await?;
-    ledger.agent_row(&mut tx, team, recipient).await?;
+    // Revoked → `Unauthenticated`, whatever the app's token cache says (the read is free: the
+    // agent is looked up anyway).
+    ledger
+        .agent_row(&mut tx, team, recipient)
+        .await?
+        .ensure_active()?;
     if ledger
         .check_run_owner(&mut tx, run, team, recipient)
         .await?

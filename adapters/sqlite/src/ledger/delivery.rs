@@ -185,12 +185,13 @@ pub(super) async fn hand_out(
     let mut ids: Vec<Uuid> = requests.iter().map(|r| r.message).collect();
     ids.sort_unstable();
     ids.dedup();
+    // Unknown recipient → `NotFound`, revoked → `Unauthenticated` (whatever the app's token
+    // cache says); the transaction is exclusive, so a revocation cannot land before the commit.
+    ledger
+        .agent_row(&mut tx, team, recipient)
+        .await?
+        .ensure_active()?;
     let candidates = ledger.candidates(&mut tx, team, recipient, &ids).await?;
-    if candidates.is_empty() {
-        // A receipt of the team's message proves the recipient is the team's agent; without
-        // one, an unknown recipient is `NotFound`.
-        ledger.agent_row(&mut tx, team, recipient).await?;
-    }
     if requests.is_empty() {
         ledger.commit(tx, what).await?;
         return Ok(Vec::new());
@@ -272,7 +273,10 @@ pub(super) async fn undelivered(
 ) -> BusResult<Vec<Uuid>> {
     let what = "undelivered";
     let mut tx = ledger.read(what).await?;
-    ledger.agent_row(&mut tx, team, recipient).await?;
+    ledger
+        .agent_row(&mut tx, team, recipient)
+        .await?
+        .ensure_active()?;
     let ids: Vec<Uuid> = sqlx::query_scalar(
         "SELECT m.id FROM receipts r JOIN messages m ON m.id = r.message_id
          WHERE r.recipient_id = ?1 AND r.delivered_at IS NULL AND m.team_id = ?2
@@ -351,7 +355,12 @@ pub(super) async fn confirm(
 ) -> BusResult<Vec<ConfirmOutcome>> {
     let what = "confirm";
     let mut tx = ledger.begin(what).await?;
-    ledger.agent_row(&mut tx, team, recipient).await?;
+    // Revoked → `Unauthenticated`, whatever the app's token cache says (the read is free: the
+    // agent is looked up anyway).
+    ledger
+        .agent_row(&mut tx, team, recipient)
+        .await?
+        .ensure_active()?;
     if ledger
         .check_run_owner(&mut tx, run, team, recipient)
         .await?

@@ -1,5 +1,5 @@
-//! `Ledger` behaviours of delivery (hand-outs and receipts), and the requests and outcomes they
-//! share.
+//! `Ledger` behaviours of delivery (hand-outs, receipts, a revoked recipient), and the requests
+//! and outcomes they share.
 
 use std::time::Duration;
 
@@ -13,9 +13,11 @@ use super::scene::{INBOX, Scene};
 
 mod hand_out;
 mod receipts;
+mod revoked;
 
 pub use hand_out::*;
 pub use receipts::*;
+pub use revoked::*;
 
 pub(crate) fn from_ledger(message: Uuid) -> HandOutRequest {
     HandOutRequest {
