@@ -115,3 +115,7 @@ impl BusConfig {
         }
     }
 }
+
+/// The largest `bus.token_cache_ms`, in milliseconds: how long a revoked token may still
+/// authenticate on a server that heard of the revocation by no wake-up.
+pub const MAX_TOKEN_CACHE_MS: u64 = 1_000;

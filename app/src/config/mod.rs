@@ -25,7 +25,7 @@ mod mcp;
 mod storage;
 mod stores;
 
-pub use bus::BusConfig;
+pub use bus::{BusConfig, MAX_TOKEN_CACHE_MS};
 pub use mcp::McpConfig;
 pub use storage::{
     DATABASE_FILE, LOCK_FILE, MASTER_KEY_FILE, StorageConfig, StorageKind, database_path,
@@ -275,11 +275,11 @@ impl Config {
                 }
             }
         }
-        if self.bus.token_cache_ms > crate::usecases::token_cache::MAX_TOKEN_CACHE_MS {
+        if self.bus.token_cache_ms > bus::MAX_TOKEN_CACHE_MS {
             return Err(BusError::invalid(format!(
                 "bus.token_cache_ms must be at most {} (1 s: how long a revoked token may still \
                  authenticate); 0 disables the token cache",
-                crate::usecases::token_cache::MAX_TOKEN_CACHE_MS
+                bus::MAX_TOKEN_CACHE_MS
             )));
         }
         if self.bus.max_wait_ms > 300_000 {

@@ -29,9 +29,7 @@ use std::time::Duration;
 use crewbus_domain::{Agent, TokenHash, Uuid, WakeupTarget};
 use tokio::time::Instant;
 
-/// The largest `bus.token_cache_ms`: how long a revoked token may still authenticate on a server
-/// that heard of the revocation by no wake-up.
-pub const MAX_TOKEN_CACHE_MS: u64 = 1_000;
+pub use crate::config::MAX_TOKEN_CACHE_MS;
 
 /// Most cached tokens per bus.
 pub const TOKEN_CACHE_ENTRIES: usize = 10_000;
