@@ -439,7 +439,11 @@ pub async fn agent(config: Config, cmd: AgentCommand, json: bool) -> BusResult<E
             if json {
                 println!("{}", agent_json(&a));
             } else {
-                println!("agent {} revoked: its token is refused from now on", a.name);
+                println!(
+                    "agent {} revoked: its token is refused from now on (by a running server within \
+                     bus.token_cache_ms, at most 1 s)",
+                    a.name
+                );
             }
         }
     }

@@ -94,8 +94,8 @@ pub enum Command {
     #[command(after_help = "\
 The data directory: --data-dir, else storage.data_dir, else $XDG_DATA_HOME/crewbus, else
 ~/.local/share/crewbus. It holds crewbus.db, serve.lock (one server per directory: a second
-`serve` on it is refused), master.key (0600, made at the first start; it seals push credentials)
-and dev-tokens.json. --ephemeral keeps the store in memory instead (only dev-tokens.json
+`serve` on it is refused), master.key (0600, made at the first start) and keys/ (together they
+open the sealed push credentials: back them up with the store) and dev-tokens.json. --ephemeral keeps the store in memory instead (only dev-tokens.json
 survives the stop).
 With [database] configured, dev agents are set up only when --dev-team is given. An agent that
 already exists is reused, never re-created; its token is printed when dev-tokens.json holds one
@@ -398,7 +398,8 @@ pub enum AgentCommand {
         #[arg(long)]
         team: String,
     },
-    /// Revoke an agent's token: its requests are refused from now on.
+    /// Revoke an agent's token: its requests are refused from now on (by a running server that
+    /// hears of it by no wake-up, within `bus.token_cache_ms`, at most 1 s).
     Revoke {
         /// Team name or id.
         #[arg(long)]
