@@ -232,12 +232,14 @@ impl Cli {
 
 impl Command {
     /// Whether the command composes the bus (and so reads the push destinations' secrets and
-    /// the key ring): every command but `mcp`, `migrate` and `health`.
+    /// the key ring, and opens the embedded store beside the server): every command but `mcp`,
+    /// `migrate`, `health`, `backup`, and `load` given tokens (it then only talks HTTP).
     pub fn composes(&self) -> bool {
-        !matches!(
-            self,
-            Command::Mcp(_) | Command::Migrate | Command::Health(_) | Command::Backup(_)
-        )
+        match self {
+            Command::Mcp(_) | Command::Migrate | Command::Health(_) | Command::Backup(_) => false,
+            Command::Load(args) => !args.uses_tokens(),
+            _ => true,
+        }
     }
 }
 
@@ -517,5 +519,29 @@ mod tests {
         assert_eq!(args.urls.len(), 2);
         let plan = crate::tools::load::LoadPlan::from_args(&args);
         assert_eq!((plan.messages, plan.body_bytes), (5, (100, 100)));
+    }
+
+    #[test]
+    fn load_with_tokens_needs_no_store() {
+        let creates = Cli::try_parse_from(["crewbus", "load"]).unwrap();
+        assert!(
+            creates.command.composes(),
+            "creating teams opens the ledger"
+        );
+        for tokens in [
+            &["--token", "t"][..],
+            &["--tokens-file", "/nonexistent/tokens"][..],
+        ] {
+            let cli = Cli::try_parse_from(["crewbus", "load"].iter().chain(tokens)).unwrap();
+            assert!(!cli.command.composes(), "{tokens:?}");
+            let mut config = crate::config::Config::default();
+            assert!(
+                matches!(
+                    crate::embedded::prepare(&cli.command, &mut config),
+                    Ok(None)
+                ),
+                "no store is opened for {tokens:?}"
+            );
+        }
     }
 }

@@ -77,6 +77,14 @@ pub struct LoadArgs {
     pub receive_after_send: bool,
 }
 
+impl LoadArgs {
+    /// Whether the agents come from tokens (`--token`, `--tokens-file`): then no team is
+    /// created and the ledger is never opened.
+    pub fn uses_tokens(&self) -> bool {
+        !self.tokens.is_empty() || self.tokens_file.is_some()
+    }
+}
+
 /// What to run (see the module docs).
 #[derive(Debug, Clone)]
 pub struct LoadPlan {
