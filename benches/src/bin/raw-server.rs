@@ -58,6 +58,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, consumer::pull, stream};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -81,7 +82,21 @@ const INBOX_STREAM: &str = "RAW_INBOX";
 
 /// The raw same-work baseline server (see the module docs).
 #[derive(Debug, Parser)]
-#[command(name = "crewbus-raw-server")]
+#[command(
+    name = "crewbus-raw-server",
+    about = "The raw same-work baseline of scripts/bench-e2e: crewbus's HTTP routes and durable \
+             work per message (Postgres rows, JetStream bodies and references) with no outbox, \
+             relay or hand-outs",
+    long_about = None,
+    after_help = "It creates its tables in --database-url (use a fresh database), DELETES and \
+                  recreates the streams RAW_BODIES and RAW_INBOX on --nats-url, creates one team \
+                  of --agents agents (at least 2) and writes their bearer tokens to \
+                  --tokens-file (removed first; written last, so its presence means ready). \
+                  Drive it with `crewbus load --url http://<listen> --tokens-file <file>`. Not \
+                  crash-safe: a benchmark baseline only. Stops on SIGTERM or Ctrl-C.\n\n\
+                  Example:\n  crewbus-raw-server --database-url postgres://postgres@127.0.0.1:5432/raw \\\n    \
+                  --nats-url nats://127.0.0.1:4222 --listen 127.0.0.1:7701 --tokens-file /tmp/raw-tokens"
+)]
 struct Args {
     /// Postgres URL of a fresh database (its tables are created there).
     #[arg(long)]
@@ -92,7 +107,7 @@ struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:7701")]
     listen: SocketAddr,
-    /// Agents of the one team it creates.
+    /// Agents of the one team it creates (at least 2).
     #[arg(long, default_value_t = 4)]
     agents: usize,
     /// Where to write the agents' bearer tokens (one per line), once ready.
@@ -162,6 +177,21 @@ fn refuse(status: StatusCode, code: &'static str, message: &str) -> Refusal {
     }
 }
 
+/// A request the framework could not read (body, path or query) as a 400 `invalid` refusal.
+fn invalid(e: impl std::fmt::Display) -> Refusal {
+    refuse(StatusCode::BAD_REQUEST, "invalid", &e.to_string())
+}
+
+/// The JSON body, or 400 `invalid`.
+fn body<T>(r: Result<Json<T>, JsonRejection>) -> Result<T, Refusal> {
+    r.map(|Json(t)| t).map_err(|e| invalid(e.body_text()))
+}
+
+/// The path's id, or 400 `invalid`.
+fn path_id(r: Result<Path<Uuid>, PathRejection>) -> Result<Uuid, Refusal> {
+    r.map(|Path(id)| id).map_err(|e| invalid(e.body_text()))
+}
+
 fn unavailable(e: impl std::fmt::Display) -> Refusal {
     refuse(
         StatusCode::SERVICE_UNAVAILABLE,
@@ -219,9 +249,10 @@ struct NewConversation {
 async fn create_conversation(
     State(app): Shared,
     headers: HeaderMap,
-    Json(req): Json<NewConversation>,
+    req: Result<Json<NewConversation>, JsonRejection>,
 ) -> Answer {
     let owner = app.agent(&headers)?;
+    let req = body(req)?;
     let mut members: Vec<Uuid> = vec![owner];
     for m in req.members {
         if !app.tokens.values().any(|a| *a == m) {
@@ -262,10 +293,11 @@ struct NewMessage {
 async fn send(
     State(app): Shared,
     headers: HeaderMap,
-    Path(conversation): Path<Uuid>,
-    Json(req): Json<NewMessage>,
+    conversation: Result<Path<Uuid>, PathRejection>,
+    req: Result<Json<NewMessage>, JsonRejection>,
 ) -> Answer {
     let sender = app.agent(&headers)?;
+    let (conversation, req) = (path_id(conversation)?, body(req)?);
     if req.request_id.is_empty() {
         return Err(refuse(
             StatusCode::BAD_REQUEST,
@@ -646,8 +678,13 @@ fn default_limit() -> usize {
     100
 }
 
-async fn fetch(State(app): Shared, headers: HeaderMap, Json(req): Json<FetchRequest>) -> Answer {
+async fn fetch(
+    State(app): Shared,
+    headers: HeaderMap,
+    req: Result<Json<FetchRequest>, JsonRejection>,
+) -> Answer {
     let agent = app.agent(&headers)?;
+    let req = body(req)?;
     let consumer = &app.consumers[&agent];
     let mut pulled = Vec::new();
     let batch = consumer
@@ -761,9 +798,10 @@ struct ConfirmRequest {
 async fn confirm(
     State(app): Shared,
     headers: HeaderMap,
-    Json(req): Json<ConfirmRequest>,
+    req: Result<Json<ConfirmRequest>, JsonRejection>,
 ) -> Answer {
     let agent = app.agent(&headers)?;
+    let req = body(req)?;
     let mut known = Vec::new(); // (delivery, message, ack subject)
     {
         let deliveries = app.deliveries.lock().expect("deliveries");
@@ -823,10 +861,12 @@ struct HistoryQuery {
 async fn history(
     State(app): Shared,
     headers: HeaderMap,
-    Path(conversation): Path<Uuid>,
-    Query(q): Query<HistoryQuery>,
+    conversation: Result<Path<Uuid>, PathRejection>,
+    q: Result<Query<HistoryQuery>, QueryRejection>,
 ) -> Answer {
     let agent = app.agent(&headers)?;
+    let conversation = path_id(conversation)?;
+    let q = q.map(|Query(q)| q).map_err(|e| invalid(e.body_text()))?;
     if !app.is_member(conversation, agent).await? {
         return Err(refuse(StatusCode::FORBIDDEN, "forbidden", "not a member"));
     }
@@ -859,8 +899,13 @@ async fn history(
     Ok(Json(json!({"messages": messages, "next_after_seq": next})).into_response())
 }
 
-async fn receipts(State(app): Shared, headers: HeaderMap, Path(message): Path<Uuid>) -> Answer {
+async fn receipts(
+    State(app): Shared,
+    headers: HeaderMap,
+    message: Result<Path<Uuid>, PathRejection>,
+) -> Answer {
     let agent = app.agent(&headers)?;
+    let message = path_id(message)?;
     let rows = sqlx::query(
         "SELECT r.recipient, r.delivered_at FROM raw_receipts r \
            JOIN raw_messages m ON m.id = r.message \
@@ -932,17 +977,55 @@ async fn connect_nats(url: &str) -> Result<async_nats::Client, Box<dyn std::erro
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> std::process::ExitCode {
     let args = Args::parse();
+    match run(args).await {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("crewbus-raw-server: {e}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// `what: error` for a failed start-up step.
+fn step<E: std::fmt::Display>(what: &'static str) -> impl FnOnce(E) -> String {
+    move |e| format!("{what}: {e}")
+}
+
+/// Sets up (listener and tokens file first, so a bad `--listen` or `--tokens-file` changes
+/// nothing), then serves until SIGTERM or Ctrl-C. Errors: the failed step and its cause.
+async fn run(args: Args) -> Result<(), String> {
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .map_err(step("--listen"))?;
+    match std::fs::remove_file(&args.tokens_file) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(format!("--tokens-file {}: {e}", args.tokens_file.display()));
+        }
+        _ => {}
+    }
+    let tmp = args.tokens_file.with_extension("partial");
+    std::fs::write(&tmp, "").map_err(|e| format!("--tokens-file {}: {e}", tmp.display()))?;
     let pool = PgPoolOptions::new()
         .max_connections(args.pool)
+        .acquire_timeout(Duration::from_secs(5))
         .connect(&args.database_url)
-        .await?;
-    sqlx::raw_sql(SCHEMA).execute(&pool).await?;
-    let nats = connect_nats(&args.nats_url).await?;
+        .await
+        .map_err(step("--database-url"))?;
+    sqlx::raw_sql(SCHEMA)
+        .execute(&pool)
+        .await
+        .map_err(step("creating the tables"))?;
+    let nats = connect_nats(&args.nats_url)
+        .await
+        .map_err(step("--nats-url"))?;
     let js = jetstream::new(nats.clone());
-    let bodies = streams(&js).await?;
-    let inbox = js.get_stream(INBOX_STREAM).await?;
+    let bodies = streams(&js).await.map_err(step("creating the streams"))?;
+    let inbox = js
+        .get_stream(INBOX_STREAM)
+        .await
+        .map_err(step("the inbox stream"))?;
 
     let team = Uuid::new_v4();
     let mut tokens = HashMap::new();
@@ -954,7 +1037,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
             .bind(team)
             .bind(&token)
             .execute(&pool)
-            .await?;
+            .await
+            .map_err(step("creating the agents"))?;
         let consumer = inbox
             .create_consumer(pull::Config {
                 durable_name: Some(id.simple().to_string()),
@@ -963,7 +1047,8 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ack_wait: Duration::from_secs(30),
                 ..Default::default()
             })
-            .await?;
+            .await
+            .map_err(step("creating the agents' consumers"))?;
         consumers.insert(id, consumer);
         tokens.insert(token, id);
     }
@@ -990,11 +1075,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .route("/v1/messages/{id}/receipts", get(receipts))
         .route("/healthz", get(|| async { "ok" }))
         .with_state(app.clone());
-    let listener = tokio::net::TcpListener::bind(args.listen).await?;
     let lines: Vec<&str> = app.tokens.keys().map(String::as_str).collect();
-    let tmp = args.tokens_file.with_extension("partial");
-    std::fs::write(&tmp, lines.join("\n") + "\n")?;
-    std::fs::rename(&tmp, &args.tokens_file)?;
+    std::fs::write(&tmp, lines.join("\n") + "\n")
+        .and_then(|()| std::fs::rename(&tmp, &args.tokens_file))
+        .map_err(|e| format!("--tokens-file {}: {e}", args.tokens_file.display()))?;
     eprintln!("crewbus-raw-server: listening on {}", args.listen);
     axum::serve(listener, router)
         .with_graceful_shutdown(async {
@@ -1006,6 +1090,6 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
                 _ = tokio::signal::ctrl_c() => {}
             }
         })
-        .await?;
-    Ok(())
+        .await
+        .map_err(step("serving"))
 }
