@@ -7,34 +7,48 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::Utc;
-use crewbus::compose::memory_with_clock;
+use crewbus::bus::Bus;
+use crewbus::compose::{MemoryParts, memory_with_clock};
 use crewbus::config::Config;
-use crewbus_domain::{BusError, DeliveryId};
+use crewbus_domain::{Agent, BusError, DeliveryId};
 use crewbus_ports::{Ledger, SystemClock};
 use uuid::Uuid;
 
-#[tokio::test]
-async fn the_ledger_refuses_a_revoked_senders_send_whatever_the_token_cache_says() {
+/// A memory bus with team `team` of alice and bob; alice authenticated once (so the token
+/// cache holds her). Returns the bus, its memory parts, alice and her token.
+async fn team_of_alice_and_bob(team: &str) -> (Bus, MemoryParts, Agent, String) {
     let config = Config::default();
     let (composed, parts) = memory_with_clock(&config, Arc::new(SystemClock)).unwrap();
     let b = composed.bus;
-    let team = b.add_team("team-c", None, None).await.unwrap();
+    let team = b.add_team(team, None, None).await.unwrap();
     let alice = b.add_agent(team.id, "alice").await.unwrap();
     b.add_agent(team.id, "bob").await.unwrap();
     let me = b.authenticate(&alice.token).await.unwrap();
+    (b, parts, me, alice.token)
+}
+
+/// Revokes `me` in the ledger directly, as an operator command beside an embedded server does:
+/// the bus hears nothing, and its cache still answers for the token (within the bound). Returns
+/// `me` as the bus authenticates the token now.
+async fn revoke_behind_the_cache(b: &Bus, parts: &MemoryParts, me: &Agent, token: &str) -> Agent {
+    parts
+        .ledger
+        .revoke_agent(me.team, me.id, Utc::now())
+        .await
+        .unwrap();
+    let cached = b.authenticate(token).await.unwrap();
+    assert!(!cached.revoked(), "the cache still answers for the token");
+    cached
+}
+
+#[tokio::test]
+async fn the_ledger_refuses_a_revoked_senders_send_whatever_the_token_cache_says() {
+    let (b, parts, me, token) = team_of_alice_and_bob("team-c").await;
     let conversation = b
         .create_conversation(&me, "c", &["bob".to_owned()])
         .await
         .unwrap();
-    // Revoked in the ledger directly, as an operator command beside an embedded server does:
-    // this bus hears nothing, and its cache still answers for the token (within the bound).
-    parts
-        .ledger
-        .revoke_agent(team.id, me.id, Utc::now())
-        .await
-        .unwrap();
-    let cached = b.authenticate(&alice.token).await.unwrap();
-    assert!(!cached.revoked());
+    let cached = revoke_behind_the_cache(&b, &parts, &me, &token).await;
     let refused = b
         .send(&cached, conversation.id, "r-1".into(), "hi".into(), None)
         .await;
@@ -46,20 +60,8 @@ async fn the_ledger_refuses_a_revoked_senders_send_whatever_the_token_cache_says
 
 #[tokio::test]
 async fn the_ledger_refuses_a_revoked_agents_fetch_and_confirm_whatever_the_token_cache_says() {
-    let config = Config::default();
-    let (composed, parts) = memory_with_clock(&config, Arc::new(SystemClock)).unwrap();
-    let b = composed.bus;
-    let team = b.add_team("team-f", None, None).await.unwrap();
-    let alice = b.add_agent(team.id, "alice").await.unwrap();
-    b.add_agent(team.id, "bob").await.unwrap();
-    let me = b.authenticate(&alice.token).await.unwrap();
-    parts
-        .ledger
-        .revoke_agent(team.id, me.id, Utc::now())
-        .await
-        .unwrap();
-    let cached = b.authenticate(&alice.token).await.unwrap();
-    assert!(!cached.revoked(), "the cache still answers for the token");
+    let (b, parts, me, token) = team_of_alice_and_bob("team-f").await;
+    let cached = revoke_behind_the_cache(&b, &parts, &me, &token).await;
     // A first fetch runs the ledger top-up, which the ledger refuses.
     let fetched = b.fetch(&cached, 10).await;
     assert!(

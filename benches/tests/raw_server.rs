@@ -8,12 +8,10 @@
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use crewbus::client::ApiClient;
+use crewbus::client::{ApiClient, uuid_of};
 use crewbus::load::{self, LoadPlan};
 use crewbus_conformance::nats::{NatsServer, provisioning_user};
 use crewbus_conformance::postgres::TestDatabase;
-use reqwest::Method;
-use serde_json::json;
 
 struct Killed(Child);
 
@@ -136,41 +134,17 @@ async fn the_raw_server_does_the_same_durable_work_and_loses_nothing() {
         .create_conversation("repeats", &[teams[0].agents[1].id])
         .await
         .expect("a conversation");
-    let path = format!(
-        "/v1/conversations/{}/messages",
-        conv["id"].as_str().unwrap()
-    );
-    let first = client
-        .ok(
-            Method::POST,
-            &path,
-            Some(json!({"request_id": "r1", "body": "hello"})),
-        )
-        .await
-        .expect("first send");
-    let again = client
-        .ok(
-            Method::POST,
-            &path,
-            Some(json!({"request_id": "r1", "body": "hello"})),
-        )
-        .await
-        .expect("repeat");
+    let conv = uuid_of(&conv["id"]);
+    let first = client.send(conv, "r1", "hello").await.expect("first send");
+    let again = client.send(conv, "r1", "hello").await.expect("repeat");
     assert_eq!(first["message"]["id"], again["message"]["id"]);
     assert_eq!(bodies.info().await.expect("info").state.messages, 201);
     let conflict = client
-        .ok(
-            Method::POST,
-            &path,
-            Some(json!({"request_id": "r1", "body": "other"})),
-        )
+        .send(conv, "r1", "other")
         .await
         .expect_err("another body under the same request id");
     assert_eq!(conflict.status, 409);
-    let history = client
-        .ok(Method::GET, &format!("{path}?after_seq=0"), None)
-        .await
-        .expect("history");
+    let history = client.history(conv, 0, 100).await.expect("history");
     assert_eq!(
         history["messages"].as_array().map(Vec::len),
         Some(1),
@@ -180,11 +154,7 @@ async fn the_raw_server_does_the_same_durable_work_and_loses_nothing() {
     // Someone outside the conversation is refused.
     let outsider = &teams[0].agents[2].client;
     let refused = outsider
-        .ok(
-            Method::POST,
-            &path,
-            Some(json!({"request_id": "r2", "body": "hello"})),
-        )
+        .send(conv, "r2", "hello")
         .await
         .expect_err("not a member");
     assert_eq!(refused.status, 403);
@@ -194,14 +164,11 @@ async fn the_raw_server_does_the_same_durable_work_and_loses_nothing() {
     let recipient = &teams[0].agents[1].client;
     let deadline = Instant::now() + Duration::from_secs(10);
     let delivery = loop {
-        let page = recipient
-            .ok(Method::POST, "/v1/inbox/fetch", Some(json!({"limit": 10})))
-            .await
-            .expect("fetch");
-        if let Some(d) = page["deliveries"].as_array().and_then(|d| d.first()) {
+        let page = recipient.fetch(10).await.expect("fetch");
+        if let Some(d) = page.first() {
             assert_eq!(d["message"]["id"], first["message"]["id"]);
             assert_eq!(d["message"]["body"], "hello");
-            break d["delivery_id"].clone();
+            break uuid_of(&d["delivery_id"]);
         }
         assert!(
             Instant::now() < deadline,
@@ -210,15 +177,8 @@ async fn the_raw_server_does_the_same_durable_work_and_loses_nothing() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     for outcome in ["confirmed", "already_confirmed"] {
-        let answer = recipient
-            .ok(
-                Method::POST,
-                "/v1/inbox/confirm",
-                Some(json!({"deliveries": [delivery.clone()]})),
-            )
-            .await
-            .expect("confirm");
-        assert_eq!(answer["results"][0]["outcome"], outcome);
+        let results = recipient.confirm(&[delivery]).await.expect("confirm");
+        assert_eq!(results[0]["outcome"], outcome);
     }
 
     drop(server);

@@ -234,18 +234,19 @@ mod tests {
         out
     }
 
-    fn bounds(max: usize, max_bytes: u64) -> BatchBounds {
-        BatchBounds { max, max_bytes }
+    /// A batcher over `ledger` at the fixed clock, bounded by `max` requests and `max_bytes`.
+    fn batcher(ledger: Arc<dyn Ledger>, max: usize, max_bytes: u64) -> Arc<SendBatcher> {
+        Arc::new(SendBatcher::spawn(
+            ledger,
+            Arc::new(Fixed),
+            BatchBounds { max, max_bytes },
+        ))
     }
 
     #[tokio::test]
     async fn concurrent_requests_share_one_batch_in_queue_order() {
         let (ledger, batches) = ledger(all_created);
-        let batcher = Arc::new(SendBatcher::spawn(
-            ledger,
-            Arc::new(Fixed),
-            bounds(64, 1 << 20),
-        ));
+        let batcher = batcher(ledger, 64, 1 << 20);
         let requests: Vec<_> = (0..5).map(|i| request(&format!("r{i}"), "x")).collect();
         let out = send_all(batcher, requests).await;
         assert_eq!(
@@ -275,11 +276,7 @@ mod tests {
                 .collect())
         }
         let (ledger, batches) = ledger(mixed);
-        let batcher = Arc::new(SendBatcher::spawn(
-            ledger,
-            Arc::new(Fixed),
-            bounds(64, 1 << 20),
-        ));
+        let batcher = batcher(ledger, 64, 1 << 20);
         let requests = vec![
             request("conflict", "x"),
             request("forbidden", "x"),
@@ -298,11 +295,7 @@ mod tests {
             Err(BusError::unavailable("database restarting"))
         }
         let (ledger, batches) = ledger(down);
-        let batcher = Arc::new(SendBatcher::spawn(
-            ledger,
-            Arc::new(Fixed),
-            bounds(64, 1 << 20),
-        ));
+        let batcher = batcher(ledger, 64, 1 << 20);
         let requests: Vec<_> = (0..4).map(|i| request(&format!("r{i}"), "x")).collect();
         let out = send_all(batcher, requests).await;
         assert_eq!(batches.lock().unwrap().len(), 1);
@@ -316,11 +309,7 @@ mod tests {
     #[tokio::test]
     async fn batches_are_bounded_by_count() {
         let (ledger, batches) = ledger(all_created);
-        let batcher = Arc::new(SendBatcher::spawn(
-            ledger,
-            Arc::new(Fixed),
-            bounds(3, 1 << 20),
-        ));
+        let batcher = batcher(ledger, 3, 1 << 20);
         let requests: Vec<_> = (0..7).map(|i| request(&format!("r{i}"), "x")).collect();
         let out = send_all(batcher, requests).await;
         let sizes: Vec<usize> = batches.lock().unwrap().iter().map(Vec::len).collect();
@@ -331,7 +320,7 @@ mod tests {
     #[tokio::test]
     async fn batches_are_bounded_by_bytes_and_a_large_body_goes_alone() {
         let (ledger, batches) = ledger(all_created);
-        let batcher = Arc::new(SendBatcher::spawn(ledger, Arc::new(Fixed), bounds(64, 25)));
+        let batcher = batcher(ledger, 64, 25);
         let requests = vec![
             request("a", &"x".repeat(10)),
             request("b", &"x".repeat(10)),
@@ -357,11 +346,7 @@ mod tests {
             all_created(requests)
         }
         let (ledger, _) = ledger(panics_once);
-        let batcher = Arc::new(SendBatcher::spawn(
-            ledger,
-            Arc::new(Fixed),
-            bounds(64, 1 << 20),
-        ));
+        let batcher = batcher(ledger, 64, 1 << 20);
         let e = batcher
             .send(request("boom", "x"))
             .await
