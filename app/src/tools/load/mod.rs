@@ -41,6 +41,29 @@ pub use team::{LoadAgent, LoadTeam, create_teams, teams_of_tokens};
 
 use report::print_report;
 
+/// The bearer tokens of a `--tokens-file`: one per line, blank lines skipped. Errors: a file
+/// that looks like JSON (such as `dev-tokens.json`, whose tokens are its `"token"` fields) →
+/// `Invalid` naming the file and the format wanted.
+fn tokens_of_file(path: &std::path::Path, text: &str) -> BusResult<Vec<String>> {
+    let lines: Vec<String> = text
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(str::to_owned)
+        .collect();
+    if lines
+        .first()
+        .is_some_and(|l| l.starts_with('{') || l.starts_with('['))
+    {
+        return Err(BusError::invalid(format!(
+            "{} looks like JSON: --tokens-file wants one bearer token per line (from \
+             dev-tokens.json, take each agent's \"token\" value)",
+            path.display()
+        )));
+    }
+    Ok(lines)
+}
+
 /// `crewbus load`: prints the report (text or `--json`); exit code 1 when the zero-loss check
 /// fails.
 pub async fn command(config: Config, args: LoadArgs, json: bool) -> BusResult<ExitCode> {
@@ -48,12 +71,7 @@ pub async fn command(config: Config, args: LoadArgs, json: bool) -> BusResult<Ex
     if let Some(path) = &args.tokens_file {
         let text = std::fs::read_to_string(path)
             .map_err(|e| BusError::invalid(format!("cannot read {}: {e}", path.display())))?;
-        tokens.extend(
-            text.lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .map(str::to_owned),
-        );
+        tokens.extend(tokens_of_file(path, &text)?);
     }
     let teams = if tokens.is_empty() {
         create_teams(&config, &args).await?
@@ -74,4 +92,25 @@ pub async fn command(config: Config, args: LoadArgs, json: bool) -> BusResult<Ex
     } else {
         ExitCode::FAILURE
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_tokens_file_is_one_token_per_line_and_json_is_refused() {
+        let path = std::path::Path::new("tokens.txt");
+        assert_eq!(
+            tokens_of_file(path, "cbt_a\n\n  cbt_b  \n").unwrap(),
+            vec!["cbt_a", "cbt_b"]
+        );
+        assert!(tokens_of_file(path, "").unwrap().is_empty());
+        for json in ["{\"teams\": {}}", "\n[\"cbt_a\"]"] {
+            assert!(matches!(
+                tokens_of_file(path, json),
+                Err(BusError::Invalid { .. })
+            ));
+        }
+    }
 }
