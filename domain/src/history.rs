@@ -127,6 +127,7 @@ mod tests {
             stored_at: None,
             retained_at: retained.then(Utc::now),
             failure: None,
+            sender_kind: crate::AgentKind::Agent,
         }
     }
 

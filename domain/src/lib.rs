@@ -10,6 +10,7 @@ mod delivery;
 mod delivery_rules;
 mod envelope;
 mod error;
+mod feed;
 mod history;
 mod ids;
 mod inbox;
@@ -20,7 +21,9 @@ mod ledger_args;
 mod ledger_counts;
 mod locator;
 mod message;
+mod operator;
 mod outbox;
+mod oversight;
 mod published;
 mod push;
 mod push_transport;
@@ -43,6 +46,7 @@ pub use delivery_rules::{
 };
 pub use envelope::{Envelope, stored_body};
 pub use error::{BusError, BusResult, Source};
+pub use feed::{FeedEvent, FeedKind, FeedUpdate, coalesce, decode_feed, encode_feed};
 pub use history::{
     Absence, HistoryItem, HistoryPage, MAX_PAGE, MAX_POSITION, validate_limit, validate_position,
 };
@@ -63,10 +67,19 @@ pub use locator::{INBOX_LOCATOR_PREFIX, Locator};
 pub use message::{
     MAX_REQUEST_ID_LEN, Message, Publication, SendRequest, Sent, body_sha256, validate_request_id,
 };
+pub use operator::{
+    Operator, OperatorScope, OperatorSession, SIGN_IN_CODE_TTL_SECS, human_member_name,
+    validate_operator_name,
+};
 pub use outbox::{LeasedSlot, SettleOutcome, Settlement, SlotOutcome};
+pub use oversight::{
+    ActivityBucket, AgentActivity, ConversationSummary, DeliveryState, MAX_ACTIVITY_BUCKETS,
+    RecipientState, StorageUse, bucket_start, fill_buckets, in_asked_order, validate_activity,
+};
 pub use published::Published;
 pub use push::{
-    DataKey, Destination, PushAuthentication, PushConfig, PushRegistration, WrappedKey, redact_url,
+    AttemptOutcome, DEFAULT_ATTEMPTS_KEPT, DataKey, Destination, PushAttempt, PushAuthentication,
+    PushConfig, PushRegistration, WrappedKey, redact_url,
 };
 pub use push_transport::{PushRequest, PushResponse, TransportError};
 pub use quota::{Provisioned, QuotaChange, Quotas, Reservation, StorageAccount, StreamKind};
@@ -76,7 +89,7 @@ pub use send_rules::{
     ConversationFacts, RunFacts, SendDecision, SendFacts, answer_sends, plan_sends,
 };
 pub use store_error::StoreError;
-pub use team::{Agent, MAX_NAME_LEN, Team, TokenHash, recipient_key_for, validate_name};
+pub use team::{Agent, AgentKind, MAX_NAME_LEN, Team, TokenHash, recipient_key_for, validate_name};
 pub use wakeup::{Wakeup, WakeupTarget};
 
 /// Re-exported so adapters and the app agree on one id and time type.

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use uuid::Uuid;
 
-use crate::{BusError, BusResult, Locator, RunId};
+use crate::{AgentKind, BusError, BusResult, Locator, RunId};
 
 /// Where a message's body stands.
 ///
@@ -82,6 +82,9 @@ pub struct Message {
     pub retained_at: Option<DateTime<Utc>>,
     /// Why publication failed: the bus's own error code (`BusError::code`), never backend text.
     pub failure: Option<String>,
+    /// The sender's kind when it sent: [`AgentKind::Human`] for a message an operator posted as
+    /// the team's human member (agents see it marked as from a human).
+    pub sender_kind: AgentKind,
 }
 
 impl Message {
@@ -112,6 +115,7 @@ impl Message {
             stored_at: None,
             retained_at: None,
             failure: None,
+            sender_kind: AgentKind::Agent,
         }
     }
 }

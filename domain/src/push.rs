@@ -239,6 +239,97 @@ impl PushRegistration {
     }
 }
 
+/// One delivery attempt of a push registration, as its attempts log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PushAttempt {
+    /// When the POST started (the worker's clock).
+    pub at: DateTime<Utc>,
+    /// The journal record it carried (the registration's cursor then).
+    pub seq: Seq,
+    /// What came of it.
+    pub outcome: AttemptOutcome,
+    /// How long it took, from the start of the POST to the answer or the error, milliseconds.
+    pub duration_ms: u64,
+}
+
+/// What one push attempt came to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum AttemptOutcome {
+    /// The receiver answered with this HTTP status (2xx acknowledged the record).
+    Status {
+        /// The HTTP status code.
+        status: u16,
+    },
+    /// No answer: the bus-written reason (a timeout, a refused connection; never a credential,
+    /// never the URL's query).
+    Error {
+        /// The reason.
+        error: String,
+    },
+}
+
+impl AttemptOutcome {
+    /// Whether the attempt acknowledged its record (a 2xx answer).
+    pub fn acknowledged(&self) -> bool {
+        matches!(self, AttemptOutcome::Status { status } if (200..300).contains(status))
+    }
+}
+
+impl PushAttempt {
+    /// The rule for `PushStore::record_attempt`'s `keep`: at least 1. Errors: 0 →
+    /// [`StoreError::Invalid`].
+    pub fn check_keep(keep: usize) -> Result<(), StoreError> {
+        if keep == 0 {
+            return Err(StoreError::invalid(
+                "an attempts log keeps at least 1 attempt",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The columns a store keeps the outcome in, `(status, error)`: exactly one is set.
+    pub fn outcome_columns(&self) -> (Option<i64>, Option<&str>) {
+        match &self.outcome {
+            AttemptOutcome::Status { status } => (Some(i64::from(*status)), None),
+            AttemptOutcome::Error { error } => (None, Some(error.as_str())),
+        }
+    }
+
+    /// An attempt read back from a store's signed columns, for the store named `store` (in the
+    /// error). Errors: not exactly one of `status` and `error`, a status outside `u16`, or a
+    /// negative seq or duration → [`StoreError::Backend`] (corrupt data, never wrapped around).
+    pub fn from_stored(
+        store: &str,
+        at: DateTime<Utc>,
+        seq: i64,
+        status: Option<i64>,
+        error: Option<String>,
+        duration_ms: i64,
+    ) -> Result<PushAttempt, StoreError> {
+        let corrupt = |what: &str| StoreError::Backend {
+            what: format!("{store} (push attempts): {what}"),
+            source: None,
+        };
+        let outcome = match (status, error) {
+            (Some(status), None) => AttemptOutcome::Status {
+                status: u16::try_from(status).map_err(|_| corrupt("a status out of range"))?,
+            },
+            (None, Some(error)) => AttemptOutcome::Error { error },
+            _ => return Err(corrupt("not exactly one of status and error")),
+        };
+        Ok(PushAttempt {
+            at,
+            seq: Seq(u64::try_from(seq).map_err(|_| corrupt("a negative seq"))?),
+            outcome,
+            duration_ms: u64::try_from(duration_ms).map_err(|_| corrupt("a negative duration"))?,
+        })
+    }
+}
+
+/// How many attempts a registration's log keeps by default (`push.attempts_kept`).
+pub const DEFAULT_ATTEMPTS_KEPT: usize = 20;
+
 /// A 32-byte data key that seals one value. Zeroized on drop; never printed.
 #[derive(Clone, PartialEq, Eq)]
 pub struct DataKey(pub [u8; 32]);

@@ -44,12 +44,57 @@ pub struct Agent {
     pub created_at: DateTime<Utc>,
     /// When the agent was revoked; a revoked agent never authenticates again.
     pub revoked_at: Option<DateTime<Utc>>,
+    /// An agent proper, or a team's human member (an operator posting in the console).
+    pub kind: AgentKind,
+}
+
+/// What kind of member an agent row is.
+///
+/// A **human** member stands for an operator in one team: created by the ledger when that
+/// operator first posts into a conversation of the team, it has no token (its stored hash is
+/// of a random value nobody holds, and the ledger refuses it at `agent_by_token` whatever the
+/// hash), gets no receipts (nothing is delivered to it: it reads in the console), and agents see
+/// its messages marked as from a human.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentKind {
+    /// An agent: authenticates with its token and receives messages.
+    #[default]
+    Agent,
+    /// A team's human member (see the type's docs).
+    Human,
+}
+
+impl AgentKind {
+    /// The stored name: `agent` or `human`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AgentKind::Agent => "agent",
+            AgentKind::Human => "human",
+        }
+    }
+
+    /// The kind a store's `kind` column names. Errors: another name → `Invalid`.
+    pub fn from_stored(name: &str) -> crate::BusResult<Self> {
+        match name {
+            "agent" => Ok(AgentKind::Agent),
+            "human" => Ok(AgentKind::Human),
+            other => Err(crate::BusError::invalid(format!(
+                "stored agent kind `{other}` is not agent or human"
+            ))),
+        }
+    }
 }
 
 impl Agent {
     /// Whether the agent has been revoked.
     pub fn revoked(&self) -> bool {
         self.revoked_at.is_some()
+    }
+
+    /// Whether the row is a team's human member (no token, no receipts).
+    pub fn is_human(&self) -> bool {
+        self.kind == AgentKind::Human
     }
 
     /// The ledger's check of a delivery call's recipient (`hand_out`, `undelivered`,
@@ -81,6 +126,15 @@ impl TokenHash {
     /// Hashes a bearer token.
     pub fn of(token: &str) -> Self {
         TokenHash(Sha256::digest(token.as_bytes()).into())
+    }
+
+    /// The hash of a fresh random value nobody keeps (32 bytes from two v4 UUIDs' random bits):
+    /// the token hash of a human member, which no bearer token can match.
+    pub fn held_by_nobody() -> Self {
+        let mut secret = [0u8; 32];
+        secret[..16].copy_from_slice(Uuid::new_v4().as_bytes());
+        secret[16..].copy_from_slice(Uuid::new_v4().as_bytes());
+        TokenHash(Sha256::digest(secret).into())
     }
 
     /// A hash read back from a store's bytes. Errors: not 32 bytes → [`crate::BusError::Invalid`].

@@ -54,4 +54,14 @@ pub trait Journal: Send + Sync {
 
     /// The run: team, agent, last seq, seal. Errors: unknown → `NotFound`.
     async fn run(&self, run: RunId) -> Result<Run, StoreError>;
+
+    /// Up to `limit` runs of `team`, newest admitted first (ties by id), admitted before
+    /// `before` when given (the next page starts before the last one's `admitted_at`).
+    /// Errors: `limit` 0 or above `MAX_PAGE` → `Invalid`.
+    async fn runs(
+        &self,
+        team: Uuid,
+        before: Option<DateTime<Utc>>,
+        limit: usize,
+    ) -> Result<Vec<Run>, StoreError>;
 }

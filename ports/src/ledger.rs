@@ -83,7 +83,8 @@ pub trait Ledger: Send + Sync {
     /// recipient key is `recipient_key_for(id)`.
     ///
     /// Errors: unknown team → `NotFound`; a bad name → `Invalid`; the name taken in the team, or
-    /// the token hash already used by any agent → `Conflict`.
+    /// the token hash already used by any agent or any operator (`crate::Operators`) →
+    /// `Conflict`.
     async fn create_agent(
         &self,
         team: Uuid,
@@ -96,7 +97,8 @@ pub trait Ledger: Send + Sync {
     async fn agent(&self, team: Uuid, agent: Uuid) -> BusResult<Agent>;
 
     /// The agent holding this token hash: how the app authenticates a request.
-    /// Errors: no agent, or a revoked one → `Unauthenticated`.
+    /// Errors: no agent, a revoked one, or a team's human member (whatever the hash) →
+    /// `Unauthenticated`.
     async fn agent_by_token(&self, token_hash: &TokenHash) -> BusResult<Agent>;
 
     /// Every agent of `team` (revoked ones included), by name. Errors: unknown team → `NotFound`.
@@ -140,8 +142,10 @@ pub trait Ledger: Send + Sync {
     // ---- send --------------------------------------------------------------------------------
 
     /// Records a message, in one transaction: membership check, the conversation's next gap-free
-    /// `seq`, the message (`body_sha256`, the conversation's backend), one receipt per member
-    /// other than the sender (recipients snapshotted now), the run's `MessageSent` record, and:
+    /// `seq`, the message (`body_sha256`, the conversation's backend, the sender's kind as
+    /// `sender_kind`), one receipt per member other than the sender whose kind is agent
+    /// (recipients snapshotted now; a team's human members get none), the run's `MessageSent`
+    /// record, and:
     /// - backend ≠ [`Ledger::local_backend`]: an outbox slot with a fresh `publish_key`, the
     ///   message `PendingPublication`;
     /// - backend = `local_backend()`: the body itself and one inbox event per recipient; the

@@ -9,12 +9,15 @@
 
 mod backends;
 mod clock;
+mod feed;
 mod inbox;
 mod journal;
 mod key_ring;
 mod ledger;
 mod ledger_sections;
 mod messaging;
+mod operators;
+mod oversight;
 mod push_store;
 mod push_transport;
 mod stream_admin;
@@ -22,6 +25,7 @@ mod wakeups;
 
 pub use backends::{Backends, TeamAdapters, TeamCache, TeamRegistry, check_backend_name};
 pub use clock::{Clock, SystemClock};
+pub use feed::{Feed, FeedListener};
 pub use inbox::Inbox;
 pub use journal::Journal;
 pub use key_ring::KeyRing;
@@ -29,6 +33,8 @@ pub use ledger::Ledger;
 #[doc(hidden)]
 pub use ledger_sections::__private as __ledger_sections;
 pub use messaging::MessagingBackend;
+pub use operators::Operators;
+pub use oversight::Oversight;
 pub use push_store::PushStore;
 pub use push_transport::PushTransport;
 pub use stream_admin::StreamAdmin;
@@ -39,6 +45,8 @@ pub use backends::MockBackends;
 #[cfg(feature = "mock")]
 pub use clock::MockClock;
 #[cfg(feature = "mock")]
+pub use feed::MockFeed;
+#[cfg(feature = "mock")]
 pub use inbox::MockInbox;
 #[cfg(feature = "mock")]
 pub use journal::MockJournal;
@@ -48,6 +56,10 @@ pub use key_ring::MockKeyRing;
 pub use ledger::MockLedger;
 #[cfg(feature = "mock")]
 pub use messaging::MockMessagingBackend;
+#[cfg(feature = "mock")]
+pub use operators::MockOperators;
+#[cfg(feature = "mock")]
+pub use oversight::MockOversight;
 #[cfg(feature = "mock")]
 pub use push_store::MockPushStore;
 #[cfg(feature = "mock")]

@@ -2,7 +2,7 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use crewbus_domain::{PushConfig, PushRegistration, RunId, Seq, StoreError, TenantId};
+use crewbus_domain::{PushAttempt, PushConfig, PushRegistration, RunId, Seq, StoreError, TenantId};
 
 /// Push registrations (one per destination per run) and their delivery cursors, for one tenant.
 ///
@@ -85,6 +85,39 @@ pub trait PushStore: Send + Sync {
     /// parked row existed.
     async fn unpark(&self, run: RunId, id: &str, at: DateTime<Utc>) -> Result<bool, StoreError>;
 
-    /// Removes the registration. Idempotent.
+    /// Removes the registration. Idempotent. Its attempts log stays until
+    /// [`PushStore::prune_attempts`] removes it.
     async fn delete(&self, run: RunId, id: &str) -> Result<(), StoreError>;
+
+    /// Every registration of `run` with its delivery state (cursor, attempts, parked), ordered
+    /// by id: what an operator's console lists.
+    async fn registrations(&self, run: RunId) -> Result<Vec<PushRegistration>, StoreError>;
+
+    /// Appends one delivery attempt to the registration's attempts log and keeps only its
+    /// newest `keep` entries (at least 1; newest: the most recently recorded, whatever their
+    /// `at`). Written for a registration that does not (or no
+    /// longer) exist too: the log is its own table, so a finished registration's log outlives
+    /// it until pruned. Errors: `keep` 0, or a `seq` above `i64::MAX` → `Invalid`.
+    async fn record_attempt(
+        &self,
+        run: RunId,
+        id: &str,
+        attempt: &PushAttempt,
+        keep: usize,
+    ) -> Result<(), StoreError>;
+
+    /// The registration's attempts log, newest (most recently recorded) first, at most `limit`
+    /// entries. Errors: `limit`
+    /// 0 or above `MAX_PAGE` → `Invalid`.
+    async fn attempts(
+        &self,
+        run: RunId,
+        id: &str,
+        limit: usize,
+    ) -> Result<Vec<PushAttempt>, StoreError>;
+
+    /// Deletes the attempts logs of registrations that no longer exist and whose newest attempt
+    /// (the latest `at`) is before `before` (a finished registration's log is kept until then). Returns how many
+    /// attempts went.
+    async fn prune_attempts(&self, before: DateTime<Utc>) -> Result<u64, StoreError>;
 }

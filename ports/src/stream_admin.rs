@@ -26,6 +26,12 @@ pub trait StreamAdmin: Send + Sync {
     /// The same for the team's inbox stream (work-queue retention, discard old).
     async fn provision_inbox(&self, team: Uuid) -> BusResult<Provisioned>;
 
+    /// The team's `kind` stream as it stands: its limits and contents read back from the broker
+    /// (`created: false`), judging and changing nothing — what an operator's storage view shows.
+    /// Needs only the right to read a stream's information (the runtime credential has it).
+    /// Errors: no such stream → `NotProvisioned`; the broker down → `Unavailable`/`Timeout`.
+    async fn stream_status(&self, team: Uuid, kind: StreamKind) -> BusResult<Provisioned>;
+
     /// What changing the `kind` stream's quotas to the configured ones would do, without doing
     /// it (a change to the same limits is a [`QuotaChange::is_noop`] result, not an error).
     /// Errors: `NotProvisioned` (no such stream); `Conflict` when the stream holds more than
