@@ -1,5 +1,5 @@
 //! `Journal` behaviours (PUSH.md §1): admission, gap-free numbering from 1, the terminal seal,
-//! resume, notes and paged reads.
+//! resume, notes, paged reads, and a team's runs newest first.
 //!
 //! One async function per behaviour, generic over the fixture, each on a fresh, empty store.
 //! [`journal_behaviours`] lists them for a test target.
@@ -22,6 +22,8 @@ pub fn journal_behaviours() -> Vec<Behaviour<dyn LedgerFixture>> {
         unknown_run_is_not_found,
         runs_are_independent,
         oversize_text_is_invalid,
+        runs_are_listed_newest_first_within_the_team,
+        runs_page_before_an_admission_time,
     ]
 }
 
@@ -230,4 +232,86 @@ pub async fn oversize_text_is_invalid<F: LedgerFixture + ?Sized>(fx: &F) {
     let fits = "x".repeat(crewbus_domain::MAX_NOTE_LEN);
     assert_eq!(journal.note(run, &fits, t(2)).await.unwrap(), Seq(2));
     assert!(!journal.run(run).await.unwrap().is_sealed());
+}
+
+/// `runs(team, None, limit)` lists the team's runs only, newest admitted first (ties by id,
+/// descending), sealed ones included, at most `limit`; a team without runs has none.
+pub async fn runs_are_listed_newest_first_within_the_team<F: LedgerFixture + ?Sized>(fx: &F) {
+    let journal = fx.journal();
+    let (team, other, agent) = (Uuid::new_v4(), Uuid::new_v4(), Uuid::new_v4());
+    let first = journal.admit(team, agent, t(1)).await.unwrap();
+    let third = journal.admit(team, Uuid::new_v4(), t(3)).await.unwrap();
+    let second = journal.admit(team, agent, t(2)).await.unwrap();
+    let mut tied = [
+        journal.admit(team, agent, t(5)).await.unwrap(),
+        journal.admit(team, agent, t(5)).await.unwrap(),
+    ];
+    tied.sort();
+    journal.admit(other, agent, t(9)).await.unwrap();
+    journal
+        .seal(first, RunOutcome::Succeeded, "done", t(6))
+        .await
+        .unwrap();
+    let runs = journal.runs(team, None, 100).await.unwrap();
+    let ids: Vec<RunId> = runs.iter().map(|r| r.id).collect();
+    assert_eq!(ids, vec![tied[1], tied[0], third, second, first]);
+    assert!(runs.iter().all(|r| r.team == team));
+    assert_eq!(runs[4], journal.run(first).await.unwrap());
+    assert!(runs[4].is_sealed());
+    let top: Vec<RunId> = journal
+        .runs(team, None, 2)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(top, vec![tied[1], tied[0]]);
+    assert!(
+        journal
+            .runs(Uuid::new_v4(), None, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// The next page starts before the last one's `admitted_at` (exclusive); a `limit` of 0 or above
+/// `MAX_PAGE` is `Invalid`.
+pub async fn runs_page_before_an_admission_time<F: LedgerFixture + ?Sized>(fx: &F) {
+    let journal = fx.journal();
+    let (team, agent) = (Uuid::new_v4(), Uuid::new_v4());
+    let mut runs = Vec::new();
+    for i in 1..=5 {
+        runs.push(journal.admit(team, agent, t(i)).await.unwrap());
+    }
+    let mut pages = Vec::new();
+    let mut before = None;
+    loop {
+        let page = journal.runs(team, before, 2).await.unwrap();
+        let Some(last) = page.last() else { break };
+        before = Some(last.admitted_at);
+        pages.push(page.iter().map(|r| r.id).collect::<Vec<_>>());
+    }
+    assert_eq!(
+        pages,
+        vec![
+            vec![runs[4], runs[3]],
+            vec![runs[2], runs[1]],
+            vec![runs[0]]
+        ]
+    );
+    let before_three: Vec<RunId> = journal
+        .runs(team, Some(t(3)), 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(before_three, vec![runs[1], runs[0]]);
+    for limit in [0, crewbus_domain::MAX_PAGE + 1] {
+        assert!(matches!(
+            journal.runs(team, None, limit).await,
+            Err(StoreError::Invalid { .. })
+        ));
+    }
 }

@@ -49,14 +49,20 @@
 //! multi-thread [`runtime`], bounded by [`trial::TRIAL_TIMEOUT`]. Every trial of every target, shared or
 //! the target's own, is built by [`trial::Suite`].
 //!
-//! # The ledger and journal behaviours
+//! # The ledger, journal, operators and oversight behaviours
 //!
-//! [`ledger`] and [`journal`] hold the `Ledger` and `Journal` behaviours (BUS.md §5, PUSH.md
-//! §1), listed by [`ledger_behaviours`] and [`journal_behaviours`]. They take a
-//! [`LedgerFixture`] (a fresh, empty ledger and the journal sharing its store) and pass their own
-//! instants ([`ledger::time`]) since both ports take the time from the caller. A test target
-//! implements [`LedgerFixtureFactory`] and adds `ledger_trials("<target>", factory, &runtime)`
-//! to its trials: `<target>::ledger::<behaviour>` and `<target>::journal::<behaviour>`.
+//! [`ledger`], [`journal`], [`operators`] and [`oversight`] hold the `Ledger`, `Journal`,
+//! `Operators` and `Oversight` behaviours (BUS.md §5, PUSH.md §1, the operator console), listed
+//! by [`ledger_behaviours`], [`journal_behaviours`], [`operators_behaviours`] and
+//! [`oversight_behaviours`]. They take a [`LedgerFixture`] (a fresh, empty ledger with the
+//! journal, operators and oversight sharing its store) and pass their own instants
+//! ([`ledger::time`]) since these ports take the time from the caller. A test target implements
+//! [`LedgerFixtureFactory`] and adds `ledger_trials("<target>", factory, &runtime)` to its
+//! trials: `<target>::ledger::<behaviour>`, `<target>::journal::<behaviour>`,
+//! `<target>::operators::<behaviour>` and `<target>::oversight::<behaviour>`.
+//!
+//! [`wakeups`] and [`feed`] hold the `Wakeups` and `Feed` behaviours, each on two handles of one
+//! fresh deployment ([`wakeups::wakeups_trials`], [`feed::feed_trials`]).
 //!
 //! # Time
 //!
@@ -76,6 +82,7 @@
 pub mod ack_after_commit;
 pub mod bodies;
 mod capabilities;
+pub mod feed;
 mod fixture;
 pub mod harness;
 pub mod idempotency;
@@ -83,6 +90,8 @@ pub mod inbox;
 pub mod journal;
 pub mod ledger;
 pub mod nats;
+pub mod operators;
+pub mod oversight;
 pub mod postgres;
 pub mod push_store;
 pub mod samples;
@@ -101,6 +110,8 @@ pub use journal::journal_behaviours;
 pub use ledger::fixture::{LedgerBehaviour, LedgerFixture, LedgerFixtureFactory};
 pub use ledger::harness::ledger_trials;
 pub use ledger::ledger_behaviours;
+pub use operators::operators_behaviours;
+pub use oversight::oversight_behaviours;
 pub use push_store::{
     PushStoreFactory, PushStoreFixture, push_store_behaviours, push_store_trials,
 };

@@ -1,4 +1,5 @@
-//! `PushStore` behaviours (PUSH.md §3): one function per row of the contract, and their trials.
+//! `PushStore` behaviours (PUSH.md §3): one function per row of the contract — registrations,
+//! cursors, claims, parking, and each registration's attempts log — and their trials.
 //!
 //! Each behaviour takes a [`PushStoreFixture`]: a store over a fresh namespace (its own tenant, or
 //! its own database) and a second store of *another tenant over the same backing state*, for the
@@ -8,7 +9,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Duration, TimeZone, Utc};
-use crewbus_domain::{PushAuthentication, PushConfig, RunId, Secret, Seq, StoreError};
+use crewbus_domain::{
+    AttemptOutcome, PushAttempt, PushAuthentication, PushConfig, RunId, Secret, Seq, StoreError,
+};
 use crewbus_ports::PushStore;
 use libtest_mimic::Trial;
 use tokio::runtime::Runtime;
@@ -61,6 +64,11 @@ pub fn push_store_behaviours() -> Vec<Behaviour<dyn PushStoreFixture>> {
         tenants_never_see_each_others_rows,
         cursor_above_i64_max_is_invalid,
         large_cursors_round_trip,
+        registrations_show_the_runs_delivery_state,
+        record_attempt_keeps_the_newest,
+        attempts_are_listed_newest_first_within_the_limit,
+        attempts_logs_outlive_their_registration_until_pruned,
+        attempts_are_scoped_to_the_tenant,
     ]
 }
 
@@ -499,4 +507,195 @@ pub async fn large_cursors_round_trip(fx: &dyn PushStoreFixture) {
         .await
         .unwrap();
     assert_eq!(s.due(t0(), 10, t0()).await.unwrap()[0].next_seq, max);
+}
+
+fn attempt(at: i64, seq: u64, outcome: AttemptOutcome) -> PushAttempt {
+    PushAttempt {
+        at: t0() + secs(at),
+        seq: Seq(seq),
+        outcome,
+        duration_ms: 10 + seq,
+    }
+}
+
+fn status(code: u16) -> AttemptOutcome {
+    AttemptOutcome::Status { status: code }
+}
+
+/// `registrations` returns every registration of the run with its delivery state (cursor,
+/// attempts, last error, parked), ordered by id; another run's and another tenant's are left out.
+pub async fn registrations_show_the_runs_delivery_state(fx: &dyn PushStoreFixture) {
+    let s = fx.store();
+    let (run, other) = (RunId::new(), RunId::new());
+    for id in ["operator:c", "operator:a", "operator:b"] {
+        s.put(&config(run, id, "c"), Seq(1), t0()).await.unwrap();
+    }
+    s.put(&config(other, "operator:z", "c"), Seq(1), t0())
+        .await
+        .unwrap();
+    s.advance(run, "operator:a", Seq(4), t0() + secs(1))
+        .await
+        .unwrap();
+    s.retry(run, "operator:b", t0() + secs(30), "status 503")
+        .await
+        .unwrap();
+    s.park(run, "operator:c", "status 410").await.unwrap();
+    let got = s.registrations(run).await.unwrap();
+    let ids: Vec<&str> = got.iter().map(|r| r.config.id.as_str()).collect();
+    assert_eq!(ids, vec!["operator:a", "operator:b", "operator:c"]);
+    assert_eq!(got[0].config, config(run, "operator:a", "c"));
+    assert_eq!((got[0].next_seq, got[0].attempts), (Seq(4), 0));
+    assert_eq!(got[0].next_attempt_at, t0() + secs(1));
+    assert_eq!(
+        (got[1].attempts, got[1].next_attempt_at),
+        (1, t0() + secs(30))
+    );
+    assert_eq!(got[1].last_error.as_deref(), Some("status 503"));
+    assert!(got[2].parked && !got[0].parked && !got[1].parked);
+    assert_eq!(got[2].last_error.as_deref(), Some("status 410"));
+    assert!(s.registrations(RunId::new()).await.unwrap().is_empty());
+    assert!(
+        fx.other_tenant()
+            .registrations(run)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
+/// `record_attempt` appends to the registration's log and keeps only its newest `keep`
+/// attempts; outcomes (status or error), seqs and durations round-trip; `keep` 0 is `Invalid`.
+pub async fn record_attempt_keeps_the_newest(fx: &dyn PushStoreFixture) {
+    let s = fx.store();
+    let run = RunId::new();
+    s.put(&config(run, "operator:a", "c"), Seq(1), t0())
+        .await
+        .unwrap();
+    let log: Vec<PushAttempt> = (1..=5)
+        .map(|i| {
+            let outcome = if i % 2 == 0 {
+                AttemptOutcome::Error {
+                    error: format!("timeout {i}"),
+                }
+            } else {
+                status(500 + i as u16)
+            };
+            attempt(i, i as u64, outcome)
+        })
+        .collect();
+    for a in &log {
+        s.record_attempt(run, "operator:a", a, 3).await.unwrap();
+    }
+    let kept = s.attempts(run, "operator:a", 10).await.unwrap();
+    assert_eq!(kept, vec![log[4].clone(), log[3].clone(), log[2].clone()]);
+    assert!(matches!(
+        s.record_attempt(run, "operator:a", &log[0], 0).await,
+        Err(StoreError::Invalid { .. })
+    ));
+    s.record_attempt(run, "operator:a", &attempt(9, 9, status(204)), 1)
+        .await
+        .unwrap();
+    let kept = s.attempts(run, "operator:a", 10).await.unwrap();
+    assert_eq!(kept, vec![attempt(9, 9, status(204))]);
+    assert!(kept[0].outcome.acknowledged());
+    // Another registration's log is its own.
+    assert!(s.attempts(run, "operator:b", 10).await.unwrap().is_empty());
+}
+
+/// `attempts` lists newest first, at most `limit`; a `limit` of 0 or above `MAX_PAGE` is
+/// `Invalid`.
+pub async fn attempts_are_listed_newest_first_within_the_limit(fx: &dyn PushStoreFixture) {
+    let s = fx.store();
+    let run = RunId::new();
+    let log: Vec<PushAttempt> = (1..=4).map(|i| attempt(i, 1, status(503))).collect();
+    for a in &log {
+        s.record_attempt(run, "operator:a", a, 20).await.unwrap();
+    }
+    let newest = s.attempts(run, "operator:a", 2).await.unwrap();
+    assert_eq!(newest, vec![log[3].clone(), log[2].clone()]);
+    for limit in [0, crewbus_domain::MAX_PAGE + 1] {
+        assert!(matches!(
+            s.attempts(run, "operator:a", limit).await,
+            Err(StoreError::Invalid { .. })
+        ));
+    }
+}
+
+/// A log is written without a registration and outlives its registration's `delete`;
+/// `prune_attempts(before)` deletes the logs of registrations that no longer exist and whose
+/// newest attempt is before `before`, counts the attempts deleted, and keeps the logs of live
+/// registrations and recent ones.
+pub async fn attempts_logs_outlive_their_registration_until_pruned(fx: &dyn PushStoreFixture) {
+    let s = fx.store();
+    let run = RunId::new();
+    s.put(&config(run, "operator:done", "c"), Seq(1), t0())
+        .await
+        .unwrap();
+    s.put(&config(run, "operator:live", "c"), Seq(1), t0())
+        .await
+        .unwrap();
+    for i in 0..3 {
+        s.record_attempt(run, "operator:done", &attempt(i, 1, status(500)), 20)
+            .await
+            .unwrap();
+    }
+    s.record_attempt(run, "operator:live", &attempt(1, 1, status(500)), 20)
+        .await
+        .unwrap();
+    s.record_attempt(run, "operator:never", &attempt(2, 1, status(500)), 20)
+        .await
+        .unwrap();
+    s.record_attempt(run, "operator:recent", &attempt(1, 1, status(500)), 20)
+        .await
+        .unwrap();
+    s.record_attempt(run, "operator:recent", &attempt(100, 2, status(200)), 20)
+        .await
+        .unwrap();
+    s.delete(run, "operator:done").await.unwrap();
+    assert_eq!(s.attempts(run, "operator:done", 10).await.unwrap().len(), 3);
+    assert_eq!(s.prune_attempts(t0() + secs(50)).await.unwrap(), 4);
+    assert!(
+        s.attempts(run, "operator:done", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        s.attempts(run, "operator:never", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(s.attempts(run, "operator:live", 10).await.unwrap().len(), 1);
+    assert_eq!(
+        s.attempts(run, "operator:recent", 10).await.unwrap().len(),
+        2
+    );
+    assert_eq!(s.prune_attempts(t0() + secs(50)).await.unwrap(), 0);
+    assert_eq!(s.prune_attempts(t0() + secs(101)).await.unwrap(), 2);
+}
+
+/// One tenant never reads or prunes another tenant's attempts logs.
+pub async fn attempts_are_scoped_to_the_tenant(fx: &dyn PushStoreFixture) {
+    let (mine, theirs) = (fx.store(), fx.other_tenant());
+    let run = RunId::new();
+    mine.record_attempt(run, "operator:a", &attempt(1, 1, status(500)), 20)
+        .await
+        .unwrap();
+    assert!(
+        theirs
+            .attempts(run, "operator:a", 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(theirs.prune_attempts(t0() + secs(1000)).await.unwrap(), 0);
+    theirs
+        .record_attempt(run, "operator:a", &attempt(2, 1, status(502)), 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        mine.attempts(run, "operator:a", 10).await.unwrap(),
+        vec![attempt(1, 1, status(500))]
+    );
 }

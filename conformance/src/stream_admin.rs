@@ -218,6 +218,44 @@ pub async fn check_update_describes_the_change_and_changes_nothing(fx: &dyn Admi
     assert_eq!(again.limits, BODY_QUOTAS, "check_update applied nothing");
 }
 
+/// `stream_status` reads a stream's limits and contents back (`created: false`), whatever
+/// the configured quotas say, changing nothing; a stream never provisioned is
+/// `NotProvisioned`.
+pub async fn stream_status_reads_limits_and_contents_and_changes_nothing(fx: &dyn AdminFixture) {
+    let admin = fx.admin(quotas(99), INBOX_QUOTAS);
+    for kind in [StreamKind::Bodies, StreamKind::Inbox] {
+        assert!(matches!(
+            admin.stream_status(Uuid::new_v4(), kind).await,
+            Err(BusError::NotProvisioned { .. })
+        ));
+    }
+    let (team, _) = provisioned_team(fx).await;
+    let bodies = fx.bodies(team).await;
+    fill(&*bodies, team, 3).await;
+    let status = admin
+        .stream_status(team, StreamKind::Bodies)
+        .await
+        .expect("status");
+    assert_eq!(status.kind, StreamKind::Bodies);
+    assert!(!status.created);
+    assert_eq!(
+        status.limits, BODY_QUOTAS,
+        "the stream's, not the configured ones"
+    );
+    assert_eq!(status.messages, 3);
+    assert!(status.bytes > 0);
+    let inbox = admin
+        .stream_status(team, StreamKind::Inbox)
+        .await
+        .expect("inbox status");
+    assert_eq!(inbox.limits, INBOX_QUOTAS);
+    assert_eq!(
+        as_provisioned(fx, team).await.limits,
+        BODY_QUOTAS,
+        "nothing changed"
+    );
+}
+
 /// A raise is applied and enforced: exactly the new count fits.
 pub async fn raise_is_applied_and_enforced(fx: &dyn AdminFixture) {
     let (team, _) = provisioned_team(fx).await;
@@ -421,6 +459,7 @@ pub fn admin_behaviours() -> Vec<Behaviour<dyn AdminFixture>> {
         provision_inbox_creates_then_keeps_existing_limits,
         update_of_an_unprovisioned_stream_is_not_provisioned,
         check_update_describes_the_change_and_changes_nothing,
+        stream_status_reads_limits_and_contents_and_changes_nothing,
         raise_is_applied_and_enforced,
         decrease_below_the_contents_is_refused_and_keeps_every_body,
         decrease_above_the_contents_is_applied_and_enforced,

@@ -8,8 +8,11 @@
 //! - `memory_windowed::…` — configured like a JetStream deployment: a lower body limit, an inbox
 //!   duplicate window, a short ack wait and `max_deliver` of 2. It exercises the window code and
 //!   lacks `inbox_dedup_for_life`, so that behaviour is reported as ignored with its capability.
-//! - `memory::ledger::…`, `memory::journal::…` — the `Ledger` and `Journal` behaviours on a fresh
-//!   `MemoryLedger` and its journal per test, as `Arc<dyn Ledger>` / `Arc<dyn Journal>`.
+//! - `memory::ledger::…`, `memory::journal::…`, `memory::operators::…`, `memory::oversight::…` —
+//!   the `Ledger`, `Journal`, `Operators` and `Oversight` behaviours on a fresh `MemoryLedger`
+//!   (and its journal) per test, as trait objects;
+//! - `memory::wakeups::…`, `memory::feed::…` — `MemoryWakeups` and `MemoryFeed` on two clones of
+//!   one value.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +29,9 @@ use crewbus_memory::{
     BodiesConfig, InboxConfig, ManualClock, MemoryAdminConfig, MemoryBackends, MemoryConfig,
     MemoryLedger, MemoryStreamAdmin,
 };
-use crewbus_ports::{Backends, Clock, Inbox, Journal, Ledger, MessagingBackend, StreamAdmin};
+use crewbus_ports::{
+    Backends, Clock, Inbox, Journal, Ledger, MessagingBackend, Operators, Oversight, StreamAdmin,
+};
 use uuid::Uuid;
 
 /// Builds a registry with its own manual clock per test.
@@ -246,6 +251,12 @@ impl LedgerFixture for MemoryLedgerFixture {
     fn journal(&self) -> Arc<dyn Journal> {
         Arc::new(self.0.journal())
     }
+    fn operators(&self) -> Arc<dyn Operators> {
+        Arc::new(self.0.clone())
+    }
+    fn oversight(&self) -> Arc<dyn Oversight> {
+        Arc::new(self.0.clone())
+    }
 }
 
 fn main() {
@@ -273,7 +284,27 @@ fn main() {
         Arc::new(MemoryWakeupsFactory),
         &runtime,
     ));
+    trials.extend(crewbus_conformance::feed::feed_trials(
+        "memory",
+        Arc::new(MemoryFeedFactory),
+        &runtime,
+    ));
     libtest_mimic::run(&args, trials).exit();
+}
+
+/// Two handles of one in-process deployment: clones of one `MemoryFeed`.
+struct MemoryFeedFactory;
+
+#[async_trait]
+impl crewbus_conformance::feed::FeedFactory for MemoryFeedFactory {
+    async fn pair(&self) -> Result<crewbus_conformance::feed::FeedPair, FixtureError> {
+        let feed = crewbus_memory::MemoryFeed::new();
+        Ok(crewbus_conformance::feed::FeedPair {
+            a: Arc::new(feed.clone()),
+            b: Arc::new(feed),
+            keep: Box::new(()),
+        })
+    }
 }
 
 /// Two handles of one in-process deployment: clones of one `MemoryWakeups`.

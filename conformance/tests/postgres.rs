@@ -3,9 +3,13 @@
 //!
 //! - `postgres::<port>::<behaviour>` — the shared MessagingBackend and Inbox behaviours
 //!   (idempotency and ack-after-commit included) through the `PostgresBackends` registry;
-//! - `postgres::ledger::…`, `postgres::journal::…` — the shared Ledger and Journal behaviours on
-//!   `PostgresLedger` and its journal;
-//! - the rest — Postgres-specific tests (concurrency, fencing, U+0000, restarts, errors).
+//! - `postgres::ledger::…`, `postgres::journal::…`, `postgres::operators::…`,
+//!   `postgres::oversight::…` — the shared Ledger, Journal, Operators and Oversight behaviours
+//!   on `PostgresLedger` and its journal;
+//! - `postgres::wakeups::…`, `postgres::feed::…` — the shared Wakeups and Feed behaviours on two
+//!   handles of one database;
+//! - the rest — Postgres-specific tests (concurrency, fencing, U+0000, restarts, errors, the
+//!   console feed's session, upgrading a database made before the console migration).
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +23,9 @@ use crewbus_conformance::{
 };
 use crewbus_domain::{BusError, BusResult, TenantId};
 use crewbus_memory::ManualClock;
-use crewbus_ports::{Backends, Clock, Inbox, Journal, Ledger, MessagingBackend};
+use crewbus_ports::{
+    Backends, Clock, Inbox, Journal, Ledger, MessagingBackend, Operators, Oversight,
+};
 use crewbus_postgres::{PostgresBackends, PostgresInbox, PostgresLedger, PostgresSettings};
 use libtest_mimic::Arguments;
 use uuid::Uuid;
@@ -36,6 +42,8 @@ macro_rules! tests {
 mod body;
 #[path = "postgres/errors.rs"]
 mod errors;
+#[path = "postgres/feed.rs"]
+mod feed;
 #[path = "postgres/inbox.rs"]
 mod inbox;
 #[path = "postgres/ledger.rs"]
@@ -44,6 +52,8 @@ mod ledger;
 mod restart;
 #[path = "postgres/support.rs"]
 mod support;
+#[path = "postgres/upgrade.rs"]
+mod upgrade;
 #[path = "postgres/wakeups.rs"]
 mod wakeups;
 
@@ -205,6 +215,12 @@ impl LedgerFixture for PgLedger {
     fn journal(&self) -> Arc<dyn Journal> {
         Arc::new(self.ledger.journal())
     }
+    fn operators(&self) -> Arc<dyn Operators> {
+        Arc::new(self.ledger.clone())
+    }
+    fn oversight(&self) -> Arc<dyn Oversight> {
+        Arc::new(self.ledger.clone())
+    }
 }
 
 fn main() {
@@ -218,6 +234,8 @@ fn main() {
         restart::TESTS,
         ledger::TESTS,
         wakeups::TESTS,
+        feed::TESTS,
+        upgrade::TESTS,
     ]
     .concat();
     // This target's own tests on a runtime of their own, as they load the server hard.
@@ -231,10 +249,13 @@ fn main() {
         Arc::new(wakeups::PgWakeupsFactory),
         &shared,
     );
+    let feed =
+        crewbus_conformance::feed::feed_trials("postgres", Arc::new(feed::PgFeedFactory), &shared);
     let trials = conformance
         .into_iter()
         .chain(ledger)
         .chain(wakeups)
+        .chain(feed)
         .chain(own)
         .collect();
     libtest_mimic::run(&args, trials).exit();

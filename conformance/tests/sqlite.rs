@@ -3,18 +3,20 @@
 //!
 //! - `sqlite::<port>::<behaviour>` — the shared MessagingBackend and Inbox behaviours
 //!   (idempotency and ack-after-commit included) through the `SqliteBackends` registry;
-//! - `sqlite::ledger::…`, `sqlite::journal::…` — the shared Ledger and Journal behaviours on
-//!   `SqliteLedger` and its journal;
-//! - `sqlite::wakeups::…` — declared not offered (ignored with the reason): one server per
-//!   store, so there are no cross-server wake-ups to test;
+//! - `sqlite::ledger::…`, `sqlite::journal::…`, `sqlite::operators::…`, `sqlite::oversight::…`
+//!   — the shared Ledger, Journal, Operators and Oversight behaviours on `SqliteLedger` and its
+//!   journal;
+//! - `sqlite::wakeups::…`, `sqlite::feed::…` — declared not offered (ignored with the reason):
+//!   one server per store, so there are no cross-server wake-ups or console events to test;
 //! - the rest — SQLite-specific tests (32 concurrent writers, reopening, busy contention,
-//!   backups).
+//!   backups, upgrading a store made before the console migration).
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
+use crewbus_conformance::feed::{FeedPair, feed_behaviours};
 use crewbus_conformance::trial::{Lack, NoFixture, Run, Source, Suite};
 use crewbus_conformance::wakeups::{WakeupsPair, wakeups_behaviours};
 use crewbus_conformance::{
@@ -23,7 +25,9 @@ use crewbus_conformance::{
 };
 use crewbus_domain::{BusError, BusResult, TenantId};
 use crewbus_memory::ManualClock;
-use crewbus_ports::{Backends, Clock, Inbox, Journal, Ledger, MessagingBackend};
+use crewbus_ports::{
+    Backends, Clock, Inbox, Journal, Ledger, MessagingBackend, Operators, Oversight,
+};
 use crewbus_sqlite::{SqliteBackends, SqliteInbox, SqliteLedger, SqliteSettings};
 use libtest_mimic::Arguments;
 use uuid::Uuid;
@@ -46,6 +50,8 @@ mod concurrency;
 mod durability;
 #[path = "sqlite/support.rs"]
 mod support;
+#[path = "sqlite/upgrade.rs"]
+mod upgrade;
 
 /// One of this target's own tests: it needs no fixture.
 pub(crate) type TestFn = Run<()>;
@@ -204,6 +210,12 @@ impl LedgerFixture for SqliteLedgerFixture {
     fn journal(&self) -> Arc<dyn Journal> {
         Arc::new(self.ledger.journal())
     }
+    fn operators(&self) -> Arc<dyn Operators> {
+        Arc::new(self.ledger.clone())
+    }
+    fn oversight(&self) -> Arc<dyn Oversight> {
+        Arc::new(self.ledger.clone())
+    }
 }
 
 /// The `Wakeups` behaviours are about wake-ups between servers sharing one ledger. A SQLite
@@ -231,6 +243,30 @@ impl Source for NoCrossServerWakeups {
     }
 }
 
+/// The `Feed` behaviours, likewise, are about the console's events between servers sharing one
+/// ledger: a SQLite store's server publishes in process (crewbus-memory's `MemoryFeed`, whose
+/// behaviours run in the memory target). Each behaviour is listed and ignored, naming this.
+struct NoCrossServerFeed;
+
+#[async_trait]
+impl Source for NoCrossServerFeed {
+    type Fixture = FeedPair;
+    type Need = Infallible;
+
+    fn lacks(&self, _needs: &[Infallible]) -> Option<Lack> {
+        Some(Lack {
+            kind: Some("missing:cross_server_feed".to_owned()),
+            reason: "sqlite has one server per store: the console feed is in process \
+                     (MemoryFeed, run by the memory target)"
+                .to_owned(),
+        })
+    }
+
+    async fn fixture(&self) -> Result<Box<FeedPair>, FixtureError> {
+        Err("sqlite offers no cross-server feed".into())
+    }
+}
+
 fn main() {
     let args = Arguments::from_args();
     let shared = crewbus_conformance::runtime();
@@ -240,11 +276,13 @@ fn main() {
         crewbus_conformance::ledger_trials("sqlite", Arc::new(SqliteLedgerFactory), &shared);
     let wakeups =
         Suite::new(Arc::new(NoCrossServerWakeups), &shared).trials("sqlite", wakeups_behaviours());
+    let feed = Suite::new(Arc::new(NoCrossServerFeed), &shared).trials("sqlite", feed_behaviours());
     let own = [
         adapters::TESTS,
         concurrency::TESTS,
         durability::TESTS,
         busy::TESTS,
+        upgrade::TESTS,
     ]
     .concat();
     // This target's own tests on a runtime of their own, as they load the store hard.
@@ -256,6 +294,7 @@ fn main() {
         .into_iter()
         .chain(ledger)
         .chain(wakeups)
+        .chain(feed)
         .chain(own)
         .collect();
     libtest_mimic::run(&args, trials).exit();

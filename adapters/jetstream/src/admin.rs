@@ -32,6 +32,10 @@ impl StreamAdmin for JetStreamAdmin {
         JetStreamBackend::provision_inbox(&self.config, team).await
     }
 
+    async fn stream_status(&self, team: Uuid, kind: StreamKind) -> BusResult<Provisioned> {
+        JetStreamBackend::stream_status(&self.config, team, kind).await
+    }
+
     async fn check_update(&self, team: Uuid, kind: StreamKind) -> BusResult<QuotaChange> {
         JetStreamBackend::check_update(&self.config, team, kind).await
     }

@@ -393,6 +393,19 @@ impl JetStreamBackend {
         Admin::open(config).await?.check_update(team_id, kind).await
     }
 
+    /// The team's `kind` stream as it stands (limits and contents from its stream info),
+    /// judging nothing: `$JS.API.STREAM.INFO` only, so the runtime credential may ask.
+    /// Errors: no such stream → `NotProvisioned`; the broker's.
+    pub async fn stream_status(
+        config: &Config,
+        team_id: Uuid,
+        kind: StreamKind,
+    ) -> BusResult<Provisioned> {
+        let admin = Admin::open(config).await?;
+        let info = admin.read_existing(team_id, kind).await?;
+        Ok(provisioned(&info, kind, false))
+    }
+
     /// [`JetStreamBackend::check_update`], then [`JetStreamBackend::apply_update`]. The result
     /// carries contents read back afterwards.
     pub async fn update_quotas(

@@ -1,7 +1,7 @@
 //! crewbus memory adapters: in-process implementations of the bus ports with the real
 //! semantics (idempotent bodies, discard-new quotas, redelivery, max deliver, discard-old
-//! overflow, deduplication), the ledger and journal, a manual clock, and fault injection for
-//! tests.
+//! overflow, deduplication), the ledger and journal (with the operators and the console's
+//! oversight reads), the console feed, a manual clock, and fault injection for tests.
 //!
 //! Memory adapters never read a clock of their own: every time-dependent decision (ack waits,
 //! store times for retention, duplicate windows) reads the injected `Arc<dyn Clock>`, so tests
@@ -32,6 +32,7 @@ mod bodies;
 mod clock;
 mod config;
 mod faults;
+mod feed;
 mod inbox;
 mod key_ring;
 mod ledger;
@@ -49,6 +50,7 @@ pub use bodies::MemoryBackend;
 pub use clock::ManualClock;
 pub use config::{BodiesConfig, InboxConfig, MemoryConfig};
 pub use faults::Faults;
+pub use feed::MemoryFeed;
 pub use inbox::MemoryInbox;
 pub use key_ring::TestKeyRing;
 pub use ledger::MemoryJournal;

@@ -5,7 +5,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use crewbus_domain::{PushConfig, PushRegistration, RunId, Seq, StoreError, TenantId};
+use crewbus_domain::{
+    PushAttempt, PushConfig, PushRegistration, RunId, Seq, StoreError, TenantId,
+    validate_journal_limit,
+};
 use crewbus_ports::PushStore;
 
 type Key = (TenantId, RunId, String);
@@ -15,6 +18,9 @@ struct State {
     rows: BTreeMap<Key, Row>,
     /// Monotonic counter ordering parked rows by when they were parked.
     parks: u64,
+    /// Each registration's attempts log, oldest first; kept apart from `rows`, so it outlives
+    /// its registration until pruned.
+    attempts: BTreeMap<Key, Vec<PushAttempt>>,
 }
 
 struct Row {
@@ -23,7 +29,8 @@ struct Row {
 }
 
 /// A [`PushStore`] in memory, with the same semantics as the Postgres store: tenant scoping,
-/// cursors that never move backward, claims on `due`, parking.
+/// cursors that never move backward, claims on `due`, parking, and attempts logs that outlive
+/// their registrations until pruned.
 ///
 /// Clones share state. Stores of several tenants can share one backing state
 /// ([`MemoryPushStore::for_tenant`]), as tenants share one database; each sees only its rows.
@@ -245,5 +252,71 @@ impl PushStore for MemoryPushStore {
     async fn delete(&self, run: RunId, id: &str) -> Result<(), StoreError> {
         self.lock().rows.remove(&self.key(run, id));
         Ok(())
+    }
+
+    async fn registrations(&self, run: RunId) -> Result<Vec<PushRegistration>, StoreError> {
+        Ok(self
+            .lock()
+            .rows
+            .iter()
+            .filter(|((t, r, _), _)| *t == self.tenant && *r == run)
+            .map(|(_, row)| row.registration.clone())
+            .collect())
+    }
+
+    async fn record_attempt(
+        &self,
+        run: RunId,
+        id: &str,
+        attempt: &PushAttempt,
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        if keep == 0 {
+            return Err(StoreError::invalid(
+                "an attempts log keeps at least 1 attempt",
+            ));
+        }
+        PushRegistration::storable_cursor(attempt.seq)?;
+        let mut state = self.lock();
+        let log = state.attempts.entry(self.key(run, id)).or_default();
+        log.push(attempt.clone());
+        let excess = log.len().saturating_sub(keep);
+        log.drain(..excess);
+        Ok(())
+    }
+
+    async fn attempts(
+        &self,
+        run: RunId,
+        id: &str,
+        limit: usize,
+    ) -> Result<Vec<PushAttempt>, StoreError> {
+        validate_journal_limit(limit)?;
+        Ok(self
+            .lock()
+            .attempts
+            .get(&self.key(run, id))
+            .map(|log| log.iter().rev().take(limit).cloned().collect())
+            .unwrap_or_default())
+    }
+
+    async fn prune_attempts(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let mut state = self.lock();
+        let State { rows, attempts, .. } = &mut *state;
+        let mut pruned = 0;
+        attempts.retain(|key, log| {
+            let gone = key.0 == self.tenant
+                && !rows.contains_key(key)
+                && log
+                    .iter()
+                    .map(|a| a.at)
+                    .max()
+                    .is_none_or(|newest| newest < before);
+            if gone {
+                pruned += log.len() as u64;
+            }
+            !gone
+        });
+        Ok(pruned)
     }
 }

@@ -267,6 +267,17 @@ impl StreamAdmin for MemoryStreamAdmin {
         self.provision_kind(team, StreamKind::Inbox)
     }
 
+    async fn stream_status(&self, team: Uuid, kind: StreamKind) -> BusResult<Provisioned> {
+        let table = self.table();
+        let Some(limits) = table.streams.get(&(team, kind)).copied() else {
+            return Err(BusError::NotProvisioned {
+                what: format!("{kind} stream {}", Self::name(team, kind)),
+                remedy: "provision the team's streams first".to_owned(),
+            });
+        };
+        Ok(self.provisioned(team, kind, limits, false))
+    }
+
     async fn check_update(&self, team: Uuid, kind: StreamKind) -> BusResult<QuotaChange> {
         let table = self.table();
         self.change(&table, team, kind, self.config.quotas(kind))

@@ -267,4 +267,52 @@ impl Journal for PostgresJournal {
             outcome.as_deref(),
         ))
     }
+
+    async fn runs(
+        &self,
+        team: Uuid,
+        before: Option<DateTime<Utc>>,
+        limit: usize,
+    ) -> Result<Vec<Run>, StoreError> {
+        validate_journal_limit(limit)?;
+        type Row = (
+            Uuid,
+            Uuid,
+            Uuid,
+            DateTime<Utc>,
+            i64,
+            Option<DateTime<Utc>>,
+            Option<String>,
+        );
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT id, team_id, agent_id, admitted_at, last_seq, sealed_at, outcome
+             FROM runs
+             WHERE tenant = $1 AND team_id = $2
+               AND ($3::timestamptz IS NULL OR admitted_at < $3)
+             ORDER BY admitted_at DESC, id DESC LIMIT $4",
+        )
+        .bind(self.tenant.as_str())
+        .bind(team)
+        .bind(before)
+        .bind(limit as i64)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| store_error(e, "journal runs"))?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(id, team, agent, admitted_at, last_seq, sealed_at, outcome)| {
+                    Run::from_stored(
+                        RunId(id),
+                        team,
+                        agent,
+                        admitted_at,
+                        Seq(last_seq as u64),
+                        sealed_at,
+                        outcome.as_deref(),
+                    )
+                },
+            )
+            .collect())
+    }
 }

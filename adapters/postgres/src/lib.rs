@@ -1,6 +1,9 @@
 //! crewbus Postgres adapter, over sqlx: the schema and its migrations ([`migrate`]), the ledger
-//! ([`PostgresLedger`]) and journal ([`PostgresJournal`]), a body backend ([`PostgresBackend`]),
-//! an inbox as a queue table ([`PostgresInbox`]) and their registry ([`PostgresBackends`]).
+//! ([`PostgresLedger`], also the operators and the console's oversight reads) and journal
+//! ([`PostgresJournal`]), a body backend ([`PostgresBackend`]), an inbox as a queue table
+//! ([`PostgresInbox`]) and their registry ([`PostgresBackends`]), the push store
+//! ([`PostgresPushStore`]), wake-ups ([`PostgresWakeups`]) and the console feed
+//! ([`PostgresFeed`]) over `LISTEN/NOTIFY`.
 //!
 //! Every statement binds its time from the caller or an injected `Clock` (never `now()` in SQL),
 //! and every database error is mapped to a `BusError` in one function, by SQLSTATE and sqlx
@@ -10,6 +13,7 @@
 mod body;
 mod connect;
 mod error;
+mod feed;
 mod inbox;
 mod journal;
 mod ledger;
@@ -20,6 +24,7 @@ mod wakeups;
 
 pub use body::PostgresBackend;
 pub use connect::{PostgresConfig, connect};
+pub use feed::{FEED_CHANNEL, LAGGED_PAYLOAD, PostgresFeed};
 pub use inbox::PostgresInbox;
 pub use journal::PostgresJournal;
 pub use ledger::PostgresLedger;

@@ -2,7 +2,10 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use crewbus_domain::{PushConfig, PushRegistration, RunId, Seq, StoreError, TenantId};
+use crewbus_domain::{
+    PushAttempt, PushConfig, PushRegistration, RunId, Seq, StoreError, TenantId,
+    validate_journal_limit,
+};
 use crewbus_ports::PushStore;
 use sqlx::postgres::PgRow;
 use sqlx::{PgPool, Row};
@@ -24,6 +27,9 @@ use crate::error::store_error;
 ///   stored counter non-negative, and a value that still does not fit is a `Backend` error,
 ///   never a wrapped-around cursor.
 /// - Time comes from the caller; the park order comes from a sequence (no clock in SQL).
+/// - Each registration's attempts log is `push_attempts` (no foreign key: it outlives its
+///   registration until `prune_attempts`), ordered by its identity `ord`: `record_attempt`
+///   inserts and trims to the newest `keep` in one statement.
 ///
 /// Errors: mapped by SQLSTATE in `error::store_error` — connection trouble → `Unavailable`
 /// (retryable), refused data (e.g. U+0000 in a text) → `Invalid`, the rest → `Backend`.
@@ -309,5 +315,104 @@ impl PushStore for PostgresPushStore {
         .bind(run.0)
         .bind(id);
         self.execute("push store delete", query).await.map(drop)
+    }
+
+    async fn registrations(&self, run: RunId) -> Result<Vec<PushRegistration>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM push_registrations
+             WHERE tenant = $1 AND run_id = $2 ORDER BY id COLLATE \"C\""
+        ))
+        .bind(self.tenant.as_str())
+        .bind(run.0)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| store_error(e, "push store registrations"))?;
+        rows.iter()
+            .map(|row| registration_of(row, "next_attempt_at"))
+            .collect()
+    }
+
+    async fn record_attempt(
+        &self,
+        run: RunId,
+        id: &str,
+        attempt: &PushAttempt,
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        PushAttempt::check_keep(keep)?;
+        let seq = PushRegistration::storable_cursor(attempt.seq)?;
+        let (status, error) = attempt.outcome_columns();
+        // One statement: the insert, then the trim (which sees the log as it was before the
+        // insert, so it keeps `keep - 1` of the older entries).
+        let query = sqlx::query(
+            "WITH added AS (
+                 INSERT INTO push_attempts
+                     (tenant, run_id, id, at, seq, status, error, duration_ms)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+             )
+             DELETE FROM push_attempts
+             WHERE tenant = $1 AND run_id = $2 AND id = $3
+               AND ord NOT IN (
+                   SELECT ord FROM push_attempts
+                   WHERE tenant = $1 AND run_id = $2 AND id = $3
+                   ORDER BY ord DESC LIMIT $9)",
+        )
+        .bind(self.tenant.as_str())
+        .bind(run.0)
+        .bind(id)
+        .bind(attempt.at)
+        .bind(seq)
+        .bind(status)
+        .bind(error)
+        .bind(i64::try_from(attempt.duration_ms).unwrap_or(i64::MAX))
+        .bind(limit(keep - 1));
+        self.execute("push store record attempt", query)
+            .await
+            .map(drop)
+    }
+
+    async fn attempts(
+        &self,
+        run: RunId,
+        id: &str,
+        limit_rows: usize,
+    ) -> Result<Vec<PushAttempt>, StoreError> {
+        validate_journal_limit(limit_rows)?;
+        type Row = (DateTime<Utc>, i64, Option<i64>, Option<String>, i64);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT at, seq, status, error, duration_ms FROM push_attempts
+             WHERE tenant = $1 AND run_id = $2 AND id = $3
+             ORDER BY ord DESC LIMIT $4",
+        )
+        .bind(self.tenant.as_str())
+        .bind(run.0)
+        .bind(id)
+        .bind(limit(limit_rows))
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| store_error(e, "push store attempts"))?;
+        rows.into_iter()
+            .map(|(at, seq, status, error, duration_ms)| {
+                PushAttempt::from_stored("postgres", at, seq, status, error, duration_ms)
+            })
+            .collect()
+    }
+
+    async fn prune_attempts(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let query = sqlx::query(
+            "DELETE FROM push_attempts
+             WHERE tenant = $1
+               AND (run_id, id) IN (
+                   SELECT a.run_id, a.id FROM push_attempts a
+                   WHERE a.tenant = $1
+                     AND NOT EXISTS (
+                         SELECT 1 FROM push_registrations p
+                         WHERE p.tenant = $1 AND p.run_id = a.run_id AND p.id = a.id)
+                   GROUP BY a.run_id, a.id
+                   HAVING max(a.at) < $2)",
+        )
+        .bind(self.tenant.as_str())
+        .bind(before);
+        self.execute("push store prune attempts", query).await
     }
 }

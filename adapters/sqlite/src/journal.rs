@@ -256,4 +256,43 @@ impl Journal for SqliteJournal {
             outcome.as_deref(),
         ))
     }
+
+    async fn runs(
+        &self,
+        team: Uuid,
+        before: Option<DateTime<Utc>>,
+        limit: usize,
+    ) -> Result<Vec<Run>, StoreError> {
+        validate_journal_limit(limit)?;
+        type Row = (Uuid, Uuid, Uuid, Ts, i64, Option<Ts>, Option<String>);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT id, team_id, agent_id, admitted_at, last_seq, sealed_at, outcome
+             FROM runs
+             WHERE tenant = ?1 AND team_id = ?2 AND (?3 IS NULL OR admitted_at < ?3)
+             ORDER BY admitted_at DESC, id DESC LIMIT ?4",
+        )
+        .bind(self.tenant.as_str())
+        .bind(team)
+        .bind(before.map(Ts))
+        .bind(limit as i64)
+        .fetch_all(self.pools.reader())
+        .await
+        .map_err(self.pools.st("journal runs"))?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(id, team, agent, admitted_at, last_seq, sealed_at, outcome)| {
+                    Run::from_stored(
+                        RunId(id),
+                        team,
+                        agent,
+                        admitted_at.0,
+                        Seq(from_db(last_seq)),
+                        opt(sealed_at),
+                        outcome.as_deref(),
+                    )
+                },
+            )
+            .collect())
+    }
 }

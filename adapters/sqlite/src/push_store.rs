@@ -2,12 +2,15 @@
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use crewbus_domain::{PushConfig, PushRegistration, RunId, Seq, StoreError, TenantId};
+use crewbus_domain::{
+    PushAttempt, PushConfig, PushRegistration, RunId, Seq, StoreError, TenantId,
+    validate_journal_limit,
+};
 use crewbus_ports::PushStore;
 use sqlx::sqlite::{SqliteArguments, SqliteRow};
 use sqlx::{Row, Sqlite};
 
-use crate::codec::Ts;
+use crate::codec::{Ts, db_i64};
 use crate::connect::SqlitePools;
 
 /// One tenant's push registrations in SQLite (schema: `20261201000002_push.sql`).
@@ -308,5 +311,107 @@ impl PushStore for SqlitePushStore {
         .bind(run.0)
         .bind(id);
         self.execute("push store delete", query).await.map(drop)
+    }
+
+    async fn registrations(&self, run: RunId) -> Result<Vec<PushRegistration>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM push_registrations
+             WHERE tenant = ? AND run_id = ? ORDER BY id"
+        ))
+        .bind(self.tenant.as_str())
+        .bind(run.0)
+        .fetch_all(self.pools.reader())
+        .await
+        .map_err(self.pools.st("push store registrations"))?;
+        rows.iter().map(|row| self.registration_of(row)).collect()
+    }
+
+    async fn record_attempt(
+        &self,
+        run: RunId,
+        id: &str,
+        attempt: &PushAttempt,
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        PushAttempt::check_keep(keep)?;
+        let seq = PushRegistration::storable_cursor(attempt.seq)?;
+        let (status, error) = attempt.outcome_columns();
+        let what = "push store record attempt";
+        let mut tx = self.pools.begin_store(what).await?;
+        sqlx::query(
+            "INSERT INTO push_attempts (tenant, run_id, id, at, seq, status, error, duration_ms)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(self.tenant.as_str())
+        .bind(run.0)
+        .bind(id)
+        .bind(Ts(attempt.at))
+        .bind(seq)
+        .bind(status)
+        .bind(error)
+        .bind(db_i64(attempt.duration_ms))
+        .execute(&mut *tx)
+        .await
+        .map_err(self.pools.st(what))?;
+        sqlx::query(
+            "DELETE FROM push_attempts
+             WHERE tenant = ?1 AND run_id = ?2 AND id = ?3
+               AND ord NOT IN (
+                   SELECT ord FROM push_attempts
+                   WHERE tenant = ?1 AND run_id = ?2 AND id = ?3
+                   ORDER BY ord DESC LIMIT ?4)",
+        )
+        .bind(self.tenant.as_str())
+        .bind(run.0)
+        .bind(id)
+        .bind(limit(keep))
+        .execute(&mut *tx)
+        .await
+        .map_err(self.pools.st(what))?;
+        tx.commit().await.map_err(self.pools.st(what))
+    }
+
+    async fn attempts(
+        &self,
+        run: RunId,
+        id: &str,
+        limit_rows: usize,
+    ) -> Result<Vec<PushAttempt>, StoreError> {
+        validate_journal_limit(limit_rows)?;
+        let rows: Vec<(Ts, i64, Option<i64>, Option<String>, i64)> = sqlx::query_as(
+            "SELECT at, seq, status, error, duration_ms FROM push_attempts
+             WHERE tenant = ? AND run_id = ? AND id = ?
+             ORDER BY ord DESC LIMIT ?",
+        )
+        .bind(self.tenant.as_str())
+        .bind(run.0)
+        .bind(id)
+        .bind(limit(limit_rows))
+        .fetch_all(self.pools.reader())
+        .await
+        .map_err(self.pools.st("push store attempts"))?;
+        rows.into_iter()
+            .map(|(at, seq, status, error, duration_ms)| {
+                PushAttempt::from_stored("sqlite", at.0, seq, status, error, duration_ms)
+            })
+            .collect()
+    }
+
+    async fn prune_attempts(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        let query = sqlx::query(
+            "DELETE FROM push_attempts
+             WHERE tenant = ?1
+               AND (run_id, id) IN (
+                   SELECT a.run_id, a.id FROM push_attempts a
+                   WHERE a.tenant = ?1
+                     AND NOT EXISTS (
+                         SELECT 1 FROM push_registrations p
+                         WHERE p.tenant = ?1 AND p.run_id = a.run_id AND p.id = a.id)
+                   GROUP BY a.run_id, a.id
+                   HAVING max(a.at) < ?2)",
+        )
+        .bind(self.tenant.as_str())
+        .bind(Ts(before));
+        self.execute("push store prune attempts", query).await
     }
 }

@@ -3,12 +3,12 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use crewbus_ports::{Journal, Ledger};
+use crewbus_ports::{Journal, Ledger, Operators, Oversight};
 
 use crate::FixtureError;
 use crate::trial::Run;
 
-/// A fresh, empty ledger and its journal for one behaviour.
+/// A fresh, empty ledger, its journal, its operators and its oversight reads for one behaviour.
 ///
 /// Nothing is visible from another test (a fresh memory state; a fresh Postgres database with
 /// migrations applied): behaviours lease "every due slot" and count the whole ledger. The journal
@@ -23,6 +23,13 @@ pub trait LedgerFixture: Send + Sync {
 
     /// The journal sharing the ledger's store.
     fn journal(&self) -> Arc<dyn Journal>;
+
+    /// The operators of the ledger's store and tenant: agents' and operators' token hashes are
+    /// checked against each other, and operator scopes name the ledger's teams.
+    fn operators(&self) -> Arc<dyn Operators>;
+
+    /// The oversight reads and human members over the ledger's store and tenant.
+    fn oversight(&self) -> Arc<dyn Oversight>;
 }
 
 /// Builds a fresh [`LedgerFixture`] per test for one adapter. Shared resources (a server, an
@@ -33,6 +40,6 @@ pub trait LedgerFixtureFactory: Send + Sync + 'static {
     async fn fixture(&self) -> Result<Box<dyn LedgerFixture>, FixtureError>;
 }
 
-/// One ledger or journal behaviour, type-erased: runs on a fresh fixture and panics on a failed
+/// One ledger, journal, operators or oversight behaviour, type-erased: runs on a fresh fixture and panics on a failed
 /// assertion.
 pub type LedgerBehaviour = Run<dyn LedgerFixture>;

@@ -1,4 +1,4 @@
-//! The ledger and journal behaviours as libtest-mimic trials.
+//! The ledger, journal, operators and oversight behaviours as libtest-mimic trials.
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -10,10 +10,11 @@ use tokio::runtime::Runtime;
 use crate::trial::{Lack, Source, Suite};
 use crate::{
     FixtureError, LedgerFixture, LedgerFixtureFactory, journal_behaviours, ledger_behaviours,
+    operators_behaviours, oversight_behaviours,
 };
 
-/// The ledger fixtures' factory is the source of the ledger and journal behaviours; they need
-/// nothing of it.
+/// The ledger fixtures' factory is the source of the ledger, journal, operators and oversight
+/// behaviours; they need nothing of it.
 #[async_trait]
 impl Source for dyn LedgerFixtureFactory {
     type Fixture = dyn LedgerFixture;
@@ -28,8 +29,9 @@ impl Source for dyn LedgerFixtureFactory {
     }
 }
 
-/// Every ledger and journal behaviour as its own trial, named `<target>::ledger::<behaviour>` and
-/// `<target>::journal::<behaviour>`.
+/// Every ledger, journal, operators and oversight behaviour as its own trial, named
+/// `<target>::ledger::<behaviour>`, `<target>::journal::<behaviour>`,
+/// `<target>::operators::<behaviour>` and `<target>::oversight::<behaviour>`.
 ///
 /// Each trial asks `factory` for a fresh fixture and runs the behaviour as a task on `runtime`
 /// (see [`crate::trial`]), failing on a panic (an assertion), a fixture error, or after
@@ -43,7 +45,11 @@ pub fn ledger_trials(
 ) -> Vec<Trial> {
     Suite::new(factory, runtime).trials(
         target,
-        ledger_behaviours().into_iter().chain(journal_behaviours()),
+        ledger_behaviours()
+            .into_iter()
+            .chain(journal_behaviours())
+            .chain(operators_behaviours())
+            .chain(oversight_behaviours()),
     )
 }
 
@@ -71,14 +77,18 @@ mod tests {
         let trials = ledger_trials("x", Arc::new(Unreachable), &runtime);
         assert_eq!(
             trials.len(),
-            ledger_behaviours().len() + journal_behaviours().len()
+            ledger_behaviours().len()
+                + journal_behaviours().len()
+                + operators_behaviours().len()
+                + oversight_behaviours().len()
         );
         let names: HashSet<&str> = trials.iter().map(Trial::name).collect();
         assert_eq!(names.len(), trials.len());
+        let ports = ["ledger", "journal", "operators", "oversight"];
         assert!(
             names
                 .iter()
-                .all(|n| n.starts_with("x::ledger::") || n.starts_with("x::journal::"))
+                .all(|n| { ports.iter().any(|p| n.starts_with(&format!("x::{p}::"))) })
         );
     }
 

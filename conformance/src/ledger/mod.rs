@@ -6,7 +6,8 @@
 //!
 //! One file per section of the port: [`directory`] (teams, agents, conversations), [`send`],
 //! [`send_batch`] (group commit), [`relay`] (outbox slots), [`references`] (inbox events),
-//! [`delivery`] (hand-outs, receipts), [`history`], [`retention`] and [`counts`]; the validation every section shares stands here.
+//! [`delivery`] (hand-outs, receipts), [`history`], [`retention`] and [`counts`], and
+//! [`humans`] (a team's human members); the validation every section shares stands here.
 //! Their fixture, the small world they set up and their instants are [`fixture`], `scene` and
 //! [`time`].
 
@@ -28,6 +29,7 @@ pub mod directory;
 pub mod fixture;
 pub(crate) mod harness;
 pub mod history;
+pub mod humans;
 pub mod references;
 pub mod relay;
 pub mod retention;
@@ -40,6 +42,7 @@ pub use counts::*;
 pub use delivery::*;
 pub use directory::*;
 pub use history::*;
+pub use humans::*;
 pub use references::*;
 pub use relay::*;
 pub use retention::*;
@@ -96,6 +99,8 @@ pub fn ledger_behaviours() -> Vec<Behaviour<dyn LedgerFixture>> {
         retention_marks_bodies_past_the_cutoff,
         counts_report_publication_and_delivery,
         limits_and_durations_are_validated,
+        a_human_member_gets_no_receipts_and_cannot_authenticate,
+        messages_of_a_human_member_carry_its_kind,
     ]
 }
 

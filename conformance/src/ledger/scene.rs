@@ -9,7 +9,7 @@ use crewbus_domain::{
     Agent, Conversation, HistoryPage, LeasedSlot, Locator, Message, RunId, SendRequest, Sent,
     SettleOutcome, Settlement, SlotOutcome, Team, TokenHash,
 };
-use crewbus_ports::{Journal, Ledger};
+use crewbus_ports::{Journal, Ledger, Operators, Oversight};
 use uuid::Uuid;
 
 use super::time::t;
@@ -42,6 +42,8 @@ pub(crate) fn locator_for(message: Uuid) -> Locator {
 pub(crate) struct Scene {
     pub(crate) ledger: Arc<dyn Ledger>,
     pub(crate) journal: Arc<dyn Journal>,
+    pub(crate) operators: Arc<dyn Operators>,
+    pub(crate) oversight: Arc<dyn Oversight>,
     pub(crate) team: Team,
     pub(crate) a: Agent,
     pub(crate) b: Agent,
@@ -76,6 +78,8 @@ pub(crate) async fn scene<F: LedgerFixture + ?Sized>(fx: &F, backend: &str) -> S
     Scene {
         ledger,
         journal,
+        operators: fx.operators(),
+        oversight: fx.oversight(),
         team,
         a,
         b,

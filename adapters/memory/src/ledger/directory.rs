@@ -4,7 +4,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, Conversation, Member, Team, TokenHash, recipient_key_for,
+    Agent, AgentKind, BusError, BusResult, Conversation, Member, Team, TokenHash, recipient_key_for,
 };
 use uuid::Uuid;
 
@@ -70,7 +70,7 @@ pub(super) fn create_agent(
     if st.agents.values().any(|a| a.team == team && a.name == name) {
         return Err(BusError::conflict(format!("agent name {name:?} is taken")));
     }
-    if st.tokens.contains_key(&token_hash) {
+    if st.token_in_use(&token_hash) {
         return Err(BusError::conflict("token hash is already in use"));
     }
     let id = Uuid::new_v4();
@@ -82,6 +82,7 @@ pub(super) fn create_agent(
         token_hash,
         created_at: at,
         revoked_at: None,
+        kind: AgentKind::Agent,
     };
     st.tokens.insert(token_hash, id);
     st.agents.insert(id, agent.clone());
@@ -97,7 +98,7 @@ pub(super) fn agent_by_token(ledger: &MemoryLedger, token_hash: &TokenHash) -> B
     st.tokens
         .get(token_hash)
         .and_then(|id| st.agents.get(id))
-        .filter(|a| !a.revoked())
+        .filter(|a| !a.revoked() && !a.is_human())
         .cloned()
         .ok_or(BusError::Unauthenticated)
 }

@@ -143,4 +143,22 @@ impl Journal for MemoryJournal {
             .map(|r| r.run.clone())
             .ok_or_else(|| StoreError::not_found(format!("run {run}")))
     }
+
+    async fn runs(
+        &self,
+        team: Uuid,
+        before: Option<DateTime<Utc>>,
+        limit: usize,
+    ) -> Result<Vec<Run>, StoreError> {
+        validate_journal_limit(limit)?;
+        let st = self.state()?;
+        let mut runs: Vec<&Run> = st
+            .runs
+            .values()
+            .map(|r| &r.run)
+            .filter(|r| r.team == team && before.is_none_or(|b| r.admitted_at < b))
+            .collect();
+        runs.sort_by_key(|r| std::cmp::Reverse((r.admitted_at, r.id)));
+        Ok(runs.into_iter().take(limit).cloned().collect())
+    }
 }

@@ -3,7 +3,9 @@
 //! One file per section of the port, as the trait lists them: `directory` (teams, agents,
 //! conversations), `send`, `relay` (outbox slots), `references` (inbox events),
 //! `delivery` (messages, hand-outs, confirmations, receipts), `history`, `retention` and
-//! `counts`; the tables are in `state`. The `impl Ledger` is
+//! `counts`; the tables are in `state`. The same state holds the operators (`operators`:
+//! `impl Operators`) and answers the console's reads (`oversight`: `impl Oversight`). The
+//! `impl Ledger` is
 //! [`crewbus_ports::impl_ledger_by_sections!`]: it applies the port's argument rules and
 //! delegates to the sections.
 
@@ -20,6 +22,8 @@ mod delivery;
 mod directory;
 mod history;
 mod journal;
+mod operators;
+mod oversight;
 mod references;
 mod relay;
 mod retention;

@@ -46,16 +46,16 @@ pub(super) fn send_batch(
 fn send_in(st: &mut State, request: SendRequest, at: DateTime<Utc>) -> BusResult<Sent> {
     let row = st.conversation_of(request.team, request.conversation)?;
     let conversation = row.conversation.clone();
-    let sender_ok = st
+    let sender = st
         .agents
         .get(&request.sender)
-        .is_some_and(|a| a.team == request.team && !a.revoked())
-        && conversation.has_member(request.sender);
-    if !sender_ok {
+        .filter(|a| a.team == request.team && !a.revoked())
+        .filter(|_| conversation.has_member(request.sender));
+    let Some(sender_kind) = sender.map(|a| a.kind) else {
         return Err(BusError::forbidden(
             "the sender is not an active member of the conversation",
         ));
-    }
+    };
     st.check_run_owner(request.run, request.team, request.sender)?;
     let sha = body_sha256(&request.body);
     if let Some(existing) = row.requests.get(&request.request_id) {
@@ -74,11 +74,14 @@ fn send_in(st: &mut State, request: SendRequest, at: DateTime<Utc>) -> BusResult
 
     let seq = row.messages.keys().next_back().copied().unwrap_or(0) + 1;
     let id = Uuid::new_v4();
-    let message = Message::pending(id, &request, seq, conversation.backend.clone(), sha, at);
+    let mut message = Message::pending(id, &request, seq, conversation.backend.clone(), sha, at);
+    message.sender_kind = sender_kind;
+    // Human members get no receipts: nothing is delivered to them.
     let recipients: Vec<&Member> = conversation
         .members
         .iter()
         .filter(|m| m.agent != request.sender)
+        .filter(|m| st.agents.get(&m.agent).is_some_and(|a| !a.is_human()))
         .collect();
     for m in &recipients {
         st.receipts.insert(

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, Conversation, DeliveryId, Envelope, HandOut, InboxAck, InboxEvent,
-    Message, Receipt, Record, RecordKind, Run, RunId, Seq, Team, TokenHash,
+    Message, Operator, Receipt, Record, RecordKind, Run, RunId, Seq, Team, TokenHash,
 };
 use uuid::Uuid;
 
@@ -58,6 +58,32 @@ pub(crate) struct State {
     /// (message, recipient) → its hand-outs, oldest first.
     pub(crate) hand_outs_by_pair: HashMap<(Uuid, Uuid), Vec<DeliveryId>>,
     pub(crate) runs: HashMap<RunId, RunRow>,
+    /// agent → its last authenticated call the bus recorded (`Oversight::touch_agents`).
+    pub(crate) last_active: HashMap<Uuid, DateTime<Utc>>,
+    /// (team, operator) → the human member the operator posts as in that team.
+    pub(crate) humans: HashMap<(Uuid, Uuid), Uuid>,
+    pub(crate) operators: HashMap<Uuid, Operator>,
+    /// operator token hash → operator.
+    pub(crate) operator_tokens: HashMap<TokenHash, Uuid>,
+    /// sign-in code hash → its row.
+    pub(crate) sign_in_codes: HashMap<TokenHash, SignInCodeRow>,
+    /// session secret hash → its row.
+    pub(crate) sessions: HashMap<TokenHash, SessionRow>,
+}
+
+#[derive(Debug)]
+pub(crate) struct SignInCodeRow {
+    pub(crate) operator: Uuid,
+    pub(crate) expires_at: DateTime<Utc>,
+    pub(crate) used_at: Option<DateTime<Utc>>,
+}
+
+#[derive(Debug)]
+pub(crate) struct SessionRow {
+    pub(crate) operator: Uuid,
+    pub(crate) opened_at: DateTime<Utc>,
+    pub(crate) last_seen_at: DateTime<Utc>,
+    pub(crate) ended_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug)]
@@ -204,6 +230,11 @@ impl State {
             .get(&conversation)
             .filter(|c| c.conversation.team == team)
             .ok_or_else(|| BusError::not_found(format!("conversation {conversation}")))
+    }
+
+    /// Whether `hash` is any agent's or any operator's token hash (the two never share one).
+    pub(crate) fn token_in_use(&self, hash: &TokenHash) -> bool {
+        self.tokens.contains_key(hash) || self.operator_tokens.contains_key(hash)
     }
 
     pub(crate) fn message_of(&self, team: Uuid, message: Uuid) -> BusResult<&Message> {

@@ -37,7 +37,7 @@ impl PostgresLedger {
     }
 
     /// Completes conversation rows with their members and commits.
-    async fn conversations_with_members(
+    pub(super) async fn conversations_with_members(
         mut tx: Tx,
         team: Uuid,
         rows: Vec<(Uuid, String, String, DateTime<Utc>)>,
@@ -132,6 +132,10 @@ pub(super) async fn create_agent(
     let what = "create agent";
     let mut tx = ledger.begin(what).await?;
     ledger.require_team(&mut tx, team).await?;
+    let taken = || BusError::conflict("the agent name or token hash is already in use");
+    if ledger.operator_holds(&mut tx, &token_hash).await? {
+        return Err(taken());
+    }
     let id = Uuid::new_v4();
     let row: AgentRow = sqlx::query_as(&format!(
         "INSERT INTO agents AS a (id, team_id, name, recipient_key, token_hash, created_at)
@@ -146,9 +150,7 @@ pub(super) async fn create_agent(
     .fetch_one(&mut *tx)
     .await
     .map_err(|e| match bus_error(e, what) {
-        BusError::Conflict { .. } => {
-            BusError::conflict("the agent name or token hash is already in use")
-        }
+        BusError::Conflict { .. } => taken(),
         other => other,
     })?;
     PostgresLedger::commit(tx, what).await?;
@@ -166,7 +168,7 @@ pub(super) async fn agent_by_token(
 ) -> BusResult<Agent> {
     let row: Option<AgentRow> = sqlx::query_as(&format!(
         "SELECT {AGENT_COLUMNS} FROM agents a JOIN teams t ON t.id = a.team_id
-         WHERE a.token_hash = $1 AND t.tenant = $2 AND a.revoked_at IS NULL"
+         WHERE a.token_hash = $1 AND t.tenant = $2 AND a.revoked_at IS NULL AND a.kind = 'agent'"
     ))
     .bind(&token_hash.0[..])
     .bind(ledger.tenant.as_str())

@@ -5,7 +5,9 @@
 //! `references` (inbox events), `delivery` (messages, hand-outs, confirmations, receipts),
 //! `history`, `retention` and `counts`; table rows and their conversions are in `rows`. The
 //! `impl Ledger` is [`crewbus_ports::impl_ledger_by_sections!`]: it applies the port's argument
-//! rules and delegates to the sections. The lookups and run checks the sections share are here.
+//! rules and delegates to the sections. The same database holds the operators (`operators`:
+//! `impl Operators`) and answers the console's reads (`oversight`: `impl Oversight`). The
+//! lookups and run checks the sections share are here.
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{Agent, BusError, BusResult, Message, RunId, Team, TenantId};
@@ -21,6 +23,8 @@ mod counts;
 mod delivery;
 mod directory;
 mod history;
+mod operators;
+mod oversight;
 mod references;
 mod relay;
 mod retention;

@@ -2,7 +2,8 @@
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, Locator, Member, Message, Publication, Receipt, Team, TokenHash,
+    Agent, AgentActivity, AgentKind, BusError, BusResult, Locator, Member, Message, Operator,
+    OperatorScope, Publication, Receipt, RecipientState, Team, TokenHash,
 };
 use uuid::Uuid;
 
@@ -40,7 +41,7 @@ impl From<TeamRow> for Team {
 }
 
 pub(crate) const AGENT_COLUMNS: &str =
-    "a.id, a.team_id, a.name, a.recipient_key, a.token_hash, a.created_at, a.revoked_at";
+    "a.id, a.team_id, a.name, a.recipient_key, a.token_hash, a.created_at, a.revoked_at, a.kind";
 
 #[derive(sqlx::FromRow)]
 pub(crate) struct AgentRow {
@@ -51,6 +52,7 @@ pub(crate) struct AgentRow {
     token_hash: Vec<u8>,
     created_at: DateTime<Utc>,
     revoked_at: Option<DateTime<Utc>>,
+    kind: String,
 }
 
 impl TryFrom<AgentRow> for Agent {
@@ -64,6 +66,7 @@ impl TryFrom<AgentRow> for Agent {
             token_hash: TokenHash::from_stored(r.token_hash)?,
             created_at: r.created_at,
             revoked_at: r.revoked_at,
+            kind: AgentKind::from_stored(&r.kind)?,
         })
     }
 }
@@ -88,7 +91,7 @@ impl From<MemberRow> for Member {
 
 pub(crate) const MESSAGE_COLUMNS: &str = "m.id, m.team_id, m.conversation_id, m.seq, m.sender_id, \
      m.request_id, m.body_sha256, m.body_len, m.backend, m.publication, m.locator, m.failure, \
-     m.sent_at, m.stored_at, m.retained_at";
+     m.sent_at, m.stored_at, m.retained_at, m.sender_kind";
 
 #[derive(sqlx::FromRow)]
 pub(crate) struct MessageRow {
@@ -107,6 +110,7 @@ pub(crate) struct MessageRow {
     sent_at: DateTime<Utc>,
     stored_at: Option<DateTime<Utc>>,
     retained_at: Option<DateTime<Utc>>,
+    sender_kind: String,
 }
 
 impl TryFrom<MessageRow> for Message {
@@ -128,6 +132,7 @@ impl TryFrom<MessageRow> for Message {
             stored_at: r.stored_at,
             retained_at: r.retained_at,
             failure: r.failure,
+            sender_kind: AgentKind::from_stored(&r.sender_kind)?,
         })
     }
 }
@@ -154,6 +159,82 @@ impl From<ReceiptRow> for Receipt {
             stored_at: r.stored_at,
             delivered_at: r.delivered_at,
             acknowledged_at: r.acknowledged_at,
+        }
+    }
+}
+
+pub(crate) const OPERATOR_COLUMNS: &str = "o.id, o.name, o.token_hash, o.all_teams, o.created_at, o.revoked_at, \
+     COALESCE((SELECT array_agg(ot.team_id) FROM operator_teams ot \
+               WHERE ot.operator_id = o.id), '{}') AS teams";
+
+/// An operator with the teams of its scope (`teams`, aggregated in the query: ignored for every
+/// team).
+#[derive(sqlx::FromRow)]
+pub(crate) struct OperatorRow {
+    id: Uuid,
+    name: String,
+    token_hash: Vec<u8>,
+    all_teams: bool,
+    created_at: DateTime<Utc>,
+    revoked_at: Option<DateTime<Utc>>,
+    teams: Vec<Uuid>,
+}
+
+impl TryFrom<OperatorRow> for Operator {
+    type Error = BusError;
+    fn try_from(r: OperatorRow) -> BusResult<Operator> {
+        Ok(Operator {
+            id: r.id,
+            name: r.name,
+            scope: if r.all_teams {
+                OperatorScope::Everything
+            } else {
+                OperatorScope::Teams(r.teams.into_iter().collect())
+            },
+            token_hash: TokenHash::from_stored(r.token_hash)?,
+            created_at: r.created_at,
+            revoked_at: r.revoked_at,
+        })
+    }
+}
+
+/// An agent with what `Oversight::agent_activity` adds to it.
+#[derive(sqlx::FromRow)]
+pub(crate) struct ActivityRow {
+    #[sqlx(flatten)]
+    agent: AgentRow,
+    last_active_at: Option<DateTime<Utc>>,
+    pending: i64,
+    oldest_pending_at: Option<DateTime<Utc>>,
+}
+
+impl TryFrom<ActivityRow> for AgentActivity {
+    type Error = BusError;
+    fn try_from(r: ActivityRow) -> BusResult<AgentActivity> {
+        Ok(AgentActivity {
+            agent: r.agent.try_into()?,
+            last_active_at: r.last_active_at,
+            pending: from_db(r.pending),
+            oldest_pending_at: r.oldest_pending_at,
+        })
+    }
+}
+
+/// A receipt with its hand-outs, as `Oversight::recipient_states` reads it.
+#[derive(sqlx::FromRow)]
+pub(crate) struct RecipientRow {
+    #[sqlx(flatten)]
+    receipt: ReceiptRow,
+    hand_outs: i64,
+    last_handed_out_at: Option<DateTime<Utc>>,
+}
+
+impl From<RecipientRow> for RecipientState {
+    fn from(r: RecipientRow) -> RecipientState {
+        RecipientState {
+            receipt: r.receipt.into(),
+            hand_outs: u32::try_from(r.hand_outs).unwrap_or(u32::MAX),
+            last_handed_out_at: r.last_handed_out_at,
         }
     }
 }

@@ -27,8 +27,9 @@ use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    BusError, BusResult, ConversationFacts, Message, Publication, RecordKind, ReferencePayload,
-    RunFacts, RunId, SendDecision, SendFacts, SendRequest, Sent, answer_sends, plan_sends,
+    AgentKind, BusError, BusResult, ConversationFacts, Message, Publication, RecordKind,
+    ReferencePayload, RunFacts, RunId, SendDecision, SendFacts, SendRequest, Sent, answer_sends,
+    plan_sends,
 };
 use uuid::Uuid;
 
@@ -42,7 +43,9 @@ const WHAT: &str = "send";
 /// columns in queue order (id, team, conversation, seq, sender, request id, body SHA-256, body
 /// length, backend, publication, locator, stored at, reference payload — `NULL` for an outbox
 /// backend —, outbox slot id — `NULL` for the local backend —, publish key, body bytes);
-/// `$17` the time, `$18` the tenant. Returns how many messages were inserted.
+/// `$17` the time, `$18` the tenant. Each message takes its sender's kind, and gets one receipt
+/// per agent member other than the sender (human members get none). Returns each inserted
+/// message's id and sender kind.
 const WRITE_BATCH: &str = "
 WITH u AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::bigint[], $5::uuid[],
@@ -58,15 +61,16 @@ WITH u AS (
 ), msg AS (
     INSERT INTO messages
         (id, team_id, conversation_id, seq, sender_id, request_id, body_sha256, body_len,
-         backend, publication, locator, sent_at, stored_at)
-    SELECT id, team, conv, seq, sender, rid, sha, len, backend, publication, locator, $17,
-           stored_at
-    FROM u ORDER BY ord
-    RETURNING id
+         backend, publication, locator, sent_at, stored_at, sender_kind)
+    SELECT u.id, u.team, u.conv, u.seq, u.sender, u.rid, u.sha, u.len, u.backend, u.publication,
+           u.locator, $17, u.stored_at, a.kind
+    FROM u JOIN agents a ON a.id = u.sender ORDER BY u.ord
+    RETURNING id, sender_kind
 ), rec AS (
     INSERT INTO receipts (message_id, recipient_id, recipient_key, stored_at)
     SELECT u.id, mb.agent_id, mb.recipient_key, u.stored_at
     FROM u JOIN members mb ON mb.conversation_id = u.conv AND mb.agent_id <> u.sender
+    JOIN agents a ON a.id = mb.agent_id AND a.kind = 'agent'
     RETURNING message_id, recipient_id, recipient_key
 ), slot AS (
     INSERT INTO outbox_slots
@@ -87,7 +91,7 @@ WITH u AS (
     WHERE u.payload IS NOT NULL
     ORDER BY u.ord, rec.recipient_key
 )
-SELECT count(*) FROM msg";
+SELECT id, sender_kind FROM msg";
 
 /// The batch's `MessageSent` records, after [`WRITE_BATCH`] (as `send` always wrote the record
 /// after the message): `$1`… `$3` the records (run, the record's rank among the batch's records
@@ -289,7 +293,7 @@ impl PostgresLedger {
         if created.is_empty() {
             return Ok(created);
         }
-        let inserted: i64 = sqlx::query_scalar(WRITE_BATCH)
+        let inserted: Vec<(Uuid, String)> = sqlx::query_as(WRITE_BATCH)
             .bind(&cols.id)
             .bind(&cols.team)
             .bind(&cols.conv)
@@ -308,13 +312,20 @@ impl PostgresLedger {
             .bind(&cols.body)
             .bind(at)
             .bind(self.tenant.as_str())
-            .fetch_one(&mut **tx)
+            .fetch_all(&mut **tx)
             .await
             .map_err(db(WHAT))?;
-        if usize::try_from(inserted).ok() != Some(created.len()) {
+        if inserted.len() != created.len() {
             return Err(BusError::unavailable(
                 "send: the batch's write did not insert every planned message",
             ));
+        }
+        let kinds: HashMap<Uuid, String> = inserted.into_iter().collect();
+        for message in created.values_mut() {
+            let kind = kinds.get(&message.id).ok_or_else(|| {
+                BusError::unavailable("send: the batch's write lost a planned message")
+            })?;
+            message.sender_kind = AgentKind::from_stored(kind)?;
         }
         if !records.0.is_empty() {
             sqlx::query(WRITE_RECORDS)

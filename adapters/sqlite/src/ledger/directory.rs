@@ -49,7 +49,7 @@ impl SqliteLedger {
     }
 
     /// Completes conversation rows with their members (on the same connection).
-    async fn with_members(
+    pub(super) async fn with_members(
         &self,
         conn: &mut SqliteConnection,
         team: Uuid,
@@ -156,6 +156,11 @@ pub(super) async fn create_agent(
     let what = "create agent";
     let mut tx = ledger.begin(what).await?;
     ledger.require_team(&mut tx, team).await?;
+    if ledger.operator_holds(&mut tx, &token_hash).await? {
+        return Err(BusError::conflict(
+            "the agent name or token hash is already in use",
+        ));
+    }
     let id = Uuid::new_v4();
     let recipient_key = recipient_key_for(id);
     sqlx::query(
@@ -199,7 +204,7 @@ pub(super) async fn agent_by_token(
 ) -> BusResult<Agent> {
     let row: Option<AgentRow> = sqlx::query_as(&format!(
         "SELECT {AGENT_COLUMNS} FROM agents a JOIN teams t ON t.id = a.team_id
-         WHERE a.token_hash = ? AND t.tenant = ? AND a.revoked_at IS NULL"
+         WHERE a.token_hash = ? AND t.tenant = ? AND a.revoked_at IS NULL AND a.kind = 'agent'"
     ))
     .bind(&token_hash.0[..])
     .bind(ledger.tenant.as_str())

@@ -1,7 +1,8 @@
 //! Rows of the ledger's tables and their conversion to domain types.
 
 use crewbus_domain::{
-    Agent, BusError, BusResult, Locator, Member, Message, Publication, Receipt, Team, TokenHash,
+    Agent, AgentActivity, AgentKind, BusError, BusResult, Locator, Member, Message, Operator,
+    OperatorScope, Publication, Receipt, RecipientState, Team, TokenHash,
 };
 use uuid::Uuid;
 
@@ -31,7 +32,7 @@ impl From<TeamRow> for Team {
 }
 
 pub(crate) const AGENT_COLUMNS: &str =
-    "a.id, a.team_id, a.name, a.recipient_key, a.token_hash, a.created_at, a.revoked_at";
+    "a.id, a.team_id, a.name, a.recipient_key, a.token_hash, a.created_at, a.revoked_at, a.kind";
 
 #[derive(sqlx::FromRow)]
 pub(crate) struct AgentRow {
@@ -42,6 +43,7 @@ pub(crate) struct AgentRow {
     token_hash: Vec<u8>,
     created_at: Ts,
     revoked_at: Option<Ts>,
+    kind: String,
 }
 
 impl TryFrom<AgentRow> for Agent {
@@ -55,6 +57,7 @@ impl TryFrom<AgentRow> for Agent {
             token_hash: TokenHash::from_stored(r.token_hash)?,
             created_at: r.created_at.0,
             revoked_at: opt(r.revoked_at),
+            kind: AgentKind::from_stored(&r.kind)?,
         })
     }
 }
@@ -79,7 +82,7 @@ impl From<MemberRow> for Member {
 
 pub(crate) const MESSAGE_COLUMNS: &str = "m.id, m.team_id, m.conversation_id, m.seq, m.sender_id, \
      m.request_id, m.body_sha256, m.body_len, m.backend, m.publication, m.locator, m.failure, \
-     m.sent_at, m.stored_at, m.retained_at";
+     m.sent_at, m.stored_at, m.retained_at, m.sender_kind";
 
 #[derive(sqlx::FromRow)]
 pub(crate) struct MessageRow {
@@ -98,6 +101,7 @@ pub(crate) struct MessageRow {
     sent_at: Ts,
     stored_at: Option<Ts>,
     retained_at: Option<Ts>,
+    sender_kind: String,
 }
 
 impl TryFrom<MessageRow> for Message {
@@ -119,6 +123,7 @@ impl TryFrom<MessageRow> for Message {
             stored_at: opt(r.stored_at),
             retained_at: opt(r.retained_at),
             failure: r.failure,
+            sender_kind: AgentKind::from_stored(&r.sender_kind)?,
         })
     }
 }
@@ -145,6 +150,78 @@ impl From<ReceiptRow> for Receipt {
             stored_at: opt(r.stored_at),
             delivered_at: opt(r.delivered_at),
             acknowledged_at: opt(r.acknowledged_at),
+        }
+    }
+}
+
+pub(crate) const OPERATOR_COLUMNS: &str =
+    "o.id, o.name, o.token_hash, o.all_teams, o.created_at, o.revoked_at";
+
+#[derive(sqlx::FromRow)]
+pub(crate) struct OperatorRow {
+    pub(crate) id: Uuid,
+    name: String,
+    token_hash: Vec<u8>,
+    all_teams: bool,
+    created_at: Ts,
+    revoked_at: Option<Ts>,
+}
+
+impl OperatorRow {
+    /// The operator, with the teams of its scope (`operator_teams`; ignored for every team).
+    pub(crate) fn into_operator(self, teams: Vec<Uuid>) -> BusResult<Operator> {
+        Ok(Operator {
+            id: self.id,
+            name: self.name,
+            scope: if self.all_teams {
+                OperatorScope::Everything
+            } else {
+                OperatorScope::Teams(teams.into_iter().collect())
+            },
+            token_hash: TokenHash::from_stored(self.token_hash)?,
+            created_at: self.created_at.0,
+            revoked_at: opt(self.revoked_at),
+        })
+    }
+}
+
+/// An agent with what `Oversight::agent_activity` adds to it.
+#[derive(sqlx::FromRow)]
+pub(crate) struct ActivityRow {
+    #[sqlx(flatten)]
+    agent: AgentRow,
+    last_active_at: Option<Ts>,
+    pending: i64,
+    oldest_pending_at: Option<Ts>,
+}
+
+impl TryFrom<ActivityRow> for AgentActivity {
+    type Error = BusError;
+    fn try_from(r: ActivityRow) -> BusResult<AgentActivity> {
+        Ok(AgentActivity {
+            agent: r.agent.try_into()?,
+            last_active_at: opt(r.last_active_at),
+            pending: from_db(r.pending),
+            oldest_pending_at: opt(r.oldest_pending_at),
+        })
+    }
+}
+
+/// A receipt with its hand-outs, as `Oversight::recipient_states` reads it.
+#[derive(sqlx::FromRow)]
+pub(crate) struct RecipientRow {
+    #[sqlx(flatten)]
+    receipt: ReceiptRow,
+    hand_outs: i64,
+    last_handed_out_at: Option<Ts>,
+}
+
+impl From<RecipientRow> for RecipientState {
+    fn from(r: RecipientRow) -> RecipientState {
+        RecipientState {
+            receipt: r.receipt.into(),
+            hand_outs: u32::try_from(r.hand_outs).unwrap_or(u32::MAX),
+            last_handed_out_at: opt(r.last_handed_out_at),
         }
     }
 }

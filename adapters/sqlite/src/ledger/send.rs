@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use std::collections::{HashMap, HashSet};
 
 use crewbus_domain::{
-    BusError, BusResult, ConversationFacts, Envelope, Message, Publication, RecordKind,
+    AgentKind, BusError, BusResult, ConversationFacts, Envelope, Message, Publication, RecordKind,
     ReferencePayload, RunFacts, SendDecision, SendFacts, SendRequest, Sent, answer_sends,
     plan_sends,
 };
@@ -27,13 +27,14 @@ use crate::codec::{Ts, db_i64, from_db};
 use crate::journal::{append, run_state};
 
 impl SqliteLedger {
-    /// Inserts the message, bumps the conversation's counter, and writes one receipt per member
-    /// other than the sender (recipients snapshotted now); returns the recipients (agent id,
-    /// recipient key) in recipient key order.
+    /// Inserts the message (with its sender's kind, which it takes on), bumps the conversation's
+    /// counter, and writes one receipt per agent member other than the sender (recipients
+    /// snapshotted now; human members get none); returns the recipients (agent id, recipient
+    /// key) in recipient key order.
     async fn insert_message(
         &self,
         conn: &mut SqliteConnection,
-        message: &Message,
+        message: &mut Message,
     ) -> BusResult<Vec<(Uuid, String)>> {
         let what = "send";
         sqlx::query("UPDATE conversations SET next_seq = next_seq + 1 WHERE id = ?")
@@ -41,11 +42,13 @@ impl SqliteLedger {
             .execute(&mut *conn)
             .await
             .map_err(self.db(what))?;
-        sqlx::query(
+        let sender_kind: String = sqlx::query_scalar(
             "INSERT INTO messages
                  (id, team_id, conversation_id, seq, sender_id, request_id, body_sha256,
-                  body_len, backend, publication, locator, sent_at, stored_at)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                  body_len, backend, publication, locator, sent_at, stored_at, sender_kind)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,
+                     (SELECT kind FROM agents WHERE id = ?5))
+             RETURNING sender_kind",
         )
         .bind(message.id)
         .bind(message.team)
@@ -60,12 +63,14 @@ impl SqliteLedger {
         .bind(message.locator.as_ref().map(|l| l.as_str()))
         .bind(Ts(message.sent_at))
         .bind(message.stored_at.map(Ts))
-        .execute(&mut *conn)
+        .fetch_one(&mut *conn)
         .await
         .map_err(self.db(what))?;
+        message.sender_kind = AgentKind::from_stored(&sender_kind)?;
         let recipients: Vec<(Uuid, String)> = sqlx::query_as(
-            "SELECT agent_id, recipient_key FROM members
-             WHERE conversation_id = ? AND agent_id <> ? ORDER BY recipient_key",
+            "SELECT m.agent_id, m.recipient_key FROM members m
+             JOIN agents a ON a.id = m.agent_id AND a.kind = 'agent'
+             WHERE m.conversation_id = ? AND m.agent_id <> ? ORDER BY m.recipient_key",
         )
         .bind(message.conversation)
         .bind(message.sender)
@@ -293,7 +298,7 @@ impl SqliteLedger {
             body: request.body.clone(),
             publish_key: Uuid::new_v4(),
         };
-        self.insert_message(conn, &message).await?;
+        self.insert_message(conn, &mut message).await?;
         if local {
             let payload = ReferencePayload {
                 message: id,
