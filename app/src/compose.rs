@@ -25,12 +25,16 @@ use std::time::Duration;
 use crewbus_domain::{BusError, BusResult, Quotas};
 use crewbus_jetstream::{Credential, JetStreamAdmin, JetStreamBackends};
 use crewbus_memory::{
-    BodiesConfig, InboxConfig, MemoryBackends, MemoryConfig, MemoryLedger, MemoryPushStore,
-    MemoryWakeups,
+    BodiesConfig, InboxConfig, MemoryBackends, MemoryConfig, MemoryFeed, MemoryLedger,
+    MemoryPushStore, MemoryWakeups,
 };
-use crewbus_ports::{Backends, Clock, Journal, KeyRing, Ledger, PushStore, SystemClock, Wakeups};
+use crewbus_ports::{
+    Backends, Clock, Feed, Journal, KeyRing, Ledger, Operators, Oversight, PushStore, SystemClock,
+    Wakeups,
+};
 use crewbus_postgres::{
-    PostgresBackends, PostgresLedger, PostgresPushStore, PostgresSettings, PostgresWakeups,
+    PostgresBackends, PostgresFeed, PostgresLedger, PostgresPushStore, PostgresSettings,
+    PostgresWakeups,
 };
 use crewbus_sqlite::{
     SqliteBackends, SqliteConfig, SqliteLedger, SqlitePools, SqlitePushStore, SqliteSettings,
@@ -165,13 +169,18 @@ pub fn sqlite_with(
             ..SqliteSettings::default()
         },
     );
+    let ledger = Arc::new(ledger);
     let stores = Stores {
-        ledger: Arc::new(ledger),
+        ledger: ledger.clone(),
+        operators: ledger.clone(),
+        oversight: ledger,
         registry: Arc::new(registry),
         journal,
         push_store,
         persistent: true,
         wakeups,
+        // One server per store (`serve.lock`): in process, as the wake-ups.
+        feed: Arc::new(MemoryFeed::new()),
     };
     finish(config, settings, clock, stores, |push| {
         format!(
@@ -233,14 +242,19 @@ pub async fn postgres_with_pool(
             .map_err(|_| BusError::invalid("database.listen_url does not parse as postgres://…"))?,
         None => (*pool.connect_options()).clone(),
     };
-    let wakeups: Arc<dyn Wakeups> = Arc::new(PostgresWakeups::new(pool, listen));
+    let wakeups: Arc<dyn Wakeups> = Arc::new(PostgresWakeups::new(pool.clone(), listen.clone()));
+    let feed: Arc<dyn Feed> = Arc::new(PostgresFeed::new(pool, listen));
+    let ledger = Arc::new(ledger);
     let stores = Stores {
-        ledger: Arc::new(ledger),
+        ledger: ledger.clone(),
+        operators: ledger.clone(),
+        oversight: ledger,
         registry: Arc::new(postgres),
         journal,
         push_store,
         persistent: true,
         wakeups,
+        feed,
     };
     finish(config, settings, clock, stores, |push| {
         match &config.database {
@@ -295,11 +309,14 @@ pub fn memory_with_wakeups(
     let push_store: Arc<dyn PushStore> = Arc::new(MemoryPushStore::new(config.tenant.clone()));
     let stores = Stores {
         ledger: Arc::new(ledger.clone()),
+        operators: Arc::new(ledger.clone()),
+        oversight: Arc::new(ledger.clone()),
         registry: Arc::new(registry.clone()),
         journal,
         push_store,
         persistent: false,
         wakeups,
+        feed: Arc::new(MemoryFeed::new()),
     };
     let composed = finish(config, settings, clock, stores, |push| {
         format!(
@@ -324,6 +341,12 @@ pub fn memory_with_wakeups(
 /// The stores one configuration chose, handed to the composition's one tail ([`finish`]).
 struct Stores {
     ledger: Arc<dyn Ledger>,
+    /// The ledger's operators (the same store).
+    operators: Arc<dyn Operators>,
+    /// The ledger's oversight reads (the same store).
+    oversight: Arc<dyn Oversight>,
+    /// The console feed: in process for memory and SQLite, `NOTIFY` for Postgres.
+    feed: Arc<dyn Feed>,
     /// The registry of the ledger's own body and inbox backend (JetStream is added by team).
     registry: Arc<dyn Backends>,
     journal: Arc<dyn Journal>,
@@ -356,7 +379,9 @@ fn finish(
     let broker = add_jetstream(config, &settings, &mut registries)?;
     let settings = BusSettings {
         backends: registries.iter().map(|r| r.name().to_owned()).collect(),
-        mcp: config.mcp.clone(),
+        allow: config.allow_list(),
+        console: crate::usecases::bus::ConsoleSettings::from_config(&config.console),
+        attempts_kept: config.push.attempts_kept,
         ..settings
     };
     let ports = Ports {
@@ -366,10 +391,24 @@ fn finish(
         clock,
         broker,
         wakeups: stores.wakeups,
+        operators: stores.operators,
+        oversight: stores.oversight,
+        feed: stores.feed,
+        // What operators read: the outbox's sealed store when there is one (never ciphertext).
+        push_store: push.as_ref().map_or_else(
+            || Arc::clone(&stores.push_store),
+            |p| Arc::clone(p.outbox.store()),
+        ),
     };
     let description = describe(push.as_ref());
+    let bus = Bus::new(ports, settings);
+    // The delivery worker says on the console feed when it parks a registration.
+    let push = push.map(|mut p| {
+        p.worker = p.worker.with_events(bus.feed_sink());
+        p
+    });
     Ok(assemble(
-        Bus::new(ports, settings),
+        bus,
         stores.journal,
         stores.push_store,
         push,
@@ -450,9 +489,8 @@ pub fn push_runtime(
     let worker =
         DeliveryWorker::new(&outbox, journal, transport).with_settings(settings.delivery());
     Ok(Some(PushRuntime {
-        outbox,
-        worker,
-        poll: settings.poll(),
+        attempts_kept_for: settings.attempts_kept_for(),
+        ..PushRuntime::new(outbox, worker, settings.poll())
     }))
 }
 

@@ -8,12 +8,13 @@
 //! | [`usecases`] | the [`bus::Bus`] and its use cases, the workers, the waiting room |
 //! | [`http`] | the HTTP API (axum) |
 //! | [`mcp`] | the MCP endpoint `/mcp` |
+//! | [`console`] | the operator console `/console` (server-rendered pages) |
 //! | [`cli`] | the command line: arguments and the commands' bodies |
 //! | [`tools`] | the operator tools `load` and `demo`, and their HTTP client |
 //! | [`push`] | pushing a run's history to its destinations |
 //! | [`config`] | the configuration file and its sections |
 //! | [`compose`] | the composition root |
-//! | [`server`] | the listener, the API, `/mcp` and the workers, with graceful shutdown |
+//! | [`server`] | the listener, the API, `/mcp`, `/console` and the workers, with graceful shutdown |
 //!
 //! Use cases take ports only (`Arc<dyn Ledger>`, `Arc<dyn Backends>`, `Arc<dyn Clock>`); the
 //! composition root ([`compose`]) is the only module that names adapters.
@@ -22,6 +23,7 @@
 pub mod cli;
 pub mod compose;
 pub mod config;
+pub mod console;
 pub mod http;
 pub mod logging;
 pub mod mcp;

@@ -5,7 +5,8 @@
 //! are bounded: a connection that has not sent a complete request head within
 //! `bus.header_read_timeout_ms` of opening (or of its previous answer) is closed, at most
 //! `bus.max_http_connections` connections are open at once (one beyond is closed at once), and
-//! the request body deadline ([`crate::http::body_deadline`]) bounds reading a body.
+//! the request body deadline ([`crate::http::body_deadline`]) bounds reading a body. Each
+//! request carries its client's address as axum's `ConnectInfo<SocketAddr>` extension.
 
 use std::net::SocketAddr;
 use std::pin::pin;
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::Router;
+use axum::extract::ConnectInfo;
 use crewbus_domain::{BusError, BusResult};
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -20,6 +22,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tokio::task::{JoinHandle, JoinSet};
+use tower::ServiceExt;
 
 use crate::http::router;
 use crate::shutdown::Shutdown;
@@ -56,7 +59,7 @@ async fn serve(listener: TcpListener, app: Router, limits: ConnectionLimits, shu
     let mut connections = JoinSet::new();
     let mut stopped = pin!(shutdown.wait());
     loop {
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             () = &mut stopped => break,
             Some(done) = connections.join_next(), if !connections.is_empty() => {
                 if let Err(e) = done
@@ -92,8 +95,16 @@ async fn serve(listener: TcpListener, app: Router, limits: ConnectionLimits, shu
             }
             continue;
         };
+        // Every request carries its client's address (the console slows failed sign-ins per
+        // client): axum's `ConnectInfo`, read as an extension.
+        let service = app.clone().map_request(
+            move |mut req: axum::extract::Request<hyper::body::Incoming>| {
+                req.extensions_mut().insert(ConnectInfo(peer));
+                req
+            },
+        );
         let connection =
-            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+            builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(service));
         let shutdown = shutdown.clone();
         connections.spawn(async move {
             let _permit = permit;
@@ -182,8 +193,13 @@ impl Server {
             header_read_timeout: bus.settings.header_read_timeout,
             max_connections: bus.settings.max_http_connections,
         };
-        // The MCP endpoint `/mcp` shares the API's listener and its request bounds.
-        let app = router(bus.clone(), crate::mcp::router(bus));
+        // The MCP endpoint `/mcp` and the console `/console` share the API's listener and its
+        // request bounds.
+        let mut mounted = crate::mcp::router(bus.clone());
+        if bus.settings.console.enabled {
+            mounted = mounted.merge(crate::console::router(bus.clone()));
+        }
+        let app = router(bus, mounted);
         let s = shutdown.clone();
         let task = tokio::spawn(async move {
             let mut http = tokio::spawn(serve(listener, app, limits, s.clone()));

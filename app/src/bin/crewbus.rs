@@ -96,6 +96,7 @@ async fn run(
         Command::Migrate => Ok(crewbus::commands::migrate(config, json).await?),
         Command::Team(cmd) => Ok(crewbus::commands::team(config, cmd, json).await?),
         Command::Agent(cmd) => Ok(crewbus::commands::agent(config, cmd, json).await?),
+        Command::Operator(cmd) => Ok(crewbus::commands::operator(config, cmd, json).await?),
         Command::Stream(cmd) => Ok(crewbus::commands::stream(config, cmd, json).await?),
         Command::Health(args) => Ok(crewbus::commands::health(config, args, json).await?),
         Command::Load(args) => Ok(crewbus::load::command(config, args, json).await?),

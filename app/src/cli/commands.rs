@@ -3,13 +3,14 @@
 
 use std::process::ExitCode;
 
-use crewbus_domain::{Agent, BusError, BusResult, Team};
+use crewbus_domain::{Agent, BusError, BusResult, Operator, OperatorScope, Team};
 use serde_json::json;
 
 use crate::cli::dev_team::{self, DevAgent, DevTokens};
 use crate::cli::embedded::Prepared;
 use crate::cli::{
-    AgentCommand, BackendChoice, BackupArgs, HealthArgs, ServeArgs, StreamCommand, TeamCommand,
+    AgentCommand, BackendChoice, BackupArgs, HealthArgs, OperatorCommand, ServeArgs, StreamCommand,
+    TeamCommand,
 };
 use crate::compose::{compose, compose_server};
 use crate::config::Config;
@@ -48,6 +49,14 @@ pub async fn serve(
     if let Some(p) = &embedded {
         say_embedded(p, json);
     }
+    if !config.listen.ip().is_loopback() && config.allow_list().allowed_hosts.is_empty() {
+        // Every route checks Host: a client that names this server by another name than
+        // loopback (its IP, a DNS name, a load balancer's health check) is refused with 403.
+        tracing::warn!(
+            listen = %config.listen,
+            "listening beyond loopback with no [http] allowed_hosts: requests naming this server              by anything but localhost, 127.0.0.1 or [::1] are refused with 403 (set              http.allowed_hosts, e.g. CREWBUS_HTTP__ALLOWED_HOSTS='[\"bus.example.com\"]')"
+        );
+    }
     let composed = compose_server(&config).await?;
     tracing::info!(adapters = %composed.description, "composed");
     let bus = composed.bus;
@@ -73,11 +82,41 @@ pub async fn serve(
         }
         dev = Some((team, agents, tokens));
     }
+    let api_operator = match &args.dev_operator_token_file {
+        Some(path) => Some((
+            path.clone(),
+            dev_team::ensure_api_operator(&bus, path).await?,
+        )),
+        None => None,
+    };
     let base = dev_team::local_url(server.addr());
     let mcp_url = format!("{base}/mcp");
+    let console = dev.is_some() && bus.settings().console.enabled;
     if json {
-        println!("{}", json!({"listening": server.url(), "mcp_url": mcp_url}));
+        say(format_args!(
+            "{}",
+            json!({"listening": server.url(), "mcp_url": mcp_url})
+        ));
+        if console {
+            console_sign_in(&bus, &base, json).await;
+        }
+        if let Some((path, operator)) = &api_operator {
+            say(format_args!(
+                "{}",
+                json!({"admin_api": format!("{base}/v1/admin"), "operator": operator.name, "operator_token_file": path})
+            ));
+        }
     } else {
+        if console {
+            console_sign_in(&bus, &base, json).await;
+        }
+        if let Some((path, operator)) = &api_operator {
+            say(format_args!(
+                "admin API: {base}/v1/admin with operator {}'s token, kept in {} (0600)",
+                operator.name,
+                path.display()
+            ));
+        }
         if let Some((team, agents, tokens)) = &dev {
             print_host_config(team, agents, tokens, &base, &mcp_url);
         }
@@ -91,6 +130,53 @@ pub async fn serve(
     // The lock is released only once the server (and its workers) stopped.
     drop(embedded);
     Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the console's sign-in line ([`print_console_sign_in`]), or why there is none (the bus
+/// serves on: the console still takes an operator's token).
+async fn console_sign_in(bus: &Bus, base: &str, json: bool) {
+    if let Err(e) = print_console_sign_in(bus, base, json).await {
+        eprintln!(
+            "console: no sign-in code ({e}); sign in at {base}/console/sign-in with an \
+             operator token (`crewbus operator add NAME`)"
+        );
+    }
+}
+
+/// The console's sign-in URL with a fresh one-time code for the dev operator (created with every
+/// team in scope when missing): `console: URL (…)`, or with `--json` one object
+/// `{console_url, operator, sign_in_code, expires_at}`. Each start prints a new code. Errors:
+/// the dev operator revoked → `Conflict`; the store's.
+async fn print_console_sign_in(bus: &Bus, base: &str, json: bool) -> BusResult<()> {
+    let operator = bus.dev_operator().await?;
+    let code = bus.issue_sign_in_code(&operator).await?;
+    let url = format!("{base}/console/sign-in?code={}", code.code);
+    if json {
+        say(format_args!(
+            "{}",
+            json!({
+                "console_url": url,
+                "operator": operator.name,
+                "sign_in_code": code.code,
+                "expires_at": code.expires_at,
+            })
+        ));
+    } else {
+        say(format_args!(
+            "console: {url} (operator {}: one-time code, works once, expires in {} min)",
+            operator.name,
+            crewbus_domain::SIGN_IN_CODE_TTL_SECS / 60
+        ));
+    }
+    Ok(())
+}
+
+/// Writes one line to stdout, ignoring a stdout nobody reads any more: a server goes on serving
+/// when whoever started it stopped reading what it prints (`println!` would panic on the
+/// broken pipe).
+fn say(line: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stdout(), "{line}");
 }
 
 /// Where the embedded store is, on stderr (stdout carries the dev agents and, with `--json`,
@@ -248,7 +334,7 @@ fn team_json(t: &Team) -> serde_json::Value {
 }
 
 fn agent_json(a: &Agent) -> serde_json::Value {
-    json!({"id": a.id, "team": a.team, "name": a.name, "created_at": a.created_at, "revoked_at": a.revoked_at})
+    json!({"id": a.id, "team": a.team, "name": a.name, "kind": a.kind, "created_at": a.created_at, "revoked_at": a.revoked_at})
 }
 
 /// `crewbus team add|list`.
@@ -396,13 +482,16 @@ async fn add_team(
     bus.set_team_backends(team.id, backend, inbox).await
 }
 
-/// `crewbus agent add|list|revoke`.
+/// `crewbus agent add|list|revoke`: `add` and `revoke` are the oversight use cases the admin
+/// API calls (`Bus::admin_add_agent`, `Bus::admin_revoke_agent`), with every team in scope.
 pub async fn agent(config: Config, cmd: AgentCommand, json: bool) -> BusResult<ExitCode> {
     let bus = operator_bus(&config).await?;
     match cmd {
         AgentCommand::Add { team, name } => {
             let team = bus.find_team(&team).await?;
-            let new = bus.add_agent(team.id, &name).await?;
+            let new = bus
+                .admin_add_agent(&OperatorScope::Everything, team.id, &name)
+                .await?;
             if json {
                 let mut v = agent_json(&new.agent);
                 v["token"] = json!(new.token);
@@ -427,7 +516,11 @@ pub async fn agent(config: Config, cmd: AgentCommand, json: bool) -> BusResult<E
             } else {
                 println!("{:<24} {:<36} STATUS", "NAME", "ID");
                 for a in agents {
-                    let status = if a.revoked() { "revoked" } else { "active" };
+                    let status = match (a.revoked(), a.is_human()) {
+                        (true, _) => "revoked",
+                        (false, true) => "human member",
+                        (false, false) => "active",
+                    };
                     println!("{:<24} {:<36} {status}", a.name, a.id);
                 }
             }
@@ -435,7 +528,9 @@ pub async fn agent(config: Config, cmd: AgentCommand, json: bool) -> BusResult<E
         AgentCommand::Revoke { team, agent } => {
             let team = bus.find_team(&team).await?;
             let a = bus.find_agent(team.id, &agent).await?;
-            let a = bus.revoke_agent(team.id, a.id).await?;
+            let a = bus
+                .admin_revoke_agent(&OperatorScope::Everything, team.id, a.id)
+                .await?;
             if json {
                 println!("{}", agent_json(&a));
             } else {
@@ -443,6 +538,100 @@ pub async fn agent(config: Config, cmd: AgentCommand, json: bool) -> BusResult<E
                     "agent {} revoked: its token is refused from now on (by a running server within \
                      bus.token_cache_ms, at most 1 s)",
                     a.name
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn operator_json(o: &Operator) -> serde_json::Value {
+    json!({
+        "id": o.id,
+        "name": o.name,
+        "teams": match &o.scope {
+            OperatorScope::Everything => serde_json::Value::Null,
+            OperatorScope::Teams(t) => json!(t),
+        },
+        "created_at": o.created_at,
+        "revoked_at": o.revoked_at,
+    })
+}
+
+/// `crewbus operator add|list|revoke`: operators beside the running server (the embedded store
+/// or Postgres), through the same use cases as the admin API.
+pub async fn operator(config: Config, cmd: OperatorCommand, json: bool) -> BusResult<ExitCode> {
+    let bus = operator_bus(&config).await?;
+    match cmd {
+        OperatorCommand::Add { name, teams } => {
+            let new = bus.add_operator(&name, &teams).await?;
+            if json {
+                let mut v = operator_json(&new.operator);
+                v["token"] = json!(new.token);
+                println!("{v}");
+            } else {
+                let scope = if teams.is_empty() {
+                    "every team".to_owned()
+                } else {
+                    let mut named = teams.clone();
+                    named.sort();
+                    named.dedup();
+                    format!("team(s) {}", named.join(", "))
+                };
+                println!(
+                    "operator {} created: id {}, sees {scope}",
+                    new.operator.name, new.operator.id
+                );
+                println!("token (shown once, store it now): {}", new.token);
+                println!(
+                    "use it to sign in to the console (/console/sign-in on your server's address; \
+                     with this configuration's listen address {}/console/sign-in), or as \
+                     Authorization: Bearer <token> on /v1/admin/…",
+                    crate::cli::dev_team::local_url(config.listen)
+                );
+            }
+        }
+        OperatorCommand::List => {
+            let operators = bus.operators().await?;
+            let teams = bus.ports().ledger.teams().await?;
+            let name_of = |id: &crewbus_domain::Uuid| {
+                teams
+                    .iter()
+                    .find(|t| t.id == *id)
+                    .map_or_else(|| id.to_string(), |t| t.name.clone())
+            };
+            if json {
+                println!(
+                    "{}",
+                    serde_json::Value::Array(operators.iter().map(operator_json).collect())
+                );
+            } else if operators.is_empty() {
+                println!("no operators yet: `crewbus operator add NAME`");
+            } else {
+                println!("{:<24} {:<36} {:<8} TEAMS", "NAME", "ID", "STATUS");
+                for o in operators {
+                    let status = if o.revoked() { "revoked" } else { "active" };
+                    let scope = match &o.scope {
+                        OperatorScope::Everything => "every team".to_owned(),
+                        OperatorScope::Teams(t) => {
+                            t.iter().map(name_of).collect::<Vec<_>>().join(", ")
+                        }
+                    };
+                    println!("{:<24} {:<36} {status:<8} {scope}", o.name, o.id);
+                }
+            }
+        }
+        OperatorCommand::Revoke { operator } => {
+            let found = bus.find_operator(&operator).await?;
+            let o = bus.revoke_operator(found.id).await?;
+            if json {
+                println!("{}", operator_json(&o));
+            } else if let Some(at) = found.revoked_at {
+                println!("operator {} was already revoked (at {at})", o.name);
+            } else {
+                println!(
+                    "operator {} revoked: its token, sign-in codes and console sessions stop working now",
+                    o.name
                 );
             }
         }

@@ -19,7 +19,7 @@ use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
-use crewbus_domain::{Agent, BusError, BusResult, Team};
+use crewbus_domain::{Agent, BusError, BusResult, Operator, Team};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -158,6 +158,85 @@ fn read(path: &Path) -> TokensFile {
         tracing::warn!(path = %path.display(), "the dev tokens file is not valid; it is replaced");
         TokensFile::default()
     })
+}
+
+/// The operator `crewbus serve --dev-operator-token-file` sets up (every team in scope).
+pub const DEV_API_OPERATOR: &str = "dev-api";
+
+/// `crewbus serve --dev-operator-token-file FILE`: the operator [`DEV_API_OPERATOR`] holding
+/// the token in `path` — found when the token authenticates, created with it when no operator
+/// holds it (a memory store after a restart); when `path` does not exist, created with a fresh
+/// token written there (mode 0600, a new file). The token is never printed.
+///
+/// Errors: the file unreadable or not an operator token, or not writable → `Invalid` naming
+/// the file; `dev-api` already holding another token (or revoked) → `Conflict` saying what to
+/// do; the store's.
+pub async fn ensure_api_operator(bus: &Bus, path: &Path) -> BusResult<Operator> {
+    let shown = path.display();
+    let token = match std::fs::read_to_string(path) {
+        Ok(text) => Some(text.trim().to_owned()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            return Err(BusError::invalid(format!(
+                "--dev-operator-token-file {shown}: cannot read it ({e})"
+            )));
+        }
+    };
+    let conflict = |e: BusError| match e {
+        BusError::Conflict { .. } => BusError::conflict(format!(
+            "--dev-operator-token-file {shown}: the operator `{DEV_API_OPERATOR}` exists with \
+             another token (or was revoked): give the file that holds its token, or use a store \
+             without it (a revoked operator's name is not reused)"
+        )),
+        other => other,
+    };
+    if let Some(token) = token {
+        return match bus.authenticate_operator(&token).await {
+            Ok(operator) => Ok(operator),
+            Err(BusError::Unauthenticated) => bus
+                .add_operator_with_token(DEV_API_OPERATOR, &[], token)
+                .await
+                .map(|new| new.operator)
+                .map_err(|e| match e {
+                    BusError::Invalid { .. } => BusError::invalid(format!(
+                        "--dev-operator-token-file {shown}: it does not hold an operator token \
+                         (`cbo_` and 64 hex digits); remove it to have a new one written"
+                    )),
+                    other => conflict(other),
+                }),
+            Err(e) => Err(e),
+        };
+    }
+    // The file first: an operator is created only once its token is kept, so a file that cannot
+    // be written never leaves an operator nobody holds the token of.
+    let token = crate::usecases::token::new_operator_token();
+    let mut options = std::fs::OpenOptions::new();
+    options.write(true).create_new(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    options
+        .open(path)
+        .and_then(|mut f| {
+            f.write_all(token.as_bytes())?;
+            f.write_all(b"\n")?;
+            f.sync_all()
+        })
+        .map_err(|e| {
+            BusError::invalid(format!(
+                "--dev-operator-token-file {shown}: cannot write it ({e})"
+            ))
+        })?;
+    match bus
+        .add_operator_with_token(DEV_API_OPERATOR, &[], token)
+        .await
+    {
+        Ok(new) => Ok(new.operator),
+        Err(e) => {
+            // Nothing holds this token: the file goes with the failed creation.
+            let _ = std::fs::remove_file(path);
+            Err(conflict(e))
+        }
+    }
 }
 
 /// One dev agent after [`ensure`].

@@ -54,6 +54,7 @@ Examples:
   crewbus --config crewbus.toml migrate     create or upgrade the Postgres schema
   crewbus team add research                 create a team (beside the running server)
   crewbus agent add --team research alice   create an agent; prints its token once
+  crewbus operator add ops                  an operator (console and admin API); token once
   crewbus health                            ask the running server if it is healthy
   crewbus push parked                       push registrations that stopped (dead letters)
   crewbus backup --to copy.db               an online copy of the embedded store
@@ -107,6 +108,8 @@ Examples:
   crewbus serve --listen 0.0.0.0:7700
   crewbus serve --dev-team demo --dev-agent carol --dev-agent dave
   crewbus serve --data-dir ./state               the embedded store in ./state
+  crewbus serve --ephemeral --dev-operator-token-file ./operator.token
+                                                 an admin API token for scripts (0600 file)
   CREWBUS_DATABASE__URL=postgres://postgres@127.0.0.1/crewbus crewbus serve")]
     Serve(ServeArgs),
 
@@ -166,6 +169,11 @@ Examples:
     /// Agents: each has a bearer token, shown once when the agent is added.
     #[command(subcommand)]
     Agent(AgentCommand),
+
+    /// Operators: the people who run the agents, with a bearer token (`cbo_…`, shown once)
+    /// for the admin API and the console, scoped to every team or to named ones.
+    #[command(subcommand)]
+    Operator(OperatorCommand),
 
     /// Operator actions on a team's JetStream streams (needs [nats] with the provisioning
     /// credential).
@@ -292,6 +300,14 @@ pub struct ServeArgs {
     #[arg(long = "dev-agent", value_name = "NAME")]
     pub dev_agents: Vec<String>,
 
+    /// Development: an operator `dev-api` (every team) for the admin API, its token kept in FILE
+    /// (0600, written when missing, read back at the next start: on the memory store the same
+    /// token works again after a restart). Never printed. For scripts and probes that need an
+    /// operator token beside a server that keeps no operator `crewbus operator add` can reach
+    /// (`--ephemeral`); elsewhere prefer `crewbus operator add NAME`.
+    #[arg(long, value_name = "FILE")]
+    pub dev_operator_token_file: Option<PathBuf>,
+
     /// Keep the store in memory: nothing but dev-tokens.json survives the stop (tests, demos,
     /// CI). The same as
     /// `[storage] kind = "memory"`; refused beside `[database]`.
@@ -408,6 +424,37 @@ pub enum AgentCommand {
         team: String,
         /// Agent name or id.
         agent: String,
+    },
+}
+
+/// `crewbus operator …`
+#[derive(Debug, Subcommand)]
+pub enum OperatorCommand {
+    /// Create an operator and print its bearer token (`cbo_…`, shown once; only its hash is
+    /// stored). The token signs in to the console (`/console`) and authenticates the admin API
+    /// (`/v1/admin/…`); it is never an agent's token.
+    #[command(after_help = "\
+Without --team the operator sees and acts on every team; with --team (repeatable) only those,
+and anything of another team is answered 404 (not found).
+
+Examples:
+  crewbus operator add ops                       every team
+  crewbus operator add night-shift --team research --team support
+  crewbus --json operator add ops                {\"token\": \"cbo_…\", …}")]
+    Add {
+        /// The operator's name (letters, digits, `_`, `-`).
+        name: String,
+        /// A team (name or id) the operator may see; repeat for several. Default: every team.
+        #[arg(long = "team", value_name = "TEAM")]
+        teams: Vec<String>,
+    },
+    /// List operators with their scope (never a token).
+    List,
+    /// Revoke an operator: its token, sign-in codes and console sessions stop working at once.
+    #[command(after_help = "Example:\n  crewbus operator revoke night-shift")]
+    Revoke {
+        /// Operator name or id.
+        operator: String,
     },
 }
 

@@ -1,15 +1,17 @@
 //! `crewbus push list|parked|unpark`: the operator's view of the push outbox's registrations
-//! (PUSH.md §3, §6). Output never carries a credential (only the authorization scheme), and
-//! URLs are printed without userinfo or query ([`crewbus_domain::redact_url`]).
+//! (PUSH.md §3, §6), through the oversight use cases the admin API calls (with
+//! [`OperatorScope::Everything`]: the CLI stands beside the store). Output never carries a
+//! credential (only the authorization scheme), and URLs are printed without userinfo or query
+//! ([`crewbus_domain::redact_url`]).
 
 use std::process::ExitCode;
 
-use crewbus_domain::{BusError, BusResult, DateTime, PushConfig, PushRegistration, RunId, Utc};
-use crewbus_ports::PushStore;
+use crewbus_domain::{BusError, BusResult, OperatorScope, PushConfig, PushRegistration, RunId};
 use serde_json::{Value, json};
 
 use crate::cli::PushCommand;
 use crate::config::Config;
+use crate::usecases::bus::Bus;
 
 /// What a push command produced: the text to print and whether it succeeded (the exit code).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,20 +41,22 @@ fn registration_json(r: &PushRegistration) -> Value {
     v
 }
 
-/// Runs `cmd` against `store` at time `now` and renders its output (JSON with `json`).
+/// Runs `cmd` through `bus`'s oversight use cases (`admin_push_configs`,
+/// `admin_parked_registrations`, `admin_unpark`, every team in scope) and renders its output (JSON with `json`). A run the
+/// journal does not know has no registrations to list or un-park.
 ///
-/// Errors: the store's, as the domain maps them into a `BusError` (`Unavailable` when it cannot be reached);
-/// `parked --limit` 0 or above `MAX_PAGE` → `Invalid`.
-pub async fn run_push_command(
-    store: &dyn PushStore,
-    cmd: &PushCommand,
-    json: bool,
-    now: DateTime<Utc>,
-) -> BusResult<PushOutput> {
+/// Errors: the store's, as the domain maps them into a `BusError` (`Unavailable` when it cannot
+/// be reached); `parked --limit` 0 or above `MAX_PAGE` → `Invalid`.
+pub async fn run_push_command(bus: &Bus, cmd: &PushCommand, json: bool) -> BusResult<PushOutput> {
+    let everything = OperatorScope::Everything;
     match cmd {
         PushCommand::List { run } => {
             let run = RunId(*run);
-            let configs = store.list(run).await.map_err(BusError::from)?;
+            let configs: Vec<PushConfig> = match bus.admin_push_configs(&everything, run).await {
+                Ok(configs) => configs,
+                Err(BusError::NotFound { .. }) => Vec::new(),
+                Err(e) => return Err(e),
+            };
             let text = if json {
                 Value::Array(configs.iter().map(config_json).collect()).to_string()
             } else if configs.is_empty() {
@@ -83,7 +87,12 @@ pub async fn run_push_command(
                     crewbus_domain::MAX_PAGE
                 )));
             }
-            let parked = store.parked(*limit).await.map_err(BusError::from)?;
+            let parked: Vec<PushRegistration> = bus
+                .admin_parked_registrations(&everything, *limit)
+                .await?
+                .into_iter()
+                .map(|p| p.registration)
+                .collect();
             let text = if json {
                 Value::Array(parked.iter().map(registration_json).collect()).to_string()
             } else if parked.is_empty() {
@@ -119,7 +128,11 @@ pub async fn run_push_command(
         }
         PushCommand::Unpark { run, id } => {
             let run = RunId(*run);
-            let found = store.unpark(run, id, now).await.map_err(BusError::from)?;
+            let found = match bus.admin_unpark(&everything, run, id).await {
+                Ok(found) => found,
+                Err(BusError::NotFound { .. }) => false,
+                Err(e) => return Err(e),
+            };
             let text = if json {
                 json!({"run": run.0, "id": id, "unparked": found}).to_string()
             } else if found {
@@ -150,8 +163,7 @@ pub async fn push(config: Config, cmd: PushCommand, json: bool) -> BusResult<Exi
         ));
     }
     let composed = crate::compose::compose(&config).await?;
-    let now = composed.bus.ports().clock.now();
-    let out = run_push_command(composed.push_store.as_ref(), &cmd, json, now).await?;
+    let out = run_push_command(&composed.bus, &cmd, json).await?;
     println!("{}", out.text);
     Ok(if out.success {
         ExitCode::SUCCESS

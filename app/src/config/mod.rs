@@ -21,12 +21,14 @@ use serde::Deserialize;
 use crate::push::PushSettings;
 
 mod bus;
-mod mcp;
+mod console;
+mod http;
 mod storage;
 mod stores;
 
 pub use bus::{BusConfig, MAX_TOKEN_CACHE_MS};
-pub use mcp::McpConfig;
+pub use console::ConsoleConfig;
+pub use http::AllowList;
 pub use storage::{
     DATABASE_FILE, LOCK_FILE, MASTER_KEY_FILE, StorageConfig, StorageKind, database_path,
 };
@@ -59,8 +61,14 @@ pub struct Config {
     /// named environment variables or files), the key ring sealing credentials at rest, delivery
     /// tuning, `allow_unsealed`. Default: no destinations.
     pub push: PushSettings,
-    /// The MCP endpoint (`/mcp`): which `Host` and `Origin` values it accepts beyond loopback.
-    pub mcp: McpConfig,
+    /// The serve listener (`[http]`): which `Host` and `Origin` values every route accepts
+    /// beyond loopback.
+    pub http: AllowList,
+    /// The older name of `[http]`'s lists, from when only the MCP endpoint checked them: still
+    /// read, and merged into `[http]` (see [`Config::allow_list`]).
+    pub mcp: AllowList,
+    /// The operator console (`[console]`).
+    pub console: ConsoleConfig,
 }
 
 impl Default for Config {
@@ -76,7 +84,9 @@ impl Default for Config {
             bus: BusConfig::default(),
             log: LogConfig::default(),
             push: PushSettings::default(),
-            mcp: McpConfig::default(),
+            http: AllowList::default(),
+            mcp: AllowList::default(),
+            console: ConsoleConfig::default(),
         }
     }
 }
@@ -92,7 +102,9 @@ impl fmt::Debug for Config {
             .field("bus", &self.bus)
             .field("log", &self.log)
             .field("push", &self.push)
+            .field("http", &self.http)
             .field("mcp", &self.mcp)
+            .field("console", &self.console)
             .finish()
     }
 }
@@ -299,6 +311,20 @@ impl Config {
                 "push.poll_ms, push.timeout_ms and push.concurrency must be at least 1",
             ));
         }
+        if !crate::push::ATTEMPTS_KEPT.contains(&self.push.attempts_kept) {
+            return Err(BusError::invalid(format!(
+                "push.attempts_kept must be between {} and {}",
+                crate::push::ATTEMPTS_KEPT.start(),
+                crate::push::ATTEMPTS_KEPT.end()
+            )));
+        }
+        if !crate::push::ATTEMPTS_KEPT_DAYS.contains(&self.push.attempts_kept_days) {
+            return Err(BusError::invalid(format!(
+                "push.attempts_kept_days must be between {} and {}",
+                crate::push::ATTEMPTS_KEPT_DAYS.start(),
+                crate::push::ATTEMPTS_KEPT_DAYS.end()
+            )));
+        }
         if self
             .log
             .level
@@ -312,10 +338,23 @@ impl Config {
         if !matches!(self.log.format.as_str(), "text" | "json") {
             return Err(BusError::invalid("log.format must be `text` or `json`"));
         }
-        self.mcp.validate()?;
+        self.http.validate("http")?;
+        self.mcp.validate("mcp")?;
+        if !ConsoleConfig::SESSION_IDLE_S.contains(&self.console.session_idle_s) {
+            return Err(BusError::invalid(format!(
+                "console.session_idle_s must be between {} and {} (seconds)",
+                ConsoleConfig::SESSION_IDLE_S.start(),
+                ConsoleConfig::SESSION_IDLE_S.end()
+            )));
+        }
         self.storage.validate()?;
         self.store()?;
         Ok(())
+    }
+
+    /// The listener's allow list: `[http]` with the older `[mcp]` lists merged in.
+    pub fn allow_list(&self) -> AllowList {
+        self.http.merged(&self.mcp)
     }
 
     /// The store this configuration selects ([`StorageConfig::resolve`]). Errors: a
@@ -627,6 +666,48 @@ mod tests {
             ),
             Err(BusError::Invalid { .. })
         ));
+    }
+
+    #[test]
+    fn the_http_allow_list_takes_the_older_mcp_lists_too() {
+        let c = Config::from_toml(
+            "[http]\nallowed_hosts = [\"bus.example.com\"]\n\
+             [mcp]\nallowed_hosts = [\"bus.example.com\", \"old.example\"]\n\
+             allowed_origins = [\"https://console.example.com\"]",
+        )
+        .unwrap();
+        let allow = c.allow_list();
+        assert_eq!(allow.allowed_hosts, ["bus.example.com", "old.example"]);
+        assert_eq!(allow.allowed_origins, ["https://console.example.com"]);
+        for bad in [
+            "[http]\nallowed_hosts = [\"http://bus.example.com\"]",
+            "[http]\nallowed_origins = [\"console.example.com\"]",
+        ] {
+            let err = Config::from_toml(bad).unwrap_err();
+            assert!(
+                matches!(err, BusError::Invalid { .. }) && err.to_string().contains("http."),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_console_section_is_checked() {
+        let c = Config::default();
+        assert!(c.console.enabled && !c.console.secure_cookies);
+        assert_eq!(c.console.session_idle_s, 43_200);
+        for bad in [
+            "[console]\nsession_idle_s = 59",
+            "[console]\nsession_idle_s = 2592001",
+            "[console]\nunknown = true",
+        ] {
+            assert!(
+                matches!(Config::from_toml(bad), Err(BusError::Invalid { .. })),
+                "{bad}"
+            );
+        }
+        let c = Config::from_toml("[console]\nenabled = false\nsecure_cookies = true").unwrap();
+        assert!(!c.console.enabled && c.console.secure_cookies);
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! The HTTP API (axum): agents' routes under `/v1`, `/health`, `/metrics`, `/openapi.json`, and
+//! The HTTP API (axum): agents' routes under `/v1`, the admin API under `/v1/admin` (an
+//! operator's token, [`admin`]), `/health`, `/metrics`, `/openapi.json`, and
 //! whatever the server mounts beside them on the same listener (the MCP endpoint `/mcp`, see
 //! [`crate::server`]).
 //! Errors are JSON `{code, message}` (see [`error`]).
@@ -12,7 +13,9 @@ use crewbus_domain::BusError;
 
 use crate::usecases::bus::Bus;
 
+pub mod admin;
 mod agents;
+pub mod allow;
 pub(crate) mod auth;
 pub(crate) mod body_deadline;
 mod conversations;
@@ -37,6 +40,7 @@ pub struct AppState {
 /// body deadline apply to them too.
 pub fn router(bus: Bus, mounted: Router<AppState>) -> Router {
     let body_timeout = bus.settings.request_body_timeout;
+    let allow_list = bus.settings.allow.clone();
     Router::new()
         .route("/v1/me", get(agents::me))
         .route("/v1/agents", get(agents::list))
@@ -62,11 +66,17 @@ pub fn router(bus: Bus, mounted: Router<AppState>) -> Router {
         .route("/health", get(ops::health))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))
+        .merge(admin::routes())
         .merge(mounted)
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
         .layer(DefaultBodyLimit::max(extract::REQUEST_LIMIT_BYTES))
         .layer(axum::middleware::from_fn(refuse_declared_oversize))
+        // Every route: one Host, loopback or configured; no foreign Origin.
+        .layer(axum::middleware::from_fn_with_state(
+            allow_list,
+            allow::check,
+        ))
         // Outermost: the body deadline counts from the moment the request head was read.
         .layer(axum::middleware::from_fn_with_state(
             body_timeout,

@@ -17,7 +17,16 @@ use crate::usecases::health::HealthReport;
     info(
         title = "crewbus",
         description = "The durable message bus for teams of AI agents. Authenticate with \
-            `Authorization: Bearer <agent token>`; errors are `{code, message}`."
+            `Authorization: Bearer <agent token>` (`cbt_…`); the admin API (`/v1/admin/…`, tag \
+            `admin`) with `Authorization: Bearer <operator token>` (`cbo_…`, from `crewbus \
+            operator add`): each refuses the other's token (401). Errors are `{code, message}`."
+    ),
+    tags(
+        (name = "admin", description = "What the people who run the agents see and do: teams, \
+            agents with their activity, conversations with every recipient's delivery state, \
+            runs, push registrations with their attempts logs, storage; add and revoke agents, \
+            post as the team's human member, un-park. Operator token (security scheme \
+            `operator`); anything of a team outside the operator's scope is 404.")
     ),
     paths(
         super::agents::me,
@@ -44,9 +53,10 @@ use crate::usecases::health::HealthReport;
         ErrorBody, AgentView, CreateConversation, ConversationView, SendMessage, MessageView,
         SentView, HistoryItemView, HistoryView, FetchRequest, DeliveryView, FetchView,
         ConfirmRequest, ConfirmItemView, ConfirmView, AcknowledgeRequest, ReceiptView,
-        InboxStatusView, HealthReport, RunView, Outcome, SealRequest, RecordView, RecordsView
+        InboxStatusView, HealthReport, RunView, Outcome, SealRequest, RecordView, RecordsView,
+        MemberKind
     )),
-    modifiers(&BearerAuth)
+    modifiers(&BearerAuth, &AdminApi)
 )]
 pub struct ApiDoc;
 
@@ -57,8 +67,34 @@ impl Modify for BearerAuth {
         let components = openapi.components.get_or_insert_with(Default::default);
         components.add_security_scheme(
             "bearer",
-            SecurityScheme::Http(HttpBuilder::new().scheme(HttpAuthScheme::Bearer).build()),
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("An agent's token (`cbt_…`)."))
+                    .build(),
+            ),
         );
+        components.add_security_scheme(
+            "operator",
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some(
+                        "An operator's token (`cbo_…`, printed once by `crewbus operator add`): \
+                         the admin API only.",
+                    ))
+                    .build(),
+            ),
+        );
+    }
+}
+
+/// The admin API's operations and views (`super::admin`), in the same document.
+struct AdminApi;
+
+impl Modify for AdminApi {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        openapi.merge(super::admin::AdminDoc::openapi());
     }
 }
 
@@ -137,7 +173,8 @@ mod tests {
                 "operationId {id} twice ({method} {path})"
             );
         }
-        assert_eq!(seen.len(), 19);
+        // 19 of the agents' API and operations, 16 of the admin API.
+        assert_eq!(seen.len(), 35);
     }
 
     #[test]
@@ -153,6 +190,15 @@ mod tests {
         for (path, names) in [
             ("/v1/conversations/{id}/messages", ["after_seq", "limit"]),
             ("/v1/runs/{id}/records", ["from_seq", "limit"]),
+            (
+                "/v1/admin/teams/{team}/conversations/{conversation}/messages",
+                ["after_seq", "limit"],
+            ),
+            (
+                "/v1/admin/teams/{team}/runs/{run}/records",
+                ["from_seq", "limit"],
+            ),
+            ("/v1/admin/teams/{team}/runs", ["before", "limit"]),
         ] {
             let params = operation(&doc, "get", path)["parameters"].clone();
             for name in names {
@@ -188,7 +234,95 @@ mod tests {
             }
         }
         // Every operation but /health and /metrics.
-        assert_eq!(authenticated, 17);
+        assert_eq!(authenticated, 33);
+    }
+
+    #[test]
+    fn admin_operations_take_the_operator_scheme_and_the_others_the_agents() {
+        let doc = default_doc();
+        let schemes = &doc["components"]["securitySchemes"];
+        for name in ["bearer", "operator"] {
+            assert_eq!(schemes[name]["type"], "http", "{name}");
+            assert_eq!(schemes[name]["scheme"], "bearer", "{name}");
+        }
+        let mut admin = 0;
+        for (method, path, op) in operations(&doc) {
+            let Some(security) = op["security"].as_array() else {
+                continue;
+            };
+            let names: Vec<&str> = security
+                .iter()
+                .flat_map(|s| s.as_object().unwrap().keys().map(String::as_str))
+                .collect();
+            if path.starts_with("/v1/admin/") {
+                admin += 1;
+                assert_eq!(names, ["operator"], "{method} {path}");
+                assert_eq!(op["tags"], serde_json::json!(["admin"]), "{method} {path}");
+            } else {
+                assert_eq!(names, ["bearer"], "{method} {path}");
+                assert_ne!(op["tags"], serde_json::json!(["admin"]), "{method} {path}");
+            }
+        }
+        assert_eq!(admin, 16);
+        assert!(
+            doc["tags"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|t| t["name"] == "admin")
+        );
+    }
+
+    #[test]
+    fn a_registration_id_in_the_path_is_a_non_empty_string() {
+        let doc = default_doc();
+        let op = operation(&doc, "post", "/v1/admin/runs/{run}/push/{id}/unpark");
+        let id = op["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "id")
+            .unwrap()
+            .clone();
+        assert_eq!(id["schema"]["type"], "string", "{id}");
+        assert_eq!(id["schema"]["minLength"], 1, "{id}");
+    }
+
+    #[test]
+    fn no_admin_view_has_a_credential_field() {
+        let doc = default_doc();
+        for (name, schema) in doc["components"]["schemas"].as_object().unwrap() {
+            for field in schema["properties"]
+                .as_object()
+                .into_iter()
+                .flatten()
+                .map(|(k, _)| k)
+            {
+                assert!(
+                    !["token_hash", "credentials", "secret", "password"].contains(&field.as_str()),
+                    "{name}.{field}"
+                );
+                // The one token a view carries is a new agent's, shown once.
+                if field == "token" {
+                    assert_eq!(name, "NewAgentView");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_agent_name_schema_is_validate_recipient_key() {
+        let doc = default_doc();
+        let name = &component(&doc, "AddAgent")["properties"]["name"];
+        let rule = StringRule::of(name);
+        assert_eq!(rule.max, crewbus_domain::MAX_RECIPIENT_KEY_LEN);
+        for s in samples() {
+            assert_eq!(
+                rule.allows(&s),
+                crewbus_domain::validate_recipient_key(&s).is_ok(),
+                "{s:?}"
+            );
+        }
     }
 
     #[test]
@@ -203,6 +337,8 @@ mod tests {
             "/v1/conversations/{id}/messages",
             "/v1/inbox/confirm",
             "/v1/runs/{id}/seal",
+            "/v1/admin/teams/{team}/agents",
+            "/v1/admin/teams/{team}/conversations/{conversation}/messages",
         ] {
             let body = &operation(&doc, "post", path)["requestBody"];
             assert_eq!(body["required"], true, "{path}: {body}");

@@ -1,8 +1,8 @@
 //! The API's request and response bodies (JSON), documented in `/openapi.json`.
 
 use crewbus_domain::{
-    Absence, Agent, ConfirmOutcome, Conversation, DateTime, Message, Receipt, RunId, RunOutcome,
-    Utc, Uuid,
+    Absence, Agent, AgentKind, ConfirmOutcome, Conversation, DateTime, Message, Receipt, RunId,
+    RunOutcome, Utc, Uuid,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -19,6 +19,9 @@ pub struct AgentView {
     pub team: Uuid,
     /// Name, unique in the team.
     pub name: String,
+    /// `agent`, or `human`: the team's human member an operator posts as (`<operator>
+    /// (human)`; it has no token and nothing is delivered to it).
+    pub kind: MemberKind,
     /// When it was revoked, if it was.
     pub revoked_at: Option<DateTime<Utc>>,
 }
@@ -29,6 +32,7 @@ impl From<Agent> for AgentView {
             id: a.id,
             team: a.team,
             name: a.name,
+            kind: a.kind.into(),
             revoked_at: a.revoked_at,
         }
     }
@@ -111,6 +115,9 @@ pub struct MessageView {
     pub seq: u64,
     /// Sender agent id.
     pub sender: Uuid,
+    /// `agent`, or `human`: the message was posted by a person (an operator, as the team's
+    /// human member) rather than by an agent.
+    pub sender_kind: MemberKind,
     /// The sender's idempotency key.
     pub request_id: String,
     /// Hex SHA-256 of the body.
@@ -136,6 +143,7 @@ impl From<Message> for MessageView {
             conversation: m.conversation,
             seq: m.seq,
             sender: m.sender,
+            sender_kind: m.sender_kind.into(),
             request_id: m.request_id,
             body_sha256: m.body_sha256,
             body_len: m.body_len,
@@ -144,6 +152,37 @@ impl From<Message> for MessageView {
             sent_at: m.sent_at,
             stored_at: m.stored_at,
             failure: m.failure,
+        }
+    }
+}
+
+/// What kind of member an agent row is: the API's name of an [`AgentKind`]. Converts both ways
+/// with the domain's kind, so the two lists cannot drift apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+#[schema(as = MemberKind, example = "agent")]
+pub enum MemberKind {
+    /// An agent: authenticates with its token and receives messages.
+    Agent,
+    /// A team's human member: an operator posting into the team's conversations (no token,
+    /// nothing is delivered to it).
+    Human,
+}
+
+impl From<AgentKind> for MemberKind {
+    fn from(k: AgentKind) -> Self {
+        match k {
+            AgentKind::Agent => MemberKind::Agent,
+            AgentKind::Human => MemberKind::Human,
+        }
+    }
+}
+
+impl From<MemberKind> for AgentKind {
+    fn from(k: MemberKind) -> Self {
+        match k {
+            MemberKind::Agent => AgentKind::Agent,
+            MemberKind::Human => AgentKind::Human,
         }
     }
 }

@@ -39,7 +39,7 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{RoleServer, ServerHandler};
 
-use crate::config::McpConfig;
+use crate::config::AllowList;
 use crate::usecases::bus::Bus;
 
 mod auth;
@@ -54,12 +54,7 @@ pub const PATH: &str = "/mcp";
 /// An SSE keep-alive comment is sent this often while a request is being answered.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-/// The `Host` values always accepted, on any port (`[::1]` is compared without brackets).
-pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
-
-/// The `Origin` values always accepted, on any port.
-pub const LOOPBACK_ORIGINS: [&str; 3] =
-    ["http://localhost:*", "http://127.0.0.1:*", "http://[::1]:*"];
+pub use crate::http::allow::{LOOPBACK_HOSTS, LOOPBACK_ORIGINS};
 
 /// What the server tells a host about itself when it connects.
 const INSTRUCTIONS: &str = "crewbus is a message bus for a team of agents. You act as the agent \
@@ -132,7 +127,7 @@ impl ServerHandler for CrewbusMcp {
 
 /// The streamable HTTP configuration: stateless, SSE answers with keep-alive, the HTTP body
 /// limit, loopback hosts and origins plus those of `[mcp]`.
-fn transport_config(mcp: &McpConfig) -> StreamableHttpServerConfig {
+fn transport_config(mcp: &AllowList) -> StreamableHttpServerConfig {
     let hosts = LOOPBACK_HOSTS
         .iter()
         .map(|h| (*h).to_owned())
@@ -158,7 +153,7 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(bus: Bus) -> Router<S> {
     let service = StreamableHttpService::new(
         move || Ok(handler.clone()),
         Arc::new(NeverSessionManager::default()),
-        transport_config(&bus.settings.mcp),
+        transport_config(&bus.settings.allow),
     );
     Router::new()
         .route_service(PATH, service)
@@ -183,7 +178,7 @@ mod tests {
 
     #[test]
     fn configured_hosts_and_origins_extend_loopback() {
-        let c = transport_config(&McpConfig {
+        let c = transport_config(&AllowList {
             allowed_hosts: vec!["bus.example.com".into()],
             allowed_origins: vec!["https://console.example.com:443".into()],
         });

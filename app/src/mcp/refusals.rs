@@ -38,14 +38,21 @@ pub(crate) async fn json_refusals(req: Request, next: Next) -> Response {
         Err(_) => String::new(),
     };
     let (status, code, message) = refusal(status, declared_json, &text);
-    (
+    let mut refused = (
         status,
         axum::Json(ErrorBody {
             code: code.to_owned(),
             message,
         }),
     )
-        .into_response()
+        .into_response();
+    if status == StatusCode::METHOD_NOT_ALLOWED {
+        // RFC 9110 §15.5.6: a 405 names the methods the resource takes, as the /v1 routes do.
+        refused
+            .headers_mut()
+            .insert(header::ALLOW, header::HeaderValue::from_static("POST"));
+    }
+    refused
 }
 
 /// The status, stable code and message for one of rmcp's refusals (`text` is its body).
@@ -59,14 +66,14 @@ fn refusal(
             status,
             "forbidden",
             "the request's Origin is not allowed for /mcp (DNS-rebinding protection): loopback \
-             origins are allowed; add others to [mcp] allowed_origins"
+             origins are allowed; add others to [http] allowed_origins"
                 .to_owned(),
         ),
         StatusCode::FORBIDDEN => (
             status,
             "forbidden",
             "the request's Host is not allowed for /mcp (DNS-rebinding protection): loopback \
-             names are allowed; add others to [mcp] allowed_hosts"
+             names are allowed; add others to [http] allowed_hosts"
                 .to_owned(),
         ),
         StatusCode::METHOD_NOT_ALLOWED => (

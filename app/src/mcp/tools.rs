@@ -29,7 +29,7 @@ use super::views::{
 use crate::http::error::error_body;
 use crate::http::views::{
     AgentView, ConfirmRequest, ConfirmView, ConversationView, CreateConversation, FetchView,
-    HistoryView, InboxStatusView, ReceiptView, RecordsView, RunView, SentView,
+    HistoryView, InboxStatusView, MemberKind, ReceiptView, RecordsView, RunView, SentView,
 };
 use crate::metrics::Metrics;
 use crate::usecases::bus::Bus;
@@ -392,6 +392,7 @@ async fn run(bus: &Bus, agent: &Agent, name: &str, args: JsonObject) -> BusResul
                     Some(Fenced {
                         message: i.message.id,
                         sender: i.message.sender,
+                        human: i.message.sender_kind == MemberKind::Human,
                         conversation: i.message.conversation,
                         seq: i.message.seq,
                         delivery: None,
@@ -428,6 +429,7 @@ async fn run(bus: &Bus, agent: &Agent, name: &str, args: JsonObject) -> BusResul
                 .map(|d| Fenced {
                     message: d.message.id,
                     sender: d.message.sender,
+                    human: d.message.sender_kind == MemberKind::Human,
                     conversation: d.message.conversation,
                     seq: d.message.seq,
                     delivery: Some(d.delivery_id),
@@ -520,6 +522,8 @@ fn check_max_bytes(max_bytes: usize) -> BusResult<()> {
 struct Fenced<'a> {
     message: Uuid,
     sender: Uuid,
+    /// The sender is a team's human member (an operator), not an agent.
+    human: bool,
     conversation: Uuid,
     seq: u64,
     delivery: Option<Uuid>,
@@ -576,9 +580,11 @@ fn fenced_answer<T: Serialize + ToSchema>(
         }
     );
     for b in bodies {
+        // A person's message says so: agents see who is a human.
+        let what = if b.human { "a human, member" } else { "agent" };
         let sender = names.get(&b.sender).map_or_else(
-            || format!("agent {}", b.sender),
-            |n| format!("{n} (agent {})", b.sender),
+            || format!("{what} {}", b.sender),
+            |n| format!("{n} ({what} {})", b.sender),
         );
         let delivery = b
             .delivery

@@ -14,8 +14,9 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Backoff, MAX_PAGE, PushRegistration, PushRequest, PushResponse, RunId, Secret, Seq, StoreError,
-    TenantId, TransportError, after, redact_url,
+    AttemptOutcome, Backoff, DEFAULT_ATTEMPTS_KEPT, FeedEvent, FeedKind, MAX_PAGE, PushAttempt,
+    PushRegistration, PushRequest, PushResponse, RunId, Secret, Seq, StoreError, TenantId,
+    TransportError, after, redact_url,
 };
 use crewbus_ports::{Clock, Journal, PushStore, PushTransport, SystemClock};
 use futures_util::StreamExt;
@@ -41,11 +42,14 @@ pub struct DeliverySettings {
     pub idle: Duration,
     /// Retry schedule after a failed POST; `max_attempts` failures in a row park the row.
     pub backoff: Backoff,
+    /// Attempts each registration's log keeps (count, 1 to 1000; `push.attempts_kept`): every
+    /// POST is recorded with `PushStore::record_attempt`, and older entries are dropped.
+    pub attempts_kept: usize,
 }
 
 impl Default for DeliverySettings {
     /// 16 at once, pages of 100 records, 5 minute leases, 1 s idle rest, the default backoff
-    /// (500 ms doubling to 60 s, 12 attempts).
+    /// (500 ms doubling to 60 s, 12 attempts), the last 20 attempts kept per registration.
     fn default() -> Self {
         DeliverySettings {
             concurrency: 16,
@@ -53,6 +57,7 @@ impl Default for DeliverySettings {
             lease: Duration::from_secs(300),
             idle: Duration::from_secs(1),
             backoff: Backoff::default(),
+            attempts_kept: DEFAULT_ATTEMPTS_KEPT,
         }
     }
 }
@@ -164,7 +169,14 @@ pub struct DeliveryWorker {
     settings: DeliverySettings,
     /// Read after a failed POST returns: the retry delay counts from there.
     clock: Arc<dyn Clock>,
+    /// Where the worker says that it parked a registration (the console feed); none by default.
+    events: Option<EventSink>,
 }
+
+/// Where the delivery worker hands the console feed events it makes (a registration parked):
+/// called after the change was committed, never waited on. The composition root sets it to the
+/// bus's feed.
+pub type EventSink = Arc<dyn Fn(FeedEvent) + Send + Sync>;
 
 impl fmt::Debug for DeliveryWorker {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -172,6 +184,7 @@ impl fmt::Debug for DeliveryWorker {
             .field("tenant", self.store.tenant())
             .field("destinations", &self.signers.len())
             .field("settings", &self.settings)
+            .field("events", &self.events.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -218,20 +231,34 @@ impl DeliveryWorker {
             signers: Arc::new(signers),
             settings: DeliverySettings::default(),
             clock: Arc::new(SystemClock),
+            events: None,
         }
     }
 
     /// The same worker with other settings.
     ///
     /// # Panics
-    /// If `concurrency` is 0 or `page` is not within 1 to `MAX_PAGE`.
+    /// If `concurrency` is 0, or `page` or `attempts_kept` is not within 1 to `MAX_PAGE`.
     pub fn with_settings(self, settings: DeliverySettings) -> Self {
         assert!(settings.concurrency >= 1, "concurrency must be at least 1");
         assert!(
             (1..=MAX_PAGE).contains(&settings.page),
             "page must be within 1 to {MAX_PAGE}"
         );
+        assert!(
+            (1..=MAX_PAGE).contains(&settings.attempts_kept),
+            "attempts_kept must be within 1 to {MAX_PAGE}"
+        );
         DeliveryWorker { settings, ..self }
+    }
+
+    /// The same worker saying on `events` when it parks a registration
+    /// ([`FeedKind::RegistrationParked`] for the run's team).
+    pub fn with_events(self, events: EventSink) -> Self {
+        DeliveryWorker {
+            events: Some(events),
+            ..self
+        }
     }
 
     /// The same worker reading the time of a receiver's answer from `clock` (default: the system
@@ -389,6 +416,7 @@ impl DeliveryWorker {
             let error = "no configured destination has this registration id";
             self.store.park(run, id, error).await?;
             tracing::warn!(%run, %id, error, "push: registration parked");
+            self.announce_parked(run).await;
             return Ok(Turn::Parked);
         };
         let records = match self
@@ -444,7 +472,11 @@ impl DeliveryWorker {
                     body: event.body,
                 };
                 let seq = record.seq;
+                let started_at = self.clock.now().max(at);
+                let started = std::time::Instant::now();
                 let answer = self.transport.deliver(request).await;
+                self.record_attempt(run, id, started_at, started, seq, &answer)
+                    .await;
                 match Failure::of(answer, seq) {
                     Ok(status) => {
                         tracing::debug!(%run, %id, %seq, status, url = %redact_url(&config.url), "push: event acknowledged");
@@ -525,6 +557,57 @@ impl DeliveryWorker {
         }
         self.store.park(run, id, error).await?;
         tracing::warn!(%run, %id, url = %redact_url(&config.url), %error, "push: registration parked");
+        self.announce_parked(run).await;
         Ok(Turn::Parked)
+    }
+
+    /// Appends the POST of `seq` (started at `started_at`, the worker's clock; timed from
+    /// `started`) and its `answer` to the registration's attempts log, keeping
+    /// `attempts_kept`. The error text is the transport's own (bus-written: never a credential,
+    /// never the URL). A log that cannot be written is logged and delivery goes on: the log
+    /// is for people, the cursor is what counts.
+    async fn record_attempt(
+        &self,
+        run: RunId,
+        id: &str,
+        started_at: DateTime<Utc>,
+        started: std::time::Instant,
+        seq: Seq,
+        answer: &Result<PushResponse, TransportError>,
+    ) {
+        let attempt = PushAttempt {
+            at: started_at,
+            seq,
+            outcome: match answer {
+                Ok(response) => AttemptOutcome::Status {
+                    status: response.status,
+                },
+                Err(error) => AttemptOutcome::Error {
+                    error: error.to_string(),
+                },
+            },
+            duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+        };
+        if let Err(error) = self
+            .store
+            .record_attempt(run, id, &attempt, self.settings.attempts_kept)
+            .await
+        {
+            tracing::warn!(%run, %id, %error, "push: the attempt could not be written to the attempts log; delivery goes on");
+        }
+    }
+
+    /// Says on the console feed that a registration of `run` was parked, for the run's team (a
+    /// run the journal cannot name has no team to tell: nothing is said).
+    async fn announce_parked(&self, run: RunId) {
+        let Some(events) = &self.events else {
+            return;
+        };
+        match self.journal.run(run).await {
+            Ok(r) => events(FeedEvent::new(r.team, FeedKind::RegistrationParked).run(run.0)),
+            Err(error) => {
+                tracing::debug!(%run, %error, "push: a parked registration's run has no team to tell");
+            }
+        }
     }
 }

@@ -12,12 +12,16 @@
 //!    with the key ring; a persistent (Postgres) store without a key ring is refused unless
 //!    `allow_unsealed`. (By hand: `Outbox::new(store, destinations).sealed(keys, tenant)`.)
 //! 3. `let worker = DeliveryWorker::new(&outbox, journal, Arc::new(settings.transport()?))
-//!    .with_settings(settings.delivery())`, then `worker.run(clock, settings.poll(), shutdown)`
-//!    as a background task;
+//!    .with_settings(settings.delivery())` (`.with_events(sink)` to say on the console feed
+//!    when it parks a registration), then `PushRuntime::run` as a background task: the worker,
+//!    and the hourly pruning of finished registrations' attempts logs
+//!    (`settings.attempts_kept_for()`);
 //! 4. `outbox.open(run)` after `RunAdmitted` and on every resume that executes (an error fails the
 //!    admission — seal the run as failed with the reason — or the resume);
-//! 5. operator tools read `outbox.store()`: `parked(limit)` (`push parked`), `list(run)`
-//!    (`push list`), `unpark(run, id, now)` (`push unpark`).
+//! 5. operator tools read `outbox.store()` through the oversight use cases
+//!    (`Bus::admin_parked_registrations`, `Bus::admin_push_configs`, `Bus::admin_unpark` for
+//!    `push parked|list|unpark`; `Bus::admin_parked`, `Bus::admin_push` with the attempts logs
+//!    for the admin API).
 
 mod delivery;
 mod http_transport;
@@ -30,16 +34,16 @@ mod settings;
 mod signing;
 
 pub use crewbus_domain::Destination;
-pub use delivery::{DeliverySettings, DeliveryWorker, Sweep};
+pub use delivery::{DeliverySettings, DeliveryWorker, EventSink, Sweep};
 pub use http_transport::HttpTransport;
 pub use key_ring::{LocalKeyRing, MasterKey, MasterKeyError};
 pub use outbox::Outbox;
 pub use payload::{CLOUDEVENTS_JSON, CloudEvents, Event, Projection};
-pub use runtime::PushRuntime;
+pub use runtime::{DEFAULT_ATTEMPTS_KEPT_DAYS, PRUNE_EVERY, PushRuntime};
 pub use sealed::{ENVELOPE_VERSION, EnvelopeError, SealedPush};
 pub use settings::{
-    AuthenticationSettings, DestinationSettings, KeyRingSettings, PushSettings, PushSetupError,
-    SecretSource,
+    ATTEMPTS_KEPT, ATTEMPTS_KEPT_DAYS, AuthenticationSettings, DestinationSettings,
+    KeyRingSettings, PushSettings, PushSetupError, SecretSource,
 };
 pub use signing::{
     Signer, SigningKeyError, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, webhook_id,

@@ -19,8 +19,8 @@ use chacha20poly1305::aead::{Aead, AeadCore, KeyInit, OsRng, Payload};
 use chacha20poly1305::{XChaCha20Poly1305, XNonce};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    PushAuthentication, PushConfig, PushRegistration, RunId, Secret, Seq, StoreError, TenantId,
-    WrappedKey,
+    PushAttempt, PushAuthentication, PushConfig, PushRegistration, RunId, Secret, Seq, StoreError,
+    TenantId, WrappedKey,
 };
 use crewbus_ports::{KeyRing, PushStore};
 use zeroize::Zeroizing;
@@ -349,6 +349,37 @@ impl PushStore for SealedPush {
 
     async fn delete(&self, run: RunId, id: &str) -> Result<(), StoreError> {
         self.inner.delete(run, id).await
+    }
+
+    async fn registrations(&self, run: RunId) -> Result<Vec<PushRegistration>, StoreError> {
+        let mut out = Vec::new();
+        for registration in self.inner.registrations(run).await? {
+            out.push(self.open_registration(registration).await?);
+        }
+        Ok(out)
+    }
+
+    async fn record_attempt(
+        &self,
+        run: RunId,
+        id: &str,
+        attempt: &PushAttempt,
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        self.inner.record_attempt(run, id, attempt, keep).await
+    }
+
+    async fn attempts(
+        &self,
+        run: RunId,
+        id: &str,
+        limit: usize,
+    ) -> Result<Vec<PushAttempt>, StoreError> {
+        self.inner.attempts(run, id, limit).await
+    }
+
+    async fn prune_attempts(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        self.inner.prune_attempts(before).await
     }
 }
 

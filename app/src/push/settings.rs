@@ -232,7 +232,19 @@ pub struct PushSettings {
     pub backoff_cap_ms: u64,
     /// Failed attempts in a row after which a registration parks. Default 12.
     pub max_attempts: u32,
+    /// Delivery attempts each registration's attempts log keeps (time, HTTP status or error,
+    /// duration), the newest first: 1 to 1000. Default 20.
+    pub attempts_kept: usize,
+    /// Days a finished registration's attempts log is kept after its newest attempt (then
+    /// pruned, hourly): 1 to 3650. Default 7.
+    pub attempts_kept_days: u64,
 }
+
+/// The range of `push.attempts_kept` (count).
+pub const ATTEMPTS_KEPT: std::ops::RangeInclusive<usize> = 1..=crewbus_domain::MAX_PAGE;
+
+/// The range of `push.attempts_kept_days` (days).
+pub const ATTEMPTS_KEPT_DAYS: std::ops::RangeInclusive<u64> = 1..=3650;
 
 impl Default for PushSettings {
     fn default() -> Self {
@@ -250,6 +262,8 @@ impl Default for PushSettings {
             backoff_base_ms: d.backoff.base.as_millis() as u64,
             backoff_cap_ms: d.backoff.cap.as_millis() as u64,
             max_attempts: d.backoff.max_attempts,
+            attempts_kept: d.attempts_kept,
+            attempts_kept_days: super::runtime::DEFAULT_ATTEMPTS_KEPT_DAYS,
         }
     }
 }
@@ -346,7 +360,19 @@ impl PushSettings {
                 cap: Duration::from_millis(self.backoff_cap_ms),
                 max_attempts: self.max_attempts,
             },
+            attempts_kept: self
+                .attempts_kept
+                .clamp(*ATTEMPTS_KEPT.start(), *ATTEMPTS_KEPT.end()),
         }
+    }
+
+    /// How long a finished registration's attempts log is kept (`attempts_kept_days`).
+    pub fn attempts_kept_for(&self) -> Duration {
+        Duration::from_secs(
+            self.attempts_kept_days
+                .clamp(*ATTEMPTS_KEPT_DAYS.start(), *ATTEMPTS_KEPT_DAYS.end())
+                * 86_400,
+        )
     }
 
     /// How often the running worker looks for due registrations.

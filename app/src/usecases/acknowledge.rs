@@ -1,6 +1,6 @@
 //! Acknowledge (a recipient has read a message) and a message's receipts.
 
-use crewbus_domain::{Agent, BusError, BusResult, Receipt, RunId, Uuid};
+use crewbus_domain::{Agent, BusError, BusResult, FeedEvent, FeedKind, Receipt, RunId, Uuid};
 
 use crate::usecases::bus::Bus;
 
@@ -14,10 +14,17 @@ impl Bus {
         message: Uuid,
         run: Option<RunId>,
     ) -> BusResult<Receipt> {
-        self.ports
+        let receipt = self
+            .ports
             .ledger
             .acknowledge(agent.team, agent.id, message, run, self.now())
-            .await
+            .await?;
+        self.emit(vec![
+            FeedEvent::new(agent.team, FeedKind::Acknowledged)
+                .message(message)
+                .agent(agent.id),
+        ]);
+        Ok(receipt)
     }
 
     /// The receipts of a message, for a member of its conversation. Errors: unknown, another

@@ -98,7 +98,17 @@ impl Bus {
     /// Errors: as `Ledger::create_agent`; a name that is not a recipient-key-safe token →
     /// `Invalid`.
     pub async fn add_agent(&self, team: Uuid, name: &str) -> BusResult<NewAgent> {
-        self.add_agent_with_token(team, name, new_token()).await
+        // A fresh random token collides with nothing: a conflict is the name.
+        self.add_agent_with_token(team, name, new_token())
+            .await
+            .map_err(|e| {
+                crate::usecases::operators::taken(e, || {
+                    format!(
+                        "an agent named `{name}` exists in this team (revoked ones too: names are \
+                         not reused)"
+                    )
+                })
+            })
     }
 
     /// Creates an agent holding `token`, a token crewbus issued earlier (`cbt_` and 64 hex
@@ -160,6 +170,10 @@ impl Bus {
         self.tokens.forget(&[target]);
         let revoked = revoked?;
         self.notify_waiters(&mut vec![target]).await;
+        self.emit(vec![
+            crewbus_domain::FeedEvent::new(team, crewbus_domain::FeedKind::AgentRevoked)
+                .agent(agent),
+        ]);
         Ok(revoked)
     }
 
@@ -174,14 +188,16 @@ impl Bus {
         }
         let hash = TokenHash::of(token);
         if let Some(agent) = self.tokens.get(&hash) {
+            self.activity.note(&agent);
             return Ok(agent);
         }
         let ticket = self.tokens.ticket();
         let agent = self.ports.ledger.agent_by_token(&hash).await?;
-        if agent.revoked() {
+        if agent.revoked() || agent.is_human() {
             return Err(BusError::Unauthenticated);
         }
         self.tokens.insert(hash, &agent, ticket);
+        self.activity.note(&agent);
         Ok(agent)
     }
 }

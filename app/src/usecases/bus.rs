@@ -10,13 +10,17 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crewbus_domain::{Backoff, DateTime, Utc, Uuid};
-use crewbus_ports::{Backends, Clock, Journal, Ledger, StreamAdmin, Wakeups};
+use crewbus_ports::{
+    Backends, Clock, Feed, Journal, Ledger, Operators, Oversight, PushStore, StreamAdmin, Wakeups,
+};
 use tokio::sync::Notify;
 
-use crate::config::{BusConfig, McpConfig};
+use crate::config::{AllowList, BusConfig, ConsoleConfig};
 use crate::metrics::Metrics;
 use crate::push::PushRuntime;
 use crate::shutdown::Shutdown;
+use crate::usecases::activity::ActivityTracker;
+use crate::usecases::feed::FeedHub;
 use crate::usecases::send_batch::{BatchBounds, SendBatcher};
 use crate::usecases::token_cache::{TOKEN_CACHE_ENTRIES, TokenCache};
 use crate::usecases::wait::WaitRoom;
@@ -37,6 +41,16 @@ pub struct Ports {
     /// Wake-ups of waiting fetches, across every server sharing the ledger (follows the
     /// ledger: in process for memory, `LISTEN/NOTIFY` for Postgres).
     pub wakeups: Arc<dyn Wakeups>,
+    /// Operators, their sign-in codes and console sessions (the ledger's store).
+    pub operators: Arc<dyn Operators>,
+    /// The operator's reads of the ledger, agents' last activity, human members.
+    pub oversight: Arc<dyn Oversight>,
+    /// The console event feed (follows the ledger, as the wake-ups do).
+    pub feed: Arc<dyn Feed>,
+    /// The push registrations and their attempts logs, as operators see them (the outbox's
+    /// sealed store when there is an outbox: never ciphertext, and credentials are never
+    /// rendered).
+    pub push_store: Arc<dyn PushStore>,
 }
 
 /// Use-case settings, derived from [`BusConfig`]. Durations are `std::time::Duration`.
@@ -90,9 +104,35 @@ pub struct BusSettings {
     /// How long a bearer-token lookup is reused (`bus.token_cache_ms`, at most 1 s); zero looks
     /// every request's token up in the ledger (see `token_cache`).
     pub token_cache: Duration,
-    /// The MCP endpoint's allowed hosts and origins beyond loopback (set by the composition
-    /// root from `[mcp]`; none by default).
-    pub mcp: McpConfig,
+    /// The listener's allowed `Host` and `Origin` values beyond loopback, for every route (set
+    /// by the composition root from `[http]`, and the older `[mcp]`; none by default).
+    pub allow: AllowList,
+    /// The console's settings (`[console]`; set by the composition root).
+    pub console: ConsoleSettings,
+    /// How many attempts each push registration's log keeps (`push.attempts_kept`).
+    pub attempts_kept: usize,
+}
+
+/// The console's settings, from `[console]`.
+#[derive(Debug, Clone)]
+pub struct ConsoleSettings {
+    /// Whether `/console` is served.
+    pub enabled: bool,
+    /// A session unused this long ends (`console.session_idle_s`, default 12 h).
+    pub session_idle: Duration,
+    /// Whether the session cookie is marked `Secure` (behind TLS: `console.secure_cookies`).
+    pub secure_cookies: bool,
+}
+
+impl ConsoleSettings {
+    /// The settings of `c`.
+    pub fn from_config(c: &ConsoleConfig) -> Self {
+        ConsoleSettings {
+            enabled: c.enabled,
+            session_idle: Duration::from_secs(c.session_idle_s),
+            secure_cookies: c.secure_cookies,
+        }
+    }
 }
 
 impl BusSettings {
@@ -125,7 +165,9 @@ impl BusSettings {
                 c.token_cache_ms
                     .min(crate::usecases::token_cache::MAX_TOKEN_CACHE_MS),
             ),
-            mcp: McpConfig::default(),
+            allow: AllowList::default(),
+            console: ConsoleSettings::from_config(&ConsoleConfig::default()),
+            attempts_kept: crewbus_domain::DEFAULT_ATTEMPTS_KEPT,
         }
     }
 }
@@ -165,6 +207,10 @@ pub struct Bus {
     /// Recent bearer-token lookups (see `token_cache`): at most `settings.token_cache` old,
     /// dropped on a revocation or a wake-up of the agent.
     pub(crate) tokens: Arc<TokenCache>,
+    /// Agents' calls not yet written as their last activity (see `activity`).
+    pub(crate) activity: Arc<ActivityTracker>,
+    /// The console feed's publisher and viewers (see `feed`).
+    pub(crate) feed: Arc<FeedHub>,
 }
 
 impl Bus {
@@ -182,6 +228,8 @@ impl Bus {
             shutdown: Shutdown::new(),
             sends: Arc::new(OnceLock::new()),
             tokens,
+            activity: Arc::new(ActivityTracker::default()),
+            feed: Arc::new(FeedHub::default()),
         }
     }
 

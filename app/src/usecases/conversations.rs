@@ -11,7 +11,8 @@ impl Bus {
     /// default now, for life.
     ///
     /// Errors: more than [`MAX_PAGE`] members → `Invalid`; a member that is no active agent of
-    /// the team (an unknown name or id, another team's agent, a revoked one) → `NotFound`
+    /// the team (an unknown name or id, another team's agent, a revoked one, a human member —
+    /// which receives nothing: operators join conversations by posting) → `NotFound`
     /// (naming it, as for every other unknown id); otherwise as `Ledger::create_conversation`
     /// (`Invalid` title).
     pub async fn create_conversation(
@@ -44,9 +45,12 @@ impl Bus {
         let mut ids = Vec::with_capacity(members.len());
         for member in members {
             let id = Uuid::parse_str(member).ok();
-            let found = team
-                .iter()
-                .find(|a| a.revoked_at.is_none() && id.map_or(a.name == *member, |id| a.id == id));
+            // A human member (an operator's) receives nothing: it is no agent to talk to.
+            let found = team.iter().find(|a| {
+                a.revoked_at.is_none()
+                    && !a.is_human()
+                    && id.map_or(a.name == *member, |id| a.id == id)
+            });
             match found {
                 Some(a) => ids.push(a.id),
                 None => {

@@ -30,9 +30,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crewbus_domain::{
-    Agent, BusError, BusResult, ConfirmOutcome, DeliveryId, HandOut, HandOutOutcome,
-    HandOutRequest, HandOutSource, InboxAck, InboxStatus, Message, Publication, ReferencePayload,
-    RunId, Uuid,
+    Agent, BusError, BusResult, ConfirmOutcome, DeliveryId, FeedEvent, FeedKind, HandOut,
+    HandOutOutcome, HandOutRequest, HandOutSource, InboxAck, InboxStatus, Message, Publication,
+    ReferencePayload, RunId, Uuid,
 };
 use crewbus_ports::{Inbox, MessagingBackend};
 use futures_util::future::join_all;
@@ -301,6 +301,7 @@ impl Bus {
 
         // 4. The deliveries, with the bodies read above.
         let mut deliveries = Vec::with_capacity(issued.len());
+        let mut handed_out = Vec::with_capacity(issued.len());
         for hand_out in issued {
             let Some((message, body)) = readable.get(&hand_out.message).cloned() else {
                 continue;
@@ -311,12 +312,19 @@ impl Bus {
             {
                 self.metrics.delivery_latency.observe(d);
             }
+            handed_out.push(
+                FeedEvent::new(team.id, FeedKind::HandedOut)
+                    .conversation(message.conversation)
+                    .message(message.id)
+                    .agent(agent.id),
+            );
             deliveries.push(Delivery {
                 hand_out,
                 message,
                 body,
             });
         }
+        self.emit(handed_out);
         Ok(deliveries)
     }
 
@@ -424,11 +432,11 @@ impl Bus {
         match read {
             Ok(Some(body)) => Some(body),
             Ok(None) => {
-                tracing::warn!(message = %message.id, "body not found at its locator");
+                tracing::warn!(message_id = %message.id, "body not found at its locator");
                 None
             }
             Err(error) => {
-                tracing::warn!(message = %message.id, code = error.code(), error = ?error, "body fetch failed");
+                tracing::warn!(message_id = %message.id, code = error.code(), error = ?error, "body fetch failed");
                 None
             }
         }
@@ -516,16 +524,23 @@ impl Bus {
             .confirm(agent.team, agent.id, deliveries, run, self.now())
             .await?;
         let mut acks: Vec<&InboxAck> = Vec::new();
+        let mut confirmed = Vec::new();
         for o in &outcomes {
             match o {
-                ConfirmOutcome::Confirmed { ack, .. } => {
+                ConfirmOutcome::Confirmed { ack, message } => {
                     Metrics::inc(&self.metrics.deliveries_confirmed);
                     acks.extend(ack.as_ref());
+                    confirmed.push(
+                        FeedEvent::new(agent.team, FeedKind::Confirmed)
+                            .message(*message)
+                            .agent(agent.id),
+                    );
                 }
                 ConfirmOutcome::AlreadyConfirmed { ack, .. } => acks.extend(ack.as_ref()),
                 _ => {}
             }
         }
+        self.emit(confirmed);
         self.ack_all(agent.team, &acks).await;
         Ok(outcomes)
     }

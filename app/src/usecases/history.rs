@@ -68,10 +68,24 @@ impl Bus {
         crewbus_domain::validate_limit(limit)?;
         crewbus_domain::validate_position("after_seq", after_seq)?;
         self.conversation_for(agent, conversation).await?;
+        self.history_page(agent.team, conversation, after_seq, limit)
+            .await
+    }
+
+    /// A page of `conversation` of `team` after `after_seq` with its bodies read, for a caller
+    /// already allowed to read it (a member, or an operator whose scope holds the team).
+    /// Errors: unknown or another team's conversation → `NotFound`; bad `limit` → `Invalid`.
+    pub(crate) async fn history_page(
+        &self,
+        team: Uuid,
+        conversation: Uuid,
+        after_seq: u64,
+        limit: usize,
+    ) -> BusResult<History> {
         let page = self
             .ports
             .ledger
-            .history(agent.team, conversation, after_seq, limit)
+            .history(team, conversation, after_seq, limit)
             .await?;
         let mut backends = BodyBackends::new();
         let to_read: Vec<&Message> = page
@@ -94,7 +108,7 @@ impl Bus {
                     Err(e) if e.is_retryable() => (None, Some(Absence::Unavailable)),
                     Err(BusError::NotProvisioned { .. }) => (None, Some(Absence::Unavailable)),
                     Err(error) => {
-                        tracing::warn!(message = %item.message.id, code = error.code(), error = ?error, "history: body refused");
+                        tracing::warn!(message_id = %item.message.id, code = error.code(), error = ?error, "history: body refused");
                         (None, Some(Absence::Missing))
                     }
                 },

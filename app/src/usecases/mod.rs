@@ -4,13 +4,17 @@
 //! `Arc<dyn Clock>`) and name no adapter.
 
 pub mod acknowledge;
+pub mod activity;
 pub mod admin;
 pub mod backends;
 pub mod bus;
 pub mod conversations;
 pub mod deliver;
+pub mod feed;
 pub mod health;
 pub mod history;
+pub mod operators;
+pub mod oversight;
 pub mod references;
 pub mod relay;
 pub mod retention;

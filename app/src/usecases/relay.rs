@@ -16,7 +16,8 @@
 use std::time::Instant;
 
 use crewbus_domain::{
-    BusError, BusResult, LeasedSlot, Published, SettleOutcome, Settlement, SlotOutcome, Uuid,
+    BusError, BusResult, FeedEvent, FeedKind, LeasedSlot, Published, SettleOutcome, Settlement,
+    SlotOutcome, Uuid,
 };
 use futures_util::future::join_all;
 
@@ -109,14 +110,23 @@ impl Bus {
             join_all(group.iter().map(|slot| self.attempt(slot))).await;
         let outcomes = self.ports.ledger.settle(&settlements, self.now()).await?;
         let mut pass = RelayPass::default();
-        for (settlement, outcome) in settlements.iter().zip(&outcomes) {
+        let mut stored = Vec::new();
+        for ((slot, settlement), outcome) in group.iter().zip(&settlements).zip(&outcomes) {
             if *outcome != SettleOutcome::Applied {
                 pass.stale += 1;
                 tracing::info!(slot = %settlement.slot, "relay lease expired before settling; nothing written");
                 continue;
             }
             match &settlement.outcome {
-                SlotOutcome::Confirmed { .. } => pass.confirmed += 1,
+                SlotOutcome::Confirmed { .. } => {
+                    pass.confirmed += 1;
+                    let e = &slot.envelope;
+                    stored.push(
+                        FeedEvent::new(e.team_id, FeedKind::MessageStored)
+                            .conversation(e.conversation_id)
+                            .message(e.message_id),
+                    );
+                }
                 SlotOutcome::Fatal { error } => {
                     pass.failed += 1;
                     tracing::warn!(slot = %settlement.slot, code = error.code(), error = ?error, "message failed");
@@ -124,6 +134,7 @@ impl Bus {
                 _ => pass.retried += 1,
             }
         }
+        self.emit(stored);
         Ok(pass)
     }
 

@@ -40,7 +40,9 @@ impl Bus {
             }
             return Err(bus_error(error));
         }
-        journal.run(run).await.map_err(bus_error)
+        let admitted = journal.run(run).await.map_err(bus_error)?;
+        self.run_changed(&admitted);
+        Ok(admitted)
     }
 
     /// Resumes `agent`'s open run: the journal writes `RunResumed`, then the push outbox
@@ -56,7 +58,9 @@ impl Bus {
             .await
             .map_err(bus_error)?;
         self.open_push(run).await.map_err(bus_error)?;
-        self.ports.journal.run(run).await.map_err(bus_error)
+        let resumed = self.ports.journal.run(run).await.map_err(bus_error)?;
+        self.run_changed(&resumed);
+        Ok(resumed)
     }
 
     /// Seals `agent`'s run with `outcome` and `reason` (the terminal record).
@@ -81,7 +85,18 @@ impl Bus {
             .seal(run, outcome, reason, self.now())
             .await
             .map_err(bus_error)?;
-        self.ports.journal.run(run).await.map_err(bus_error)
+        let sealed = self.ports.journal.run(run).await.map_err(bus_error)?;
+        self.run_changed(&sealed);
+        Ok(sealed)
+    }
+
+    /// Tells the console feed that `run` was admitted, resumed or sealed.
+    fn run_changed(&self, run: &Run) {
+        self.emit(vec![
+            crewbus_domain::FeedEvent::new(run.team, crewbus_domain::FeedKind::RunChanged)
+                .agent(run.agent)
+                .run(run.id.0),
+        ]);
     }
 
     /// `agent`'s run. Errors: unknown or another team's → `NotFound`; another agent's →

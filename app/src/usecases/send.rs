@@ -2,7 +2,9 @@
 //! the slot the relay publishes from — shared by the concurrent sends of one group commit
 //! (`send_batch`: one batcher per bus, one `Ledger::send_batch` per batch).
 
-use crewbus_domain::{Agent, BusError, BusResult, Publication, RunId, SendRequest, Sent, Uuid};
+use crewbus_domain::{
+    Agent, BusError, BusResult, FeedEvent, FeedKind, Publication, RunId, SendRequest, Sent, Uuid,
+};
 
 use crate::metrics::Metrics;
 use crate::usecases::bus::Bus;
@@ -84,6 +86,17 @@ impl Bus {
         let sent = self.send_batcher().send(request).await?;
         if sent.created {
             Metrics::inc(&self.metrics.messages_sent);
+            let m = &sent.message;
+            let event = |kind| {
+                FeedEvent::new(m.team, kind)
+                    .conversation(m.conversation)
+                    .message(m.id)
+            };
+            let mut events = vec![event(FeedKind::MessageSent)];
+            if m.publication == Publication::Stored {
+                events.push(event(FeedKind::MessageStored));
+            }
+            self.emit(events);
             match sent.message.publication {
                 Publication::PendingPublication => self.wakers.relay.notify_one(),
                 Publication::Stored => self.wakers.references.notify_one(),

@@ -44,6 +44,10 @@ fn bus(ledger: MockLedger, backends: MockBackends) -> Bus {
             clock: Arc::new(Fixed(t0())),
             broker: None,
             wakeups: Arc::new(crewbus_memory::MemoryWakeups::new()),
+            operators: Arc::new(crewbus_ports::MockOperators::new()),
+            oversight: Arc::new(crewbus_ports::MockOversight::new()),
+            feed: Arc::new(crewbus_memory::MemoryFeed::new()),
+            push_store: Arc::new(crewbus_ports::MockPushStore::new()),
         },
         settings,
     )
@@ -58,6 +62,7 @@ fn agent(team: Uuid) -> Agent {
         token_hash: TokenHash::of("t"),
         created_at: t0(),
         revoked_at: None,
+        kind: crewbus_domain::AgentKind::Agent,
     }
 }
 
@@ -333,6 +338,7 @@ fn message(team: Uuid, id: Uuid) -> Message {
         stored_at: Some(t0()),
         retained_at: None,
         failure: None,
+        sender_kind: crewbus_domain::AgentKind::Agent,
     }
 }
 

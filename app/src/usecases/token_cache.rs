@@ -193,6 +193,7 @@ mod tests {
             token_hash: hash,
             created_at: Utc.with_ymd_and_hms(2026, 1, 1, 0, 0, 0).unwrap(),
             revoked_at: None,
+            kind: crewbus_domain::AgentKind::Agent,
         };
         (hash, agent)
     }

@@ -12,6 +12,9 @@ use tokio::time::Instant;
 use crate::shutdown::Shutdown;
 use crate::usecases::bus::Bus;
 
+/// How often expired sign-in codes and idle console sessions are removed (10 minutes).
+const SIGN_IN_PRUNE_EVERY: Duration = Duration::from_secs(600);
+
 /// Handles of the running workers.
 pub struct Workers {
     handles: Vec<(&'static str, JoinHandle<()>)>,
@@ -19,7 +22,8 @@ pub struct Workers {
 
 impl Workers {
     /// Starts the relay, the reference worker, the wake-up listener and the waiting fetches'
-    /// sweep, the push delivery worker (when the bus has a push outbox) and the retention job.
+    /// sweep, the activity writer, the sign-in pruning, the push delivery worker (when the bus
+    /// has a push outbox) and the retention job.
     pub fn spawn(bus: &Bus, shutdown: &Shutdown) -> Workers {
         let mut handles = Vec::new();
         {
@@ -66,6 +70,33 @@ impl Workers {
                 shutdown.clone(),
             )),
         ));
+        handles.push((
+            "activity",
+            tokio::spawn(crate::usecases::activity::run_activity(
+                bus.clone(),
+                shutdown.clone(),
+            )),
+        ));
+        {
+            let bus = bus.clone();
+            let s = shutdown.clone();
+            handles.push((
+                "sign-in pruning",
+                tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            () = s.wait() => break,
+                            () = tokio::time::sleep(SIGN_IN_PRUNE_EVERY) => {}
+                        }
+                        match bus.prune_sign_ins().await {
+                            Ok(0) => {}
+                            Ok(n) => tracing::debug!(removed = n, "expired console sign-ins removed"),
+                            Err(error) => tracing::debug!(code = error.code(), error = ?error, "removing expired console sign-ins failed"),
+                        }
+                    }
+                }),
+            ));
+        }
         if let Some(push) = bus.push.clone() {
             let s = shutdown.clone();
             let clock = bus.ports.clock.clone();
