@@ -361,13 +361,13 @@ fn serve_stops_within_the_shutdown_grace_while_a_client_holds_an_incomplete_requ
     let mut writer = stream.try_clone().unwrap();
     let mut reader = BufReader::new(stream);
     writer
-        .write_all(b"GET /health HTTP/1.1\r\nHost: crewbus\r\n\r\n")
+        .write_all(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
         .unwrap();
     assert_eq!(read_response(&mut reader).0, 200);
     writer
         .write_all(
             format!(
-                "POST /v1/inbox/fetch HTTP/1.1\r\nHost: crewbus\r\nAuthorization: Bearer {token}\r\n\
+                "POST /v1/inbox/fetch HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
                  Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"li"
             )
             .as_bytes(),
@@ -429,7 +429,7 @@ fn an_oversize_declared_body_is_refused_at_once_and_a_stalled_body_is_abandoned(
     writer
         .write_all(
             format!(
-                "POST /v1/inbox/fetch HTTP/1.1\r\nHost: crewbus\r\nAuthorization: Bearer {token}\r\n\
+                "POST /v1/inbox/fetch HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
                  Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n"
             )
             .as_bytes(),
@@ -450,7 +450,7 @@ fn an_oversize_declared_body_is_refused_at_once_and_a_stalled_body_is_abandoned(
     writer
         .write_all(
             format!(
-                "POST /v1/inbox/fetch HTTP/1.1\r\nHost: crewbus\r\nAuthorization: Bearer {token}\r\n\
+                "POST /v1/inbox/fetch HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
                  Content-Type: application/json\r\nContent-Length: 100\r\n\r\n{{\"li"
             )
             .as_bytes(),
@@ -491,6 +491,11 @@ fn stop(mut child: std::process::Child) {
 
 /// `GET /v1/me` with `token` on `addr` (`host:port`): the status and the answer.
 fn me(addr: &str, token: &str) -> (u16, serde_json::Value) {
+    get(addr, "/v1/me", token)
+}
+
+/// `GET path` with `token` on `addr` (`host:port`): the status and the answer.
+fn get(addr: &str, path: &str, token: &str) -> (u16, serde_json::Value) {
     let stream = TcpStream::connect(addr).unwrap();
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -499,7 +504,7 @@ fn me(addr: &str, token: &str) -> (u16, serde_json::Value) {
     writer
         .write_all(
             format!(
-                "GET /v1/me HTTP/1.1\r\nHost: crewbus\r\nAuthorization: Bearer {token}\r\n\
+                "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
                  Connection: close\r\n\r\n"
             )
             .as_bytes(),
@@ -617,6 +622,71 @@ fn serve_on_the_memory_store_sets_up_alice_and_bob_and_reuses_their_tokens() {
     assert_eq!(who["name"], "bob");
     assert_eq!(who["id"], bob["agent"]);
     stop(child);
+}
+
+/// `serve --dev-operator-token-file FILE` keeps a `dev-api` operator's token in FILE (0600,
+/// never printed): it works on the admin API, again after a restart of the memory store, and is
+/// refused on the agents' routes.
+#[test]
+fn serve_keeps_a_dev_operator_token_in_the_file_it_is_given() {
+    let state = tempfile::tempdir().unwrap();
+    let file = state.path().join("operator.token");
+    let mut first_token = None;
+    for _ in 0..2 {
+        let mut child = crewbus()
+            .args(["--json", "serve", "--ephemeral"])
+            .arg("--data-dir")
+            .arg(state.path().join("data"))
+            .arg("--dev-operator-token-file")
+            .arg(&file)
+            .env("CREWBUS_LISTEN", "127.0.0.1:0")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut printed = Vec::new();
+        let (url, admin) = loop {
+            let line = lines.next().expect("serve printed its lines").unwrap();
+            let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+            printed.push(line);
+            if v.get("admin_api").is_some() {
+                let url = printed
+                    .iter()
+                    .find_map(|l| {
+                        let v: serde_json::Value = serde_json::from_str(l).ok()?;
+                        v["listening"].as_str().map(str::to_owned)
+                    })
+                    .unwrap();
+                break (url, v);
+            }
+        };
+        assert_eq!(admin["operator"], "dev-api");
+        assert_eq!(admin["operator_token_file"], file.display().to_string());
+        let token = std::fs::read_to_string(&file).unwrap().trim().to_owned();
+        assert!(token.starts_with("cbo_"), "{token}");
+        assert!(
+            !printed.join("\n").contains(&token),
+            "the token was printed"
+        );
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600, "{mode:o}");
+        }
+        if let Some(first) = &first_token {
+            assert_eq!(&token, first, "the kept token is reused");
+        }
+        first_token = Some(token.clone());
+        let addr = url.trim_start_matches("http://");
+        let (code, me) = get(addr, "/v1/admin/me", &token);
+        assert_eq!(code, 200, "{me}");
+        assert_eq!(me["name"], "dev-api");
+        assert!(me["teams"].is_null());
+        let (code, _) = get(addr, "/v1/me", &token);
+        assert_eq!(code, 401);
+        stop(child);
+    }
 }
 
 #[test]

@@ -32,6 +32,9 @@ struct Serve {
     child: Child,
     tokens: std::collections::HashMap<String, String>,
     url: String,
+    /// What the console line printed right after the address: `{console_url, operator,
+    /// sign_in_code, expires_at}`.
+    console: Value,
 }
 
 impl Serve {
@@ -48,6 +51,7 @@ impl Serve {
             child,
             tokens: std::collections::HashMap::new(),
             url: String::new(),
+            console: Value::Null,
         };
         let mut lines = BufReader::new(serve.child.stdout.take().unwrap()).lines();
         loop {
@@ -55,6 +59,11 @@ impl Serve {
             let v: Value = serde_json::from_str(&line).unwrap();
             if let Some(url) = v["listening"].as_str() {
                 serve.url = url.to_owned();
+                let line = lines
+                    .next()
+                    .expect("serve printed its console line")
+                    .unwrap();
+                serve.console = serde_json::from_str(&line).unwrap();
                 // Drain the rest of stdout so the server never blocks on a full pipe.
                 std::thread::spawn(move || for _ in lines.by_ref() {});
                 return serve;
@@ -343,4 +352,103 @@ async fn backup_copies_the_store_online_and_the_copy_reads_back() {
         .collect();
     assert_eq!(bodies, ["message 0", "message 1", "message 2"]);
     serve.stop();
+}
+
+#[tokio::test]
+async fn operators_are_added_listed_and_revoked_beside_a_running_server() {
+    let home = tempfile::tempdir().unwrap();
+    let serve = Serve::start(home.path());
+    // Serve printed a one-time sign-in URL for the dev operator, right after its address.
+    let console = &serve.console;
+    let code = console["sign_in_code"].as_str().unwrap();
+    assert_eq!(code.len(), 19, "{console}");
+    assert_eq!(
+        console["console_url"].as_str().unwrap(),
+        format!("{}/console/sign-in?code={code}", serve.url)
+    );
+    assert_eq!(console["operator"], "dev");
+    let run = |args: &[&str]| {
+        let out = crewbus(home.path()).args(args).output().unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap_or(Value::Null);
+        (out.status.success(), v)
+    };
+    let (ok, ops) = run(&["--json", "operator", "add", "ops"]);
+    assert!(ok, "{ops}");
+    assert!(ops["token"].as_str().unwrap().starts_with("cbo_"));
+    assert_eq!(ops["teams"], Value::Null, "every team");
+    let (ok, night) = run(&["--json", "operator", "add", "night", "--team", "local"]);
+    assert!(ok, "{night}");
+    assert_eq!(night["teams"].as_array().unwrap().len(), 1);
+    // An unknown team, a bad name and a taken name are refused, naming what is wrong.
+    let (ok, refused) = run(&["--json", "operator", "add", "x", "--team", "nope"]);
+    assert!(!ok);
+    assert_eq!(refused["error"]["code"], "not_found", "{refused}");
+    let (ok, refused) = run(&["--json", "operator", "add", "two words"]);
+    assert!(!ok);
+    assert_eq!(refused["error"]["code"], "invalid", "{refused}");
+    let (ok, refused) = run(&["--json", "operator", "add", "ops"]);
+    assert!(!ok);
+    assert_eq!(refused["error"]["code"], "conflict", "{refused}");
+    // The list shows the dev operator serve made, ops and night; never a token.
+    let (ok, list) = run(&["--json", "operator", "list"]);
+    assert!(ok);
+    let names: Vec<&str> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| o["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["dev", "night", "ops"], "{list}");
+    assert!(!list.to_string().contains("cbo_"));
+    let (ok, revoked) = run(&["--json", "operator", "revoke", "night"]);
+    assert!(ok, "{revoked}");
+    assert!(revoked["revoked_at"].is_string(), "{revoked}");
+    serve.stop();
+}
+
+#[test]
+fn a_dev_operator_token_file_that_cannot_be_written_leaves_no_operator_behind() {
+    let home = tempfile::tempdir().unwrap();
+    let missing = home.path().join("no-such-dir").join("op.token");
+    let out = crewbus(home.path())
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--dev-operator-token-file",
+        ])
+        .arg(&missing)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("cannot write it"), "{stderr}");
+    // No operator nobody holds the token of: the next start with a writable file works.
+    let file = home.path().join("op.token");
+    let mut child = crewbus(home.path())
+        .args([
+            "--json",
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--dev-operator-token-file",
+        ])
+        .arg(&file)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let listening = loop {
+        let line = lines.next().expect("serve printed its address").unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap();
+        if v["listening"].is_string() {
+            break v;
+        }
+    };
+    assert!(listening["listening"].is_string());
+    let token = std::fs::read_to_string(&file).unwrap();
+    assert!(token.trim().starts_with("cbo_"), "the file holds the token");
+    let _ = child.kill();
+    let _ = child.wait();
 }

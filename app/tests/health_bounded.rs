@@ -41,11 +41,15 @@ async fn bus_on_a_silent_database(health_timeout: Duration) -> Bus {
     let clock = Arc::new(SystemClock);
     let ports = Ports {
         journal: Arc::new(ledger.journal()),
-        ledger: Arc::new(ledger),
+        ledger: Arc::new(ledger.clone()),
         backends: Arc::new(MemoryBackends::new(MemoryConfig::default(), clock.clone()).unwrap()),
         clock,
         broker: None,
         wakeups: Arc::new(MemoryWakeups::new()),
+        operators: Arc::new(ledger.clone()),
+        oversight: Arc::new(ledger.clone()),
+        feed: Arc::new(crewbus_memory::MemoryFeed::new()),
+        push_store: Arc::new(crewbus_memory::MemoryPushStore::new(Default::default())),
     };
     Bus::new(
         ports,

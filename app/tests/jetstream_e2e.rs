@@ -453,3 +453,56 @@ async fn team_add_on_jetstream_needs_provision_and_provisions_before_moving() {
     admin.deprovision(team.id).await.unwrap();
     app.finish_test().await;
 }
+
+#[tokio::test]
+async fn the_operators_storage_view_shows_the_teams_streams_against_their_quotas() {
+    let app = TestApp::postgres_jetstream("js_admin_storage", &["alice", "bob"]).await;
+    let [alice, bob] = &app.agents[..] else {
+        unreachable!()
+    };
+    let conv = crewbus::client::uuid_of(
+        &alice
+            .client
+            .create_conversation("c", &[bob.id])
+            .await
+            .unwrap()["id"],
+    );
+    alice
+        .client
+        .send(conv, "r1", "kept by jetstream")
+        .await
+        .unwrap();
+    fetch_n(bob, 1).await;
+    let scope = crewbus_domain::OperatorScope::Everything;
+    let storage = app.bus.admin_storage(&scope).await.unwrap();
+    let team = storage
+        .iter()
+        .find(|t| t.team.id == app.team.id)
+        .expect("the team is listed");
+    // The ledger's count: one body on jetstream.
+    let js = team
+        .uses
+        .iter()
+        .find(|u| u.backend == "jetstream")
+        .expect("jetstream use");
+    assert_eq!(js.messages, 1);
+    assert_eq!(js.bytes, "kept by jetstream".len() as u64);
+    // The broker's streams: both, with their limits and what they hold.
+    let kinds: Vec<_> = team.streams.iter().map(|s| s.kind).collect();
+    assert!(
+        kinds.contains(&crewbus_domain::StreamKind::Bodies)
+            && kinds.contains(&crewbus_domain::StreamKind::Inbox),
+        "{:?}",
+        team.streams
+    );
+    let bodies = team
+        .streams
+        .iter()
+        .find(|s| s.kind == crewbus_domain::StreamKind::Bodies)
+        .unwrap();
+    assert!(
+        bodies.limits.max_bytes > 0 && bodies.messages >= 1,
+        "{bodies:?}"
+    );
+    app.finish_test().await;
+}

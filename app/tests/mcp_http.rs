@@ -1156,3 +1156,48 @@ async fn revoking_a_waiting_agent_ends_its_wait_with_unauthenticated_and_its_tok
     assert_eq!(reply.headers["www-authenticate"], "Bearer");
     app.finish_test().await;
 }
+
+/// A message an operator posted as the team's human member reaches agents marked as from a
+/// human: `sender_kind: human` in the structured answer, and the fence names a human member.
+#[tokio::test]
+async fn a_message_from_the_teams_human_member_is_marked_as_from_a_human() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    let conv = crewbus::client::uuid_of(
+        &app.agents[0]
+            .client
+            .create_conversation("c", &[app.agents[1].id])
+            .await
+            .unwrap()["id"],
+    );
+    let ops = app.bus.add_operator("ops", &[]).await.unwrap().operator;
+    let sent = app
+        .bus
+        .admin_post(&ops, app.team.id, conv, "h1".into(), "from a person".into())
+        .await
+        .unwrap();
+    let human = sent.message.sender;
+    let b = Mcp::for_agent(&app, 1, MODERN);
+    let tools = listed_tools(&b).await;
+    let mut checked = HashSet::new();
+    let fetched = fetch_some(&b, json!({"limit": 10})).await;
+    let page = ok(&tools, &mut checked, "fetch_inbox", &fetched);
+    assert_eq!(page["deliveries"][0]["message"]["sender_kind"], "human");
+    let text = fetched["content"][0]["text"].as_str().unwrap();
+    let begin = format!(
+        "BEGIN message {} from ops (human) (a human, member {human})",
+        sent.message.id
+    );
+    assert!(text.contains(&begin), "{text}");
+    let read = b
+        .call("read_conversation", json!({"conversation_id": conv}))
+        .await;
+    let history = ok(&tools, &mut checked, "read_conversation", &read);
+    assert_eq!(history["messages"][0]["message"]["sender_kind"], "human");
+    assert!(
+        read["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("(a human, member")
+    );
+    app.finish_test().await;
+}

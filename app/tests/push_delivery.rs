@@ -10,7 +10,8 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus::push::{DeliverySettings, DeliveryWorker, Outbox};
 use crewbus_domain::{
-    Backoff, PushConfig, PushRegistration, RunId, RunOutcome, Secret, Seq, StoreError, TenantId,
+    Backoff, PushAttempt, PushConfig, PushRegistration, RunId, RunOutcome, Secret, Seq, StoreError,
+    TenantId,
 };
 use crewbus_memory::{ManualClock, MemoryJournal, MemoryPushStore};
 use crewbus_ports::{Journal, PushStore, SystemClock};
@@ -497,6 +498,24 @@ impl PushStore for CrashBeforeAdvance {
     }
     async fn delete(&self, r: RunId, id: &str) -> Result<(), StoreError> {
         self.inner.delete(r, id).await
+    }
+    async fn registrations(&self, r: RunId) -> Result<Vec<PushRegistration>, StoreError> {
+        self.inner.registrations(r).await
+    }
+    async fn record_attempt(
+        &self,
+        r: RunId,
+        id: &str,
+        a: &PushAttempt,
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        self.inner.record_attempt(r, id, a, keep).await
+    }
+    async fn attempts(&self, r: RunId, id: &str, l: usize) -> Result<Vec<PushAttempt>, StoreError> {
+        self.inner.attempts(r, id, l).await
+    }
+    async fn prune_attempts(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        self.inner.prune_attempts(before).await
     }
 }
 

@@ -443,11 +443,11 @@ async fn memory_a_failed_open_fails_the_admission_and_seals_the_run_failed() {
         composed.journal.clone(),
         push_support::transport(Duration::from_secs(5)),
     );
-    let bus = composed.bus.clone().with_push(PushRuntime {
-        outbox,
-        worker,
-        poll: Duration::from_millis(10),
-    });
+    let bus =
+        composed
+            .bus
+            .clone()
+            .with_push(PushRuntime::new(outbox, worker, Duration::from_millis(10)));
     let server = crewbus::server::Server::start(
         bus.clone(),
         config.listen,
@@ -590,22 +590,15 @@ async fn memory_push_parked_and_unpark_through_the_cli_functions() {
         &["alice"],
     )
     .await;
-    let store = app.bus.push().unwrap().outbox.store().clone();
     let alice = &app.agents[0];
     let run = uuid_of(&alice.client.admit_run().await.unwrap()["id"]);
-    let now = || crewbus_ports::Clock::now(&app.clock);
 
     let parked = {
         let end = tokio::time::Instant::now() + Duration::from_secs(20);
         loop {
-            let out = run_push_command(
-                store.as_ref(),
-                &PushCommand::Parked { limit: 10 },
-                true,
-                now(),
-            )
-            .await
-            .unwrap();
+            let out = run_push_command(&app.bus, &PushCommand::Parked { limit: 10 }, true)
+                .await
+                .unwrap();
             let v: Value = serde_json::from_str(&out.text).unwrap();
             if !v.as_array().unwrap().is_empty() {
                 break v;
@@ -619,15 +612,10 @@ async fn memory_push_parked_and_unpark_through_the_cli_functions() {
     assert_eq!(parked[0]["next_seq"], 1);
     assert_eq!(parked[0]["parked"], true);
     assert_eq!(parked[0]["authentication"], "Bearer");
-    let human = run_push_command(
-        store.as_ref(),
-        &PushCommand::Parked { limit: 10 },
-        false,
-        now(),
-    )
-    .await
-    .unwrap();
-    let listed = run_push_command(store.as_ref(), &PushCommand::List { run }, false, now())
+    let human = run_push_command(&app.bus, &PushCommand::Parked { limit: 10 }, false)
+        .await
+        .unwrap();
+    let listed = run_push_command(&app.bus, &PushCommand::List { run }, false)
         .await
         .unwrap();
     for text in [&human.text, &listed.text, &parked.to_string()] {
@@ -643,13 +631,7 @@ async fn memory_push_parked_and_unpark_through_the_cli_functions() {
     }
     assert!(listed.text.contains(&rx.url("/ok/parked")));
     assert!(matches!(
-        run_push_command(
-            store.as_ref(),
-            &PushCommand::Parked { limit: 0 },
-            false,
-            now()
-        )
-        .await,
+        run_push_command(&app.bus, &PushCommand::Parked { limit: 0 }, false).await,
         Err(BusError::Invalid { .. })
     ));
 
@@ -657,9 +639,7 @@ async fn memory_push_parked_and_unpark_through_the_cli_functions() {
         run,
         id: "operator:ops".into(),
     };
-    let out = run_push_command(store.as_ref(), &unpark, false, now())
-        .await
-        .unwrap();
+    let out = run_push_command(&app.bus, &unpark, false).await.unwrap();
     assert!(out.success, "{}", out.text);
     // Resumes from its cursor: record 1 arrives (after the 410), then nothing is parked.
     let hits = hits_at_least(&app, &rx, "/ok/parked", run, 2).await;
@@ -670,9 +650,7 @@ async fn memory_push_parked_and_unpark_through_the_cli_functions() {
         "the same record again after un-parking"
     );
     assert_eq!(hits[0].header("webhook-id"), hits[1].header("webhook-id"));
-    let out = run_push_command(store.as_ref(), &unpark, true, now())
-        .await
-        .unwrap();
+    let out = run_push_command(&app.bus, &unpark, true).await.unwrap();
     assert!(!out.success);
     assert_eq!(
         serde_json::from_str::<Value>(&out.text).unwrap()["unparked"],

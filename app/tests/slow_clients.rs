@@ -444,3 +444,52 @@ async fn an_answer_given_before_the_body_was_read_says_connection_close() {
     }
     app.finish_test().await;
 }
+
+/// Sends `head` on a fresh connection and reads the answer.
+async fn answer_to(app: &TestApp, head: &str) -> Answer {
+    let mut stream = connect(app).await;
+    stream.write_all(head.as_bytes()).await.unwrap();
+    read_answer(&mut stream, Duration::from_secs(5)).await
+}
+
+#[tokio::test]
+async fn every_route_refuses_two_hosts_a_missing_host_and_a_foreign_name() {
+    let app = app_with(|_| {}, &["alice"]).await;
+    for path in [
+        "/health",
+        "/v1/me",
+        "/mcp",
+        "/console",
+        "/openapi.json",
+        "/nowhere",
+    ] {
+        // Two Host headers, the loopback one first: 400 (RFC 9112 §3.2).
+        let two = answer_to(
+            &app,
+            &format!("GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nHost: evil.example\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(two.status, 400, "{path}");
+        // None on HTTP/1.1: 400.
+        let none = answer_to(&app, &format!("GET {path} HTTP/1.1\r\n\r\n")).await;
+        assert_eq!(none.status, 400, "{path}");
+        // A foreign name: 403.
+        let foreign = answer_to(
+            &app,
+            &format!("GET {path} HTTP/1.1\r\nHost: evil.example\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(foreign.status, 403, "{path}");
+        // The absolute form names the authority the request is for: a foreign one is 403
+        // whatever the Host says.
+        let absolute = answer_to(
+            &app,
+            &format!("GET http://evil.example{path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n"),
+        )
+        .await;
+        assert_eq!(absolute.status, 403, "{path}");
+    }
+    // One loopback Host is served.
+    let ok = answer_to(&app, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await;
+    assert_eq!(ok.status, 200);
+}

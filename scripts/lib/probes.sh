@@ -1,10 +1,14 @@
 # The outside probes of the HTTP API (sourced by scripts/test and scripts/probes after
 # services.sh): tools nobody on the project wrote, run against a real `crewbus serve`.
 #   openapi-spec-validator   the served /openapi.json is a valid OpenAPI 3.1 document
-#   schemathesis run         `--checks all` with a bearer token, then once without one (every
-#                            401 must be declared), a fixed seed and a bounded number of examples
+#   schemathesis run         `--checks all` with an agent's token on every route but the admin API,
+#                            with an operator's token on the admin API (`/v1/admin/…`) only, then
+#                            once without a token on everything (every 401 must be declared), a
+#                            fixed seed and a bounded number of examples
 # on the memory store, the embedded SQLite store and on Postgres (a fresh database on the server of DATABASE_URL, set by
-# setup_postgres). Any finding fails. The probed server runs with `bus.max_wait_ms` = 500, and
+# setup_postgres). Any finding fails. The operator token comes from the server itself
+# (`serve --dev-operator-token-file`): on the memory store nothing beside the server can add an
+# operator, and on SQLite and Postgres the same way keeps the three runs alike. The probed server runs with `bus.max_wait_ms` = 500, and
 # the document's maximum for `wait_ms` must be that value, so generated waits stay short.
 #
 # The tools are pinned by probes/requirements.txt (every package ==-pinned, dependencies
@@ -56,8 +60,10 @@ PY
 
 # Runs `crewbus … serve` (the memory store when PROBE_STORE is memory, Postgres when
 # PROBE_DATABASE_URL is set, else the embedded SQLite store in $1/data) in $1 (a
-# work directory) with a dev team `probe` (agents alice and bob) on a free port of 127.0.0.1;
-# sets PROBE_URL, PROBE_TOKEN (alice's) and PROBE_PID once it answers /health. The child sees
+# work directory) with a dev team `probe` (agents alice and bob) and an operator of every team
+# (its token in $1/operator.token) on a free port of 127.0.0.1; sets PROBE_URL, PROBE_TOKEN
+# (alice's), PROBE_OPERATOR_TOKEN, PROBE_TEAM (the team's id) and PROBE_PID once it answers
+# /health. The child sees
 # no CREWBUS_* variable but those set here (the server reads them as configuration).
 start_probed_server() {
   local work="$1" deadline
@@ -72,7 +78,8 @@ start_probed_server() {
       || { echo "probes: crewbus migrate failed:" >&2; cat "$work/migrate.log" >&2; return 1; }
   fi
   (cd "$work" && exec "${child_env[@]}" "$CREWBUS_BIN" --json serve --listen 127.0.0.1:0 \
-    --dev-team probe --dev-agent alice --dev-agent bob >"$work/serve.jsonl" 2>"$work/serve.log") &
+    --dev-team probe --dev-agent alice --dev-agent bob \
+    --dev-operator-token-file "$work/operator.token" >"$work/serve.jsonl" 2>"$work/serve.log") &
   PROBE_PID=$!
   on_exit "kill $PROBE_PID 2>/dev/null; wait $PROBE_PID 2>/dev/null"
   deadline=$(( SECONDS + 60 ))
@@ -89,6 +96,15 @@ start_probed_server() {
   PROBE_URL="${PROBE_URL%/}"
   PROBE_TOKEN="$(json_field "$work/serve.jsonl" token)"
   [ -n "$PROBE_TOKEN" ] || { echo "probes: crewbus serve --json printed no dev agent token" >&2; return 1; }
+  PROBE_TEAM="$(json_field "$work/serve.jsonl" team)"
+  [ -n "$PROBE_TEAM" ] || { echo "probes: crewbus serve --json printed no dev team" >&2; return 1; }
+  until [ -n "$(json_field "$work/serve.jsonl" admin_api)" ]; do
+    kill -0 "$PROBE_PID" 2>/dev/null || { echo "probes: crewbus serve exited:" >&2; tail -n 40 "$work/serve.log" >&2; return 1; }
+    [ "$SECONDS" -lt "$deadline" ] || { echo "probes: crewbus serve set up no operator within 60 s" >&2; return 1; }
+    sleep 0.05
+  done
+  PROBE_OPERATOR_TOKEN="$(tr -d '[:space:]' <"$work/operator.token")"
+  [ -n "$PROBE_OPERATOR_TOKEN" ] || { echo "probes: $work/operator.token holds no operator token" >&2; return 1; }
   until curl -fsS -o /dev/null "$PROBE_URL/health"; do
     kill -0 "$PROBE_PID" 2>/dev/null || { echo "probes: crewbus serve exited:" >&2; tail -n 40 "$work/serve.log" >&2; return 1; }
     [ "$SECONDS" -lt "$deadline" ] || { echo "probes: crewbus not healthy within 60 s" >&2; return 1; }
@@ -140,19 +156,37 @@ probe_store() {
     failed=1
   fi
 
-  # The run every generated send names (probes/schemathesis.toml).
-  local run
+  # The run every generated send names, and the conversation (with a message) and run the admin
+  # routes are given (probes/schemathesis.toml).
+  local run conversation message
   run="$(curl -fsS -X POST -H "Authorization: Bearer $PROBE_TOKEN" "$PROBE_URL/v1/runs" -o "$work/run.json" && json_field "$work/run.json" id)"
   [ -n "$run" ] || { echo "probes: POST /v1/runs failed" >&2; return 1; }
+  conversation="$(curl -fsS -X POST -H "Authorization: Bearer $PROBE_TOKEN" -H 'Content-Type: application/json' \
+    -d '{"title": "probe", "members": ["bob"]}' "$PROBE_URL/v1/conversations" -o "$work/conversation.json" \
+    && json_field "$work/conversation.json" id)"
+  [ -n "$conversation" ] || { echo "probes: POST /v1/conversations failed" >&2; return 1; }
+  curl -fsS -X POST -H "Authorization: Bearer $PROBE_TOKEN" -H 'Content-Type: application/json' \
+    -d "{\"request_id\": \"probe-1\", \"body\": \"hello bob\", \"run\": \"$run\"}" \
+    "$PROBE_URL/v1/conversations/$conversation/messages" -o "$work/sent.json" \
+    || { echo "probes: the first send failed" >&2; return 1; }
+  message="$("$PROBE_PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["message"]["id"])' "$work/sent.json")"
 
-  local st=(timeout "$PROBE_RUN_TIMEOUT" env "CREWBUS_PROBE_RUN=$run" "$PROBES_VENV/bin/schemathesis"
+  local st=(timeout "$PROBE_RUN_TIMEOUT" env "CREWBUS_PROBE_RUN=$run" "CREWBUS_PROBE_TEAM=$PROBE_TEAM"
+    "CREWBUS_PROBE_CONVERSATION=$conversation" "CREWBUS_PROBE_MESSAGE=$message"
+    "$PROBES_VENV/bin/schemathesis"
     --config-file "$PWD/probes/schemathesis.toml" --no-color run "$PROBE_URL/openapi.json"
     --checks all --seed "$PROBE_SEED" --workers 1 --request-timeout 10
     --generation-database none --warnings off)
-  echo "probes ($store): schemathesis --checks all, $PROBE_MAX_EXAMPLES examples per operation, seed $PROBE_SEED"
-  (cd "$work" && "${st[@]}" --max-examples "$PROBE_MAX_EXAMPLES" -H "Authorization: Bearer $PROBE_TOKEN") \
-    >"$work/schemathesis.log" 2>&1 || failed=1
+  echo "probes ($store): schemathesis --checks all with an agent's token (not /v1/admin), $PROBE_MAX_EXAMPLES examples per operation, seed $PROBE_SEED"
+  (cd "$work" && "${st[@]}" --max-examples "$PROBE_MAX_EXAMPLES" --exclude-path-regex '^/v1/admin/' \
+    -H "Authorization: Bearer $PROBE_TOKEN") >"$work/schemathesis.log" 2>&1 || failed=1
   show_schemathesis_log "$work/schemathesis.log" "$failed"
+  echo "probes ($store): schemathesis --checks all with an operator's token on /v1/admin only, $PROBE_MAX_EXAMPLES examples per operation"
+  local admin_failed=0
+  (cd "$work" && "${st[@]}" --max-examples "$PROBE_MAX_EXAMPLES" --include-path-regex '^/v1/admin/' \
+    -H "Authorization: Bearer $PROBE_OPERATOR_TOKEN") >"$work/schemathesis-admin.log" 2>&1 || admin_failed=1
+  show_schemathesis_log "$work/schemathesis-admin.log" "$admin_failed"
+  [ "$admin_failed" = 0 ] || failed=1
   echo "probes ($store): schemathesis --checks all without a token, $PROBE_ANON_EXAMPLES examples per operation"
   local anon_failed=0
   (cd "$work" && "${st[@]}" --max-examples "$PROBE_ANON_EXAMPLES") \
