@@ -263,6 +263,22 @@ pub(super) async fn hand_out(
     Ok(plan.outcomes)
 }
 
+/// The top-up query: the recipient's undelivered receipts (the partial index
+/// `receipts_undelivered`, a handful of rows) joined to their messages, oldest stored first.
+/// `CROSS JOIN` pins that join order: SQLite's planner otherwise may drive the query from
+/// `messages_sent (team_id, sent_at)` and walk every message of the team (seen: the top-up and
+/// the wake-up sweep grew with the team's history). `plans` below checks the order.
+pub(super) const UNDELIVERED_SQL: &str =
+    "SELECT m.id FROM receipts r CROSS JOIN messages m ON m.id = r.message_id
+         WHERE r.recipient_id = ?1 AND r.delivered_at IS NULL AND m.team_id = ?2
+           AND m.publication = 'stored' AND m.stored_at < ?3
+           AND NOT EXISTS (
+               SELECT 1 FROM hand_outs h
+               WHERE h.message_id = m.id AND h.recipient_id = ?1
+                 AND h.confirmed_at IS NULL AND h.held_until > ?4)
+         ORDER BY m.stored_at, m.conversation_id, m.seq
+         LIMIT ?5";
+
 pub(super) async fn undelivered(
     ledger: &SqliteLedger,
     team: Uuid,
@@ -277,26 +293,40 @@ pub(super) async fn undelivered(
         .agent_row(&mut tx, team, recipient)
         .await?
         .ensure_active()?;
-    let ids: Vec<Uuid> = sqlx::query_scalar(
-        "SELECT m.id FROM receipts r JOIN messages m ON m.id = r.message_id
-         WHERE r.recipient_id = ?1 AND r.delivered_at IS NULL AND m.team_id = ?2
-           AND m.publication = 'stored' AND m.stored_at < ?3
-           AND NOT EXISTS (
-               SELECT 1 FROM hand_outs h
-               WHERE h.message_id = m.id AND h.recipient_id = ?1
-                 AND h.confirmed_at IS NULL AND h.held_until > ?4)
-         ORDER BY m.stored_at, m.conversation_id, m.seq
-         LIMIT ?5",
-    )
-    .bind(recipient)
-    .bind(team)
-    .bind(Ts(stored_before))
-    .bind(Ts(at))
-    .bind(limit as i64)
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(ledger.db(what))?;
+    let ids: Vec<Uuid> = sqlx::query_scalar(UNDELIVERED_SQL)
+        .bind(recipient)
+        .bind(team)
+        .bind(Ts(stored_before))
+        .bind(Ts(at))
+        .bind(limit as i64)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(ledger.db(what))?;
     Ok(ids)
+}
+
+/// The wake-up sweep for `n` waiters (`(team, agent)` pairs bound first, then the tenant, the
+/// stored-before and the hold times): the waiters whose agent is gone or revoked, or for whom
+/// the top-up query (`UNDELIVERED_SQL`) finds a message. The same `CROSS JOIN` pin as there.
+pub(super) fn wakeable_sql(n: usize) -> String {
+    let values = vec!["(?, ?)"; n].join(", ");
+    format!(
+        "WITH w(team, agent) AS (VALUES {values})
+         SELECT DISTINCT w.team, w.agent FROM w
+         WHERE NOT EXISTS (
+                 SELECT 1 FROM agents a JOIN teams t ON t.id = a.team_id
+                 WHERE a.id = w.agent AND a.team_id = w.team AND t.tenant = ?
+                   AND a.revoked_at IS NULL)
+            OR EXISTS (
+                 SELECT 1 FROM receipts r CROSS JOIN messages m ON m.id = r.message_id
+                 WHERE r.recipient_id = w.agent AND r.delivered_at IS NULL
+                   AND m.team_id = w.team AND m.publication = 'stored'
+                   AND m.stored_at < ?
+                   AND NOT EXISTS (
+                       SELECT 1 FROM hand_outs h
+                       WHERE h.message_id = m.id AND h.recipient_id = w.agent
+                         AND h.confirmed_at IS NULL AND h.held_until > ?))"
+    )
 }
 
 pub(super) async fn wakeable(
@@ -310,24 +340,7 @@ pub(super) async fn wakeable(
     }
     // One statement for every waiter: the agent gone or revoked, or the top-up query's
     // condition (`undelivered`) holding for at least one message.
-    let values = vec!["(?, ?)"; targets.len()].join(", ");
-    let sql = format!(
-        "WITH w(team, agent) AS (VALUES {values})
-         SELECT DISTINCT w.team, w.agent FROM w
-         WHERE NOT EXISTS (
-                 SELECT 1 FROM agents a JOIN teams t ON t.id = a.team_id
-                 WHERE a.id = w.agent AND a.team_id = w.team AND t.tenant = ?
-                   AND a.revoked_at IS NULL)
-            OR EXISTS (
-                 SELECT 1 FROM receipts r JOIN messages m ON m.id = r.message_id
-                 WHERE r.recipient_id = w.agent AND r.delivered_at IS NULL
-                   AND m.team_id = w.team AND m.publication = 'stored'
-                   AND m.stored_at < ?
-                   AND NOT EXISTS (
-                       SELECT 1 FROM hand_outs h
-                       WHERE h.message_id = m.id AND h.recipient_id = w.agent
-                         AND h.confirmed_at IS NULL AND h.held_until > ?))"
-    );
+    let sql = wakeable_sql(targets.len());
     let mut query = sqlx::query_as::<_, (Uuid, Uuid)>(&sql);
     for t in targets {
         query = query.bind(t.team).bind(t.agent);
@@ -516,4 +529,57 @@ pub(super) async fn receipts(
     .await
     .map_err(ledger.db(what))?;
     Ok(rows.into_iter().map(Receipt::from).collect())
+}
+
+#[cfg(test)]
+mod plans {
+    use super::*;
+
+    /// The query plan of `sql` on a freshly migrated store: one line per step, in order.
+    async fn plan(sql: &str, binds: usize) -> Vec<String> {
+        let dir = tempfile::tempdir().unwrap();
+        let config = crate::SqliteConfig {
+            create_if_missing: true,
+            ..crate::SqliteConfig::default()
+        };
+        let pools = crate::open(dir.path().join("bus.db"), &config)
+            .await
+            .unwrap();
+        crate::migrate(&pools).await.unwrap();
+        let explain = format!("EXPLAIN QUERY PLAN {sql}");
+        let mut query = sqlx::query_as::<_, (i64, i64, i64, String)>(&explain);
+        for _ in 0..binds {
+            query = query.bind(Option::<i64>::None);
+        }
+        let rows = query.fetch_all(pools.reader()).await.unwrap();
+        pools.close().await;
+        rows.into_iter().map(|r| r.3).collect()
+    }
+
+    /// Asserts the plan reads the recipient's undelivered receipts first, through their
+    /// partial index, and never scans the team's messages by `messages_sent`.
+    fn assert_driven_by_receipts(plan: &[String]) {
+        let first_table = plan
+            .iter()
+            .find(|line| line.contains(" r ") || line.contains(" m "))
+            .unwrap_or_else(|| panic!("no table in {plan:?}"));
+        assert!(
+            first_table.contains(" r ") && first_table.contains("receipts_undelivered"),
+            "the receipts drive the join: {plan:?}"
+        );
+        assert!(
+            !plan.iter().any(|line| line.contains("messages_sent")),
+            "no walk of the team's messages: {plan:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn the_top_up_starts_from_the_recipients_undelivered_receipts() {
+        assert_driven_by_receipts(&plan(UNDELIVERED_SQL, 5).await);
+    }
+
+    #[tokio::test]
+    async fn the_wakeup_sweep_starts_from_each_waiters_undelivered_receipts() {
+        assert_driven_by_receipts(&plan(&wakeable_sql(3), 3 * 2 + 3).await);
+    }
 }
