@@ -81,6 +81,7 @@ use sqlx::PgPool;
 use sqlx::postgres::{PgListener, PgPoolOptions};
 
 mod support;
+use support::cpu::{cpu_ticks, load_average, postgres_ticks, tick_seconds};
 use support::measuring;
 
 /// Latency samples per target and store under `--bench`, and in test mode.
@@ -603,44 +604,6 @@ async fn latency(s: &Scene, samples: usize, warm_up: usize) -> LatencyFigures {
 
 // --- idle cost --------------------------------------------------------------------------------
 
-/// CPU seconds per clock tick of `/proc/<pid>/stat`.
-fn tick_seconds() -> f64 {
-    // SAFETY: sysconf reads a constant of the system; no memory is shared.
-    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
-    assert!(ticks > 0, "sysconf(_SC_CLK_TCK) failed");
-    1.0 / ticks as f64
-}
-
-/// utime + stime of `pid` in clock ticks (`None`: the process is gone).
-fn cpu_ticks(pid: &str) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which may hold spaces) in parentheses: state is field 3,
-    // utime 14 and stime 15.
-    let rest = &stat[stat.rfind(')')? + 2..];
-    let fields: Vec<&str> = rest.split(' ').collect();
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    Some(utime + stime)
-}
-
-/// Every process whose `comm` is `postgres`, with its CPU ticks.
-fn postgres_ticks() -> HashMap<u32, u64> {
-    let mut out = HashMap::new();
-    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let name = entry.file_name();
-        let Some(pid) = name.to_str().and_then(|n| n.parse::<u32>().ok()) else {
-            continue;
-        };
-        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-        if comm.trim_end() == "postgres"
-            && let Some(t) = cpu_ticks(&pid.to_string())
-        {
-            out.insert(pid, t);
-        }
-    }
-    out
-}
-
 /// How often a window samples the postgres processes (so one that exits inside the window is
 /// counted up to its last sample, and other databases' short sessions are recognised).
 const PROCESS_SAMPLE: Duration = Duration::from_millis(500);
@@ -834,12 +797,6 @@ fn raise_open_files() -> u64 {
         assert_eq!(set, 0, "setrlimit(RLIMIT_NOFILE, {hard}) failed");
     }
     hard
-}
-
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg")
-        .map(|l| l.split(' ').take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "unknown".into())
 }
 
 fn met(ok: bool) -> &'static str {

@@ -25,7 +25,7 @@ use crate::usecases::bus::Bus;
 pub(crate) const PAGE: usize = 50;
 
 /// Which messages a conversation page shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Window {
     /// The newest [`PAGE`].
     Latest,

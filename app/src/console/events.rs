@@ -35,15 +35,17 @@ use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 use tokio::time::Instant;
 
 use super::Console;
-use super::conversation::{Window, messages_part};
+use super::conversation::Window;
 use super::failure::Failed;
 use super::frame::{PageQuery, Signed};
 use super::overview::teams_part;
 use super::team::{id, live_part};
-use super::views::{Names, Rendered};
+use super::views::Rendered;
 
-/// A conversation page is rendered again at most this often per viewer (250 ms).
-pub(crate) const CONVERSATION_INTERVAL: Duration = Duration::from_millis(250);
+/// A conversation page is rendered again at most this often per viewer (500 ms: twice a second
+/// is as fast as a person reads a busy conversation, and each update of a busy page costs the
+/// bus — `benches/benches/console_viewers.rs` measured 250 ms and 500 ms).
+pub(crate) const CONVERSATION_INTERVAL: Duration = Duration::from_millis(500);
 
 /// The overview and a team page, whose reads cover a whole team, at most this often (1 s).
 pub(crate) const TEAM_INTERVAL: Duration = Duration::from_secs(1);
@@ -199,7 +201,6 @@ struct Viewer {
     hash: TokenHash,
     feed: Receiver<FeedUpdate>,
     ended: Receiver<TokenHash>,
-    names: Names,
     /// The messages the part shows (conversation pages).
     shown: HashSet<Uuid>,
     /// The fingerprint of what the page shows now.
@@ -223,7 +224,9 @@ enum Wake {
 }
 
 impl Viewer {
-    async fn render(&mut self) -> Result<Rendered, Failed> {
+    /// Renders the part as of `fresh_after` or later: a conversation's through the console's
+    /// shared renders (one read for every viewer of the same window), the others of its own.
+    async fn render(&mut self, fresh_after: Instant) -> Result<Rendered, Failed> {
         let bus = &self.console.bus;
         self.last_render = Instant::now();
         match self.live {
@@ -234,15 +237,11 @@ impl Viewer {
                 conversation,
                 window,
             } => {
-                let (part, shown) = messages_part(
-                    bus,
-                    &self.scope,
-                    team,
-                    conversation,
-                    window,
-                    &mut self.names,
-                )
-                .await?;
+                let (part, shown) = self
+                    .console
+                    .renders
+                    .conversation(bus, &self.scope, team, conversation, window, fresh_after)
+                    .await?;
                 self.shown = shown;
                 Ok(part)
             }
@@ -336,12 +335,15 @@ impl Viewer {
             if !self.coalesce().await {
                 return self.end();
             }
+            // Every event taken from the feed so far was committed before it reached the feed:
+            // a render begun from now on shows it (a shared one too).
+            let covered = Instant::now();
             // Before every update: a revocation or a sign-out on any server ends the stream
             // before it shows anything more.
             if !self.session_alive().await {
                 return self.end();
             }
-            match self.render().await {
+            match self.render(covered).await {
                 Ok(part) => {
                     let fingerprint = part.fingerprint();
                     if self.showing.as_deref() != Some(fingerprint.as_str()) {
@@ -409,7 +411,6 @@ pub(crate) async fn stream(
         hash: s.hash(),
         feed,
         ended,
-        names: Names::default(),
         shown: HashSet::new(),
         showing: watch.v.clone(),
         first: None,
@@ -417,7 +418,7 @@ pub(crate) async fn stream(
         session_checked: Instant::now(),
         done: false,
     };
-    match viewer.render().await {
+    match viewer.render(Instant::now()).await {
         Ok(part) => {
             let fingerprint = part.fingerprint();
             if viewer.showing.as_deref() != Some(fingerprint.as_str()) {

@@ -55,7 +55,7 @@
 //! Pages that change while watched (the overview, a team, a conversation) open one
 //! Server-Sent Events stream (`GET /console/events`, `events.rs`) fed by the bus's console feed
 //! ([`crate::bus::Bus::watch_feed`]), never by polling: on a relevant feed event the stream
-//! renders the changed part again (at most once per 250 ms per viewer) and sends it; the page's
+//! renders the changed part again (at most once per 500 ms per viewer on a conversation page, once a second on the others) and sends it; the page's
 //! own script (`static/console/console.js`) swaps it in. Every page is complete HTML without
 //! JavaScript, and every form works as a plain POST answered with `303`.
 
@@ -77,6 +77,7 @@ mod overview;
 mod push;
 mod runs;
 mod security;
+mod shared;
 mod sign_in;
 mod storage;
 mod team;
@@ -95,6 +96,8 @@ pub(crate) struct Console {
     pub(crate) throttle: Arc<throttle::SignInThrottle>,
     /// Sessions ended on this server (sign-out): their live streams end at once.
     pub(crate) ended: broadcast::Sender<TokenHash>,
+    /// Conversation parts rendered once for all their live viewers.
+    pub(crate) renders: Arc<shared::SharedRenders>,
 }
 
 impl Console {
@@ -104,6 +107,7 @@ impl Console {
             bus,
             throttle: Arc::new(throttle::SignInThrottle::default()),
             ended,
+            renders: Arc::default(),
         }
     }
 }

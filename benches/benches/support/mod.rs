@@ -2,6 +2,8 @@
 //! totals, and the timed lease + settle loop of the ledger's side of the relay.
 #![allow(dead_code)]
 
+pub mod cpu;
+
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
