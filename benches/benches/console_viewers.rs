@@ -35,7 +35,10 @@
 //! load and the store's growth hit both alike; each target's rate is Σ messages ÷ Σ time. The
 //! viewers of a `viewers` phase are signed in and their streams open before its clock starts;
 //! after it, every viewer must have received at least one `swap` (it saw the conversation
-//! change), within 10 s.
+//! change), within 10 s. Beside the rate, per target: CPU milliseconds per message of this
+//! process (server, workers, the load's and the viewers' clients) and, on Postgres, of every
+//! postgres process (utime + stime at the phase's start and end: a diagnostic of where the
+//! viewers' cost goes).
 //!
 //! **Idle** (after the phases): CPU seconds over a window (`WINDOW`, 30 s) with no viewer, then
 //! over a window with `IDLE_VIEWERS` viewers whose streams are open (no reloads: nobody is at
@@ -495,6 +498,18 @@ async fn phase(s: &Scene, per_sender: usize, round: usize, target: &str) -> (usi
 
 // --- idle ---------------------------------------------------------------------------------------
 
+/// CPU seconds so far of this process and (Postgres store) of every postgres process alive now.
+fn phase_cpu(store: Store) -> (f64, f64) {
+    let tick = tick_seconds();
+    let ours = cpu_ticks("self").expect("/proc/self/stat") as f64 * tick;
+    let pg = if store == Store::Postgres {
+        postgres_ticks().values().sum::<u64>() as f64 * tick
+    } else {
+        0.0
+    };
+    (ours, pg)
+}
+
 /// CPU seconds of one window: this process, and every postgres process (Postgres store only,
 /// sampled every 500 ms so sessions that start or end inside the window count up to their
 /// last sample).
@@ -537,6 +552,8 @@ struct Figures {
     none: f64,
     viewers: f64,
     swaps: u64,
+    /// CPU milliseconds per message (this process, postgres), without and with viewers.
+    cpu: ((f64, f64), (f64, f64)),
     idle: ((f64, f64, f64), (f64, f64, f64)),
 }
 
@@ -559,7 +576,8 @@ async fn run(store: Store, bench: bool) -> Figures {
     let s = Scene::start(store).await;
     // Warm-up (untimed): connections, caches, plans.
     phase(&s, per_sender.min(5), 0, "warm-up").await;
-    let mut totals: HashMap<&str, (usize, Duration)> = HashMap::new();
+    // Per target: messages, time, CPU seconds of this process and of postgres.
+    let mut totals: HashMap<&str, (usize, Duration, f64, f64)> = HashMap::new();
     let mut swaps = 0;
     for round in 0..rounds {
         let order = if round % 2 == 0 {
@@ -573,18 +591,26 @@ async fn run(store: Store, bench: bool) -> Figures {
             } else {
                 Vec::new()
             };
+            let cpu_before = phase_cpu(store);
             let (n, took) = phase(&s, per_sender, round + 1, target).await;
+            let (ours, pg) = phase_cpu(store);
+            let (ours, pg) = (ours - cpu_before.0, pg - cpu_before.1);
             eprintln!(
-                "{}: round {} {target}: {n} messages in {:.2} s = {:.0}/s (load average {})",
+                "{}: round {} {target}: {n} messages in {:.2} s = {:.0}/s; CPU per message: \
+                 this process {:.2} ms, postgres {:.2} ms (load average {})",
                 store.name(),
                 round + 1,
                 took.as_secs_f64(),
                 n as f64 / took.as_secs_f64(),
+                ours * 1e3 / n as f64,
+                pg * 1e3 / n as f64,
                 load_average()
             );
             let t = totals.entry(target).or_default();
             t.0 += n;
             t.1 += took;
+            t.2 += ours;
+            t.3 += pg;
             let deadline = Instant::now() + VIEWER_DEADLINE;
             while !viewers.iter().all(|v| v.swaps.load(Ordering::SeqCst) > 0) {
                 assert!(
@@ -602,6 +628,11 @@ async fn run(store: Store, bench: bool) -> Figures {
     }
     let rate = |t: &str| totals[t].0 as f64 / totals[t].1.as_secs_f64();
     let (none, with) = (rate("none"), rate("viewers"));
+    let per_message = |t: &str| {
+        let (n, _, ours, pg) = totals[t];
+        (ours * 1e3 / n as f64, pg * 1e3 / n as f64)
+    };
+    let cpu = (per_message("none"), per_message("viewers"));
     let without = cpu_window(store, window).await;
     let idle = open_viewers(&s, idle_n, false).await;
     let with_idle = cpu_window(store, window).await;
@@ -618,6 +649,7 @@ async fn run(store: Store, bench: bool) -> Figures {
         none,
         viewers: with,
         swaps,
+        cpu,
         idle: (without, with_idle),
     }
 }
@@ -662,6 +694,20 @@ fn main() {
                 f.swaps,
                 f.idle_n,
                 met(cost <= IDLE_CORES)
+            );
+        }
+        eprintln!();
+        eprintln!(
+            "| store | CPU ms per message, none: this process / postgres | with viewers | \
+             extra per message |"
+        );
+        eprintln!("|---|---:|---:|---:|");
+        for f in &all {
+            let ((a, b), (c, d)) = f.cpu;
+            eprintln!(
+                "| {} | {a:.2} / {b:.2} | {c:.2} / {d:.2} | {:+.2} ms |",
+                f.store.name(),
+                (c + d) - (a + b)
             );
         }
         if !bench {

@@ -21,6 +21,7 @@
 
 use std::collections::HashSet;
 use std::convert::Infallible;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -206,7 +207,7 @@ struct Viewer {
     /// The fingerprint of what the page shows now.
     showing: Option<String>,
     /// A part rendered before the stream started, still to send.
-    first: Option<Rendered>,
+    first: Option<Arc<LivePart>>,
     last_render: Instant,
     /// When the session was last looked up (and so kept alive).
     session_checked: Instant,
@@ -226,23 +227,24 @@ enum Wake {
 impl Viewer {
     /// Renders the part as of `fresh_after` or later: a conversation's through the console's
     /// shared renders (one read for every viewer of the same window), the others of its own.
-    async fn render(&mut self, fresh_after: Instant) -> Result<Rendered, Failed> {
+    async fn render(&mut self, fresh_after: Instant) -> Result<Arc<LivePart>, Failed> {
         let bus = &self.console.bus;
         self.last_render = Instant::now();
+        let own = |part| Arc::new(LivePart::new(part, HashSet::new()));
         match self.live {
-            Live::Overview => teams_part(bus, &self.scope).await,
-            Live::Team(team) => live_part(bus, &self.scope, team, &self.csrf).await,
+            Live::Overview => teams_part(bus, &self.scope).await.map(own),
+            Live::Team(team) => live_part(bus, &self.scope, team, &self.csrf).await.map(own),
             Live::Conversation {
                 team,
                 conversation,
                 window,
             } => {
-                let (part, shown) = self
+                let part = self
                     .console
                     .renders
                     .conversation(bus, &self.scope, team, conversation, window, fresh_after)
                     .await?;
-                self.shown = shown;
+                self.shown.clone_from(&part.shown);
                 Ok(part)
             }
         }
@@ -319,7 +321,7 @@ impl Viewer {
             return None;
         }
         if let Some(first) = self.first.take() {
-            return Some(swap(first));
+            return Some(first.event.clone());
         }
         loop {
             match self.wake().await {
@@ -345,10 +347,9 @@ impl Viewer {
             }
             match self.render(covered).await {
                 Ok(part) => {
-                    let fingerprint = part.fingerprint();
-                    if self.showing.as_deref() != Some(fingerprint.as_str()) {
-                        self.showing = Some(fingerprint);
-                        return Some(swap(part));
+                    if self.showing.as_deref() != Some(part.fingerprint.as_str()) {
+                        self.showing = Some(part.fingerprint.clone());
+                        return Some(part.event.clone());
                     }
                 }
                 // The part is gone, or no longer the operator's to see.
@@ -368,10 +369,24 @@ impl Viewer {
     }
 }
 
-fn swap(part: Rendered) -> Event {
-    Event::default()
-        .event("swap")
-        .data(sse_lines(part.as_str()))
+/// A rendered live part as a stream sends it: its fingerprint, the `swap` event carrying it
+/// (encoded once, however many viewers it goes to) and the messages it shows.
+pub(crate) struct LivePart {
+    pub(crate) fingerprint: String,
+    pub(crate) event: Event,
+    pub(crate) shown: HashSet<Uuid>,
+}
+
+impl LivePart {
+    pub(crate) fn new(part: Rendered, shown: HashSet<Uuid>) -> Self {
+        LivePart {
+            fingerprint: part.fingerprint(),
+            event: Event::default()
+                .event("swap")
+                .data(sse_lines(part.as_str())),
+            shown,
+        }
+    }
 }
 
 /// `html` with every line break as `\n`: an SSE `data` field ends at a CR, an LF or a CRLF, and
@@ -420,9 +435,8 @@ pub(crate) async fn stream(
     };
     match viewer.render(Instant::now()).await {
         Ok(part) => {
-            let fingerprint = part.fingerprint();
-            if viewer.showing.as_deref() != Some(fingerprint.as_str()) {
-                viewer.showing = Some(fingerprint);
+            if viewer.showing.as_deref() != Some(part.fingerprint.as_str()) {
+                viewer.showing = Some(part.fingerprint.clone());
                 viewer.first = Some(part);
             }
         }

@@ -10,7 +10,7 @@
 //! beyond the team being in its scope, which every viewer's own scope is checked against before
 //! a shared part is handed to it. A failed render is never shared.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -18,8 +18,9 @@ use crewbus_domain::{OperatorScope, Uuid};
 use tokio::time::Instant;
 
 use super::conversation::{Window, messages_part};
+use super::events::LivePart;
 use super::failure::Failed;
-use super::views::{Names, Rendered};
+use super::views::Names;
 use crate::bus::Bus;
 
 /// Slots not used for this long are dropped once the table holds more than [`KEEP`].
@@ -32,7 +33,7 @@ type Key = (Uuid, Uuid, Window);
 #[derive(Default)]
 struct Slot {
     /// When the render began, and what it produced.
-    latest: Option<(Instant, Rendered, HashSet<Uuid>)>,
+    latest: Option<(Instant, Arc<LivePart>)>,
     /// The agents' names, kept between renders.
     names: Names,
     used: Option<Instant>,
@@ -58,9 +59,10 @@ impl SharedRenders {
         Arc::clone(slots.entry(key).or_default())
     }
 
-    /// The conversation's messages part as of `fresh_after` or later, with the messages it
-    /// shows: the latest shared render when it began at or after `fresh_after`, else a new one.
-    /// Errors: [`messages_part`]'s (`NotFound` when the team is outside `scope`).
+    /// The conversation's messages part as of `fresh_after` or later (with the messages it
+    /// shows and its `swap` event, encoded once): the latest shared render when it began at or
+    /// after `fresh_after`, else a new one. Errors: [`messages_part`]'s (`NotFound` when the
+    /// team is outside `scope`).
     pub(crate) async fn conversation(
         &self,
         bus: &Bus,
@@ -69,18 +71,20 @@ impl SharedRenders {
         conversation: Uuid,
         window: Window,
         fresh_after: Instant,
-    ) -> Result<(Rendered, HashSet<Uuid>), Failed> {
+    ) -> Result<Arc<LivePart>, Failed> {
         if !scope.covers(team) {
             let mut names = Names::default();
-            return messages_part(bus, scope, team, conversation, window, &mut names).await;
+            let (part, shown) =
+                messages_part(bus, scope, team, conversation, window, &mut names).await?;
+            return Ok(Arc::new(LivePart::new(part, shown)));
         }
         let slot = self.slot((team, conversation, window));
         let mut slot = slot.lock().await;
         slot.used = Some(Instant::now());
-        if let Some((began, part, shown)) = &slot.latest
+        if let Some((began, part)) = &slot.latest
             && *began >= fresh_after
         {
-            return Ok((part.clone(), shown.clone()));
+            return Ok(Arc::clone(part));
         }
         let began = Instant::now();
         let mut names = std::mem::take(&mut slot.names);
@@ -88,8 +92,9 @@ impl SharedRenders {
         slot.names = names;
         match rendered {
             Ok((part, shown)) => {
-                slot.latest = Some((began, part.clone(), shown.clone()));
-                Ok((part, shown))
+                let part = Arc::new(LivePart::new(part, shown));
+                slot.latest = Some((began, Arc::clone(&part)));
+                Ok(part)
             }
             Err(e) => {
                 slot.latest = None;

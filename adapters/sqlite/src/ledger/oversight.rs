@@ -165,6 +165,9 @@ impl Oversight for SqliteLedger {
         let what = "activity";
         let mut tx = self.read(what).await?;
         self.require_team(&mut tx, team).await?;
+        // The deliveries of the window from `receipts_delivered` (`CROSS JOIN` pins that
+        // order: the planner would otherwise read every message of the team by
+        // `messages_sent` and look up its receipts).
         let rows: Vec<(i64, i64, i64)> = sqlx::query_as(
             "SELECT start, sum(sent), sum(delivered) FROM (
                  SELECT m.sent_at - (((m.sent_at % ?1) + ?1) % ?1) AS start,
@@ -173,7 +176,7 @@ impl Oversight for SqliteLedger {
                  WHERE m.team_id = ?2 AND m.sent_at >= ?3 AND m.sent_at < ?4
                  UNION ALL
                  SELECT r.delivered_at - (((r.delivered_at % ?1) + ?1) % ?1), 0, 1
-                 FROM receipts r JOIN messages m ON m.id = r.message_id
+                 FROM receipts r CROSS JOIN messages m ON m.id = r.message_id
                  WHERE m.team_id = ?2 AND r.delivered_at >= ?3 AND r.delivered_at < ?4)
              GROUP BY start ORDER BY start",
         )

@@ -13,7 +13,7 @@ pub(super) async fn retention_due(
     limit: usize,
 ) -> BusResult<Vec<RetentionTarget>> {
     let rows: Vec<(Uuid, String, i64)> = sqlx::query_as(
-        "SELECT m.team_id, m.backend, count(*) FROM messages m
+        "SELECT m.team_id, m.backend, count(*) FROM messages m INDEXED BY messages_retention
          JOIN teams t ON t.id = m.team_id
          WHERE t.tenant = ? AND m.publication = 'stored' AND m.retained_at IS NULL
            AND m.stored_at < ?
