@@ -82,6 +82,7 @@
 pub mod ack_after_commit;
 pub mod bodies;
 mod capabilities;
+pub mod child;
 pub mod feed;
 mod fixture;
 pub mod harness;

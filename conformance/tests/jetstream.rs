@@ -34,6 +34,8 @@ macro_rules! tests {
 
 #[path = "jetstream/bodies.rs"]
 mod bodies;
+#[path = "jetstream/fixture.rs"]
+mod fixture;
 #[path = "jetstream/inbox.rs"]
 mod inbox;
 #[path = "jetstream/registry.rs"]
@@ -144,6 +146,7 @@ impl Harness {
 }
 
 fn main() {
+    fixture::run_probe_if_asked();
     let args = Arguments::from_args();
     let harness = match nats::external_url() {
         Some(url) => Harness {
@@ -195,6 +198,7 @@ fn main() {
             .into_iter()
             .map(|t| t.with_ignored_flag(!harness.fixture)),
     );
+    trials.extend(fixture::trials(!harness.fixture));
     let conclusion = libtest_mimic::run(&args, trials);
     drop(harness);
     conclusion.exit();
