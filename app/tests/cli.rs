@@ -4,6 +4,7 @@
 //! abandoning a stalled body; the first five minutes: the dev team and its agents, their tokens
 //! kept in a private dev-tokens.json and reused by the next start, the host configuration.
 
+use crewbus_conformance::child::SpawnTied;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
@@ -178,7 +179,7 @@ fn serve_answers_health_and_stops_gracefully_on_sigterm() {
         .env("CREWBUS_LISTEN", "127.0.0.1:0")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .spawn()
+        .spawn_tied()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let agent: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
@@ -293,7 +294,7 @@ fn serve_with(envs: &[(&str, &str)]) -> (std::process::Child, String, String, te
     for (k, v) in envs {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().unwrap();
+    let mut child = cmd.spawn_tied().unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let agent: serde_json::Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
     let token = agent["token"].as_str().unwrap().to_owned();
@@ -527,7 +528,7 @@ fn serve_on_the_memory_store_sets_up_alice_and_bob_and_reuses_their_tokens() {
         .env("CREWBUS_LISTEN", "127.0.0.1:0")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .spawn()
+        .spawn_tied()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut text = Vec::new();
@@ -599,7 +600,7 @@ fn serve_on_the_memory_store_sets_up_alice_and_bob_and_reuses_their_tokens() {
         .env("CREWBUS_LISTEN", "127.0.0.1:0")
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .spawn()
+        .spawn_tied()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut next =
@@ -642,7 +643,7 @@ fn serve_keeps_a_dev_operator_token_in_the_file_it_is_given() {
             .env("CREWBUS_LISTEN", "127.0.0.1:0")
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
-            .spawn()
+            .spawn_tied()
             .unwrap();
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         let mut printed = Vec::new();

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crewbus_conformance::child::SpawnTied;
 use crewbus_conformance::postgres::{TestDatabase, database_url_options};
 use serde_json::Value;
 
@@ -25,7 +26,7 @@ fn serve(db_url: &str, dir: &Path, args: &[&str]) -> (Child, Vec<Value>) {
         .current_dir(std::env::temp_dir())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
-        .spawn()
+        .spawn_tied()
         .unwrap();
     let out = read_until_listening(&mut child);
     (child, out)

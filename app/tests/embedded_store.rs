@@ -9,6 +9,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crewbus_conformance::child::SpawnTied;
 use serde_json::{Value, json};
 
 /// The binary with no configuration from the test's environment, `XDG_DATA_HOME` and `HOME`
@@ -44,7 +45,7 @@ impl Serve {
             .args(["--json", "serve", "--listen", "127.0.0.1:0"])
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
-            .spawn()
+            .spawn_tied()
             .unwrap();
         // Owned by `Serve` at once, so a failed read below still kills and reaps it.
         let mut serve = Serve {
@@ -436,7 +437,7 @@ fn a_dev_operator_token_file_that_cannot_be_written_leaves_no_operator_behind() 
         .arg(&file)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
-        .spawn()
+        .spawn_tied()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let listening = loop {

@@ -17,6 +17,7 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use crewbus_conformance::child::SpawnTied;
 use futures_util::StreamExt as _;
 use serde_json::{Value, json};
 use tokio::sync::Notify;
@@ -180,7 +181,7 @@ fn bridge(url: &str, token: Option<&str>, args: &[&str]) -> Bridge {
     if let Some(t) = token {
         cmd.env("CREWBUS_MCP_TOKEN", t);
     }
-    let mut child = cmd.spawn().unwrap();
+    let mut child = cmd.spawn_tied().unwrap();
     let stdout = child.stdout.take().unwrap();
     let (tx, lines) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

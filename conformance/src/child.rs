@@ -68,3 +68,16 @@ pub fn spawn(mut command: Command) -> io::Result<Child> {
     rx.recv()
         .map_err(|_| io::Error::other("the fixture spawner thread is gone"))?
 }
+
+/// [`spawn`] at the end of a builder chain (`Command::new(…).arg(…).spawn_tied()`): takes the
+/// command out of `self`, leaving an empty one in its place.
+pub trait SpawnTied {
+    /// As [`spawn`]. Errors: what [`Command::spawn`] returns.
+    fn spawn_tied(&mut self) -> io::Result<Child>;
+}
+
+impl SpawnTied for Command {
+    fn spawn_tied(&mut self) -> io::Result<Child> {
+        spawn(std::mem::replace(self, Command::new("false")))
+    }
+}
