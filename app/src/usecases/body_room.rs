@@ -104,10 +104,13 @@ impl BodyRoom {
     /// returns its length (0 to `costs.len()`).
     ///
     /// Takes what is free now, in order, up to the first cost that does not fit. When that is
-    /// the first one with a cost and `held` holds nothing, waits for room for it until
-    /// `deadline` or `shutdown` (counted in `metrics.fetch_bytes_waits`), then takes what else
-    /// fits now; a deadline or shutdown passed first reserves nothing. A shorter prefix than
-    /// `costs` is counted in `metrics.fetch_bytes_shortened`.
+    /// the first one with a cost and `held` holds nothing, waits until `deadline` or `shutdown`
+    /// for room for all of them (as many as the whole room holds; counted in
+    /// `metrics.fetch_bytes_waits`)
+    /// — under contention an answer then comes whole rather than in single bodies, each costing
+    /// its own round trip and writes; a deadline or shutdown passed first takes only what is
+    /// free then (often nothing). A shorter prefix than `costs` is counted in
+    /// `metrics.fetch_bytes_shortened`.
     pub(crate) async fn reserve(
         &self,
         held: &mut HeldBodies,
@@ -118,8 +121,17 @@ impl BodyRoom {
     ) -> usize {
         let mut kept = self.take_free(held, costs);
         if kept < costs.len() && held.permit.is_none() {
-            // Nothing held, and the next cost (the first with one) does not fit: wait for it.
-            let cost = costs[kept];
+            // Nothing held, and the first cost does not fit: wait for room for them all, or for
+            // as many as the whole room holds (at least the first).
+            let whole = u64::from(self.capacity) * UNIT;
+            let (mut cost, mut wait_for) = (0u64, kept);
+            for &c in &costs[kept..] {
+                if wait_for > kept && cost + c > whole {
+                    break;
+                }
+                cost += c;
+                wait_for += 1;
+            }
             Metrics::inc(&metrics.fetch_bytes_waits);
             let wanted = permits_for(cost, self.capacity);
             let acquired = tokio::select! {
@@ -127,10 +139,12 @@ impl BodyRoom {
                 () = tokio::time::sleep_until(deadline) => None,
                 () = shutdown.wait() => None,
             };
-            if let Some(permit) = acquired {
-                held.add(permit, cost, &self.in_flight);
-                kept += 1;
-                kept += self.take_free(held, &costs[kept..]);
+            match acquired {
+                Some(permit) => {
+                    held.add(permit, cost, &self.in_flight);
+                    kept = wait_for;
+                }
+                None => kept += self.take_free(held, &costs[kept..]),
             }
         }
         if kept < costs.len() {
@@ -268,6 +282,51 @@ mod tests {
         assert_eq!(kept, 0);
         assert_eq!(metrics.fetch_bytes_waits.get(), 2);
         assert_eq!(metrics.fetch_bytes_shortened.get(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_waiting_fetch_waits_for_room_for_its_whole_answer_and_at_most_the_room() {
+        let (room, _) = room(2 * MIB);
+        let room = Arc::new(room);
+        let metrics = Arc::new(Metrics::default());
+        let shutdown = Shutdown::new();
+        let (mut a, mut b) = (HeldBodies::default(), HeldBodies::default());
+        for held in [&mut a, &mut b] {
+            let kept = room
+                .reserve(held, &[MIB], soon(10_000), &shutdown, &metrics)
+                .await;
+            assert_eq!(kept, 1);
+        }
+        // Three bodies wanted, the room holds two: it waits for two, not for one.
+        let waiting = {
+            let (room, metrics, shutdown) = (room.clone(), metrics.clone(), shutdown.clone());
+            tokio::spawn(async move {
+                let mut held = HeldBodies::default();
+                let costs = [MIB, MIB, MIB];
+                let kept = room
+                    .reserve(&mut held, &costs, soon(10_000), &shutdown, &metrics)
+                    .await;
+                (kept, held.bytes())
+            })
+        };
+        for _ in 0..10_000 {
+            if metrics.fetch_bytes_waits.get() > 0 {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(metrics.fetch_bytes_waits.get(), 1, "never waited");
+        // One body's room back is not enough (this runtime has one thread: the waiter runs
+        // whenever this task yields).
+        drop(a);
+        for _ in 0..100 {
+            tokio::task::yield_now().await;
+        }
+        assert!(!waiting.is_finished(), "answered with one body");
+        drop(b);
+        let (kept, bytes) = waiting.await.unwrap();
+        assert_eq!((kept, bytes), (2, 2 * MIB));
+        assert_eq!(metrics.fetch_bytes_shortened.get(), 1);
     }
 
     #[tokio::test]
