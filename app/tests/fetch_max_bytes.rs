@@ -106,7 +106,7 @@ async fn max_bytes_bounds_one_answer_the_rest_comes_next_and_a_larger_body_comes
     }
     pending(bob, 2).await;
     let alone = deliveries(bob, json!({"limit": 10, "max_bytes": 101})).await;
-    assert_eq!(bodies(&alone), [big.clone()]);
+    assert_eq!(bodies(&alone), [big]);
     assert_eq!(alone[0]["message"]["body_len"], 300);
     assert!(alone[0].get("truncated").is_none(), "{}", alone[0]);
     confirm_once(bob, &alone, &mut seen).await;

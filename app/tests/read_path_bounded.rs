@@ -114,19 +114,33 @@ fn body_of(i: usize) -> String {
 /// What each agent received: count per message id.
 type Received = Vec<Mutex<HashMap<Uuid, usize>>>;
 
-/// One fetch loop of agent `a`: fetch (waiting up to 2 s), check and count each delivery,
-/// confirm them, until the agent has every message.
-async fn fetch_loop(
+/// What every fetch loop shares.
+struct Load {
     http: reqwest::Client,
     url: String,
-    token: String,
-    a: usize,
-    bodies: Arc<HashMap<Uuid, u8>>,
-    received: Arc<Received>,
-    unavailable: Arc<AtomicU64>,
-    redelivered: Arc<AtomicU64>,
+    /// Each message's letter (its body is 1 MiB of it).
+    bodies: HashMap<Uuid, u8>,
+    received: Received,
+    /// Calls answered 503 (retried).
+    unavailable: AtomicU64,
+    /// Deliveries marked `redelivered`.
+    redelivered: AtomicU64,
     deadline: Instant,
-) {
+}
+
+/// One fetch loop of agent `a`: fetch (waiting up to 2 s), check and count each delivery,
+/// confirm them, until the agent has every message.
+async fn fetch_loop(load: Arc<Load>, token: String, a: usize) {
+    let Load {
+        http,
+        url,
+        bodies,
+        received,
+        unavailable,
+        redelivered,
+        deadline,
+    } = &*load;
+    let deadline = *deadline;
     let done = || received[a].lock().unwrap().len() == MESSAGES;
     while !done() {
         assert!(
@@ -264,7 +278,6 @@ async fn load() {
             .unwrap();
         letters.insert(uuid_of(&m["message"]["id"]), b'a' + i as u8);
     }
-    let letters = Arc::new(letters);
     // Every body stored and every reference published: the load is reads only.
     let references = (AGENTS * MESSAGES) as u64;
     common::eventually("every reference published", 60, || async {
@@ -302,29 +315,23 @@ async fn load() {
     };
 
     // 300 fetch loops at once.
-    let received: Arc<Received> = Arc::new((0..AGENTS).map(|_| Mutex::default()).collect());
-    let http = reqwest::Client::builder()
-        .timeout(Duration::from_secs(60))
-        .build()
-        .unwrap();
-    let unavailable = Arc::new(AtomicU64::new(0));
-    let redelivered = Arc::new(AtomicU64::new(0));
     let started = Instant::now();
-    let deadline = started + LOAD_DEADLINE;
+    let load = Arc::new(Load {
+        http: reqwest::Client::builder()
+            .timeout(Duration::from_secs(60))
+            .build()
+            .unwrap(),
+        url: url.clone(),
+        bodies: letters,
+        received: (0..AGENTS).map(|_| Mutex::default()).collect(),
+        unavailable: AtomicU64::new(0),
+        redelivered: AtomicU64::new(0),
+        deadline: started + LOAD_DEADLINE,
+    });
     let mut loops = tokio::task::JoinSet::new();
     for (a, agent) in agents.iter().enumerate() {
         for _ in 0..LOOPS {
-            loops.spawn(fetch_loop(
-                http.clone(),
-                url.clone(),
-                agent.token.clone(),
-                a,
-                letters.clone(),
-                received.clone(),
-                unavailable.clone(),
-                redelivered.clone(),
-                deadline,
-            ));
+            loops.spawn(fetch_loop(load.clone(), agent.token.clone(), a));
         }
     }
     while let Some(done) = loops.join_next().await {
@@ -357,17 +364,17 @@ async fn load() {
         ROOM / MIB,
         OVERHEAD / MIB,
         room_peak as u64 / MIB,
-        unavailable.load(Ordering::Relaxed),
-        redelivered.load(Ordering::Relaxed),
+        load.unavailable.load(Ordering::Relaxed),
+        load.redelivered.load(Ordering::Relaxed),
     );
 
     // Every agent got every message exactly once, and the ledger says so.
-    for (a, got) in received.iter().enumerate() {
+    for (a, got) in load.received.iter().enumerate() {
         let got = got.lock().unwrap();
-        let expected: HashMap<Uuid, usize> = letters.keys().map(|m| (*m, 1)).collect();
+        let expected: HashMap<Uuid, usize> = load.bodies.keys().map(|m| (*m, 1)).collect();
         assert_eq!(*got, expected, "agent {a}");
     }
-    for m in letters.keys() {
+    for m in load.bodies.keys() {
         let receipts = alice.receipts(*m).await.unwrap();
         assert_eq!(receipts.len(), AGENTS, "{m}");
         assert!(
