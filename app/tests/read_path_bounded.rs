@@ -15,11 +15,12 @@
 //!
 //! The child runs with glibc's `mmap` threshold pinned at its starting value, 128 KiB
 //! (`MALLOC_MMAP_THRESHOLD_`): a freed 1 MiB body then goes back to the kernel at once, so the
-//! resident size is what the process holds. With glibc's default dynamic threshold, freed bodies
-//! stay cached in the allocator's per-thread arenas for reuse and the same run grows by about
-//! 146 MiB (measured, 2 cores, loaded) instead of about 60 MiB; without the bound (the room
-//! set to 4 GiB, the fetches' own 4 MiB default still applied) it grew by 714 MiB, with 432
-//! calls answered 503 by the store's exhausted read pool.
+//! resident size is what the process holds. Measured on 2 shared cores under load: 60-63 MiB
+//! of growth with the room; with glibc's default dynamic threshold (freed bodies kept in the
+//! allocator's per-thread arenas for reuse) the same run grows by about 150 MiB; without the
+//! bound (the room set to 4 GiB, the fetches' own 4 MiB default still applied) by 507 MiB
+//! (567 MiB with the default threshold), with 160-190 calls answered 503 by the store's
+//! exhausted read pool.
 //!
 //! # The overhead, and why
 //! [`OVERHEAD`] = the room once more + 32 MiB. The room counts each body once, as the ledger
