@@ -105,12 +105,14 @@ impl BodyRoom {
     ///
     /// Takes what is free now, in order, up to the first cost that does not fit. When that is
     /// the first one with a cost and `held` holds nothing, waits until `deadline` or `shutdown`
-    /// for room for all of them (as many as the whole room holds; counted in
-    /// `metrics.fetch_bytes_waits`)
-    /// — under contention an answer then comes whole rather than in single bodies, each costing
-    /// its own round trip and writes; a deadline or shutdown passed first takes only what is
-    /// free then (often nothing). A shorter prefix than `costs` is counted in
-    /// `metrics.fetch_bytes_shortened`.
+    /// for room for all of them, or as many as the whole room holds (counted in
+    /// `metrics.fetch_bytes_waits`): under contention an answer then comes whole rather than
+    /// body by body, each body costing its own round trip and writes. A deadline or shutdown
+    /// passed first takes only what is free then (often nothing). A shorter prefix than `costs`
+    /// is counted in `metrics.fetch_bytes_shortened`.
+    ///
+    /// Room is taken per body (each rounded up to whole KiB) when it is free, and as one sum
+    /// when waited for; either way a holder gives back exactly what it took.
     pub(crate) async fn reserve(
         &self,
         held: &mut HeldBodies,
