@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use prometheus_client::encoding::{prometheus_text, text};
 use prometheus_client::metrics::counter::Counter;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram;
 use prometheus_client::registry::{Registry, Unit};
 
@@ -70,6 +70,14 @@ pub struct Metrics {
     pub fetch_wait_errors: Counter,
     /// Waiting fetches woken (by a wake-up, the sweep or a listener reconnect).
     pub fetch_wakeups: Counter,
+    /// Fetches that found no room for their bodies (`bus.max_body_bytes_in_flight`) and waited
+    /// for it.
+    pub fetch_bytes_waits: Counter,
+    /// Fetches that answered fewer deliveries than they could have for lack of room for their
+    /// bodies (what they left comes with the next fetch).
+    pub fetch_bytes_shortened: Counter,
+    /// Bytes of bodies held by this process's fetches now (the room they reserved).
+    pub fetch_bodies_in_flight: Gauge,
     /// MCP tool calls (of a known tool; bus errors included).
     pub mcp_tool_calls: Counter,
     /// MCP tool calls answered with a bus error (`isError: true`).
@@ -98,6 +106,9 @@ impl Default for Metrics {
             inbox_fetch_failures: Counter::default(),
             fetch_wait_errors: Counter::default(),
             fetch_wakeups: Counter::default(),
+            fetch_bytes_waits: Counter::default(),
+            fetch_bytes_shortened: Counter::default(),
+            fetch_bodies_in_flight: Gauge::default(),
             mcp_tool_calls: Counter::default(),
             mcp_tool_errors: Counter::default(),
             relay_latency: Histogram::default(),
@@ -164,6 +175,16 @@ impl Default for Metrics {
                 &m.fetch_wait_errors,
             ),
             (
+                "crewbus_fetch_bytes_waits",
+                "Fetches that waited for room for their bodies (bus.max_body_bytes_in_flight)",
+                &m.fetch_bytes_waits,
+            ),
+            (
+                "crewbus_fetch_bytes_shortened",
+                "Fetches that answered fewer deliveries for lack of room for their bodies",
+                &m.fetch_bytes_shortened,
+            ),
+            (
                 "crewbus_mcp_tool_calls",
                 "MCP tool calls (bus errors included)",
                 &m.mcp_tool_calls,
@@ -198,6 +219,12 @@ impl Default for Metrics {
         for (name, help, h) in histograms {
             registry.register_with_unit(name, help, Unit::Seconds, h.0.clone());
         }
+        registry.register_with_unit(
+            "crewbus_fetch_bodies_in_flight",
+            "Bytes of message bodies held by this server's fetches now",
+            Unit::Bytes,
+            m.fetch_bodies_in_flight.clone(),
+        );
         m.registry = registry;
         m
     }
@@ -343,6 +370,8 @@ mod tests {
         Metrics::add(&m.relay_published, 3);
         m.relay_latency.observe(Duration::from_millis(3));
         m.relay_latency.observe(Duration::from_secs(20));
+        Metrics::inc(&m.fetch_bytes_waits);
+        m.fetch_bodies_in_flight.set(2048);
         m
     }
 
@@ -362,6 +391,10 @@ mod tests {
             "# TYPE crewbus_messages_sent_total counter",
             "crewbus_messages_sent_total 1",
             "crewbus_relay_published_total 3",
+            "crewbus_fetch_bytes_waits_total 1",
+            "crewbus_fetch_bytes_shortened_total 0",
+            "# TYPE crewbus_fetch_bodies_in_flight_bytes gauge",
+            "crewbus_fetch_bodies_in_flight_bytes 2048",
             "# TYPE crewbus_publication_pending gauge",
             "crewbus_publication_pending 2",
             "# TYPE crewbus_publication_oldest_pending_age_seconds gauge",

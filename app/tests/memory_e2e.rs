@@ -384,7 +384,7 @@ async fn retention_removes_old_bodies_and_history_explains_them() {
 // after the traffic below. Prometheus text 0.0.4 unless OpenMetrics is asked for.
 
 /// The counters: (name, help) as scraped in the Prometheus text format.
-const COUNTERS: [(&str, &str); 13] = [
+const COUNTERS: [(&str, &str); 15] = [
     ("crewbus_messages_sent_total", "Messages accepted by send."),
     (
         "crewbus_relay_published_total",
@@ -423,6 +423,14 @@ const COUNTERS: [(&str, &str); 13] = [
         "Waiting fetches woken to look again.",
     ),
     (
+        "crewbus_fetch_bytes_waits_total",
+        "Fetches that waited for room for their bodies (bus.max_body_bytes_in_flight).",
+    ),
+    (
+        "crewbus_fetch_bytes_shortened_total",
+        "Fetches that answered fewer deliveries for lack of room for their bodies.",
+    ),
+    (
         "crewbus_fetch_wait_errors_total",
         "Woken waiting fetches whose re-fetch failed (they kept waiting).",
     ),
@@ -437,7 +445,11 @@ const COUNTERS: [(&str, &str); 13] = [
 ];
 
 /// The ledger's gauges, read at scrape time: (name, help).
-const GAUGES: [(&str, &str); 4] = [
+const GAUGES: [(&str, &str); 5] = [
+    (
+        "crewbus_fetch_bodies_in_flight_bytes",
+        "Bytes of message bodies held by this server's fetches now.",
+    ),
     (
         "crewbus_publication_pending",
         "Messages waiting for the relay.",
@@ -665,6 +677,9 @@ fn assert_values_after_traffic(e: &Exposition, le: &[String]) {
         ("crewbus_inbox_fetch_failures_total", 0.0),
         ("crewbus_fetch_wakeups_total", 0.0),
         ("crewbus_fetch_wait_errors_total", 0.0),
+        ("crewbus_fetch_bytes_waits_total", 0.0),
+        ("crewbus_fetch_bytes_shortened_total", 0.0),
+        ("crewbus_fetch_bodies_in_flight_bytes", 0.0),
         ("crewbus_mcp_tool_calls_total", 0.0),
         ("crewbus_mcp_tool_errors_total", 0.0),
         ("crewbus_publication_pending", 0.0),
@@ -757,6 +772,7 @@ async fn metrics_in_openmetrics_when_the_scraper_asks_for_it() {
         units,
         [
             ("crewbus_delivery_latency_seconds", "seconds"),
+            ("crewbus_fetch_bodies_in_flight_bytes", "bytes"),
             ("crewbus_inbox_fetch_latency_seconds", "seconds"),
             ("crewbus_publication_oldest_pending_age_seconds", "seconds"),
             ("crewbus_relay_latency_seconds", "seconds"),

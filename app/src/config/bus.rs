@@ -44,6 +44,23 @@ pub struct BusConfig {
     pub retention_interval_s: u64,
     /// Largest inbox fetch per request. Default 100.
     pub max_fetch: usize,
+    /// Largest `max_bytes` a fetch may ask for (`POST /v1/inbox/fetch`; above it is `400
+    /// invalid`): the most bytes of message bodies (UTF-8 bytes, summed over the deliveries)
+    /// one answer carries, except that a single body larger than the caller's `max_bytes` is
+    /// answered alone. A fetch without `max_bytes` gets 4 194 304 (4 MiB), or this when it is
+    /// lower. Between 1 048 576 (the largest body) and `max_body_bytes_in_flight`, bytes.
+    /// Default 16 777 216 (16 MiB).
+    pub max_fetch_bytes: u64,
+    /// Most bytes of message bodies (UTF-8 bytes, as the ledger records each body's length)
+    /// held in memory by all fetches of this server at once (HTTP and MCP), counted from the
+    /// moment a fetch reads its bodies until its answer has been handed to the connection. A
+    /// fetch that finds no room waits for it until its deadline (`wait_ms` after it began, and
+    /// at least 1 s), then answers what fits — possibly nothing; whatever it leaves is not
+    /// handed out and comes with the caller's next fetch (never lost). Waits are counted in
+    /// `/metrics` (`crewbus_fetch_bytes_waits_total`), the bytes held in
+    /// `crewbus_fetch_bodies_in_flight_bytes`. At least 1 048 576 (one body), bytes. Default
+    /// 67 108 864 (64 MiB).
+    pub max_body_bytes_in_flight: u64,
     /// Longest a fetch may wait for a delivery (`wait_ms` of `POST /v1/inbox/fetch`; above it
     /// is `400 invalid`), ms. Keep it below the ~60 s an MCP host allows a tool call. Default
     /// 50 000.
@@ -94,6 +111,8 @@ impl Default for BusConfig {
             retention_days: 0,
             retention_interval_s: 3_600,
             max_fetch: 100,
+            max_fetch_bytes: 16 * 1024 * 1024,
+            max_body_bytes_in_flight: 64 * 1024 * 1024,
             max_wait_ms: 50_000,
             request_body_timeout_ms: 30_000,
             header_read_timeout_ms: 10_000,

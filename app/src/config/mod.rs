@@ -294,6 +294,20 @@ impl Config {
                 bus::MAX_TOKEN_CACHE_MS
             )));
         }
+        if self.bus.max_body_bytes_in_flight < MAX_BODY_BYTES {
+            return Err(BusError::invalid(format!(
+                "bus.max_body_bytes_in_flight must be at least {MAX_BODY_BYTES} (one body)"
+            )));
+        }
+        if self.bus.max_fetch_bytes < MAX_BODY_BYTES
+            || self.bus.max_fetch_bytes > self.bus.max_body_bytes_in_flight
+        {
+            return Err(BusError::invalid(format!(
+                "bus.max_fetch_bytes must be between {MAX_BODY_BYTES} (one body) and \
+                 bus.max_body_bytes_in_flight ({})",
+                self.bus.max_body_bytes_in_flight
+            )));
+        }
         if self.bus.max_wait_ms > 300_000 {
             return Err(BusError::invalid(
                 "bus.max_wait_ms must be at most 300000 (5 minutes)",
@@ -574,6 +588,8 @@ mod tests {
         assert_eq!(c.bus.header_read_timeout_ms, 10_000);
         assert_eq!(c.bus.max_http_connections, 4_096);
         assert_eq!(c.bus.max_wait_ms, 50_000);
+        assert_eq!(c.bus.max_fetch_bytes, 16 << 20);
+        assert_eq!(c.bus.max_body_bytes_in_flight, 64 << 20);
         assert_eq!(c.log.format, "text");
         // Every [push] key of the example is documented commented-in or out; the commented
         // destination parses too once uncommented.
@@ -640,6 +656,23 @@ mod tests {
             Config::from_toml("[bus]\nmax_wait_ms = 300001"),
             Err(BusError::Invalid { .. })
         ));
+        // The read path's bounds: room for one body at least, an answer within the room.
+        for bad in [
+            "[bus]\nmax_body_bytes_in_flight = 1048575",
+            "[bus]\nmax_fetch_bytes = 1048575",
+            "[bus]\nmax_fetch_bytes = 2097152\nmax_body_bytes_in_flight = 2097151",
+        ] {
+            let err = Config::from_toml(bad).expect_err(bad);
+            assert!(matches!(err, BusError::Invalid { .. }), "{bad}: {err:?}");
+        }
+        let c = Config::from_toml(
+            "[bus]\nmax_fetch_bytes = 1048576\nmax_body_bytes_in_flight = 1048576",
+        )
+        .unwrap();
+        assert_eq!(
+            (c.bus.max_fetch_bytes, c.bus.max_body_bytes_in_flight),
+            (1 << 20, 1 << 20)
+        );
         let err = Config::from_toml("[bus]\ntoken_cache_ms = 1001").expect_err("above 1 s");
         assert!(
             matches!(err, BusError::Invalid { .. })

@@ -2,22 +2,34 @@
 
 use axum::Json;
 use axum::extract::State;
+use axum::response::Response;
 use crewbus_domain::DeliveryId;
 
 use super::AppState;
 use super::auth::Authenticated;
 use super::error::{ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiJsonOrDefault};
+use super::held_answer;
 use super::views::{ConfirmRequest, ConfirmView, FetchRequest, FetchView, InboxStatusView};
+use crate::usecases::deliver::Fetched;
 
 /// Hand out the caller's next messages. Nothing is confirmed: confirm each delivery id once it is
 /// processed, or it comes back (marked `redelivered`) after the hand-out grace. With `wait_ms`,
 /// waits up to that long for a message when none can be handed out now (an empty page after
-/// the wait, or at once when the server shuts down).
+/// the wait, or at once when the server shuts down). At most `max_bytes` of bodies per answer
+/// (default 4 MiB): what does not fit is not handed out and comes with the next fetch; a single
+/// body larger than `max_bytes` is answered alone, whole. When the server's room for bodies in
+/// flight (`bus.max_body_bytes_in_flight`) is full, the fetch waits for room within its
+/// `wait_ms` (at least 1 s), then answers what fits — possibly nothing; the rest stays for the
+/// next fetch.
+///
+/// The handler parses, calls the one fetch use case both driving adapters share
+/// ([`crate::bus::Bus::fetch_waiting_within`]), and answers through [`held_answer::json`], which
+/// keeps the bodies' room until the connection has taken the whole answer.
 #[utoipa::path(post, path = "/v1/inbox/fetch", tag = "inbox", operation_id = "fetch_inbox",
     request_body(content = Option<FetchRequest>, description = "optional (an empty body is `{}`)"),
     responses((status = 200, body = FetchView),
-        (status = 400, description = "bad limit or wait_ms, malformed body", body = ErrorBody),
+        (status = 400, description = "bad limit, wait_ms or max_bytes, malformed body", body = ErrorBody),
         (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody),
         (status = 503, description = "the inbox backend did not answer; retry", body = ErrorBody)),
     security(("bearer" = [])))]
@@ -25,12 +37,21 @@ pub async fn fetch(
     State(state): State<AppState>,
     Authenticated(agent): Authenticated,
     ApiJsonOrDefault(req): ApiJsonOrDefault<FetchRequest>,
-) -> ApiResult<Json<FetchView>> {
+) -> ApiResult<Response> {
     let wait = std::time::Duration::from_millis(req.wait_ms);
-    let ds = state.bus.fetch_waiting(&agent, req.limit, wait).await?;
-    Ok(Json(FetchView {
-        deliveries: ds.into_iter().map(Into::into).collect(),
-    }))
+    let max_bytes = req
+        .max_bytes
+        .unwrap_or(state.bus.settings().fetch_bytes_default);
+    let Fetched { deliveries, held } = state
+        .bus
+        .fetch_waiting_within(&agent, req.limit, wait, max_bytes)
+        .await?;
+    let bodies = deliveries.iter().map(|d| d.body.len()).sum();
+    let items = deliveries.len();
+    let view = FetchView {
+        deliveries: deliveries.into_iter().map(Into::into).collect(),
+    };
+    Ok(held_answer::json(view, bodies, items, held))
 }
 
 /// Confirm deliveries by id: the receipt is committed, then the inbox reference acknowledged.

@@ -99,8 +99,9 @@ impl Modify for AdminApi {
 }
 
 /// The document `GET /openapi.json` serves: [`ApiDoc`] with the configured limits of this
-/// server as the `maximum` of `FetchRequest`'s `limit` (`bus.max_fetch`) and `wait_ms`
-/// (`bus.max_wait_ms`, in ms), so a client or a test generator sees the bounds it is held to.
+/// server as the `maximum` of `FetchRequest`'s `limit` (`bus.max_fetch`), `wait_ms`
+/// (`bus.max_wait_ms`, in ms) and `max_bytes` (`bus.max_fetch_bytes`, in bytes), so a client or
+/// a test generator sees the bounds it is held to.
 pub fn document(settings: &BusSettings) -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     let fetch = doc
@@ -111,6 +112,7 @@ pub fn document(settings: &BusSettings) -> utoipa::openapi::OpenApi {
         let max_wait_ms = usize::try_from(settings.max_wait.as_millis()).unwrap_or(usize::MAX);
         set_maximum(fetch, "limit", settings.max_fetch);
         set_maximum(fetch, "wait_ms", max_wait_ms);
+        set_maximum(fetch, "max_bytes", settings.max_fetch_bytes);
     }
     doc
 }
@@ -350,6 +352,7 @@ mod tests {
         let settings = BusSettings {
             max_fetch: 7,
             max_wait: Duration::from_millis(500),
+            max_fetch_bytes: 2 << 20,
             ..BusSettings::default()
         };
         let fetch = component(&served(&settings), "FetchRequest");
@@ -363,10 +366,30 @@ mod tests {
             (&wait["minimum"], &wait["maximum"]),
             (&Value::from(0), &Value::from(500))
         );
-        // The defaults: bus.max_fetch 100, bus.max_wait_ms 50 000.
+        let max_bytes = &fetch["properties"]["max_bytes"];
+        assert_eq!(
+            (
+                &max_bytes["type"],
+                &max_bytes["minimum"],
+                &max_bytes["maximum"]
+            ),
+            (
+                &Value::from("integer"),
+                &Value::from(1),
+                &Value::from(2 << 20)
+            )
+        );
+        assert!(
+            !fetch["required"]
+                .as_array()
+                .is_some_and(|r| r.contains(&Value::from("max_bytes"))),
+            "{fetch}"
+        );
+        // The defaults: bus.max_fetch 100, bus.max_wait_ms 50 000, bus.max_fetch_bytes 16 MiB.
         let fetch = component(&default_doc(), "FetchRequest");
         assert_eq!(fetch["properties"]["limit"]["maximum"], 100);
         assert_eq!(fetch["properties"]["wait_ms"]["maximum"], 50_000);
+        assert_eq!(fetch["properties"]["max_bytes"]["maximum"], 16 << 20);
     }
 
     #[test]

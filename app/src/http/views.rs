@@ -275,8 +275,9 @@ impl From<History> for HistoryView {
 }
 
 /// Fetch from the inbox.
-// The served document's `maximum` of `limit` and `wait_ms` are the server's configured
-// `bus.max_fetch` and `bus.max_wait_ms` (`super::openapi::document`).
+// The served document's `maximum` of `limit`, `wait_ms` and `max_bytes` are the server's
+// configured `bus.max_fetch`, `bus.max_wait_ms` and `bus.max_fetch_bytes`
+// (`super::openapi::document`).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FetchRequest {
@@ -291,6 +292,14 @@ pub struct FetchRequest {
     #[serde(default, deserialize_with = "whole::u64")]
     #[schema(minimum = 0)]
     pub wait_ms: u64,
+    /// At most this many bytes of message bodies in the answer (UTF-8 bytes summed over the
+    /// deliveries; 1 to the server's `bus.max_fetch_bytes`, 16 777 216 by default; outside is
+    /// `400 invalid`). Deliveries beyond it are not handed out now: the next fetch gets them. A
+    /// single body larger than it is answered alone, whole. Default 4 194 304 (4 MiB), or the
+    /// server's `bus.max_fetch_bytes` when that is lower.
+    #[serde(default, deserialize_with = "whole::some_usize")]
+    #[schema(value_type = u64, minimum = 1)]
+    pub max_bytes: Option<usize>,
 }
 
 /// Integer fields of request bodies. JSON Schema counts `2.0` as the integer 2 (what the
@@ -343,6 +352,11 @@ mod whole {
             <D::Error as de::Error>::invalid_value(de::Unexpected::Unsigned(v), &"a usize")
         })
     }
+
+    /// A present `usize` (an absent field is `None` by `#[serde(default)]`; `null` is refused).
+    pub fn some_usize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+        usize(d).map(Some)
+    }
 }
 
 fn default_fetch() -> usize {
@@ -354,6 +368,7 @@ impl Default for FetchRequest {
         FetchRequest {
             limit: default_fetch(),
             wait_ms: 0,
+            max_bytes: None,
         }
     }
 }
@@ -690,8 +705,13 @@ mod tests {
         let f: FetchRequest = serde_json::from_str(r#"{"limit": 3}"#).unwrap();
         assert_eq!((f.limit, f.wait_ms), (3, 0));
         let f: FetchRequest = serde_json::from_str("{}").unwrap();
-        assert_eq!((f.limit, f.wait_ms), (10, 0));
+        assert_eq!((f.limit, f.wait_ms, f.max_bytes), (10, 0, None));
+        let f: FetchRequest = serde_json::from_str(r#"{"max_bytes": 1e3}"#).unwrap();
+        assert_eq!(f.max_bytes, Some(1000));
         for bad in [
+            r#"{"max_bytes": null}"#,
+            r#"{"max_bytes": -1}"#,
+            r#"{"max_bytes": 1.5}"#,
             r#"{"limit": 2.5}"#,
             r#"{"limit": -1}"#,
             r#"{"limit": -1.0}"#,

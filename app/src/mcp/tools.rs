@@ -33,7 +33,7 @@ use crate::http::views::{
 };
 use crate::metrics::Metrics;
 use crate::usecases::bus::Bus;
-use crate::usecases::deliver::Delivery;
+use crate::usecases::deliver::Fetched;
 
 /// What a tool does to the bus, as its annotations tell a host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -413,7 +413,10 @@ async fn run(bus: &Bus, agent: &Agent, name: &str, args: JsonObject) -> BusResul
                 )));
             }
             let wait = Duration::from_secs(a.wait_seconds);
-            let deliveries = fetch(bus, agent, a.limit, wait, a.max_bytes).await?;
+            // The room the bodies hold (`bus.max_body_bytes_in_flight`) is kept until the
+            // answer is built; rmcp serialises it after.
+            let Fetched { deliveries, held } =
+                fetch(bus, agent, a.limit, wait, a.max_bytes).await?;
             let mut view = FetchView {
                 deliveries: deliveries.into_iter().map(Into::into).collect(),
             };
@@ -438,7 +441,9 @@ async fn run(bus: &Bus, agent: &Agent, name: &str, args: JsonObject) -> BusResul
                 })
                 .collect();
             let names = sender_names(bus, agent, bodies.len()).await;
-            fenced_answer(&view, &bodies, &names, "deliveries")
+            let answer = fenced_answer(&view, &bodies, &names, "deliveries");
+            drop(held);
+            answer
         }
         "confirm_deliveries" => {
             let a: ConfirmRequest = arguments(args)?;
@@ -495,14 +500,15 @@ async fn run(bus: &Bus, agent: &Agent, name: &str, args: JsonObject) -> BusResul
 }
 
 /// The one place `fetch_inbox` reaches the fetch use case: the waiting fetch with a body
-/// budget ([`Bus::fetch_waiting_within`]), which refuses a wait above `bus.max_wait_ms`.
+/// budget ([`Bus::fetch_waiting_within`], the one the HTTP fetch calls too), which refuses a
+/// wait above `bus.max_wait_ms`.
 async fn fetch(
     bus: &Bus,
     agent: &Agent,
     limit: usize,
     wait: Duration,
     max_bytes: usize,
-) -> BusResult<Vec<Delivery>> {
+) -> BusResult<Fetched> {
     bus.fetch_waiting_within(agent, limit, wait, max_bytes)
         .await
 }

@@ -20,6 +20,7 @@ use crate::metrics::Metrics;
 use crate::push::PushRuntime;
 use crate::shutdown::Shutdown;
 use crate::usecases::activity::ActivityTracker;
+use crate::usecases::body_room::BodyRoom;
 use crate::usecases::feed::FeedHub;
 use crate::usecases::send_batch::{BatchBounds, SendBatcher};
 use crate::usecases::token_cache::{TOKEN_CACHE_ENTRIES, TokenCache};
@@ -79,6 +80,15 @@ pub struct BusSettings {
     pub topup_after: Duration,
     /// Largest number of deliveries one fetch returns.
     pub max_fetch: usize,
+    /// Largest body budget (`max_bytes`) one fetch may ask for, bytes (`bus.max_fetch_bytes`).
+    pub max_fetch_bytes: usize,
+    /// The body budget of an HTTP fetch without `max_bytes`, bytes:
+    /// [`DEFAULT_FETCH_BYTES`](crate::usecases::deliver::DEFAULT_FETCH_BYTES) (4 MiB), or
+    /// `max_fetch_bytes` when that is lower.
+    pub fetch_bytes_default: usize,
+    /// Most bytes of bodies all fetches of this process hold at once
+    /// (`bus.max_body_bytes_in_flight`; see [`crate::usecases::body_room`]).
+    pub max_body_bytes_in_flight: u64,
     /// Longest a fetch may wait for a delivery (`bus.max_wait_ms`).
     pub max_wait: Duration,
     /// How long an idle worker waits before polling again (it is woken earlier by new work).
@@ -150,6 +160,11 @@ impl BusSettings {
             handout_grace: Duration::from_millis(c.handout_grace_ms),
             topup_after: Duration::from_millis(c.topup_after_ms),
             max_fetch: c.max_fetch.min(crewbus_domain::MAX_PAGE),
+            max_fetch_bytes: usize::try_from(c.max_fetch_bytes).unwrap_or(usize::MAX),
+            fetch_bytes_default: usize::try_from(c.max_fetch_bytes)
+                .unwrap_or(usize::MAX)
+                .min(crate::usecases::deliver::DEFAULT_FETCH_BYTES),
+            max_body_bytes_in_flight: c.max_body_bytes_in_flight,
             max_wait: Duration::from_millis(c.max_wait_ms),
             idle_poll: Duration::from_millis(c.idle_poll_ms),
             retention: (c.retention_days > 0)
@@ -197,6 +212,12 @@ pub struct Bus {
     /// inbox costs one top-up query per agent per interval, not one per fetch (see `deliver`).
     /// One entry per agent that fetched through this process.
     pub(crate) topped_up: Arc<Mutex<HashMap<Uuid, DateTime<Utc>>>>,
+    /// Messages a fetch of each agent left for lack of room (its `max_bytes`, or the room for
+    /// bodies): the agent's next fetch through this process tries them first (see `deliver`).
+    /// At most `max_fetch` per agent; an agent's entry is taken by its next fetch.
+    pub(crate) deferred: Arc<Mutex<HashMap<Uuid, Vec<Uuid>>>>,
+    /// The room for bodies held by this process's fetches (`bus.max_body_bytes_in_flight`).
+    pub(crate) bodies: Arc<BodyRoom>,
     /// The fetches waiting in this process (see `wait`).
     pub(crate) room: Arc<WaitRoom>,
     /// The bus's own shutdown: once fired, every waiting fetch answers an empty page at once.
@@ -217,13 +238,20 @@ impl Bus {
     /// A bus over `ports` with `settings`.
     pub fn new(ports: Ports, settings: BusSettings) -> Self {
         let tokens = Arc::new(TokenCache::new(settings.token_cache, TOKEN_CACHE_ENTRIES));
+        let metrics = Arc::new(Metrics::default());
+        let bodies = Arc::new(BodyRoom::new(
+            settings.max_body_bytes_in_flight,
+            metrics.fetch_bodies_in_flight.clone(),
+        ));
         Bus {
             ports,
             settings: Arc::new(settings),
-            metrics: Arc::new(Metrics::default()),
+            metrics,
             wakers: Arc::new(Wakers::default()),
             push: None,
             topped_up: Arc::new(Mutex::new(HashMap::new())),
+            deferred: Arc::new(Mutex::new(HashMap::new())),
+            bodies,
             room: Arc::new(WaitRoom::default()),
             shutdown: Shutdown::new(),
             sends: Arc::new(OnceLock::new()),

@@ -28,6 +28,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use crewbus_domain::{
     Agent, BusError, BusResult, ConfirmOutcome, DeliveryId, FeedEvent, FeedKind, HandOut,
@@ -39,6 +40,7 @@ use futures_util::future::join_all;
 use futures_util::stream::{self, StreamExt};
 
 use crate::metrics::Metrics;
+use crate::usecases::body_room::HeldBodies;
 use crate::usecases::bus::{Bus, before};
 
 /// At most this many body reads of one fetch are in flight at once.
@@ -65,50 +67,90 @@ pub struct Delivery {
     pub body: String,
 }
 
+/// The body budget of an HTTP fetch that names no `max_bytes`: 4 MiB (4 194 304 bytes), or the
+/// server's `bus.max_fetch_bytes` when that is lower
+/// ([`BusSettings::fetch_bytes_default`](crate::usecases::bus::BusSettings::fetch_bytes_default)).
+pub const DEFAULT_FETCH_BYTES: usize = 4 * 1024 * 1024;
+
+/// The least a fetch waits for room for its bodies (`bus.max_body_bytes_in_flight`) when it finds
+/// none: a fetch that may not wait for a delivery, or only shorter, still waits this long for
+/// room before it answers what fits (possibly nothing).
+pub const ROOM_WAIT_MIN: Duration = Duration::from_secs(1);
+
+/// A fetch's deliveries with the room their bodies hold in this process
+/// (`bus.max_body_bytes_in_flight`, see [`crate::usecases::body_room`]). Keep it until the
+/// answer has been written out (or is dropped): dropping `held` gives the room back.
+#[derive(Debug)]
+pub struct Fetched {
+    /// The deliveries, in hand-out order.
+    pub deliveries: Vec<Delivery>,
+    /// The room reserved for their bodies (their recorded lengths, bytes).
+    pub held: HeldBodies,
+}
+
+impl Fetched {
+    /// No deliveries, no room.
+    pub fn empty() -> Self {
+        Fetched {
+            deliveries: Vec::new(),
+            held: HeldBodies::default(),
+        }
+    }
+}
+
 /// What is left of a fetch's body budget (see [`Bus::fetch_within`]).
+#[derive(Debug, Clone, Copy)]
 struct BodyBudget {
     /// Bytes of bodies still allowed.
-    left: usize,
-    /// Whether a request with a body was kept already (the first one always is).
+    left: u64,
+    /// Whether a delivery with a body was kept already (the first one always is).
     kept_one: bool,
 }
 
 impl BodyBudget {
     fn new(max_body_bytes: usize) -> Self {
         BodyBudget {
-            left: max_body_bytes,
+            left: u64::try_from(max_body_bytes).unwrap_or(u64::MAX),
             kept_one: false,
         }
     }
 
-    /// Keeps `requests` in order until the first whose body (read into `readable`) does not fit
-    /// in what is left; that one and every later one are dropped. Requests without a read body
-    /// (the ledger answers them `Unknown`) cost nothing. Returns the kept requests and whether
-    /// any was dropped. No budget keeps everything.
-    fn apply(
-        budget: &mut Option<BodyBudget>,
-        requests: Vec<HandOutRequest>,
-        readable: &HashMap<Uuid, (Message, String)>,
-    ) -> (Vec<HandOutRequest>, bool) {
+    /// Takes `costs` (bodies' lengths in bytes, in hand-out order; 0 for a request with no body
+    /// to read) from the budget until the first that does not fit what is left, and returns how
+    /// many it took. The first cost above zero always fits. No budget takes everything.
+    fn take(budget: &mut Option<BodyBudget>, costs: &[u64]) -> usize {
         let Some(budget) = budget else {
-            return (requests, false);
+            return costs.len();
         };
-        let mut kept = Vec::with_capacity(requests.len());
-        let total = requests.len();
-        for request in requests {
-            let size = readable.get(&request.message).map(|(_, body)| body.len());
-            if let Some(size) = size {
-                if budget.kept_one && size > budget.left {
-                    break;
-                }
-                budget.left = budget.left.saturating_sub(size);
-                budget.kept_one = true;
+        for (i, &cost) in costs.iter().enumerate() {
+            if cost == 0 {
+                continue;
             }
-            kept.push(request);
+            if budget.kept_one && cost > budget.left {
+                return i;
+            }
+            budget.left = budget.left.saturating_sub(cost);
+            budget.kept_one = true;
         }
-        let cut = kept.len() < total;
-        (kept, cut)
+        costs.len()
     }
+}
+
+/// What one fetch has read so far, and its bounds.
+struct Reading {
+    /// Body backends looked up (or found down) during the fetch.
+    backends: BodyBackends,
+    /// Messages whose body was read, by id.
+    readable: HashMap<Uuid, (Message, String)>,
+    /// The answer's budget (`max_bytes`), when it has one.
+    budget: Option<BodyBudget>,
+    /// The room reserved for the bodies read.
+    held: HeldBodies,
+    /// Until when the fetch may wait for room.
+    room_until: tokio::time::Instant,
+    /// Messages left out for lack of budget or room, in order (the agent's next fetch tries
+    /// them first).
+    left: Vec<Uuid>,
 }
 
 /// The agent's inbox as the team's inbox backend reports it.
@@ -121,111 +163,153 @@ pub struct InboxReport {
 }
 
 impl Bus {
-    /// Hands out up to `limit` messages to `agent`: references from the inbox first, then a
-    /// top-up from the ledger. Never returns one message twice; a message handed out and not
-    /// confirmed comes back (marked `redelivered`) only after the hand-out grace.
+    /// Hands out up to `limit` messages to `agent`: messages its previous fetch through this
+    /// process left for lack of room first, then references from the inbox, then a top-up from
+    /// the ledger. Never returns one message twice; a message handed out and not confirmed
+    /// comes back (marked `redelivered`) only after the hand-out grace.
+    ///
+    /// The bodies are read within the room for bodies of this process
+    /// (`bus.max_body_bytes_in_flight`): when there is none, this waits for it up to
+    /// [`ROOM_WAIT_MIN`], then answers what fits (possibly nothing; the rest comes with the next
+    /// fetch). The room is given back when this returns.
     ///
     /// An inbox that fails (down, not provisioned) is logged and the ledger tops up everything.
     /// A message whose body cannot be read right now is left out (its hand-out lapses and it
     /// comes back). Errors: `limit` 0 or above the maximum → `Invalid`; the ledger failing.
     pub async fn fetch(&self, agent: &Agent, limit: usize) -> BusResult<Vec<Delivery>> {
-        self.fetch_with(agent, limit, false, None).await
+        let room_until = tokio::time::Instant::now() + ROOM_WAIT_MIN;
+        Ok(self
+            .fetch_with(agent, limit, false, None, room_until)
+            .await?
+            .deliveries)
     }
 
     /// [`Bus::fetch`] handing out at most `max_body_bytes` of bodies (UTF-8 bytes, summed over
-    /// the deliveries): deliveries are taken in order until the first whose body would take the
-    /// sum above the budget; it and those after it are **not** handed out (their references come
-    /// back, and the ledger top-up is looked for again on the next fetch), so they are left for
-    /// a later fetch. The first delivery is always handed out, even when its body alone is
-    /// larger (the caller decides how to show it). Errors: as [`Bus::fetch`].
+    /// the deliveries, as the ledger records each body's length): deliveries are taken in order
+    /// until the first whose body would take the sum above the budget; it and those after it
+    /// are **not** handed out (the agent's next fetch through this process tries them first;
+    /// elsewhere their references come back and the ledger top-up finds them), so they are left
+    /// for a later fetch. The first delivery is always handed out, even when its body alone is
+    /// larger (the caller decides how to show it).
+    ///
+    /// Errors: `max_body_bytes` 0 or above `bus.max_fetch_bytes` → `Invalid`; as [`Bus::fetch`].
     pub async fn fetch_within(
         &self,
         agent: &Agent,
         limit: usize,
         max_body_bytes: usize,
     ) -> BusResult<Vec<Delivery>> {
-        self.fetch_with(agent, limit, false, Some(max_body_bytes))
-            .await
+        let room_until = tokio::time::Instant::now() + ROOM_WAIT_MIN;
+        Ok(self
+            .fetch_with(agent, limit, false, Some(max_body_bytes), room_until)
+            .await?
+            .deliveries)
     }
 
     /// [`Bus::fetch`], with the ledger top-up run whatever its interval says when
     /// `force_topup` (a waiting fetch woken by the safety sweep: the ledger found something),
-    /// and at most `max_body_bytes` of bodies when given ([`Bus::fetch_within`]).
+    /// at most `max_body_bytes` of bodies when given ([`Bus::fetch_within`]), waiting for room
+    /// for bodies until `room_until` at most; the deliveries come with the room they hold.
     pub(crate) async fn fetch_with(
         &self,
         agent: &Agent,
         limit: usize,
         force_topup: bool,
         max_body_bytes: Option<usize>,
-    ) -> BusResult<Vec<Delivery>> {
+        room_until: tokio::time::Instant,
+    ) -> BusResult<Fetched> {
         if limit == 0 || limit > self.settings.max_fetch {
             return Err(BusError::invalid(format!(
                 "limit must be between 1 and {}",
                 self.settings.max_fetch
             )));
         }
-        let mut budget = max_body_bytes.map(BodyBudget::new);
+        if let Some(b) = max_body_bytes
+            && (b == 0 || b > self.settings.max_fetch_bytes)
+        {
+            return Err(BusError::invalid(format!(
+                "max_bytes must be between 1 and {}",
+                self.settings.max_fetch_bytes
+            )));
+        }
+        let mut reading = Reading {
+            backends: BodyBackends::new(),
+            readable: HashMap::new(),
+            budget: max_body_bytes.map(BodyBudget::new),
+            held: HeldBodies::default(),
+            room_until,
+            left: Vec::new(),
+        };
         let team = self.ports.ledger.team(agent.team).await?;
         let now = self.now();
         let ledger = &self.ports.ledger;
 
-        // 1. References from the inbox (no ack).
-        let mut inbox_ok = false;
+        // 1. What the agent's previous fetch left for lack of room (the ledger decides again
+        // whether each can be handed out), then references from the inbox (no ack).
+        let mut requests: Vec<HandOutRequest> = self
+            .take_deferred(agent.id, limit)
+            .into_iter()
+            .map(|message| HandOutRequest {
+                message,
+                source: HandOutSource::Ledger,
+            })
+            .collect();
+        let references = limit - requests.len();
+        // Nothing asked of the inbox is nothing failed: no forced top-up.
+        let mut inbox_ok = references == 0;
         let mut inbox: Option<Arc<dyn Inbox>> = None;
-        let mut requests = Vec::new();
         let mut to_ack: Vec<InboxAck> = Vec::new();
-        match self.ports.backends.inbox(team.id, &team.inbox).await {
-            Ok(i) => {
-                let started = std::time::Instant::now();
-                let fetched = i.fetch_references(&agent.recipient_key, limit).await;
-                self.metrics.inbox_latency.observe(started.elapsed());
-                match fetched {
-                    Ok(refs) => {
-                        inbox_ok = true;
-                        for r in refs {
-                            let ack = InboxAck {
-                                inbox: team.inbox.clone(),
-                                ack_subject: r.ack_subject,
-                            };
-                            match ReferencePayload::from_json(&r.payload) {
-                                Ok(p) => requests.push(HandOutRequest {
-                                    message: p.message,
-                                    source: HandOutSource::Inbox {
-                                        event_id: r.event_id,
-                                        ack,
-                                        deliveries: r.deliveries,
-                                    },
-                                }),
-                                Err(_) => {
-                                    tracing::warn!(event = %r.event_id, "inbox reference is not a bus reference; acknowledging it away");
-                                    to_ack.push(ack);
+        if references > 0 {
+            match self.ports.backends.inbox(team.id, &team.inbox).await {
+                Ok(i) => {
+                    let started = std::time::Instant::now();
+                    let fetched = i.fetch_references(&agent.recipient_key, references).await;
+                    self.metrics.inbox_latency.observe(started.elapsed());
+                    match fetched {
+                        Ok(refs) => {
+                            inbox_ok = true;
+                            for r in refs {
+                                let ack = InboxAck {
+                                    inbox: team.inbox.clone(),
+                                    ack_subject: r.ack_subject,
+                                };
+                                match ReferencePayload::from_json(&r.payload) {
+                                    Ok(p) => requests.push(HandOutRequest {
+                                        message: p.message,
+                                        source: HandOutSource::Inbox {
+                                            event_id: r.event_id,
+                                            ack,
+                                            deliveries: r.deliveries,
+                                        },
+                                    }),
+                                    Err(_) => {
+                                        tracing::warn!(event = %r.event_id, "inbox reference is not a bus reference; acknowledging it away");
+                                        to_ack.push(ack);
+                                    }
                                 }
                             }
                         }
+                        Err(error) => {
+                            Metrics::inc(&self.metrics.inbox_fetch_failures);
+                            tracing::warn!(agent = %agent.id, code = error.code(), error = ?error, "inbox fetch failed; topping up from the ledger");
+                        }
                     }
-                    Err(error) => {
-                        Metrics::inc(&self.metrics.inbox_fetch_failures);
-                        tracing::warn!(agent = %agent.id, code = error.code(), error = ?error, "inbox fetch failed; topping up from the ledger");
-                    }
+                    inbox = Some(i);
                 }
-                inbox = Some(i);
-            }
-            Err(error) => {
-                Metrics::inc(&self.metrics.inbox_fetch_failures);
-                tracing::warn!(team = %team.id, code = error.code(), error = ?error, "inbox unavailable; topping up from the ledger");
+                Err(error) => {
+                    Metrics::inc(&self.metrics.inbox_fetch_failures);
+                    tracing::warn!(team = %team.id, code = error.code(), error = ?error, "inbox unavailable; topping up from the ledger");
+                }
             }
         }
 
         // Bodies are read BEFORE a hand-out is recorded: a body that cannot be read now is not
         // handed out (its reference comes back), so a transient failure never holds a message
-        // for a whole grace period.
-        let mut backends = BodyBackends::new();
-        let mut readable: HashMap<Uuid, (Message, String)> = HashMap::new();
+        // for a whole grace period. What does not fit the budget or the room is not read.
         let mut issued: Vec<HandOut> = Vec::new();
         let requests = self
-            .readable_only(team.id, requests, &mut backends, &mut readable)
+            .readable_within(team.id, requests, &mut reading)
             .await?;
-        let (requests, mut over_budget) = BodyBudget::apply(&mut budget, requests, &readable);
         let outcomes = self.hand_out(team.id, agent.id, &requests, now).await?;
         for (request, outcome) in requests.into_iter().zip(outcomes) {
             match outcome {
@@ -243,9 +327,9 @@ impl Bus {
         }
 
         // 2. Top-up from the ledger (the authority): at most once per interval while the inbox
-        // answers, always when it failed.
+        // answers, always when it failed; never once something was left for lack of room.
         if issued.len() < limit
-            && !over_budget
+            && reading.left.is_empty()
             && (!inbox_ok || force_topup || self.topup_due(agent.id, now))
         {
             let stored_before = if inbox_ok {
@@ -258,8 +342,9 @@ impl Bus {
                 .undelivered(team.id, agent.id, stored_before, now, wanted)
                 .await?;
             // The top-up counts as done only when it found everything it could hand out now: a
-            // full page (a backlog) or a body that could not be read makes the next fetch look
-            // again; so does a failing ledger (the `?`s below return before this is recorded).
+            // full page (a backlog), a body that could not be read or one left for lack of room
+            // makes the next fetch look again; so does a failing ledger (the `?`s below return
+            // before this is recorded).
             let complete_page = ids.len() < wanted;
             let candidates = ids.len();
             let requests: Vec<HandOutRequest> = ids
@@ -270,20 +355,19 @@ impl Bus {
                 })
                 .collect();
             let requests = self
-                .readable_only(team.id, requests, &mut backends, &mut readable)
+                .readable_within(team.id, requests, &mut reading)
                 .await?;
             let all_readable = requests.len() == candidates;
-            let (requests, cut) = BodyBudget::apply(&mut budget, requests, &readable);
-            over_budget |= cut;
             let outcomes = self.hand_out(team.id, agent.id, &requests, now).await?;
             issued.extend(outcomes.into_iter().filter_map(|o| match o {
                 HandOutOutcome::Issued(h) => Some(h),
                 _ => None,
             }));
-            if complete_page && all_readable && !over_budget {
+            if complete_page && all_readable {
                 self.topped_up_at(agent.id, now);
             }
         }
+        self.defer(agent.id, std::mem::take(&mut reading.left));
 
         // 3. Acks of recognised redeliveries: their receipts are committed already.
         if let Some(inbox) = &inbox {
@@ -299,11 +383,12 @@ impl Bus {
             }
         }
 
-        // 4. The deliveries, with the bodies read above.
+        // 4. The deliveries, with the bodies read above (moved out: each message is issued
+        // once).
         let mut deliveries = Vec::with_capacity(issued.len());
         let mut handed_out = Vec::with_capacity(issued.len());
         for hand_out in issued {
-            let Some((message, body)) = readable.get(&hand_out.message).cloned() else {
+            let Some((message, body)) = reading.readable.remove(&hand_out.message) else {
                 continue;
             };
             Metrics::inc(&self.metrics.deliveries_handed_out);
@@ -325,7 +410,41 @@ impl Bus {
             });
         }
         self.emit(handed_out);
-        Ok(deliveries)
+        Ok(Fetched {
+            deliveries,
+            held: reading.held,
+        })
+    }
+
+    /// Takes (removes) up to `limit` of the messages `agent`'s last fetch through this process
+    /// left for lack of room, in order; the rest stay for the fetch after.
+    fn take_deferred(&self, agent: Uuid, limit: usize) -> Vec<Uuid> {
+        let Ok(mut deferred) = self.deferred.lock() else {
+            return Vec::new();
+        };
+        let Some(ids) = deferred.get_mut(&agent) else {
+            return Vec::new();
+        };
+        if ids.len() <= limit {
+            return deferred.remove(&agent).unwrap_or_default();
+        }
+        ids.drain(..limit).collect()
+    }
+
+    /// Remembers `left` (messages a fetch of `agent` left for lack of room) after what is
+    /// remembered already, each once, at most `max_fetch` of them.
+    fn defer(&self, agent: Uuid, left: Vec<Uuid>) {
+        if left.is_empty() {
+            return;
+        }
+        if let Ok(mut deferred) = self.deferred.lock() {
+            let ids = deferred.entry(agent).or_default();
+            for id in left {
+                if ids.len() < self.settings.max_fetch && !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+        }
     }
 
     /// Whether `agent`'s top-up is due at `now` with a healthy inbox: never ran, or last ran at
@@ -370,23 +489,26 @@ impl Bus {
             .await
     }
 
-    /// Keeps the requests whose body can be read now (reading it into `readable`), and those the
-    /// ledger will answer `Unknown` for (unknown or not stored: their references are then
-    /// acknowledged away). The candidates' messages are read in one ledger call and their
-    /// bodies concurrently (at most [`BODY_READS`] at a time); a backend found down is
-    /// remembered in `backends` and not asked again. Errors: the ledger failing.
-    async fn readable_only(
+    /// Keeps the longest prefix of `requests` (in hand-out order) whose bodies fit the answer's
+    /// budget and the room for bodies ([`crate::usecases::body_room::BodyRoom::reserve`], which
+    /// may wait until `reading.room_until`), reads those bodies into `reading.readable`, and
+    /// returns the kept requests whose body was read now, plus those the ledger will answer
+    /// `Unknown` for (unknown or not stored: their references are then acknowledged away).
+    /// The stored messages left out are appended to `reading.left`. The candidates' messages
+    /// are read in one ledger call and their bodies concurrently (at most [`BODY_READS`] at a
+    /// time); a backend found down is remembered in `reading.backends` and not asked again.
+    /// Errors: the ledger failing.
+    async fn readable_within(
         &self,
         team: Uuid,
         requests: Vec<HandOutRequest>,
-        backends: &mut BodyBackends,
-        readable: &mut HashMap<Uuid, (Message, String)>,
+        reading: &mut Reading,
     ) -> BusResult<Vec<HandOutRequest>> {
         let mut seen = HashSet::with_capacity(requests.len());
         let wanted: Vec<Uuid> = requests
             .iter()
             .map(|r| r.message)
-            .filter(|id| !readable.contains_key(id) && seen.insert(*id))
+            .filter(|id| !reading.readable.contains_key(id) && seen.insert(*id))
             .collect();
         let mut known: HashMap<Uuid, Message> = HashMap::with_capacity(wanted.len());
         for chunk in wanted.chunks(crewbus_domain::MAX_PAGE) {
@@ -394,16 +516,49 @@ impl Bus {
                 known.insert(m.id, m);
             }
         }
-        // The stored ones with a locator have a body to read.
-        let to_read: Vec<&Message> = known
+        // The stored ones with a locator have a body to read: each costs its recorded length
+        // once (a repeat of a message in the batch is held by its first hand-out).
+        let to_read = |m: &Message| m.publication == Publication::Stored && m.locator.is_some();
+        let mut costed = HashSet::with_capacity(known.len());
+        let costs: Vec<u64> = requests
+            .iter()
+            .map(|r| match known.get(&r.message) {
+                Some(m) if to_read(m) && costed.insert(m.id) => m.body_len,
+                _ => 0,
+            })
+            .collect();
+        let mut trial = reading.budget;
+        let fits = BodyBudget::take(&mut trial, &costs);
+        let kept = self
+            .bodies
+            .reserve(
+                &mut reading.held,
+                &costs[..fits],
+                reading.room_until,
+                &self.shutdown,
+                &self.metrics,
+            )
+            .await;
+        BodyBudget::take(&mut reading.budget, &costs[..kept]);
+        let mut requests = requests;
+        let left = requests.split_off(kept);
+        reading.left.extend(
+            left.iter()
+                .zip(&costs[kept..])
+                .filter(|(_, cost)| **cost > 0)
+                .map(|(r, _)| r.message),
+        );
+        // Only the kept ones' bodies are read.
+        let kept_ids: HashSet<Uuid> = requests.iter().map(|r| r.message).collect();
+        let reads: Vec<&Message> = known
             .values()
-            .filter(|m| m.publication == Publication::Stored && m.locator.is_some())
+            .filter(|m| to_read(m) && kept_ids.contains(&m.id))
             .collect();
         let bodies: Vec<(Uuid, Option<String>)> = self
-            .read_bodies(&to_read, backends)
+            .read_bodies(&reads, &mut reading.backends)
             .await
             .into_iter()
-            .zip(&to_read)
+            .zip(&reads)
             .map(|(result, m)| (m.id, Self::body_or_log(m, result)))
             .collect();
         for (id, body) in bodies {
@@ -412,16 +567,14 @@ impl Bus {
             if let Some(body) = body
                 && let Some(message) = known.remove(&id)
             {
-                readable.insert(id, (message, body));
+                reading.readable.insert(id, (message, body));
             }
         }
         Ok(requests
             .into_iter()
             .filter(|r| {
-                readable.contains_key(&r.message)
-                    || known
-                        .get(&r.message)
-                        .is_none_or(|m| m.publication != Publication::Stored || m.locator.is_none())
+                reading.readable.contains_key(&r.message)
+                    || known.get(&r.message).is_none_or(|m| !to_read(m))
             })
             .collect())
     }

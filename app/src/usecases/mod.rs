@@ -7,6 +7,7 @@ pub mod acknowledge;
 pub mod activity;
 pub mod admin;
 pub mod backends;
+pub mod body_room;
 pub mod bus;
 pub mod conversations;
 pub mod deliver;

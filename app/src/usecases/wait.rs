@@ -38,7 +38,7 @@ use tokio::sync::Notify;
 use crate::metrics::Metrics;
 use crate::shutdown::Shutdown;
 use crate::usecases::bus::Bus;
-use crate::usecases::deliver::{Delivery, topup_interval};
+use crate::usecases::deliver::{Delivery, Fetched, ROOM_WAIT_MIN, topup_interval};
 
 /// Each waiting agent's waiters: (waiter id, its wake-up slot).
 type Waiting = HashMap<WakeupTarget, Vec<(u64, Arc<Slot>)>>;
@@ -169,7 +169,9 @@ impl Bus {
     /// Answers as soon as at least one delivery is handed out; else an empty page once `wait`
     /// has passed (a re-fetch already running then finishes first), or at once when the bus
     /// shuts down. `wait` zero is [`Bus::fetch`]. While it waits it holds no database
-    /// connection and no transaction.
+    /// connection and no transaction. A fetch that finds no room for its bodies
+    /// (`bus.max_body_bytes_in_flight`) waits for it within the same deadline (at least
+    /// [`ROOM_WAIT_MIN`]); the room is given back when this returns.
     ///
     /// Errors: `wait` above `bus.max_wait_ms` → `Invalid`; the agent revoked while waiting →
     /// `Unauthenticated`; as [`Bus::fetch`] for the first fetch (a failing re-fetch is logged
@@ -180,19 +182,27 @@ impl Bus {
         limit: usize,
         wait: Duration,
     ) -> BusResult<Vec<Delivery>> {
-        self.wait_and_fetch(agent, limit, wait, None).await
+        Ok(self
+            .wait_and_fetch(agent, limit, wait, None)
+            .await?
+            .deliveries)
     }
 
     /// [`Bus::fetch_waiting`] handing out at most `max_body_bytes` of bodies per answer, as
-    /// [`Bus::fetch_within`] does (what does not fit is not handed out; the first delivery
-    /// always is). Errors: as [`Bus::fetch_waiting`].
+    /// [`Bus::fetch_within`] does (what does not fit is not handed out — the agent's next
+    /// fetch gets it; the first delivery always is), with the room the bodies hold in this
+    /// process ([`Fetched::held`]): the one fetch both driving adapters (HTTP, MCP) call. Keep
+    /// the answer until it has been written out, so the room bounds the bodies in memory.
+    ///
+    /// Errors: `max_body_bytes` 0 or above `bus.max_fetch_bytes` → `Invalid`; as
+    /// [`Bus::fetch_waiting`].
     pub async fn fetch_waiting_within(
         &self,
         agent: &Agent,
         limit: usize,
         wait: Duration,
         max_body_bytes: usize,
-    ) -> BusResult<Vec<Delivery>> {
+    ) -> BusResult<Fetched> {
         self.wait_and_fetch(agent, limit, wait, Some(max_body_bytes))
             .await
     }
@@ -203,36 +213,44 @@ impl Bus {
         limit: usize,
         wait: Duration,
         max_body_bytes: Option<usize>,
-    ) -> BusResult<Vec<Delivery>> {
+    ) -> BusResult<Fetched> {
         if wait > self.settings.max_wait {
             return Err(BusError::invalid(format!(
                 "wait_ms must be between 0 and {}",
                 self.settings.max_wait.as_millis()
             )));
         }
+        let started = tokio::time::Instant::now();
+        let deadline = started + wait;
+        // Room for bodies is waited for within the fetch's own deadline, at least ROOM_WAIT_MIN.
+        let room_until = started + wait.max(ROOM_WAIT_MIN);
         if wait.is_zero() {
-            return self.fetch_with(agent, limit, false, max_body_bytes).await;
+            return self
+                .fetch_with(agent, limit, false, max_body_bytes, room_until)
+                .await;
         }
-        let deadline = tokio::time::Instant::now() + wait;
         let target = WakeupTarget::new(agent.team, agent.id);
         let waiter = self.room.subscribe(target);
-        let first = self.fetch_with(agent, limit, false, max_body_bytes).await?;
-        if !first.is_empty() {
+        let first = self
+            .fetch_with(agent, limit, false, max_body_bytes, room_until)
+            .await?;
+        if !first.deliveries.is_empty() {
             return Ok(first);
         }
+        drop(first);
         let _parked = Parked::new(&self.room.parked);
         loop {
             let swept = tokio::select! {
                 swept = waiter.woken() => swept,
-                () = tokio::time::sleep_until(deadline) => return Ok(Vec::new()),
-                () = self.shutdown.wait() => return Ok(Vec::new()),
+                () = tokio::time::sleep_until(deadline) => return Ok(Fetched::empty()),
+                () = self.shutdown.wait() => return Ok(Fetched::empty()),
             };
             Metrics::inc(&self.metrics.fetch_wakeups);
             // The agent check and the re-fetch run at once (one round trip of latency, not
             // two); a revoked agent gets 401 whatever the fetch found (its hand-outs lapse).
             let (check, fetched) = tokio::join!(
                 self.ports.ledger.agent(agent.team, agent.id),
-                self.fetch_with(agent, limit, swept, max_body_bytes)
+                self.fetch_with(agent, limit, swept, max_body_bytes, room_until)
             );
             match check {
                 Ok(a) if a.revoked() => return Err(BusError::Unauthenticated),
@@ -244,7 +262,7 @@ impl Bus {
                 Ok(_) => {}
             }
             match fetched {
-                Ok(ds) if !ds.is_empty() => return Ok(ds),
+                Ok(f) if !f.deliveries.is_empty() => return Ok(f),
                 Ok(_) => {}
                 // The ledger refuses a revoked agent's hand-outs and top-up: the wait ends with
                 // 401 even when the agent check above failed.
