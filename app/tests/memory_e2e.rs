@@ -263,6 +263,13 @@ async fn health_metrics_and_openapi() {
 }
 
 #[tokio::test]
+async fn two_agents_may_use_one_request_id() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    scenarios::two_agents_may_use_one_request_id(&app).await;
+    app.finish_test().await;
+}
+
+#[tokio::test]
 async fn bad_input_of_every_kind_gets_a_clear_error() {
     let app = MemoryApp::start(&["alice", "bob"]).await;
     scenarios::bad_input_of_every_kind_gets_a_clear_error(&app).await;
