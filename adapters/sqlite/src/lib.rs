@@ -107,7 +107,10 @@ async fn migrate_with(pools: &SqlitePools, migrator: &Migrator) -> BusResult<()>
                 "sqlite schema: migrations could not be applied",
             ));
         }
-        Err(Refused::ForeignKeys { version, violations }) => {
+        Err(Refused::ForeignKeys {
+            version,
+            violations,
+        }) => {
             tracing::error!(
                 version,
                 violations,
@@ -378,7 +381,11 @@ mod tests {
         let (_dir, pools) = fresh().await;
         let migrator = migrator(rebuild_parent(""));
         migrate_with(&pools, &migrator).await.unwrap();
-        assert_eq!(state(&pools).await, (1, vec![1, 2], 1), "children kept, fks on");
+        assert_eq!(
+            state(&pools).await,
+            (1, vec![1, 2], 1),
+            "children kept, fks on"
+        );
         // The write connection is usable and enforces foreign keys.
         let mut tx = pools.begin("t").await.unwrap();
         let orphan = sqlx::query("INSERT INTO child VALUES (9)")

@@ -219,9 +219,17 @@ pub async fn two_agents_may_use_one_request_id(app: &TestApp) {
         async move { client.call(Method::POST, &path, Some(body)).await.unwrap() }
     };
     let (status, alices) = send(alice, "same body").await;
-    assert_eq!((status, alices["created"].as_bool()), (201, Some(true)), "{alices}");
+    assert_eq!(
+        (status, alices["created"].as_bool()),
+        (201, Some(true)),
+        "{alices}"
+    );
     let (status, bobs) = send(bob, "same body").await;
-    assert_eq!((status, bobs["created"].as_bool()), (201, Some(true)), "{bobs}");
+    assert_eq!(
+        (status, bobs["created"].as_bool()),
+        (201, Some(true)),
+        "{bobs}"
+    );
     assert_eq!(uuid_of(&bobs["message"]["sender"]), bob.id);
     assert_ne!(alices["message"]["id"], bobs["message"]["id"]);
     assert_eq!(
@@ -231,13 +239,21 @@ pub async fn two_agents_may_use_one_request_id(app: &TestApp) {
     for (agent, own) in [(alice, &alices), (bob, &bobs)] {
         let (status, again) = send(agent, "same body").await;
         assert_eq!((status, again["created"].as_bool()), (200, Some(false)));
-        assert_eq!(again["message"]["id"], own["message"]["id"], "{}", agent.name);
+        assert_eq!(
+            again["message"]["id"], own["message"]["id"],
+            "{}",
+            agent.name
+        );
         let (status, other) = send(agent, "another body").await;
         assert_eq!((status, other["code"].as_str()), (409, Some("conflict")));
     }
     for (agent, from) in [(alice, &bobs), (bob, &alices)] {
         let got = fetch_n(agent, 1).await;
-        assert_eq!(got[0]["message"]["id"], from["message"]["id"], "{}", agent.name);
+        assert_eq!(
+            got[0]["message"]["id"], from["message"]["id"],
+            "{}",
+            agent.name
+        );
         agent.client.confirm(&delivery_ids(&got)).await.unwrap();
     }
 }

@@ -185,7 +185,12 @@ pub async fn send_is_idempotent_on_request_id<F: LedgerFixture + ?Sized>(fx: &F)
     ] {
         let again = s.send_again(from, "t42-1", body, t(12)).await;
         assert!(!again.created, "{}'s repeat", from.name);
-        assert_eq!(again.message, s.message(own.id).await, "{}'s own", from.name);
+        assert_eq!(
+            again.message,
+            s.message(own.id).await,
+            "{}'s own",
+            from.name
+        );
         assert_eq!(again.message.publication, Publication::Stored);
         assert!(matches!(
             s.ledger
@@ -233,7 +238,10 @@ pub async fn concurrent_identical_sends_create_one_message<F: LedgerFixture + ?S
     while let Some(joined) = set.join_next().await {
         let (sender, sent) = joined.expect("task");
         let sent = sent.expect("every call succeeds");
-        assert_eq!(sent.message.sender, sender, "a call answers its sender's message");
+        assert_eq!(
+            sent.message.sender, sender,
+            "a call answers its sender's message"
+        );
         *created.entry(sender).or_default() += usize::from(sent.created);
         answered.entry(sender).or_default().insert(sent.message.id);
     }
@@ -243,7 +251,11 @@ pub async fn concurrent_identical_sends_create_one_message<F: LedgerFixture + ?S
         "exactly one call of each sender created its message"
     );
     for sender in [s.a.id, s.b.id] {
-        assert_eq!(answered[&sender].len(), 1, "every call of a sender got one message");
+        assert_eq!(
+            answered[&sender].len(),
+            1,
+            "every call of a sender got one message"
+        );
     }
     assert_ne!(answered[&s.a.id], answered[&s.b.id], "two messages");
     let pending = s.lease_all(t(4)).await;

@@ -312,7 +312,11 @@ async fn a_database_from_before_request_ids_per_sender_upgrades() -> Result<(), 
     crewbus_postgres::migrate(&pool).await?;
 
     for (table, rows) in KEPT.iter().zip(&before) {
-        assert_eq!(&rows_of(&pool, table).await?, rows, "{table} kept row for row");
+        assert_eq!(
+            &rows_of(&pool, table).await?,
+            rows,
+            "{table} kept row for row"
+        );
     }
     assert_eq!(
         unique_constraints(&pool).await?,

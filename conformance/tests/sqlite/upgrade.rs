@@ -196,10 +196,11 @@ async fn messages_schema(conn: &mut SqliteConnection) -> Result<MessagesSchema, 
     )
     .fetch_all(&mut *conn)
     .await?;
-    let sql: String =
-        sqlx::query_scalar("SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'messages'")
-            .fetch_one(&mut *conn)
-            .await?;
+    let sql: String = sqlx::query_scalar(
+        "SELECT sql FROM sqlite_master WHERE type = 'table' AND name = 'messages'",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
     let indexes = sqlx::query_scalar(
         "SELECT sql FROM sqlite_master
          WHERE type = 'index' AND tbl_name = 'messages' AND sql IS NOT NULL ORDER BY name",
@@ -244,7 +245,12 @@ fn check_clauses(sql: &str) -> Vec<String> {
                 break;
             }
         }
-        found.push(after[..end].split_whitespace().collect::<Vec<_>>().join(" "));
+        found.push(
+            after[..end]
+                .split_whitespace()
+                .collect::<Vec<_>>()
+                .join(" "),
+        );
         rest = &after[end..];
     }
     found.sort();
@@ -367,7 +373,11 @@ async fn a_store_from_before_request_ids_per_sender_upgrades() -> Result<(), Fai
 
     let mut side = pools.side_connection().await?;
     for (table, rows) in KEPT.iter().zip(&before) {
-        assert_eq!(&rows_of(&mut side, table).await?, rows, "{table} kept row for row");
+        assert_eq!(
+            &rows_of(&mut side, table).await?,
+            rows,
+            "{table} kept row for row"
+        );
     }
     let violations: i64 = sqlx::query_scalar("SELECT count(*) FROM pragma_foreign_key_check")
         .fetch_one(&mut side)
@@ -483,7 +493,11 @@ async fn a_store_from_before_request_ids_per_sender_upgrades() -> Result<(), Fai
     crewbus_sqlite::migrate(&pools).await?;
     let mut side = pools.side_connection().await?;
     for (table, rows) in KEPT.iter().zip(&after) {
-        assert_eq!(&rows_of(&mut side, table).await?, rows, "{table} after a rerun");
+        assert_eq!(
+            &rows_of(&mut side, table).await?,
+            rows,
+            "{table} after a rerun"
+        );
     }
     assert_eq!(messages_schema(&mut side).await?.uniques.len(), 2);
     side.close().await?;
