@@ -70,6 +70,14 @@ pub struct Metrics {
     pub fetch_wait_errors: Counter,
     /// Waiting fetches woken (by a wake-up, the sweep or a listener reconnect).
     pub fetch_wakeups: Counter,
+    /// Wake-up listeners lost (their session ended; each is started again).
+    pub wakeup_listener_lost: Counter,
+    /// Wake-up listeners started again after a loss (each woke every waiting fetch).
+    pub wakeup_listener_reconnected: Counter,
+    /// Console feed listeners lost while someone watched (each subscribes again).
+    pub feed_listener_lost: Counter,
+    /// Console feed listeners subscribed again after a loss (their viewers told they lagged).
+    pub feed_listener_reconnected: Counter,
     /// MCP tool calls (of a known tool; bus errors included).
     pub mcp_tool_calls: Counter,
     /// MCP tool calls answered with a bus error (`isError: true`).
@@ -98,6 +106,10 @@ impl Default for Metrics {
             inbox_fetch_failures: Counter::default(),
             fetch_wait_errors: Counter::default(),
             fetch_wakeups: Counter::default(),
+            wakeup_listener_lost: Counter::default(),
+            wakeup_listener_reconnected: Counter::default(),
+            feed_listener_lost: Counter::default(),
+            feed_listener_reconnected: Counter::default(),
             mcp_tool_calls: Counter::default(),
             mcp_tool_errors: Counter::default(),
             relay_latency: Histogram::default(),
@@ -162,6 +174,26 @@ impl Default for Metrics {
                 "crewbus_fetch_wait_errors",
                 "Woken waiting fetches whose re-fetch failed (they kept waiting)",
                 &m.fetch_wait_errors,
+            ),
+            (
+                "crewbus_wakeup_listener_lost",
+                "Wake-up listeners whose session was lost",
+                &m.wakeup_listener_lost,
+            ),
+            (
+                "crewbus_wakeup_listener_reconnected",
+                "Wake-up listeners started again after a loss",
+                &m.wakeup_listener_reconnected,
+            ),
+            (
+                "crewbus_feed_listener_lost",
+                "Console feed listeners whose session was lost",
+                &m.feed_listener_lost,
+            ),
+            (
+                "crewbus_feed_listener_reconnected",
+                "Console feed listeners subscribed again after a loss",
+                &m.feed_listener_reconnected,
             ),
             (
                 "crewbus_mcp_tool_calls",
