@@ -169,7 +169,7 @@ async fn listen_loop(
                 continue;
             }
         };
-        let started = std::time::Instant::now();
+        let started = tokio::time::Instant::now();
         if std::mem::take(&mut lost) {
             Metrics::inc(&metrics.feed_listener_reconnected);
             tracing::info!("console feed listener reconnected; viewers look again");

@@ -318,7 +318,7 @@ pub(crate) async fn run_listener(bus: Bus, shutdown: Shutdown) {
     while !shutdown.is_triggered() {
         let pause = match bus.ports.wakeups.listen().await {
             Ok(mut listener) => {
-                let started = std::time::Instant::now();
+                let started = tokio::time::Instant::now();
                 if std::mem::take(&mut lost) {
                     Metrics::inc(&bus.metrics.wakeup_listener_reconnected);
                     tracing::info!("wake-up listener reconnected; waking every waiting fetch");
