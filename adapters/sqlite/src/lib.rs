@@ -183,8 +183,10 @@ async fn apply_pending(conn: &mut SqliteConnection, migrator: &Migrator) -> Resu
 }
 
 /// Runs a `-- no-transaction` migration as written, checks every foreign key, then records it
-/// as applied. A statement that fails leaves the file's own transaction open: it is rolled back
-/// here (nothing of the file is kept, and the next start runs it again).
+/// as applied. A statement that fails before the file's `COMMIT` leaves its transaction open: it
+/// is rolled back here, and nothing of the file is kept. Whatever failed, the file is not
+/// recorded and the next start runs it again, so such a file is written to be run again (the
+/// message table's rebuild is: it copies the table into the same shape).
 async fn apply_outside_a_transaction(
     conn: &mut SqliteConnection,
     migration: &Migration,
