@@ -78,6 +78,14 @@ pub struct Metrics {
     pub fetch_bytes_shortened: Counter,
     /// Bytes of bodies held by this process's fetches now (the room they reserved).
     pub fetch_bodies_in_flight: Gauge,
+    /// Wake-up listeners lost (their session ended; each is started again).
+    pub wakeup_listener_lost: Counter,
+    /// Wake-up listeners started again after a loss (each woke every waiting fetch).
+    pub wakeup_listener_reconnected: Counter,
+    /// Console feed listeners lost while someone watched (each subscribes again).
+    pub feed_listener_lost: Counter,
+    /// Console feed listeners subscribed again after a loss (their viewers told they lagged).
+    pub feed_listener_reconnected: Counter,
     /// MCP tool calls (of a known tool; bus errors included).
     pub mcp_tool_calls: Counter,
     /// MCP tool calls answered with a bus error (`isError: true`).
@@ -109,6 +117,10 @@ impl Default for Metrics {
             fetch_bytes_waits: Counter::default(),
             fetch_bytes_shortened: Counter::default(),
             fetch_bodies_in_flight: Gauge::default(),
+            wakeup_listener_lost: Counter::default(),
+            wakeup_listener_reconnected: Counter::default(),
+            feed_listener_lost: Counter::default(),
+            feed_listener_reconnected: Counter::default(),
             mcp_tool_calls: Counter::default(),
             mcp_tool_errors: Counter::default(),
             relay_latency: Histogram::default(),
@@ -183,6 +195,26 @@ impl Default for Metrics {
                 "crewbus_fetch_bytes_shortened",
                 "Fetches that answered fewer deliveries for lack of room for their bodies",
                 &m.fetch_bytes_shortened,
+            ),
+            (
+                "crewbus_wakeup_listener_lost",
+                "Wake-up listeners whose session was lost",
+                &m.wakeup_listener_lost,
+            ),
+            (
+                "crewbus_wakeup_listener_reconnected",
+                "Wake-up listeners started again after a loss",
+                &m.wakeup_listener_reconnected,
+            ),
+            (
+                "crewbus_feed_listener_lost",
+                "Console feed listeners whose session was lost",
+                &m.feed_listener_lost,
+            ),
+            (
+                "crewbus_feed_listener_reconnected",
+                "Console feed listeners subscribed again after a loss",
+                &m.feed_listener_reconnected,
             ),
             (
                 "crewbus_mcp_tool_calls",

@@ -263,6 +263,13 @@ async fn health_metrics_and_openapi() {
 }
 
 #[tokio::test]
+async fn two_agents_may_use_one_request_id() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    scenarios::two_agents_may_use_one_request_id(&app).await;
+    app.finish_test().await;
+}
+
+#[tokio::test]
 async fn bad_input_of_every_kind_gets_a_clear_error() {
     let app = MemoryApp::start(&["alice", "bob"]).await;
     scenarios::bad_input_of_every_kind_gets_a_clear_error(&app).await;
@@ -384,7 +391,7 @@ async fn retention_removes_old_bodies_and_history_explains_them() {
 // after the traffic below. Prometheus text 0.0.4 unless OpenMetrics is asked for.
 
 /// The counters: (name, help) as scraped in the Prometheus text format.
-const COUNTERS: [(&str, &str); 15] = [
+const COUNTERS: [(&str, &str); 19] = [
     ("crewbus_messages_sent_total", "Messages accepted by send."),
     (
         "crewbus_relay_published_total",
@@ -433,6 +440,22 @@ const COUNTERS: [(&str, &str); 15] = [
     (
         "crewbus_fetch_wait_errors_total",
         "Woken waiting fetches whose re-fetch failed (they kept waiting).",
+    ),
+    (
+        "crewbus_wakeup_listener_lost_total",
+        "Wake-up listeners whose session was lost.",
+    ),
+    (
+        "crewbus_wakeup_listener_reconnected_total",
+        "Wake-up listeners started again after a loss.",
+    ),
+    (
+        "crewbus_feed_listener_lost_total",
+        "Console feed listeners whose session was lost.",
+    ),
+    (
+        "crewbus_feed_listener_reconnected_total",
+        "Console feed listeners subscribed again after a loss.",
     ),
     (
         "crewbus_mcp_tool_calls_total",
@@ -680,6 +703,10 @@ fn assert_values_after_traffic(e: &Exposition, le: &[String]) {
         ("crewbus_fetch_bytes_waits_total", 0.0),
         ("crewbus_fetch_bytes_shortened_total", 0.0),
         ("crewbus_fetch_bodies_in_flight_bytes", 0.0),
+        ("crewbus_wakeup_listener_lost_total", 0.0),
+        ("crewbus_wakeup_listener_reconnected_total", 0.0),
+        ("crewbus_feed_listener_lost_total", 0.0),
+        ("crewbus_feed_listener_reconnected_total", 0.0),
         ("crewbus_mcp_tool_calls_total", 0.0),
         ("crewbus_mcp_tool_errors_total", 0.0),
         ("crewbus_publication_pending", 0.0),

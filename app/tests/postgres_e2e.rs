@@ -30,6 +30,13 @@ async fn a_crash_between_commit_and_ack_redelivers_and_is_recognised() {
 }
 
 #[tokio::test]
+async fn two_agents_may_use_one_request_id() {
+    let app = TestApp::postgres("pg_one_request_id", &["alice", "bob"]).await;
+    scenarios::two_agents_may_use_one_request_id(&app).await;
+    app.finish_test().await;
+}
+
+#[tokio::test]
 async fn bad_input_of_every_kind_gets_a_clear_error() {
     let app = TestApp::postgres("pg_bad_input", &["alice", "bob"]).await;
     scenarios::bad_input_of_every_kind_gets_a_clear_error(&app).await;

@@ -65,7 +65,8 @@ pub use ledger_args::{ledger_span, positive_ledger_span, validate_backend_name, 
 pub use ledger_counts::{LedgerCounts, RetentionTarget};
 pub use locator::{INBOX_LOCATOR_PREFIX, Locator};
 pub use message::{
-    MAX_REQUEST_ID_LEN, Message, Publication, SendRequest, Sent, body_sha256, validate_request_id,
+    MAX_REQUEST_ID_LEN, Message, Publication, RequestKey, SendRequest, Sent, body_sha256,
+    validate_request_id,
 };
 pub use operator::{
     Operator, OperatorScope, OperatorSession, SIGN_IN_CODE_TTL_SECS, human_member_name,

@@ -61,7 +61,7 @@ pub struct Message {
     pub seq: u64,
     /// The sending agent.
     pub sender: Uuid,
-    /// The sender's idempotency key; unique per conversation.
+    /// The sender's idempotency key: unique per sender in the conversation ([`RequestKey`]).
     pub request_id: String,
     /// SHA-256 of the body's UTF-8 bytes, 64 lowercase hex digits ([`body_sha256`]).
     pub body_sha256: String,
@@ -129,13 +129,47 @@ pub struct SendRequest {
     pub conversation: Uuid,
     /// The sending agent (from its credential).
     pub sender: Uuid,
-    /// Idempotency key chosen by the sender ([`validate_request_id`]).
+    /// Idempotency key chosen by the sender ([`validate_request_id`]); a send is repeated by the
+    /// same sender sending it again in the same conversation ([`RequestKey`]).
     pub request_id: String,
     /// The body: any UTF-8 text (U+0000 included), at most the backend's effective maximum in
     /// bytes — the caller checks the size, the ledger stores what it is given faithfully.
     pub body: String,
     /// The acting run, which receives the `MessageSent` record.
     pub run: Option<RunId>,
+}
+
+/// The idempotency key of a send: `(conversation, sender, request_id)`. A request id is the
+/// caller's own: two senders of one conversation may both use `t42-1`, and each gets a message
+/// of its own; the same sender using it again in the same conversation repeats its send.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct RequestKey {
+    /// The conversation sent in.
+    pub conversation: Uuid,
+    /// The sending agent.
+    pub sender: Uuid,
+    /// The sender's request id.
+    pub request_id: String,
+}
+
+impl From<&SendRequest> for RequestKey {
+    fn from(request: &SendRequest) -> Self {
+        RequestKey {
+            conversation: request.conversation,
+            sender: request.sender,
+            request_id: request.request_id.clone(),
+        }
+    }
+}
+
+impl From<&Message> for RequestKey {
+    fn from(message: &Message) -> Self {
+        RequestKey {
+            conversation: message.conversation,
+            sender: message.sender,
+            request_id: message.request_id.clone(),
+        }
+    }
 }
 
 /// What a send came to.

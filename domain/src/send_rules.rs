@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use crate::error::{BusError, BusResult};
 use crate::ids::RunId;
-use crate::message::{Message, SendRequest, Sent, body_sha256, validate_request_id};
+use crate::message::{Message, RequestKey, SendRequest, Sent, body_sha256, validate_request_id};
 
 /// One conversation of the batch as its lock holder sees it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -47,9 +47,9 @@ pub struct SendFacts {
     /// `(conversation, agent)` pairs of the batch where the agent is a member of the
     /// conversation, of its team, and not revoked.
     pub active_members: HashSet<(Uuid, Uuid)>,
-    /// Messages already recorded under the batch's `(conversation, request_id)` pairs, as they
-    /// stand.
-    pub recorded: HashMap<(Uuid, String), Message>,
+    /// Messages already recorded under the batch's idempotency keys (`(conversation, sender,
+    /// request_id)`), as they stand.
+    pub recorded: HashMap<RequestKey, Message>,
     /// The tenant's runs among the batch's, by id.
     pub runs: HashMap<RunId, RunFacts>,
 }
@@ -81,9 +81,11 @@ pub enum SendDecision {
 /// 2. the conversation unknown or of another team → `NotFound`;
 /// 3. the sender not an active member → `Forbidden`;
 /// 4. the run unknown or of another team → `NotFound`, another agent's → `Forbidden`;
-/// 5. the repeat rule: a message recorded under `(conversation, request_id)` — before the batch,
-///    or created by an earlier request of it (the first in queue order wins) — is answered when
-///    the body is the same (`Recorded` / `RepeatOf`), else `Conflict`;
+/// 5. the repeat rule: a message recorded under the request's key ([`RequestKey`]:
+///    `(conversation, sender, request_id)`) — before the batch, or created by an earlier request
+///    of it (the first in queue order wins) — is answered when the body is the same
+///    (`Recorded` / `RepeatOf`), else `Conflict`; another sender's message under the same
+///    request id is no repeat;
 /// 6. the run sealed → `Conflict`;
 /// 7. otherwise `Create`, with the conversation's `next_seq` plus the number of messages the
 ///    batch creates in it before this one: gap-free in queue order.
@@ -91,7 +93,7 @@ pub enum SendDecision {
 /// Returns one decision per request, in order.
 pub fn plan_sends(requests: &[SendRequest], facts: &SendFacts) -> Vec<SendDecision> {
     let mut created_in: HashMap<Uuid, u64> = HashMap::new();
-    let mut first: HashMap<(Uuid, &str), (usize, String)> = HashMap::new();
+    let mut first: HashMap<BatchKey<'_>, (usize, String)> = HashMap::new();
     let mut plan = Vec::with_capacity(requests.len());
     for (i, request) in requests.iter().enumerate() {
         let decision = match decide(request, facts, &first) {
@@ -105,10 +107,7 @@ pub fn plan_sends(requests: &[SendRequest], facts: &SendFacts) -> Vec<SendDecisi
                 let made = created_in.entry(request.conversation).or_default();
                 let seq = next_seq + *made;
                 *made += 1;
-                first.insert(
-                    (request.conversation, request.request_id.as_str()),
-                    (i, body_sha256.clone()),
-                );
+                first.insert(batch_key(request), (i, body_sha256.clone()));
                 SendDecision::Create {
                     seq,
                     backend,
@@ -120,6 +119,17 @@ pub fn plan_sends(requests: &[SendRequest], facts: &SendFacts) -> Vec<SendDecisi
         plan.push(decision);
     }
     plan
+}
+
+/// A request's [`RequestKey`] borrowed from it: `(conversation, sender, request_id)`.
+type BatchKey<'a> = (Uuid, Uuid, &'a str);
+
+fn batch_key(request: &SendRequest) -> BatchKey<'_> {
+    (
+        request.conversation,
+        request.sender,
+        request.request_id.as_str(),
+    )
 }
 
 enum Decided {
@@ -135,7 +145,7 @@ enum Decided {
 fn decide(
     request: &SendRequest,
     facts: &SendFacts,
-    first: &HashMap<(Uuid, &str), (usize, String)>,
+    first: &HashMap<BatchKey<'_>, (usize, String)>,
 ) -> BusResult<Decided> {
     validate_request_id(&request.request_id)?;
     let conversation = facts
@@ -168,14 +178,13 @@ fn decide(
         }
     };
     let sha = body_sha256(&request.body);
-    let key = (request.conversation, request.request_id.clone());
-    if let Some(message) = facts.recorded.get(&key) {
+    if let Some(message) = facts.recorded.get(&RequestKey::from(request)) {
         if message.body_sha256 != sha {
             return Err(conflict());
         }
         return Ok(Decided::Recorded(message.clone()));
     }
-    if let Some((j, first_sha)) = first.get(&(request.conversation, request.request_id.as_str())) {
+    if let Some((j, first_sha)) = first.get(&batch_key(request)) {
         if *first_sha != sha {
             return Err(conflict());
         }
@@ -244,12 +253,14 @@ mod tests {
         conv: Uuid,
         other: Uuid,
         a: Uuid,
+        b: Uuid,
         revoked: Uuid,
         facts: SendFacts,
     }
 
     fn world() -> World {
-        let (team, conv, other, a, revoked) = (
+        let (team, conv, other, a, b, revoked) = (
+            Uuid::new_v4(),
             Uuid::new_v4(),
             Uuid::new_v4(),
             Uuid::new_v4(),
@@ -267,12 +278,14 @@ mod tests {
                 },
             );
             facts.active_members.insert((c, a));
+            facts.active_members.insert((c, b));
         }
         World {
             team,
             conv,
             other,
             a,
+            b,
             revoked,
             facts,
         }
@@ -328,7 +341,7 @@ mod tests {
         );
         w.facts
             .recorded
-            .insert((w.conv, "old".into()), recorded.clone());
+            .insert(RequestKey::from(&recorded), recorded.clone());
         let reqs = vec![
             req(&w, w.conv, w.a, "new", "body"),
             req(&w, w.conv, w.a, "new", "body"),
@@ -438,5 +451,51 @@ mod tests {
         ));
         assert_eq!(seq_of(&plan[1]), Some(4));
         assert!(plan_sends(&[], &w.facts).is_empty());
+    }
+
+    #[test]
+    fn a_request_id_is_the_senders_own() {
+        let mut w = world();
+        let alices = Message::pending(
+            Uuid::new_v4(),
+            &req(&w, w.conv, w.a, "t42-1", "alice's"),
+            1,
+            "remote".into(),
+            body_sha256("alice's"),
+            at(),
+        );
+        w.facts
+            .recorded
+            .insert(RequestKey::from(&alices), alices.clone());
+        let reqs = vec![
+            // Bob's first use of the id alice used before the batch: a message of his own, with
+            // her body or another.
+            req(&w, w.conv, w.b, "t42-1", "alice's"),
+            req(&w, w.conv, w.a, "t42-1", "alice's"),
+            req(&w, w.conv, w.b, "t42-1", "alice's"),
+            req(&w, w.conv, w.b, "t42-1", "another"),
+            // Both use a fresh id in the same batch: two messages, each repeat its sender's.
+            req(&w, w.conv, w.a, "t42-2", "a"),
+            req(&w, w.conv, w.b, "t42-2", "b"),
+            req(&w, w.conv, w.b, "t42-2", "b"),
+            req(&w, w.conv, w.a, "t42-2", "a"),
+            req(&w, w.conv, w.a, "t42-2", "b"),
+        ];
+        let plan = plan_sends(&reqs, &w.facts);
+        assert_eq!(seq_of(&plan[0]), Some(4), "bob's own message");
+        assert!(matches!(&plan[1], SendDecision::Recorded(m) if *m == alices));
+        assert!(matches!(plan[2], SendDecision::RepeatOf(0)));
+        assert!(matches!(
+            plan[3],
+            SendDecision::Refused(BusError::Conflict { .. })
+        ));
+        assert_eq!(seq_of(&plan[4]), Some(5));
+        assert_eq!(seq_of(&plan[5]), Some(6));
+        assert!(matches!(plan[6], SendDecision::RepeatOf(5)));
+        assert!(matches!(plan[7], SendDecision::RepeatOf(4)));
+        assert!(matches!(
+            plan[8],
+            SendDecision::Refused(BusError::Conflict { .. })
+        ));
     }
 }

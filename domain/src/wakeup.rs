@@ -46,8 +46,8 @@ impl fmt::Display for WakeupTarget {
 pub enum Wakeup {
     /// Something became fetchable for these agents, or they were revoked.
     Agents(Vec<WakeupTarget>),
-    /// Wake-ups may have been missed (the listener reconnected, or fell behind): every waiter
-    /// should look again.
+    /// Wake-ups may have been missed (the listener fell behind): every waiter should look
+    /// again.
     Everyone,
 }
 

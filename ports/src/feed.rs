@@ -34,7 +34,8 @@ pub trait Feed: Send + Sync {
 #[async_trait]
 pub trait FeedListener: Send {
     /// The next batch, waiting until one arrives; [`FeedUpdate::Lagged`] when some may have been
-    /// missed. Errors: the transport lost and not re-established → `Unavailable` (subscribe
-    /// again after a pause; treat it as lagged).
+    /// missed. Errors: the transport's session lost → `Unavailable`, and this listener is
+    /// finished (an adapter does not reconnect behind the caller's back): subscribe again and
+    /// treat it as lagged.
     async fn next(&mut self) -> BusResult<FeedUpdate>;
 }

@@ -151,9 +151,11 @@ pub trait Ledger: Send + Sync {
     /// - backend = `local_backend()`: the body itself and one inbox event per recipient; the
     ///   message is `Stored` at once, with its locator and `stored_at = at`.
     ///
-    /// Idempotent on `(conversation, request_id)`: a repeat with the same body returns the
-    /// original message as it stands now (`created: false`) and writes nothing (no record either,
-    /// even when the run has since been sealed); with another body → `Conflict`. Concurrent
+    /// Idempotent on `(conversation, sender, request_id)` ([`crewbus_domain::RequestKey`]): a
+    /// repeat with the same body returns the original message as it stands now
+    /// (`created: false`) and writes nothing (no record either, even when the run has since been
+    /// sealed); with another body → `Conflict`. A request id is the sender's own: another member
+    /// sending the same request id in the conversation creates a message of its own. Concurrent
     /// identical requests create one message.
     ///
     /// Order of checks: bad `request_id` → `Invalid`; unknown conversation (or another team's) →
@@ -173,9 +175,9 @@ pub trait Ledger: Send + Sync {
     ///   unknown conversation or run → `NotFound`, not an active member or another agent's run →
     ///   `Forbidden`, another body under a used request id or a sealed run → `Conflict`) is its
     ///   own `Err` and never fails the others;
-    /// - the repeat rule spans the batch: the first request of a `(conversation, request_id)` in
-    ///   queue order wins; a later one with the same body answers the first's message
-    ///   (`created: false`), with another body → `Conflict`;
+    /// - the repeat rule spans the batch: the first request of a `(conversation, sender,
+    ///   request_id)` in queue order wins; a later one with the same body answers the first's
+    ///   message (`created: false`), with another body → `Conflict`;
     /// - each conversation's `seq` goes on gap-free in queue order: the accepted requests of a
     ///   conversation get `next_seq`, `next_seq + 1`, …;
     /// - every request's fate is decided before anything is written (no savepoints); then the

@@ -6,7 +6,7 @@ use crewbus_domain::{BusResult, Wakeup, WakeupTarget};
 /// Wake-ups between the servers that share one ledger: a hint that a message became fetchable
 /// for an agent (its inbox reference was published and marked, or the agent was revoked).
 ///
-/// A hint only: the ledger stays the truth. A wake-up may be lost (a listener reconnecting, a
+/// A hint only: the ledger stays the truth. A wake-up may be lost (a listener's session lost, a
 /// server restarting) or arrive for nothing (the message was fetched by another request); a
 /// waiting fetch therefore re-checks on a bounded safety interval, so a lost wake-up delays a
 /// delivery, never loses it.
@@ -33,8 +33,9 @@ pub trait Wakeups: Send + Sync {
 #[async_trait]
 pub trait WakeupListener: Send {
     /// The next wake-up, waiting until one arrives. [`Wakeup::Everyone`] when some may have been
-    /// missed (the listener reconnected, or fell behind): every waiter should look again.
-    /// Errors: the transport lost and not re-established → `Unavailable` (the caller starts a
-    /// new listener after a pause, then wakes everyone).
+    /// missed (the listener fell behind): every waiter should look again. Errors: the
+    /// transport's session lost → `Unavailable`, and this listener is finished (an adapter does
+    /// not reconnect behind the caller's back, so every loss is seen): the caller starts a new
+    /// listener and, once it listens, wakes everyone.
     async fn next(&mut self) -> BusResult<Wakeup>;
 }

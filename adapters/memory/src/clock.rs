@@ -7,7 +7,9 @@ use chrono::{DateTime, TimeZone, Utc};
 use crewbus_ports::Clock;
 
 /// A manual [`Clock`]: `now()` returns the instant last set, and only [`ManualClock::advance`] or
-/// [`ManualClock::set`] move it.
+/// [`ManualClock::set`] move it. It is not truncated to whole microseconds as `SystemClock` is
+/// (see [`Clock`]): a test that compares answers with what a durable store reads back sets whole
+/// microseconds.
 ///
 /// Clones share one instant, so a test keeps a clone and hands another (as `Arc<dyn Clock>`) to
 /// the adapters it drives. Memory adapters read time only from the clock they are given, so

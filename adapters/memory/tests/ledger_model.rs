@@ -1,6 +1,7 @@
 //! Random interleavings of sends, leases, settlements (current and stale), hand-outs and
 //! confirmations against the memory ledger, checking the bus invariants after every step:
-//! - every conversation's seqs are exactly 1..=n and one request id is one message;
+//! - every conversation's seqs are exactly 1..=n and one request id of one sender is one message
+//!   (the senders draw their ids from one small set, so they often share one);
 //! - a repeat with the same body returns the original message, another body is `Conflict`;
 //! - a message leaves `PendingPublication` once, to `Stored` or `Failed`, and never changes again;
 //! - a stale or expired settlement writes nothing;
@@ -67,8 +68,8 @@ struct World {
     agents: Vec<Agent>,
     conv: Conversation,
     now: DateTime<Utc>,
-    /// request id → (message id, body, sender).
-    requests: HashMap<String, (Uuid, String)>,
+    /// (sender, request id) → (message id, body): the idempotency key is the sender's.
+    requests: HashMap<(Uuid, String), (Uuid, String)>,
     /// message → last publication seen.
     publication: HashMap<Uuid, Publication>,
     leased: Vec<LeasedSlot>,
@@ -137,7 +138,8 @@ impl World {
                         self.now,
                     )
                     .await;
-                match self.requests.get(&request_id) {
+                let key = (self.agents[sender].id, request_id);
+                match self.requests.get(&key) {
                     Some((id, original)) if *original == body => {
                         let sent = result.expect("a repeat with the same body succeeds");
                         assert!(!sent.created);
@@ -147,7 +149,8 @@ impl World {
                     None => {
                         let sent = result.expect("a new request succeeds");
                         assert!(sent.created);
-                        self.requests.insert(request_id, (sent.message.id, body));
+                        assert_eq!(sent.message.sender, key.0, "the sender's own message");
+                        self.requests.insert(key, (sent.message.id, body));
                         self.publication
                             .insert(sent.message.id, Publication::PendingPublication);
                     }
@@ -299,11 +302,12 @@ impl World {
         // The page stops at the first pending message; read every message directly instead.
         let mut seqs = Vec::new();
         let mut pending = 0;
-        let mut request_ids = HashSet::new();
-        for (id, _) in self.requests.values() {
+        let mut request_keys = HashSet::new();
+        for ((sender, request_id), (id, _)) in &self.requests {
             let m = self.ledger.message(self.team.id, *id).await.unwrap();
             seqs.push(m.seq);
-            assert!(request_ids.insert(m.request_id.clone()));
+            assert_eq!((&m.sender, &m.request_id), (sender, request_id));
+            assert!(request_keys.insert((m.sender, m.request_id.clone())));
             let was = self.publication[id];
             if was != Publication::PendingPublication {
                 assert_eq!(m.publication, was, "a settled publication never changes");

@@ -2,7 +2,7 @@
 //! shows on the console pages of every server of the database.
 
 use async_trait::async_trait;
-use crewbus_domain::{BusResult, FeedEvent, FeedUpdate, decode_feed, encode_feed};
+use crewbus_domain::{BusError, BusResult, FeedEvent, FeedUpdate, decode_feed, encode_feed};
 use crewbus_ports::{Feed, FeedListener};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
@@ -27,9 +27,10 @@ const PAYLOAD_LIMIT: usize = 7900;
 /// - `subscribe` opens a **dedicated connection** (never one of the shared pool's, opened only
 ///   while someone subscribes), from the options given at construction (as
 ///   [`crate::PostgresWakeups`] does: behind a transaction-pooling proxy they point at the
-///   database directly). After the connection is lost, the listener reconnects and listens
-///   again, then answers [`FeedUpdate::Lagged`] (notifications sent meanwhile were missed); a
-///   payload it cannot read is `Lagged` too.
+///   database directly). When that session is lost, the listener's `next` answers
+///   `Unavailable` and the listener is finished (it does not reconnect by itself: the caller
+///   sees every loss, subscribes again and treats what it missed as lagged); a payload it
+///   cannot read is [`FeedUpdate::Lagged`].
 #[derive(Clone)]
 pub struct PostgresFeed {
     pool: PgPool,
@@ -77,6 +78,8 @@ impl Feed for PostgresFeed {
         let mut listener = PgListener::connect_with(&own)
             .await
             .map_err(|e| bus_error(e, "feed listener"))?;
+        // A lost session is reported, never replaced behind the caller's back.
+        listener.eager_reconnect(false);
         listener
             .listen(FEED_CHANNEL)
             .await
@@ -96,12 +99,10 @@ impl FeedListener for PostgresFeedListener {
             .listener
             .try_recv()
             .await
-            .map_err(|e| bus_error(e, "feed listener"))?;
-        // `None`: the connection was lost and is re-established (sqlx reconnects and listens
-        // again before answering): what was sent meanwhile was missed.
-        Ok(notification
-            .and_then(|n| decode_feed(n.payload()))
-            .map_or(FeedUpdate::Lagged, FeedUpdate::Events))
+            .map_err(|e| bus_error(e, "feed listener"))?
+            // `None`: the session was lost (without eager reconnection sqlx opens no other).
+            .ok_or_else(|| BusError::unavailable("feed listener: its database session was lost"))?;
+        Ok(decode_feed(notification.payload()).map_or(FeedUpdate::Lagged, FeedUpdate::Events))
     }
 }
 

@@ -2,7 +2,7 @@
 //! agent waiting on another.
 
 use async_trait::async_trait;
-use crewbus_domain::{BusResult, Wakeup, WakeupTarget};
+use crewbus_domain::{BusError, BusResult, Wakeup, WakeupTarget};
 use crewbus_ports::{WakeupListener, Wakeups};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
@@ -20,8 +20,10 @@ pub const CHANNEL: &str = "crewbus_wakeups";
 /// - `listen` opens a **dedicated connection** (never one of the shared pool's), from the
 ///   options given at construction: behind a transaction-pooling proxy they point at the
 ///   database directly (`[database] listen_url`), since `LISTEN` needs a session of its own.
-///   After the connection is lost, the listener reconnects and listens again, then answers
-///   [`Wakeup::Everyone`] (notifications sent meanwhile were missed).
+///   When that session is lost (terminated, the server restarted, the network cut), the
+///   listener's `next` answers `Unavailable` and the listener is finished: it does not reconnect
+///   by itself, so the caller sees every loss and decides when to listen again (and wakes every
+///   waiter then: notifications sent meanwhile were missed).
 ///
 /// Postgres delivers a notification to every session listening when it commits, in commit
 /// order, and drops it for sessions that were not listening then.
@@ -72,6 +74,8 @@ impl Wakeups for PostgresWakeups {
         let mut listener = PgListener::connect_with(&own)
             .await
             .map_err(|e| bus_error(e, "wake-up listener"))?;
+        // A lost session is reported, never replaced behind the caller's back.
+        listener.eager_reconnect(false);
         listener
             .listen(CHANNEL)
             .await
@@ -94,9 +98,11 @@ impl WakeupListener for PostgresListener {
                 .await
                 .map_err(|e| bus_error(e, "wake-up listener"))?;
             let Some(first) = first else {
-                // The connection was lost and is re-established (sqlx reconnects and listens
-                // again before answering `None`): what was sent meanwhile was missed.
-                return Ok(Wakeup::Everyone);
+                // The session was lost (sqlx answers `None` and, without eager reconnection,
+                // opens no other): this listener is finished.
+                return Err(BusError::unavailable(
+                    "wake-up listener: its database session was lost",
+                ));
             };
             let mut targets: Vec<WakeupTarget> = WakeupTarget::from_payload(first.payload())
                 .into_iter()

@@ -91,8 +91,10 @@ impl From<Conversation> for ConversationView {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SendMessage {
-    /// The caller's idempotency key (1 to 128 visible ASCII characters): the same key with the
-    /// same body returns the original message; with another body it is `409 conflict`.
+    /// The caller's idempotency key (1 to 128 visible ASCII characters), its own within the
+    /// conversation: the caller's same key with the same body returns the original message;
+    /// with another body it is `409 conflict`. Another member using the same key sends a
+    /// message of its own.
     // `crewbus_domain::validate_request_id`'s rule (a test holds them together).
     #[schema(min_length = 1, max_length = 128, pattern = "^[!-~]+$")]
     pub request_id: String,
@@ -118,7 +120,7 @@ pub struct MessageView {
     /// `agent`, or `human`: the message was posted by a person (an operator, as the team's
     /// human member) rather than by an agent.
     pub sender_kind: MemberKind,
-    /// The sender's idempotency key.
+    /// The sender's idempotency key (unique per sender in the conversation).
     pub request_id: String,
     /// Hex SHA-256 of the body.
     pub body_sha256: String,
@@ -190,7 +192,8 @@ impl From<MemberKind> for AgentKind {
 /// The answer to a send.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct SentView {
-    /// `false` when this was a repeat of an earlier request (same `request_id` and body).
+    /// `false` when this was a repeat of the caller's earlier request (same `request_id` and
+    /// body).
     pub created: bool,
     /// The message as it stands now.
     pub message: MessageView,

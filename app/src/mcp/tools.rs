@@ -119,8 +119,9 @@ fn specs() -> Vec<Spec> {
                 member gets it in their inbox. Give each new message a new `request_id`. If the \
                 call fails or its answer is lost, call it again with the SAME `request_id` and \
                 body: the message is stored once and the original comes back (`created: false`). \
-                The same request_id with another body is a conflict. Returns the message as \
-                recorded (id, seq, publication state).",
+                Your request_id with another body is a conflict; other members' request ids \
+                never clash with yours. Returns the message as recorded (id, seq, publication \
+                state).",
             effect: Effect::Idempotent,
             input: schema_of::<SendArguments>,
             output: schema_of::<SentView>,

@@ -43,8 +43,9 @@ pub struct SendArguments {
     /// The conversation to send to (the caller must be a member).
     pub conversation_id: Uuid,
     /// The caller's idempotency key (1 to 128 visible ASCII characters), new for every new
-    /// message. Send the SAME `request_id` again when retrying after an error or a lost answer:
-    /// the message is then stored once and the original is returned.
+    /// message; it is the caller's own (another member may use the same one). Send the SAME
+    /// `request_id` again when retrying after an error or a lost answer: the message is then
+    /// stored once and the original is returned.
     #[schema(min_length = 1, max_length = 128, pattern = "^[!-~]+$")]
     pub request_id: String,
     /// The message text (UTF-8, at most the team's body limit, 1 MiB by default).

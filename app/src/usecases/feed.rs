@@ -12,8 +12,10 @@
 //!   (on Postgres, one listener connection); it is dropped again within [`IDLE_CHECK`] of the
 //!   last viewer leaving.
 //!
-//! A lost batch (the transport down, a listener reconnecting) is a hint lost: viewers get
-//! [`FeedUpdate::Lagged`] and look again.
+//! A lost batch (the transport down, a listener's session lost) is a hint lost: viewers get
+//! [`FeedUpdate::Lagged`] and look again. A listener lost while someone watches is logged at
+//! WARN and counted (`crewbus_feed_listener_lost_total`), subscribed again at once, and its
+//! return logged at INFO and counted (`crewbus_feed_listener_reconnected_total`).
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -22,6 +24,7 @@ use crewbus_domain::{FeedEvent, FeedUpdate, coalesce};
 use crewbus_ports::Feed;
 use tokio::sync::{broadcast, mpsc, watch};
 
+use crate::metrics::Metrics;
 use crate::usecases::bus::Bus;
 
 /// A server publishes at most one feed batch per this interval (100 ms).
@@ -110,6 +113,7 @@ impl Bus {
                     tokio::spawn(listen_loop(
                         Arc::clone(&self.ports.feed),
                         Arc::clone(&self.feed),
+                        Arc::clone(&self.metrics),
                         tx,
                         ready,
                     ));
@@ -138,16 +142,22 @@ async fn publish_loop(feed: Arc<dyn Feed>, mut rx: mpsc::UnboundedReceiver<Vec<F
 }
 
 /// The process's feed listener: hands every update to `viewers` until nobody watches, then
-/// stops (a later viewer starts another). A lost subscription is re-established after a pause,
-/// and the viewers are told they lagged.
+/// stops (a later viewer starts another). A lost subscription (logged at WARN, counted in
+/// [`Metrics::feed_listener_lost`]) is made again at once (after [`RESUBSCRIBE_AFTER`] when it
+/// lived less than that), a failed one after that pause; the one made after a loss is logged
+/// at INFO and counted in [`Metrics::feed_listener_reconnected`], and the viewers are told they
+/// lagged.
 async fn listen_loop(
     feed: Arc<dyn Feed>,
     hub: Arc<FeedHub>,
+    metrics: Arc<Metrics>,
     viewers: broadcast::Sender<FeedUpdate>,
     subscribed: watch::Sender<bool>,
 ) {
     // Whether viewers may have missed changes: a subscription failed or was lost.
     let mut missed = false;
+    // Set while the last subscription was lost and no other has been made since.
+    let mut lost = false;
     'subscribe: while !nobody_watches(&hub, &viewers) {
         let mut listener = match feed.subscribe().await {
             Ok(listener) => listener,
@@ -159,6 +169,11 @@ async fn listen_loop(
                 continue;
             }
         };
+        let started = tokio::time::Instant::now();
+        if std::mem::take(&mut lost) {
+            Metrics::inc(&metrics.feed_listener_reconnected);
+            tracing::info!("console feed listener reconnected; viewers look again");
+        }
         // Viewers answered while there was no subscription (a first one that stopped waiting,
         // or every viewer after a lost one) look again.
         if std::mem::take(&mut missed) {
@@ -174,9 +189,14 @@ async fn listen_loop(
                         }
                     }
                     Err(error) => {
-                        tracing::debug!(code = error.code(), error = ?error, "console feed: listener lost; re-subscribing");
+                        Metrics::inc(&metrics.feed_listener_lost);
+                        tracing::warn!(code = error.code(), error = ?error, "console feed listener lost; reconnecting");
                         subscribed.send_replace(false);
                         missed = true;
+                        lost = true;
+                        // At once, unless it was lost as soon as it was made: no spinning.
+                        tokio::time::sleep(RESUBSCRIBE_AFTER.saturating_sub(started.elapsed()))
+                            .await;
                         continue 'subscribe;
                     }
                 },

@@ -25,7 +25,11 @@
 //!   top-up can hand out, is returned within `1.5 × topup_after` of being stored (3 s by
 //!   default), and a revocation whose wake-up was lost ends the wait within `topup_after / 2`.
 //!   One read per interval for all waiters (not one fetch per waiter) keeps idle waiters cheap.
-//! - The listener reconnecting (or falling behind): every local waiter is woken.
+//! - The listener started again after its session was lost (or falling behind): every local
+//!   waiter is woken. A loss is logged at WARN and counted
+//!   (`crewbus_wakeup_listener_lost_total`), the listener started again at once (after a pause
+//!   when the lost one had lived less than it, or when starting fails) and its return logged at
+//!   INFO and counted (`crewbus_wakeup_listener_reconnected_total`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -318,13 +322,25 @@ impl Bus {
 
 /// The wake-up listener: hands every wake-up from the [`Wakeups`](crewbus_ports::Wakeups) port
 /// to this process's waiters until shutdown, and drops the woken agents' cached tokens (a
-/// wake-up may be a revocation on another server; `Everyone` drops the whole token cache). A lost listener is started again after a pause,
-/// and then every waiter is woken (wake-ups may have been missed meanwhile).
+/// wake-up may be a revocation on another server; `Everyone` drops the whole token cache).
+///
+/// A listener that ends with an error (its session lost) is logged at WARN, counted in
+/// [`Metrics::wakeup_listener_lost`], and started again at once — after [`LISTEN_PAUSE`] when it
+/// lived less than that (a session lost as soon as it is made does not spin), and every
+/// [`LISTEN_PAUSE`] while starting fails. The one that then starts is logged at INFO and counted
+/// in [`Metrics::wakeup_listener_reconnected`]. Whenever a listener starts, every waiter is woken
+/// and the token cache dropped (wake-ups, revocations among them, may have been missed).
 pub(crate) async fn run_listener(bus: Bus, shutdown: Shutdown) {
-    let pause = Duration::from_secs(1);
+    // Set while the last listener was lost and no other has started since.
+    let mut lost = false;
     while !shutdown.is_triggered() {
-        match bus.ports.wakeups.listen().await {
+        let pause = match bus.ports.wakeups.listen().await {
             Ok(mut listener) => {
+                let started = tokio::time::Instant::now();
+                if std::mem::take(&mut lost) {
+                    Metrics::inc(&bus.metrics.wakeup_listener_reconnected);
+                    tracing::info!("wake-up listener reconnected; waking every waiting fetch");
+                }
                 // Wake-ups (revocations among them) may have been missed meanwhile.
                 bus.tokens.forget_all();
                 bus.room.wake_everyone();
@@ -347,22 +363,30 @@ pub(crate) async fn run_listener(bus: Bus, shutdown: Shutdown) {
                             bus.room.wake_everyone();
                         }
                         Err(error) => {
-                            tracing::warn!(code = error.code(), error = ?error, "wake-up listener lost; starting it again");
+                            Metrics::inc(&bus.metrics.wakeup_listener_lost);
+                            tracing::warn!(code = error.code(), error = ?error, "wake-up listener lost; reconnecting");
+                            lost = true;
                             break;
                         }
                     }
                 }
+                LISTEN_PAUSE.saturating_sub(started.elapsed())
             }
             Err(error) => {
                 tracing::warn!(code = error.code(), error = ?error, "wake-up listener cannot start; retrying");
+                LISTEN_PAUSE
             }
-        }
+        };
         tokio::select! {
             () = shutdown.wait() => return,
             () = tokio::time::sleep(pause) => {}
         }
     }
 }
+
+/// The wake-up listener's pause between starts that fail, and the least time between two starts
+/// (1 s).
+pub(crate) const LISTEN_PAUSE: Duration = Duration::from_secs(1);
 
 /// The safety sweep, every [`topup_interval`], until shutdown.
 pub(crate) async fn run_sweep(bus: Bus, shutdown: Shutdown) {

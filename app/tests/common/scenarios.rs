@@ -198,6 +198,66 @@ pub async fn a_crash_between_commit_and_ack_redelivers_and_is_recognised(app: &T
     assert!(bob.client.fetch(10).await.unwrap().is_empty());
 }
 
+/// A request id is the caller's own: bob sending `t42-1`, which alice used in the same
+/// conversation, stores a message of his (201), with her body; each one's repeat is 200 with
+/// their own message, another body under it 409; each receives the other's message.
+pub async fn two_agents_may_use_one_request_id(app: &TestApp) {
+    let [alice, bob] = &app.agents[..] else {
+        unreachable!()
+    };
+    let conv = uuid_of(
+        &alice
+            .client
+            .create_conversation("t42", &[bob.id])
+            .await
+            .unwrap()["id"],
+    );
+    let path = format!("/v1/conversations/{conv}/messages");
+    let send = |agent: &TestAgent, body: &str| {
+        let body = json!({"request_id": "t42-1", "body": body});
+        let (client, path) = (agent.client.clone(), path.clone());
+        async move { client.call(Method::POST, &path, Some(body)).await.unwrap() }
+    };
+    let (status, alices) = send(alice, "same body").await;
+    assert_eq!(
+        (status, alices["created"].as_bool()),
+        (201, Some(true)),
+        "{alices}"
+    );
+    let (status, bobs) = send(bob, "same body").await;
+    assert_eq!(
+        (status, bobs["created"].as_bool()),
+        (201, Some(true)),
+        "{bobs}"
+    );
+    assert_eq!(uuid_of(&bobs["message"]["sender"]), bob.id);
+    assert_ne!(alices["message"]["id"], bobs["message"]["id"]);
+    assert_eq!(
+        (&alices["message"]["seq"], &bobs["message"]["seq"]),
+        (&json!(1), &json!(2))
+    );
+    for (agent, own) in [(alice, &alices), (bob, &bobs)] {
+        let (status, again) = send(agent, "same body").await;
+        assert_eq!((status, again["created"].as_bool()), (200, Some(false)));
+        assert_eq!(
+            again["message"]["id"], own["message"]["id"],
+            "{}",
+            agent.name
+        );
+        let (status, other) = send(agent, "another body").await;
+        assert_eq!((status, other["code"].as_str()), (409, Some("conflict")));
+    }
+    for (agent, from) in [(alice, &bobs), (bob, &alices)] {
+        let got = fetch_n(agent, 1).await;
+        assert_eq!(
+            got[0]["message"]["id"], from["message"]["id"],
+            "{}",
+            agent.name
+        );
+        agent.client.confirm(&delivery_ids(&got)).await.unwrap();
+    }
+}
+
 pub async fn bad_input_of_every_kind_gets_a_clear_error(app: &TestApp) {
     let [alice, bob] = &app.agents[..] else {
         unreachable!()

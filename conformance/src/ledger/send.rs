@@ -1,7 +1,7 @@
 //! `Ledger` behaviours of send: a message recorded once per request id, with its outbox slot,
 //! and reading messages back.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crewbus_domain::{BusError, Publication, RecordKind, RunOutcome, Seq, body_sha256};
@@ -97,7 +97,10 @@ pub async fn send_follows_the_local_backend<F: LedgerFixture + ?Sized>(fx: &F) {
 }
 
 /// The same request id with the same body returns the original message as it stands now and
-/// writes nothing; with another body it is `Conflict`. Request ids are per conversation.
+/// writes nothing; with another body it is `Conflict`. A request id is the sender's own within a
+/// conversation (the key is `(conversation, sender, request_id)`): another conversation, or
+/// another member of the same one, using it creates a message of its own, and each sender's
+/// repeat answers its own message.
 pub async fn send_is_idempotent_on_request_id<F: LedgerFixture + ?Sized>(fx: &F) {
     let s = scene(fx, REMOTE).await;
     let first = s.send(&s.a, "same", "body", t(1)).await;
@@ -142,9 +145,66 @@ pub async fn send_is_idempotent_on_request_id<F: LedgerFixture + ?Sized>(fx: &F)
             .await,
         Err(BusError::Invalid { .. })
     ));
+
+    // Two members pick the same request id: each gets a message of its own, with the other's
+    // body or another one.
+    let alices = s.send(&s.a, "t42-1", "the same body", t(8)).await;
+    let bobs = s.send(&s.b, "t42-1", "the same body", t(9)).await;
+    let carols = s.send(&s.c, "t42-1", "carol's own body", t(10)).await;
+    assert_eq!(
+        [alices.sender, bobs.sender, carols.sender],
+        [s.a.id, s.b.id, s.c.id]
+    );
+    assert_eq!([alices.seq, bobs.seq, carols.seq], [2, 3, 4]);
+    assert_eq!(
+        HashSet::from([alices.id, bobs.id, carols.id]).len(),
+        3,
+        "three messages"
+    );
+    let pending = s.lease_all(t(11)).await;
+    assert_eq!(
+        pending.keys().copied().collect::<HashSet<Uuid>>(),
+        HashSet::from([elsewhere.message.id, alices.id, bobs.id, carols.id]),
+        "one slot per message"
+    );
+    for slot in pending.values() {
+        s.confirm_slot(slot, t(11)).await;
+    }
+    assert_eq!(s.first_page().await.items.len(), 4);
+    for m in [&alices, &bobs, &carols] {
+        let receipts = s.ledger.receipts(s.team.id, m.id).await.unwrap();
+        assert_eq!(receipts.len(), 2, "each message has its own receipts");
+        assert!(receipts.iter().all(|r| r.recipient != m.sender));
+    }
+    // Each one's repeat answers its own message as it stands; another body is a conflict with
+    // one's own.
+    for (from, body, own) in [
+        (&s.a, "the same body", &alices),
+        (&s.b, "the same body", &bobs),
+        (&s.c, "carol's own body", &carols),
+    ] {
+        let again = s.send_again(from, "t42-1", body, t(12)).await;
+        assert!(!again.created, "{}'s repeat", from.name);
+        assert_eq!(
+            again.message,
+            s.message(own.id).await,
+            "{}'s own",
+            from.name
+        );
+        assert_eq!(again.message.publication, Publication::Stored);
+        assert!(matches!(
+            s.ledger
+                .send(s.request(from, "t42-1", "yet another body", None), t(12))
+                .await,
+            Err(BusError::Conflict { .. })
+        ));
+    }
+    assert_eq!(s.first_page().await.items.len(), 4, "repeats write nothing");
+    assert!(s.lease_all(t(13)).await.is_empty(), "nor a slot");
 }
 
-/// Concurrent identical requests create one message.
+/// Concurrent identical requests create one message; concurrent requests of two senders under
+/// one request id create one message per sender, each answered to its own sender.
 pub async fn concurrent_identical_sends_create_one_message<F: LedgerFixture + ?Sized>(fx: &F) {
     let s = scene(fx, REMOTE).await;
     let mut set = JoinSet::new();
@@ -164,6 +224,47 @@ pub async fn concurrent_identical_sends_create_one_message<F: LedgerFixture + ?S
     assert_eq!(ids.len(), 1, "every call returned the same message");
     assert_eq!(s.first_page().await.items.len(), 1);
     assert_eq!(s.lease_all(t(2)).await.len(), 1);
+
+    // Alice and bob, eight calls each, all with request id `t42-1` and one body.
+    let mut set = JoinSet::new();
+    for i in 0..16 {
+        let ledger = Arc::clone(&s.ledger);
+        let from = if i % 2 == 0 { &s.a } else { &s.b };
+        let req = s.request(from, "t42-1", "one body", None);
+        set.spawn(async move { (req.sender, ledger.send(req, t(3)).await) });
+    }
+    let mut created: HashMap<Uuid, usize> = HashMap::new();
+    let mut answered: HashMap<Uuid, HashSet<Uuid>> = HashMap::new();
+    while let Some(joined) = set.join_next().await {
+        let (sender, sent) = joined.expect("task");
+        let sent = sent.expect("every call succeeds");
+        assert_eq!(
+            sent.message.sender, sender,
+            "a call answers its sender's message"
+        );
+        *created.entry(sender).or_default() += usize::from(sent.created);
+        answered.entry(sender).or_default().insert(sent.message.id);
+    }
+    assert_eq!(
+        created,
+        HashMap::from([(s.a.id, 1), (s.b.id, 1)]),
+        "exactly one call of each sender created its message"
+    );
+    for sender in [s.a.id, s.b.id] {
+        assert_eq!(
+            answered[&sender].len(),
+            1,
+            "every call of a sender got one message"
+        );
+    }
+    assert_ne!(answered[&s.a.id], answered[&s.b.id], "two messages");
+    let pending = s.lease_all(t(4)).await;
+    assert_eq!(pending.len(), 2, "one slot each");
+    for slot in pending.values() {
+        s.confirm_slot(slot, t(4)).await;
+    }
+    s.store_all(t(40)).await;
+    assert_eq!(s.first_page().await.items.len(), 3);
 }
 
 /// Concurrent distinct sends get distinct, gap-free seqs from 1.

@@ -3,8 +3,8 @@
 //!
 //! A batch is its requests applied in queue order under the ledger's one lock, each by `send`'s
 //! rules: every check of a request comes before its writes, and nothing else interleaves, so
-//! this is exactly the port's batch rule (the first of a request id wins, later ones repeat or
-//! conflict, seqs gap-free in queue order) without a plan.
+//! this is exactly the port's batch rule (the first of a `(conversation, sender, request_id)`
+//! wins, later ones repeat or conflict, seqs gap-free in queue order) without a plan.
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
@@ -58,7 +58,8 @@ fn send_in(st: &mut State, request: SendRequest, at: DateTime<Utc>) -> BusResult
     };
     st.check_run_owner(request.run, request.team, request.sender)?;
     let sha = body_sha256(&request.body);
-    if let Some(existing) = row.requests.get(&request.request_id) {
+    let key = (request.sender, request.request_id.clone());
+    if let Some(existing) = row.requests.get(&key) {
         let message = st.messages[existing].clone();
         if message.body_sha256 != sha {
             return Err(BusError::conflict(
@@ -126,7 +127,7 @@ fn send_in(st: &mut State, request: SendRequest, at: DateTime<Utc>) -> BusResult
         .get_mut(&conversation.id)
         .expect("checked above");
     row.messages.insert(seq, id);
-    row.requests.insert(request.request_id, id);
+    row.requests.insert(key, id);
     st.record(
         request.run,
         at,

@@ -92,8 +92,8 @@ pub(crate) struct ConversationRow {
     pub(crate) order: u64,
     /// seq → message id.
     pub(crate) messages: BTreeMap<u64, Uuid>,
-    /// request id → message id.
-    pub(crate) requests: HashMap<String, Uuid>,
+    /// (sender, request id) → message id: the idempotency key within the conversation.
+    pub(crate) requests: HashMap<(Uuid, String), Uuid>,
 }
 
 #[derive(Debug)]

@@ -35,8 +35,9 @@ mod settle;
 /// One tenant's ledger in Postgres.
 ///
 /// Every method is one transaction. Invariants are also enforced by the schema (unique
-/// `(conversation, seq)` and `(conversation, request_id)`, one receipt per (message, recipient),
-/// one inbox event per (kind, message, recipient), non-negative counters). In particular:
+/// `(conversation, seq)` and `(conversation, sender, request_id)`, one receipt per (message,
+/// recipient), one inbox event per (kind, message, recipient), non-negative counters). In
+/// particular:
 ///
 /// - **send_batch** (and `send`, a batch of one) locks the batch's conversation rows in id order
 ///   (`SELECT … ORDER BY id FOR NO KEY UPDATE`, one statement), so concurrent senders are

@@ -9,7 +9,8 @@
 //!    the same order, so they cannot deadlock), returning each locked row's latest `next_seq`;
 //! 3. the facts, one statement over `unnest` of the requests, in a snapshot taken after the locks
 //!    were granted (so a send or a revocation committed while this batch waited is seen): is the
-//!    sender an active member, which message (if any) holds the request id;
+//!    sender an active member, which message (if any) holds the request's idempotency key
+//!    `(conversation, sender, request_id)`;
 //! 4. only when some request id is taken: those messages as they stand (`id = ANY`);
 //! 5. only when some request names a run: the runs, `ORDER BY id FOR NO KEY UPDATE`;
 //! 6. the decision, in memory: [`crewbus_domain::plan_sends`] — every request's fate before any
@@ -28,8 +29,8 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     AgentKind, BusError, BusResult, ConversationFacts, Message, Publication, RecordKind,
-    ReferencePayload, RunFacts, RunId, SendDecision, SendFacts, SendRequest, Sent, answer_sends,
-    plan_sends,
+    ReferencePayload, RequestKey, RunFacts, RunId, SendDecision, SendFacts, SendRequest, Sent,
+    answer_sends, plan_sends,
 };
 use uuid::Uuid;
 
@@ -178,7 +179,8 @@ impl PostgresLedger {
                         WHERE m.conversation_id = r.conv AND m.agent_id = r.sender
                           AND a.team_id = c.team_id AND a.revoked_at IS NULL),
                     (SELECT e.id FROM messages e
-                     WHERE e.conversation_id = r.conv AND e.request_id = r.rid)
+                     WHERE e.conversation_id = r.conv AND e.sender_id = r.sender
+                       AND e.request_id = r.rid)
              FROM unnest($1::uuid[], $2::uuid[], $3::text[]) WITH ORDINALITY AS r(conv, sender, rid, i)",
         )
         .bind(&convs)
@@ -207,9 +209,7 @@ impl PostgresLedger {
             .map_err(db(WHAT))?;
             for row in rows {
                 let message = Message::try_from(row)?;
-                facts
-                    .recorded
-                    .insert((message.conversation, message.request_id.clone()), message);
+                facts.recorded.insert(RequestKey::from(&message), message);
             }
         }
 

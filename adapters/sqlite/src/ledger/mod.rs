@@ -34,8 +34,8 @@ mod settle;
 /// One tenant's ledger in SQLite.
 ///
 /// Every method is one transaction. Invariants are also enforced by the schema (unique
-/// `(conversation, seq)` and `(conversation, request_id)`, one receipt per (message, recipient),
-/// one inbox event per (kind, message, recipient), non-negative counters). SQLite has no row
+/// `(conversation, seq)` and `(conversation, sender, request_id)`, one receipt per (message,
+/// recipient), one inbox event per (kind, message, recipient), non-negative counters). SQLite has no row
 /// locks: every method that writes runs in a write transaction begun with `BEGIN IMMEDIATE` on
 /// the pools' single write connection, so write transactions are serialised as a whole and
 /// everything a transaction reads stays as read until it commits. What Postgres gets from row

@@ -14,8 +14,8 @@ use std::collections::{HashMap, HashSet};
 
 use crewbus_domain::{
     AgentKind, BusError, BusResult, ConversationFacts, Envelope, Message, Publication, RecordKind,
-    ReferencePayload, RunFacts, SendDecision, SendFacts, SendRequest, Sent, answer_sends,
-    plan_sends,
+    ReferencePayload, RequestKey, RunFacts, SendDecision, SendFacts, SendRequest, Sent,
+    answer_sends, plan_sends,
 };
 use sqlx::SqliteConnection;
 use uuid::Uuid;
@@ -175,7 +175,8 @@ pub(super) async fn send_batch(
 
 impl SqliteLedger {
     /// What the plan needs, read inside the write transaction: the batch's conversations, whether
-    /// each sender is an active member, the messages holding the batch's request ids, its runs.
+    /// each sender is an active member, the messages holding the batch's idempotency keys
+    /// (`(conversation, sender, request_id)`), its runs.
     async fn send_facts(
         &self,
         conn: &mut SqliteConnection,
@@ -228,13 +229,14 @@ impl SqliteLedger {
                     facts.active_members.insert(pair);
                 }
             }
-            let key = (request.conversation, request.request_id.clone());
+            let key = RequestKey::from(request);
             if request_ids_read.insert(key.clone()) {
                 let existing: Option<MessageRow> = sqlx::query_as(&format!(
                     "SELECT {MESSAGE_COLUMNS} FROM messages m
-                     WHERE m.conversation_id = ? AND m.request_id = ?"
+                     WHERE m.conversation_id = ? AND m.sender_id = ? AND m.request_id = ?"
                 ))
                 .bind(request.conversation)
+                .bind(request.sender)
                 .bind(&request.request_id)
                 .fetch_optional(&mut *conn)
                 .await
