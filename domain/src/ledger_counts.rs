@@ -17,7 +17,8 @@ pub struct LedgerCounts {
     /// Age of the oldest pending publication: `at − sent_at` (zero if `sent_at` is after
     /// `at`); `None` when nothing is pending.
     pub oldest_pending_age: Option<Duration>,
-    /// Inbox events not yet marked published.
+    /// References not yet confirmed published: the undelivered receipts of stored messages
+    /// whose reference marker stands (one per recipient, as the reference worker publishes them).
     pub pending_inbox_events: u64,
     /// Receipts with `delivered_at` set (deliveries confirmed, all time).
     pub deliveries: u64,

@@ -12,7 +12,7 @@ use crewbus_domain::{
 use uuid::Uuid;
 
 /// The authority of the bus for one tenant: teams, agents, conversations, messages, receipts,
-/// outbox slots, inbox events, hand-outs, history, retention and the counts health reports.
+/// outbox slots, reference markers, hand-outs, history, retention and the counts health reports.
 ///
 /// Implemented by memory and Postgres; both pass the same conformance functions
 /// (`crewbus_conformance::ledger`).
@@ -30,11 +30,11 @@ use uuid::Uuid;
 ///   `NotFound`, so another team's run ids are never confirmed to exist; a run of another agent
 ///   of the same team → `Forbidden`; a sealed run → `Conflict`; none of these writes anything.
 /// - **Limits**: every `limit` is 1 to [`crewbus_domain::MAX_PAGE`], and every batch (members,
-///   settlements, event ids, hand-out requests, delivery ids) holds at most `MAX_PAGE` items,
+///   settlements, message ids, hand-out requests, delivery ids) holds at most `MAX_PAGE` items,
 ///   else `Invalid`. An empty batch is answered with an empty result.
 /// - **Errors** common to every method: the store unreachable or restarting → `Unavailable` or
 ///   `Timeout` (retryable; nothing or everything was written — an idempotent repeat is safe for
-///   `send`, `send_batch`, `settle`, `confirm`, `acknowledge`, `mark_published`,
+///   `send`, `send_batch`, `settle`, `confirm`, `acknowledge`, `mark_references_published`,
 ///   `mark_retained`).
 #[cfg_attr(feature = "mock", mockall::automock)]
 #[async_trait]
@@ -68,7 +68,7 @@ pub trait Ledger: Send + Sync {
     async fn teams(&self) -> BusResult<Vec<Team>>;
 
     /// Changes a team's default body backend and inbox (an operator command). Existing
-    /// conversations keep their backend; inbox events already enqueued keep their inbox.
+    /// conversations keep their backend; references already due keep their inbox.
     /// Errors: unknown → `NotFound`; an empty name → `Invalid`.
     async fn set_team_backends(
         &self,
@@ -148,8 +148,10 @@ pub trait Ledger: Send + Sync {
     /// record, and:
     /// - backend ≠ [`Ledger::local_backend`]: an outbox slot with a fresh `publish_key`, the
     ///   message `PendingPublication`;
-    /// - backend = `local_backend()`: the body itself and one inbox event per recipient; the
-    ///   message is `Stored` at once, with its locator and `stored_at = at`.
+    /// - backend = `local_backend()`: the body itself and, when it has recipients, the message's
+    ///   reference marker (one row, not one per recipient: see
+    ///   [`Ledger::lease_inbox_events`]); the message is `Stored` at once, with its locator and
+    ///   `stored_at = at`.
     ///
     /// Idempotent on `(conversation, sender, request_id)` ([`crewbus_domain::RequestKey`]): a
     /// repeat with the same body returns the original message as it stands now
@@ -182,7 +184,7 @@ pub trait Ledger: Send + Sync {
     ///   conversation get `next_seq`, `next_seq + 1`, …;
     /// - every request's fate is decided before anything is written (no savepoints); then the
     ///   messages, receipts, journal records and outbox slots (or, for the local backend, bodies
-    ///   and inbox events) are written as `send` writes them.
+    ///   and reference markers) are written as `send` writes them.
     ///
     /// A batch whose every request is refused writes nothing. An empty batch → an empty answer.
     ///
@@ -229,8 +231,9 @@ pub trait Ledger: Send + Sync {
     /// A settlement is applied only when its `generation` is the slot's current one and the
     /// lease is unexpired (`at < leased_until`); otherwise — or for an unknown, deleted or failed
     /// slot — it is `Stale` and writes nothing. Applied:
-    /// - `Confirmed` → message `Stored` with the locator and `stored_at = at` (receipts' too),
-    ///   slot deleted, one inbox event per recipient;
+    /// - `Confirmed` → message `Stored` with the locator and `stored_at = at` (a receipt's
+    ///   `stored_at` is read from its message, never copied), slot deleted, and the message's
+    ///   reference marker when it has recipients;
     /// - `Retryable` → attempts + 1, due at `next_attempt_at`, uncertain cleared, lease released;
     /// - `Fatal` → message `Failed` with the error's code, slot kept (never leased again);
     /// - `Uncertain` → attempts + 1, slot marked uncertain, due at `next_attempt_at`, lease
@@ -244,12 +247,23 @@ pub trait Ledger: Send + Sync {
         at: DateTime<Utc>,
     ) -> BusResult<Vec<SettleOutcome>>;
 
-    // ---- reference worker: inbox events ------------------------------------------------------
+    // ---- reference worker: reference markers -------------------------------------------------
 
-    /// Leases up to `limit` inbox events not yet published, oldest first, whose lease (if any)
-    /// expired: each is hidden from other callers until `at + lease_for`. Publishing a reference
-    /// is idempotent on the event id, so a lease that expires only causes a harmless repeat.
-    /// Errors: `limit` out of range or `lease_for` zero → `Invalid`.
+    /// Leases up to `limit` **messages** whose references are due — stored messages with a
+    /// reference marker (written with the body's commit: `send` on the local backend, `settle`'s
+    /// `Confirmed`) not yet marked published, whose lease (if any) expired, oldest marker first
+    /// — and answers their references: one [`InboxEvent`] per recipient whose receipt is not yet
+    /// delivered (a delivered one needs no reference), ordered by marker then recipient key, with
+    /// the id [`InboxEvent::id_for`]`(message, recipient)` and the team's inbox as it was when
+    /// the body was stored. Each leased marker is hidden from other callers until
+    /// `at + lease_for` (one write per message, whatever its number of recipients). Publishing
+    /// is idempotent on the event id, so a lease that lapses (a crash between the commit and the
+    /// publication, a slow worker, a second server) only causes a repeat the inbox drops: the
+    /// references are re-created from the ledger, never lost.
+    ///
+    /// A due marker whose receipts are all delivered (the top-up handed the message out first)
+    /// has nothing left to publish: the lease removes it instead (it counts toward `limit` and
+    /// answers no event). Errors: `limit` out of range or `lease_for` zero → `Invalid`.
     async fn lease_inbox_events(
         &self,
         at: DateTime<Utc>,
@@ -257,9 +271,15 @@ pub trait Ledger: Send + Sync {
         limit: usize,
     ) -> BusResult<Vec<InboxEvent>>;
 
-    /// Marks events published (after `Inbox::publish_reference` confirmed them); they are never
-    /// leased again. Returns how many changed; unknown or already published ids are ignored.
-    async fn mark_published(&self, events: &[Uuid], at: DateTime<Utc>) -> BusResult<u64>;
+    /// Marks the references of `messages` published (after `Inbox::publish_reference`
+    /// confirmed every one of them, or refused it for good): their markers are removed and never
+    /// leased again. Returns how many markers were removed; unknown messages, messages without a
+    /// marker and repeats are ignored (so a repeat after an uncertain answer is safe).
+    async fn mark_references_published(
+        &self,
+        messages: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> BusResult<u64>;
 
     // ---- delivery: hand-outs, receipts -------------------------------------------------------
 

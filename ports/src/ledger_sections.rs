@@ -33,7 +33,7 @@ pub mod __private {
 ///   `conversations`, `conversations_for`;
 /// - `send`: `send`, `send_batch`;
 /// - `relay`: `lease_slots`, `settle`;
-/// - `references`: `lease_inbox_events`, `mark_published`;
+/// - `references`: `lease_inbox_events`, `mark_published` (behind `mark_references_published`);
 /// - `delivery`: `message`, `messages`, `hand_out`, `undelivered`, `wakeable`, `confirm`,
 ///   `acknowledge`, `receipts`;
 /// - `history`: `history`;
@@ -242,13 +242,13 @@ macro_rules! impl_ledger_by_sections {
                     references::lease_inbox_events(self, at, until, limit)$($aw)*
                 }
 
-                async fn mark_published(
+                async fn mark_references_published(
                     &self,
-                    events: &[Uuid],
+                    messages: &[Uuid],
                     at: DateTime<Utc>,
                 ) -> BusResult<u64> {
-                    validate_batch(events.len())?;
-                    references::mark_published(self, events, at)$($aw)*
+                    validate_batch(messages.len())?;
+                    references::mark_published(self, messages, at)$($aw)*
                 }
 
                 async fn hand_out(

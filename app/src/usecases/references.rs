@@ -1,12 +1,18 @@
-//! The reference worker: turns the ledger's inbox events into inbox references.
+//! The reference worker: turns the ledger's reference markers into inbox references.
 //!
-//! One pass leases a batch of unpublished events, publishes each to its team's inbox (deduplicated
-//! on the event id, so a repeat after a lapsed lease is harmless) and marks the confirmed ones
-//! published in one transaction. A retryable failure leaves the event to be leased again when
-//! its lease lapses; a fatal refusal is logged and the event marked published, because the ledger
-//! stays the authority and the fetch top-up hands the message out anyway.
+//! One pass leases a batch of messages whose references are due (one marker per message, written
+//! with the commit that stored its body; the worker is woken right after that commit), publishes
+//! each recipient's reference to its team's inbox (deduplicated on the event id, derived from
+//! (message, recipient), so a repeat after a lapsed lease is harmless), **wakes the recipients'
+//! waiting fetches as soon as their references are confirmed** (the delivery is possible from
+//! then on: the message is stored and its reference is in the inbox), and then marks the
+//! messages whose every reference is confirmed published, in one transaction. A retryable
+//! failure leaves the message's marker to be leased again when its lease lapses (all of its
+//! references are published again; the inbox drops the repeats); a fatal refusal is logged and
+//! counts as done, because the ledger stays the authority and the fetch top-up hands the message
+//! out anyway.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use crewbus_domain::{BusResult, InboxEvent, Published, Uuid, WakeupTarget};
@@ -19,7 +25,9 @@ use crate::usecases::bus::Bus;
 /// What one reference-worker pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct ReferencePass {
-    /// Events leased.
+    /// Messages leased (markers).
+    pub messages: usize,
+    /// References (events) leased: one per recipient not yet delivered.
     pub leased: usize,
     /// References confirmed by the inbox (duplicates included).
     pub published: usize,
@@ -45,6 +53,14 @@ impl Bus {
             leased: events.len(),
             ..ReferencePass::default()
         };
+        // Every leased message, in lease order.
+        let mut messages: Vec<Uuid> = Vec::new();
+        for e in &events {
+            if messages.last() != Some(&e.message) && !messages.contains(&e.message) {
+                messages.push(e.message);
+            }
+        }
+        pass.messages = messages.len();
         if events.is_empty() {
             return Ok(pass);
         }
@@ -67,33 +83,33 @@ impl Bus {
             publish_one(inbox, e)
         }))
         .await;
-        let mut done = Vec::new();
+        let mut woken: Vec<WakeupTarget> = Vec::new();
+        let mut deferred: HashSet<Uuid> = HashSet::new();
         for (event, result) in events.iter().zip(results) {
             match result {
                 Some(Published::Confirmed { .. }) => {
                     pass.published += 1;
-                    done.push(event.id);
+                    woken.push(WakeupTarget::new(event.team, event.recipient));
                 }
                 Some(Published::Fatal(error)) => {
                     pass.refused += 1;
-                    tracing::warn!(event = %event.id, code = error.code(), error = ?error, "inbox refused a reference; the ledger top-up will deliver it");
-                    done.push(event.id);
+                    tracing::warn!(event = %event.id, message = %event.message, code = error.code(), error = ?error, "inbox refused a reference; the ledger top-up will deliver it");
                 }
                 Some(Published::Retryable(_) | Published::Uncertain(_)) | None => {
                     pass.deferred += 1;
+                    deferred.insert(event.message);
                 }
             }
         }
-        if !done.is_empty() {
-            self.ports.ledger.mark_published(&done, self.now()).await?;
-            // Marked: the messages are fetchable now. One wake-up per agent per pass, after
-            // the commit.
-            let mut woken: Vec<WakeupTarget> = events
-                .iter()
-                .filter(|e| done.contains(&e.id))
-                .map(|e| WakeupTarget::new(e.team, e.recipient))
-                .collect();
-            self.notify_waiters(&mut woken).await;
+        // Published: the messages are fetchable now. One wake-up per agent per pass, before the
+        // markers' commit (which no fetch waits for).
+        self.notify_waiters(&mut woken).await;
+        messages.retain(|m| !deferred.contains(m));
+        if !messages.is_empty() {
+            self.ports
+                .ledger
+                .mark_references_published(&messages, self.now())
+                .await?;
         }
         Metrics::add(&self.metrics.references_published, pass.published as u64);
         Ok(pass)

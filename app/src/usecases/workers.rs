@@ -51,7 +51,7 @@ impl Workers {
                     async move {
                         bus.reference_pass()
                             .await
-                            .map(|p| p.leased >= bus.settings.reference_batch)
+                            .map(|p| p.messages >= bus.settings.reference_batch)
                     }
                 })),
             ));

@@ -6,7 +6,7 @@ use super::scene::{REMOTE, scene};
 use super::time::t;
 use crate::LedgerFixture;
 
-/// Counts: pending (and the oldest's age), uncertain, failed, pending inbox events, deliveries,
+/// Counts: pending (and the oldest's age), uncertain, failed, pending references, deliveries,
 /// undelivered.
 pub async fn counts_report_publication_and_delivery<F: LedgerFixture + ?Sized>(fx: &F) {
     let s = scene(fx, REMOTE).await;
@@ -29,4 +29,8 @@ pub async fn counts_report_publication_and_delivery<F: LedgerFixture + ?Sized>(f
         .unwrap();
     let counts = s.ledger.counts(t(28)).await.unwrap();
     assert_eq!((counts.deliveries, counts.undelivered), (1, 1));
+    assert_eq!(
+        counts.pending_inbox_events, 1,
+        "a delivered receipt needs no reference"
+    );
 }

@@ -72,13 +72,14 @@ pub fn ledger_behaviours() -> Vec<Behaviour<dyn LedgerFixture>> {
         backing_off_slot_does_not_block_others,
         stale_generation_writes_nothing,
         expired_lease_writes_nothing,
-        settle_confirmed_stores_and_enqueues_inbox_events,
+        settle_confirmed_stores_and_makes_references_due,
         settle_retryable_backs_off,
         settle_fatal_fails_the_message_and_keeps_the_slot,
         settle_uncertain_marks_the_slot_for_reconcile,
         settle_reports_one_outcome_per_item,
         settle_applies_a_mixed_batch_in_call_order,
-        inbox_events_are_leased_until_published,
+        references_are_leased_per_message_until_published,
+        a_message_without_recipients_has_no_references,
         hand_out_holds_a_message_for_the_grace_period,
         hand_out_explains_what_it_does_not_issue,
         held_inbox_candidate_takes_over_the_ack,
@@ -125,7 +126,7 @@ pub async fn limits_and_durations_are_validated<F: LedgerFixture + ?Sized>(fx: &
     ));
     let ids: Vec<Uuid> = (0..too_many).map(|_| Uuid::new_v4()).collect();
     assert!(matches!(
-        ledger.mark_published(&ids, t(0)).await,
+        ledger.mark_references_published(&ids, t(0)).await,
         Err(BusError::Invalid { .. })
     ));
     let requests: Vec<HandOutRequest> = ids.iter().map(|id| from_ledger(*id)).collect();
@@ -143,7 +144,10 @@ pub async fn limits_and_durations_are_validated<F: LedgerFixture + ?Sized>(fx: &
         Err(BusError::Invalid { .. })
     ));
     assert!(ledger.settle(&[], t(0)).await.unwrap().is_empty());
-    assert_eq!(ledger.mark_published(&[], t(0)).await.unwrap(), 0);
+    assert_eq!(
+        ledger.mark_references_published(&[], t(0)).await.unwrap(),
+        0
+    );
     assert!(
         ledger
             .hand_out(s.team.id, s.b.id, &[], GRACE, t(0))

@@ -133,8 +133,9 @@ pub async fn expired_lease_writes_nothing<F: LedgerFixture + ?Sized>(fx: &F) {
 }
 
 /// `Confirmed` stores the message (locator, `stored_at` on message and receipts), deletes the
-/// slot and enqueues one inbox event per recipient; a second settlement of it is stale.
-pub async fn settle_confirmed_stores_and_enqueues_inbox_events<F: LedgerFixture + ?Sized>(fx: &F) {
+/// slot and makes the message's references due — one per recipient, under the id derived from
+/// (message, recipient); a second settlement of it is stale.
+pub async fn settle_confirmed_stores_and_makes_references_due<F: LedgerFixture + ?Sized>(fx: &F) {
     let s = scene(fx, REMOTE).await;
     let m = s.send(&s.b, "r1", "hi", t(0)).await;
     let slot = s.lease_all(t(1)).await.remove(&m.id).unwrap();
@@ -158,6 +159,7 @@ pub async fn settle_confirmed_stores_and_enqueues_inbox_events<F: LedgerFixture 
             (e.team, e.message, e.inbox.as_str()),
             (s.team.id, m.id, INBOX)
         );
+        assert_eq!(e.id, crewbus_domain::InboxEvent::id_for(m.id, e.recipient));
         let payload = ReferencePayload::from_json(&e.payload).unwrap();
         assert_eq!(
             payload,

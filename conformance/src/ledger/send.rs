@@ -59,14 +59,11 @@ pub async fn send_records_a_pending_message_with_an_outbox_slot<F: LedgerFixture
         t(5) + chrono::Duration::from_std(LEASE).unwrap()
     );
     let events = s.ledger.lease_inbox_events(t(5), LEASE, 100).await.unwrap();
-    assert!(
-        events.is_empty(),
-        "no inbox event before the body is stored"
-    );
+    assert!(events.is_empty(), "no reference before the body is stored");
 }
 
-/// With the ledger's co-located backend the message is stored in the send itself (no slot, inbox
-/// events at once); with any other backend it goes through the outbox.
+/// With the ledger's co-located backend the message is stored in the send itself (no slot, its
+/// references due at once); with any other backend it goes through the outbox.
 pub async fn send_follows_the_local_backend<F: LedgerFixture + ?Sized>(fx: &F) {
     let ledger = fx.ledger();
     match ledger.local_backend() {

@@ -178,7 +178,7 @@ pub async fn send_batch_numbers_each_conversation_in_queue_order<F: LedgerFixtur
             && m.stored_at == Some(t(1))));
         assert!(s.lease_all(t(2)).await.is_empty(), "no outbox slot");
         let events = s.ledger.lease_inbox_events(t(2), LEASE, 100).await.unwrap();
-        assert_eq!(events.len(), receipts, "one inbox event per receipt");
+        assert_eq!(events.len(), receipts, "one reference per receipt");
     } else {
         assert_eq!(
             s.lease_all(t(2)).await.len(),

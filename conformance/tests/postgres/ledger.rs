@@ -277,10 +277,15 @@ async fn racing_relays_never_both_settle_one_slot() -> Result<(), Failed> {
     }
     assert_eq!(settled.len(), 120, "every slot settled exactly once");
     assert_eq!(settled.iter().copied().collect::<HashSet<_>>(), ids);
-    let events: i64 = sqlx::query_scalar("SELECT count(*) FROM inbox_events")
+    let marks: i64 = sqlx::query_scalar("SELECT count(*) FROM reference_marks")
         .fetch_one(db.pool())
         .await?;
-    assert_eq!(events, 240, "one inbox event per recipient per message");
+    assert_eq!(marks, 120, "one reference marker per message");
+    assert_eq!(
+        w.ledger.counts(t(4)).await?.pending_inbox_events,
+        240,
+        "one reference per recipient per message"
+    );
     let counts = w.ledger.counts(t(4)).await?;
     assert_eq!(counts.pending_publications, 0);
     db.passed().await;

@@ -262,7 +262,8 @@ async fn a_database_from_before_request_ids_per_sender_upgrades() -> Result<(), 
          VALUES ($20, 'default', $9, $1, $7, 'remote', $21, convert_to('hello', 'UTF8'), $12)",
         "INSERT INTO inbox_events (id, tenant, team_id, message_id, recipient_id, recipient_key,
                                    inbox, payload, created_at, published_at)
-         VALUES ($22, 'default', $1, $8, $4, 'kc', 'postgres', '{}', $11, $12)",
+         VALUES ($22, 'default', $1, $8, $4, 'kc', 'postgres', '{}', $11, $12),
+                (gen_random_uuid(), 'default', $1, $10, $2, 'ka', 'postgres', '{}', $12, NULL)",
         "INSERT INTO hand_outs (delivery_id, team_id, message_id, recipient_id, conversation_id,
                                 seq, redelivered, issued_at, held_until, ack_inbox, ack_subject,
                                 confirmed_at)
@@ -294,7 +295,7 @@ async fn a_database_from_before_request_ids_per_sender_upgrades() -> Result<(), 
     }
     assert_eq!(
         before.iter().map(Vec::len).collect::<Vec<_>>(),
-        [3, 7, 1, 1, 1],
+        [3, 7, 1, 2, 1],
         "the old database holds what the test wrote"
     );
     let constraint = |name: &str, columns: &str| (name.to_owned(), format!("UNIQUE ({columns})"));
@@ -309,7 +310,7 @@ async fn a_database_from_before_request_ids_per_sender_upgrades() -> Result<(), 
         ])
     );
 
-    crewbus_postgres::migrate(&pool).await?;
+    migrations_before(PER_SENDER + 1).run(&pool).await?;
 
     for (table, rows) in KEPT.iter().zip(&before) {
         assert_eq!(
@@ -329,7 +330,37 @@ async fn a_database_from_before_request_ids_per_sender_upgrades() -> Result<(), 
         ])
     );
 
+    // Then every later migration: the references of m3 (an unpublished inbox event) stay due,
+    // as one marker; m1's (published) do not.
+    crewbus_postgres::migrate(&pool).await?;
+    let marks: Vec<Uuid> = sqlx::query_scalar("SELECT message_id FROM reference_marks")
+        .fetch_all(&pool)
+        .await?;
+    assert_eq!(marks, vec![m3]);
+
     let ledger = PostgresLedger::new(pool.clone(), TenantId::default());
+    let events = ledger
+        .lease_inbox_events(t(5), std::time::Duration::from_secs(30), 100)
+        .await?;
+    assert_eq!(
+        events
+            .iter()
+            .map(|e| (e.message, e.recipient, e.id))
+            .collect::<BTreeSet<_>>(),
+        [a, b, c]
+            .into_iter()
+            .map(|r| (m3, r, crewbus_domain::InboxEvent::id_for(m3, r)))
+            .collect(),
+        "every undelivered recipient of m3, under the derived ids"
+    );
+    assert!(
+        ledger
+            .receipts(team, m1)
+            .await?
+            .iter()
+            .all(|r| r.stored_at == Some(t(0))),
+        "a receipt's stored time is its message's"
+    );
     for (id, seq, sender, kind, publication) in [
         (m1, 1, a, AgentKind::Agent, Publication::Stored),
         (m2, 2, b, AgentKind::Agent, Publication::PendingPublication),

@@ -267,6 +267,16 @@ const KEPT: [&str; 5] = [
     "hand_outs",
 ];
 
+/// [`KEPT`] after the migration that keeps references as one marker per message
+/// (`20261202000002`): the inbox events are gone.
+const KEPT_NOW: [&str; 5] = [
+    "messages",
+    "receipts",
+    "outbox_slots",
+    "reference_marks",
+    "hand_outs",
+];
+
 /// A store at the console migration (the last before request ids per sender) holding a team of
 /// agents `a`, `b`, `c` and a human member, one conversation of all four, and messages in the
 /// states a running store has them: `a`'s `t42-1` stored (b's receipt delivered and
@@ -331,7 +341,8 @@ async fn a_store_from_before_request_ids_per_sender_upgrades() -> Result<(), Fai
          VALUES (?20, 'default', ?9, ?1, ?7, 'remote', ?20, CAST('hello' AS BLOB), ?12)",
         "INSERT INTO inbox_events (id, tenant, team_id, message_id, recipient_id, recipient_key,
                                    inbox, payload, created_at, published_at)
-         VALUES (?21, 'default', ?1, ?8, ?4, 'kc', 'sqlite', '{}', ?11, ?12)",
+         VALUES (?21, 'default', ?1, ?8, ?4, 'kc', 'sqlite', '{}', ?11, ?12),
+                (randomblob(16), 'default', ?1, ?10, ?2, 'ka', 'sqlite', '{}', ?12, NULL)",
         "INSERT INTO hand_outs (delivery_id, team_id, message_id, recipient_id, conversation_id,
                                 seq, redelivered, issued_at, held_until, ack_inbox, ack_subject,
                                 confirmed_at)
@@ -361,15 +372,14 @@ async fn a_store_from_before_request_ids_per_sender_upgrades() -> Result<(), Fai
     }
     assert_eq!(
         before.iter().map(Vec::len).collect::<Vec<_>>(),
-        [3, 7, 1, 1, 1],
+        [3, 7, 1, 2, 1],
         "the old store holds what the test wrote"
     );
     let schema_before = messages_schema(&mut conn).await?;
     drop(conn);
     old.close().await;
 
-    crewbus_sqlite::migrate(&pools).await?;
-    crewbus_sqlite::check_schema(&pools).await?;
+    crewbus_sqlite::migrate_through(&pools, PER_SENDER).await?;
 
     let mut side = pools.side_connection().await?;
     for (table, rows) in KEPT.iter().zip(&before) {
@@ -411,9 +421,42 @@ async fn a_store_from_before_request_ids_per_sender_upgrades() -> Result<(), Fai
         "the same columns, checks, foreign keys and indexes"
     );
 
+    // Then every later migration: the references of m3 (an unpublished inbox event) stay due,
+    // as one marker; m1's (published) do not.
+    side.close().await?;
+    crewbus_sqlite::migrate(&pools).await?;
+    crewbus_sqlite::check_schema(&pools).await?;
+    let mut side = pools.side_connection().await?;
+    let marks: Vec<Uuid> = sqlx::query_scalar("SELECT message_id FROM reference_marks")
+        .fetch_all(&mut side)
+        .await?;
+    assert_eq!(marks, vec![m3]);
+
     // Through the ledger: every message and receipt as it was, the counts over them (their
     // reads name the rebuilt partial indexes).
     let ledger = SqliteLedger::new(pools.clone(), TenantId::default());
+    let events = ledger
+        .lease_inbox_events(t(5), std::time::Duration::from_secs(30), 100)
+        .await?;
+    assert_eq!(
+        events
+            .iter()
+            .map(|e| (e.message, e.recipient, e.id))
+            .collect::<BTreeSet<_>>(),
+        [a, b, c]
+            .into_iter()
+            .map(|r| (m3, r, crewbus_domain::InboxEvent::id_for(m3, r)))
+            .collect(),
+        "every undelivered recipient of m3, under the derived ids"
+    );
+    assert!(
+        ledger
+            .receipts(team, m1)
+            .await?
+            .iter()
+            .all(|r| r.stored_at == Some(t(0))),
+        "a receipt's stored time is its message's"
+    );
     for (id, seq, sender, kind, publication) in [
         (m1, 1, a, AgentKind::Agent, Publication::Stored),
         (m2, 2, b, AgentKind::Agent, Publication::PendingPublication),
@@ -482,7 +525,7 @@ async fn a_store_from_before_request_ids_per_sender_upgrades() -> Result<(), Fai
     // A start whose bookkeeping row was lost after the rebuild committed runs it again: the
     // same rows, the same schema.
     let mut after = Vec::new();
-    for table in KEPT {
+    for table in KEPT_NOW {
         after.push(rows_of(&mut side, table).await?);
     }
     sqlx::query("DELETE FROM _sqlx_migrations WHERE version = ?1")
@@ -492,7 +535,7 @@ async fn a_store_from_before_request_ids_per_sender_upgrades() -> Result<(), Fai
     side.close().await?;
     crewbus_sqlite::migrate(&pools).await?;
     let mut side = pools.side_connection().await?;
-    for (table, rows) in KEPT.iter().zip(&after) {
+    for (table, rows) in KEPT_NOW.iter().zip(&after) {
         assert_eq!(
             &rows_of(&mut side, table).await?,
             rows,

@@ -28,9 +28,16 @@ pub(super) fn counts(ledger: &MemoryLedger, at: DateTime<Utc>) -> BusResult<Ledg
         .count() as u64;
     counts.oldest_pending_age = oldest.map(|o| (at - o).to_std().unwrap_or(Duration::ZERO));
     counts.pending_inbox_events = st
-        .events
-        .values()
-        .filter(|e| e.published_at.is_none())
+        .marks
+        .keys()
+        .flat_map(|m| {
+            st.recipients
+                .get(m)
+                .into_iter()
+                .flatten()
+                .map(move |r| (*m, *r))
+        })
+        .filter(|key| st.receipts[key].delivered_at.is_none())
         .count() as u64;
     for (key, r) in &st.receipts {
         if r.delivered_at.is_some() {

@@ -78,7 +78,7 @@ pub(crate) mod state;
 /// // Reference worker: one inbox event for bo; publish it, then mark it published.
 /// let events = ledger.lease_inbox_events(t0, Duration::from_secs(30), 100).await?;
 /// assert_eq!(events[0].recipient_key, bo.recipient_key);
-/// ledger.mark_published(&[events[0].id], t0).await?;
+/// ledger.mark_references_published(&[events[0].message], t0).await?;
 ///
 /// // Fetch for bo: a reference came back from the inbox; record the hand-out.
 /// let handed = ledger.hand_out(team.id, bo.id, &[HandOutRequest {

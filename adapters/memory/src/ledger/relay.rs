@@ -1,14 +1,11 @@
 //! The memory ledger's relay side: leasing outbox slots and settling them.
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{
-    BusResult, InboxEvent, LeasedSlot, Publication, ReferencePayload, SettleOutcome, Settlement,
-    SlotOutcome,
-};
+use crewbus_domain::{BusResult, LeasedSlot, Publication, SettleOutcome, Settlement, SlotOutcome};
 use uuid::Uuid;
 
 use super::MemoryLedger;
-use super::state::EventRow;
+use super::state::MarkRow;
 
 pub(super) fn lease_slots(
     ledger: &MemoryLedger,
@@ -74,37 +71,23 @@ pub(super) fn settle(
                 message.publication = Publication::Stored;
                 message.locator = Some(locator.clone());
                 message.stored_at = Some(at);
-                let payload = ReferencePayload {
-                    message: message_id,
-                    conversation: message.conversation,
-                    seq: message.seq,
-                }
-                .to_json();
                 let recipients = st.recipients.get(&message_id).cloned().unwrap_or_default();
-                for recipient in recipients {
-                    let receipt = st
-                        .receipts
-                        .get_mut(&(message_id, recipient))
-                        .expect("receipt per recipient");
-                    receipt.stored_at = Some(at);
-                    let event = InboxEvent {
-                        id: Uuid::new_v4(),
-                        team,
-                        inbox: inbox.clone(),
-                        message: message_id,
-                        recipient,
-                        recipient_key: receipt.recipient_key.clone(),
-                        payload: payload.clone(),
-                        created_at: at,
-                    };
+                for recipient in &recipients {
+                    // The memory ledger keeps the copy; the SQL ledgers read it from the message.
+                    if let Some(receipt) = st.receipts.get_mut(&(message_id, *recipient)) {
+                        receipt.stored_at = Some(at);
+                    }
+                }
+                if !recipients.is_empty() {
                     let order = st.next_order();
-                    st.events.insert(
-                        event.id,
-                        EventRow {
-                            event,
+                    st.marks.insert(
+                        message_id,
+                        MarkRow {
+                            team,
+                            inbox,
+                            created_at: at,
                             order,
                             leased_until: None,
-                            published_at: None,
                         },
                     );
                 }

@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, Conversation, DeliveryId, Envelope, HandOut, InboxAck, InboxEvent,
-    Message, Operator, Receipt, Record, RecordKind, Run, RunId, Seq, Team, TokenHash,
+    Agent, BusError, BusResult, Conversation, DeliveryId, Envelope, HandOut, InboxAck, Message,
+    Operator, Receipt, Record, RecordKind, Run, RunId, Seq, Team, TokenHash,
 };
 use uuid::Uuid;
 
@@ -53,7 +53,8 @@ pub(crate) struct State {
     /// recipient → messages with a receipt for it.
     pub(crate) by_recipient: HashMap<Uuid, Vec<Uuid>>,
     pub(crate) slots: HashMap<Uuid, Slot>,
-    pub(crate) events: HashMap<Uuid, EventRow>,
+    /// message → its reference marker (references not yet confirmed published).
+    pub(crate) marks: HashMap<Uuid, MarkRow>,
     pub(crate) hand_outs: HashMap<DeliveryId, HandOutRow>,
     /// (message, recipient) → its hand-outs, oldest first.
     pub(crate) hand_outs_by_pair: HashMap<(Uuid, Uuid), Vec<DeliveryId>>,
@@ -111,12 +112,15 @@ pub(crate) struct Slot {
     pub(crate) last_error: Option<String>,
 }
 
+/// A stored message's reference marker: one per message, whatever its number of recipients.
 #[derive(Debug)]
-pub(crate) struct EventRow {
-    pub(crate) event: InboxEvent,
+pub(crate) struct MarkRow {
+    pub(crate) team: Uuid,
+    /// The team's inbox when the body was stored.
+    pub(crate) inbox: String,
+    pub(crate) created_at: DateTime<Utc>,
     pub(crate) order: u64,
     pub(crate) leased_until: Option<DateTime<Utc>>,
-    pub(crate) published_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug)]

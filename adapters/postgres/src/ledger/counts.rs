@@ -36,7 +36,9 @@ pub(super) async fn counts(ledger: &PostgresLedger, at: DateTime<Utc>) -> BusRes
     .await
     .map_err(db(what))?;
     let events: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM inbox_events WHERE tenant = $1 AND published_at IS NULL",
+        "SELECT count(*) FROM reference_marks k
+         JOIN receipts r ON r.message_id = k.message_id AND r.delivered_at IS NULL
+         WHERE k.tenant = $1",
     )
     .bind(tenant)
     .fetch_one(&mut *tx)

@@ -12,7 +12,9 @@ use crewbus_domain::{
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::rows::{MESSAGE_COLUMNS, MessageRow, RECEIPT_COLUMNS, ReceiptRow, db_i64, from_db};
+use super::rows::{
+    MESSAGE_COLUMNS, MessageRow, RECEIPT_COLUMNS, RECEIPTS, ReceiptRow, db_i64, from_db,
+};
 use super::{PostgresLedger, db};
 use crate::journal::append;
 
@@ -100,10 +102,10 @@ impl PostgresLedger {
     ) -> BusResult<HashMap<Uuid, Prior>> {
         let rows: Vec<(Uuid, bool, Uuid, DateTime<Utc>)> = sqlx::query_as(
             "SELECT DISTINCT ON (message_id)
-                    message_id, confirmed_at IS NULL AND held_until > $3, delivery_id, held_until
+                    message_id, held_until > $3, delivery_id, held_until
              FROM hand_outs
              WHERE message_id = ANY($1) AND recipient_id = $2
-             ORDER BY message_id, (confirmed_at IS NULL AND held_until > $3) DESC, ord DESC",
+             ORDER BY message_id, (held_until > $3) DESC, ord DESC",
         )
         .bind(ids)
         .bind(recipient)
@@ -330,7 +332,7 @@ pub(super) async fn undelivered(
            AND NOT EXISTS (
                SELECT 1 FROM hand_outs h
                WHERE h.message_id = m.id AND h.recipient_id = $1
-                 AND h.confirmed_at IS NULL AND h.held_until > $4)
+                 AND h.held_until > $4)
          ORDER BY m.stored_at, m.conversation_id, m.seq
          LIMIT $5",
     )
@@ -372,7 +374,7 @@ pub(super) async fn wakeable(
                    AND NOT EXISTS (
                        SELECT 1 FROM hand_outs h
                        WHERE h.message_id = m.id AND h.recipient_id = w.agent
-                         AND h.confirmed_at IS NULL AND h.held_until > $5))",
+                         AND h.held_until > $5))",
     )
     .bind(&teams)
     .bind(&agents)
@@ -417,8 +419,8 @@ pub(super) async fn confirm(
     // A constant number of statements whatever the batch size (plus one journal append per
     // first confirmation with a run): read the hand-outs with their receipts locked in
     // message id order (deterministic, the order `hand_out` locks them in), decide every id,
-    // in order, by the domain's confirm rule (`decide_confirms`), then set the receipts and
-    // hand-outs in one statement each.
+    // in order, by the domain's confirm rule (`decide_confirms`), then set the receipts in one
+    // statement (the hand-outs are not written again: a confirmation is the receipt's).
     let mut ids: Vec<Uuid> = deliveries.iter().map(|d| d.0).collect();
     ids.sort_unstable();
     ids.dedup();
@@ -454,14 +456,12 @@ pub(super) async fn confirm(
             delivered: *delivered,
         })
     });
-    let mut confirmed_deliveries: Vec<Uuid> = Vec::new();
     let mut confirmed_messages: Vec<Uuid> = Vec::new();
     let mut records: Vec<RecordKind> = Vec::new();
     for (delivery, outcome) in deliveries.iter().zip(&outcomes) {
         let ConfirmOutcome::Confirmed { message, .. } = outcome else {
             continue;
         };
-        confirmed_deliveries.push(delivery.0);
         confirmed_messages.push(*message);
         records.push(RecordKind::MessageDelivered {
             conversation: found[&delivery.0].2,
@@ -470,7 +470,6 @@ pub(super) async fn confirm(
     }
     if !confirmed_messages.is_empty() {
         confirmed_messages.sort_unstable();
-        confirmed_deliveries.sort_unstable();
         sqlx::query(
             "UPDATE receipts SET delivered_at = $3
              WHERE recipient_id = $2 AND message_id = ANY($1)",
@@ -481,12 +480,6 @@ pub(super) async fn confirm(
         .execute(&mut *tx)
         .await
         .map_err(db(what))?;
-        sqlx::query("UPDATE hand_outs SET confirmed_at = $2 WHERE delivery_id = ANY($1)")
-            .bind(&confirmed_deliveries)
-            .bind(at)
-            .execute(&mut *tx)
-            .await
-            .map_err(db(what))?;
     }
     if let Some(run) = run {
         for kind in &records {
@@ -527,8 +520,8 @@ pub(super) async fn acknowledge(
     // Lock order everywhere: run, then receipt (as `confirm`), so the two never deadlock.
     let sealed = ledger.check_run_owner(&mut tx, run, team, agent).await?;
     let receipt: ReceiptRow = sqlx::query_as(&format!(
-        "SELECT {RECEIPT_COLUMNS} FROM receipts
-         WHERE message_id = $1 AND recipient_id = $2 FOR NO KEY UPDATE"
+        "SELECT {RECEIPT_COLUMNS} FROM {RECEIPTS}
+         WHERE r.message_id = $1 AND r.recipient_id = $2 FOR NO KEY UPDATE OF r"
     ))
     .bind(message)
     .bind(agent)
@@ -579,8 +572,8 @@ pub(super) async fn receipts(
     let mut conn = ledger.pool.acquire().await.map_err(db(what))?;
     ledger.message_row(&mut conn, team, message).await?;
     let rows: Vec<ReceiptRow> = sqlx::query_as(&format!(
-        "SELECT {RECEIPT_COLUMNS} FROM receipts WHERE message_id = $1
-         ORDER BY recipient_key COLLATE \"C\""
+        "SELECT {RECEIPT_COLUMNS} FROM {RECEIPTS} WHERE r.message_id = $1
+         ORDER BY r.recipient_key COLLATE \"C\""
     ))
     .bind(message)
     .fetch_all(&mut *conn)

@@ -78,9 +78,10 @@ impl Oversight for PostgresLedger {
                     coalesce(p.pending, 0) AS pending, p.oldest AS oldest_pending_at
              FROM agents a
              LEFT JOIN LATERAL (
-                 SELECT count(*) AS pending, min(r.stored_at) AS oldest FROM receipts r
+                 SELECT count(*) AS pending, min(m.stored_at) AS oldest
+                 FROM receipts r JOIN messages m ON m.id = r.message_id
                  WHERE r.recipient_id = a.id AND r.delivered_at IS NULL
-                   AND r.stored_at IS NOT NULL) p ON true
+                   AND m.stored_at IS NOT NULL) p ON true
              WHERE a.team_id = $1 ORDER BY a.name COLLATE \"C\""
         ))
         .bind(team)
@@ -142,7 +143,7 @@ impl Oversight for PostgresLedger {
             return Ok(Vec::new());
         }
         let rows: Vec<RecipientRow> = sqlx::query_as(
-            "SELECT r.message_id, r.recipient_id, r.recipient_key, r.stored_at, r.delivered_at,
+            "SELECT r.message_id, r.recipient_id, r.recipient_key, m.stored_at, r.delivered_at,
                     r.acknowledged_at,
                     coalesce(h.n, 0) AS hand_outs, h.last AS last_handed_out_at
              FROM receipts r JOIN messages m ON m.id = r.message_id

@@ -1,10 +1,54 @@
-//! The Postgres ledger's reference worker side: leasing inbox events and marking them
-//! published.
+//! The Postgres ledger's reference worker side: leasing reference markers (one per stored
+//! message) and removing them once the message's references are published.
 
+use super::rows::from_db;
 use super::{PostgresLedger, db};
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusResult, InboxEvent};
+use crewbus_domain::{BusResult, InboxEvent, ReferencePayload};
 use uuid::Uuid;
+
+/// One statement: lock up to `$3` due markers of tenant `$1` at `$2` (`SKIP LOCKED`: two workers
+/// never lease one), remove those with no undelivered receipt left, lease the others until `$4`
+/// and answer one row per undelivered receipt of each leased marker.
+const LEASE: &str = "
+WITH due AS (
+    SELECT message_id FROM reference_marks
+    WHERE tenant = $1 AND (leased_until IS NULL OR leased_until <= $2)
+    ORDER BY ord
+    LIMIT $3
+    FOR UPDATE SKIP LOCKED
+), open AS (
+    SELECT d.message_id FROM due d
+    WHERE EXISTS (SELECT 1 FROM receipts r
+                  WHERE r.message_id = d.message_id AND r.delivered_at IS NULL)
+), done AS (
+    DELETE FROM reference_marks k USING due d
+    WHERE k.message_id = d.message_id
+      AND NOT EXISTS (SELECT 1 FROM open o WHERE o.message_id = d.message_id)
+), leased AS (
+    UPDATE reference_marks k SET leased_until = $4
+    FROM open o WHERE k.message_id = o.message_id
+    RETURNING k.message_id, k.team_id, k.inbox, k.created_at, k.ord
+)
+SELECT l.ord, l.team_id, l.inbox, l.message_id, l.created_at, m.conversation_id, m.seq,
+       r.recipient_id, r.recipient_key
+FROM leased l
+JOIN messages m ON m.id = l.message_id
+JOIN receipts r ON r.message_id = l.message_id AND r.delivered_at IS NULL";
+
+/// One reference of a leased marker: the marker's fields with one undelivered receipt.
+#[derive(sqlx::FromRow)]
+struct Row {
+    ord: i64,
+    team_id: Uuid,
+    inbox: String,
+    message_id: Uuid,
+    created_at: DateTime<Utc>,
+    conversation_id: Uuid,
+    seq: i64,
+    recipient_id: Uuid,
+    recipient_key: String,
+}
 
 pub(super) async fn lease_inbox_events(
     ledger: &PostgresLedger,
@@ -12,48 +56,26 @@ pub(super) async fn lease_inbox_events(
     until: DateTime<Utc>,
     limit: usize,
 ) -> BusResult<Vec<InboxEvent>> {
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        id: Uuid,
-        team_id: Uuid,
-        inbox: String,
-        message_id: Uuid,
-        recipient_id: Uuid,
-        recipient_key: String,
-        payload: String,
-        created_at: DateTime<Utc>,
-        ord: i64,
-    }
     let mut rows: Vec<Row> = ledger
-        .lease_rows(
-            "WITH due AS (
-                 SELECT id FROM inbox_events
-                 WHERE tenant = $1 AND published_at IS NULL
-                   AND (leased_until IS NULL OR leased_until <= $2)
-                 ORDER BY ord
-                 LIMIT $3
-                 FOR UPDATE SKIP LOCKED)
-             UPDATE inbox_events e SET leased_until = $4
-             FROM due WHERE e.id = due.id
-             RETURNING e.id, e.team_id, e.inbox, e.message_id, e.recipient_id,
-                       e.recipient_key, e.payload, e.created_at, e.ord",
-            at,
-            until,
-            limit,
-            "lease inbox events",
-        )
+        .lease_rows(LEASE, at, until, limit, "lease references")
         .await?;
-    rows.sort_by_key(|r| r.ord);
+    // Marker order, then recipient key in byte order (COLLATE "C", as everywhere else).
+    rows.sort_by(|a, b| (a.ord, &a.recipient_key).cmp(&(b.ord, &b.recipient_key)));
     Ok(rows
         .into_iter()
         .map(|r| InboxEvent {
-            id: r.id,
+            id: InboxEvent::id_for(r.message_id, r.recipient_id),
             team: r.team_id,
             inbox: r.inbox,
             message: r.message_id,
             recipient: r.recipient_id,
             recipient_key: r.recipient_key,
-            payload: r.payload,
+            payload: ReferencePayload {
+                message: r.message_id,
+                conversation: r.conversation_id,
+                seq: from_db(r.seq),
+            }
+            .to_json(),
             created_at: r.created_at,
         })
         .collect())
@@ -61,18 +83,15 @@ pub(super) async fn lease_inbox_events(
 
 pub(super) async fn mark_published(
     ledger: &PostgresLedger,
-    events: &[Uuid],
-    at: DateTime<Utc>,
+    messages: &[Uuid],
+    _at: DateTime<Utc>,
 ) -> BusResult<u64> {
-    let done = sqlx::query(
-        "UPDATE inbox_events SET published_at = $2
-         WHERE id = ANY($1) AND tenant = $3 AND published_at IS NULL",
-    )
-    .bind(events)
-    .bind(at)
-    .bind(ledger.tenant.as_str())
-    .execute(&ledger.pool)
-    .await
-    .map_err(db("mark published"))?;
+    let done =
+        sqlx::query("DELETE FROM reference_marks WHERE message_id = ANY($1) AND tenant = $2")
+            .bind(messages)
+            .bind(ledger.tenant.as_str())
+            .execute(&ledger.pool)
+            .await
+            .map_err(db("mark references published"))?;
     Ok(done.rows_affected())
 }

@@ -137,8 +137,12 @@ impl TryFrom<MessageRow> for Message {
     }
 }
 
+/// A receipt's columns, read from [`RECEIPTS`] (its stored time is its message's: written once).
 pub(crate) const RECEIPT_COLUMNS: &str =
-    "message_id, recipient_id, recipient_key, stored_at, delivered_at, acknowledged_at";
+    "r.message_id, r.recipient_id, r.recipient_key, m.stored_at, r.delivered_at, r.acknowledged_at";
+
+/// What [`RECEIPT_COLUMNS`] are read from: each receipt `r` with its message `m`.
+pub(crate) const RECEIPTS: &str = "receipts r JOIN messages m ON m.id = r.message_id";
 
 #[derive(sqlx::FromRow)]
 pub(crate) struct ReceiptRow {

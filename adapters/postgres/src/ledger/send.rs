@@ -1,6 +1,6 @@
 //! The Postgres ledger's `send` and `send_batch` (group commit): the conversation locks, the
 //! facts read under them, the plan, and the one statement that writes every message of the
-//! batch with its receipts, its outbox slot or body and inbox events, and its journal records.
+//! batch with its receipts, its outbox slot or body and reference marker, and its journal records.
 //!
 //! `send` is a batch of one. A batch is a constant number of statements whatever its size:
 //!
@@ -16,7 +16,7 @@
 //! 6. the decision, in memory: [`crewbus_domain::plan_sends`] — every request's fate before any
 //!    write, so no savepoint;
 //! 7. only when something is created: one statement of data-modifying CTEs over `unnest` arrays
-//!    (seq bumps, messages, receipts, outbox slots, bodies, inbox events);
+//!    (seq bumps, messages, receipts, outbox slots, bodies, reference markers);
 //! 8. only when a created message names a run: one statement for every `MessageSent` record and
 //!    run counter (after the messages, as `send` always wrote them);
 //! 9. `COMMIT`.
@@ -29,8 +29,8 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     AgentKind, BusError, BusResult, ConversationFacts, Message, Publication, RecordKind,
-    ReferencePayload, RequestKey, RunFacts, RunId, SendDecision, SendFacts, SendRequest, Sent,
-    answer_sends, plan_sends,
+    RequestKey, RunFacts, RunId, SendDecision, SendFacts, SendRequest, Sent, answer_sends,
+    plan_sends,
 };
 use uuid::Uuid;
 
@@ -42,8 +42,8 @@ const WHAT: &str = "send";
 
 /// The batch's write (after the plan, under the locks): `$1`… `$16` are the created messages'
 /// columns in queue order (id, team, conversation, seq, sender, request id, body SHA-256, body
-/// length, backend, publication, locator, stored at, reference payload — `NULL` for an outbox
-/// backend —, outbox slot id — `NULL` for the local backend —, publish key, body bytes);
+/// length, backend, publication, locator, stored at, local — `true` when the body is stored
+/// here, with a reference marker when the message has recipients —, outbox slot id — `NULL` for the local backend —, publish key, body bytes);
 /// `$17` the time, `$18` the tenant. Each message takes its sender's kind, and gets one receipt
 /// per agent member other than the sender (human members get none). Returns each inserted
 /// message's id and sender kind.
@@ -51,10 +51,10 @@ const WRITE_BATCH: &str = "
 WITH u AS (
     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::bigint[], $5::uuid[],
                          $6::text[], $7::text[], $8::bigint[], $9::text[], $10::text[],
-                         $11::text[], $12::timestamptz[], $13::text[], $14::uuid[], $15::uuid[],
+                         $11::text[], $12::timestamptz[], $13::bool[], $14::uuid[], $15::uuid[],
                          $16::bytea[])
         WITH ORDINALITY AS u(id, team, conv, seq, sender, rid, sha, len, backend, publication,
-                             locator, stored_at, payload, slot_id, publish_key, body, ord)
+                             locator, stored_at, local, slot_id, publish_key, body, ord)
 ), bump AS (
     UPDATE conversations c SET next_seq = c.next_seq + n.k
     FROM (SELECT conv, count(*) AS k FROM u GROUP BY conv) n
@@ -68,29 +68,26 @@ WITH u AS (
     FROM u JOIN agents a ON a.id = u.sender ORDER BY u.ord
     RETURNING id, sender_kind
 ), rec AS (
-    INSERT INTO receipts (message_id, recipient_id, recipient_key, stored_at)
-    SELECT u.id, mb.agent_id, mb.recipient_key, u.stored_at
+    INSERT INTO receipts (message_id, recipient_id, recipient_key)
+    SELECT u.id, mb.agent_id, mb.recipient_key
     FROM u JOIN members mb ON mb.conversation_id = u.conv AND mb.agent_id <> u.sender
     JOIN agents a ON a.id = mb.agent_id AND a.kind = 'agent'
-    RETURNING message_id, recipient_id, recipient_key
+    RETURNING message_id
 ), slot AS (
     INSERT INTO outbox_slots
         (id, tenant, message_id, team_id, conversation_id, backend, publish_key, body,
          next_attempt_at)
     SELECT slot_id, $18, id, team, conv, backend, publish_key, body, $17
-    FROM u WHERE payload IS NULL ORDER BY ord
+    FROM u WHERE NOT local ORDER BY ord
 ), stored AS (
     INSERT INTO bodies (message_id, team_id, conversation_id, publish_key, body, stored_at)
-    SELECT id, team, conv, publish_key, body, $17 FROM u WHERE payload IS NOT NULL
-), events AS (
-    INSERT INTO inbox_events
-        (id, tenant, team_id, message_id, recipient_id, recipient_key, inbox, payload,
-         created_at)
-    SELECT gen_random_uuid(), $18, u.team, rec.message_id, rec.recipient_id, rec.recipient_key,
-           t.inbox, u.payload, $17
-    FROM rec JOIN u ON u.id = rec.message_id JOIN teams t ON t.id = u.team
-    WHERE u.payload IS NOT NULL
-    ORDER BY u.ord, rec.recipient_key
+    SELECT id, team, conv, publish_key, body, $17 FROM u WHERE local
+), marks AS (
+    INSERT INTO reference_marks (message_id, tenant, team_id, inbox, created_at)
+    SELECT u.id, $18, u.team, t.inbox, $17
+    FROM u JOIN teams t ON t.id = u.team
+    WHERE u.local AND u.id IN (SELECT message_id FROM rec)
+    ORDER BY u.ord
 )
 SELECT id, sender_kind FROM msg";
 
@@ -306,7 +303,7 @@ impl PostgresLedger {
             .bind(&cols.publication)
             .bind(&cols.locator)
             .bind(&cols.stored_at)
-            .bind(&cols.payload)
+            .bind(&cols.local)
             .bind(&cols.slot_id)
             .bind(&cols.publish_key)
             .bind(&cols.body)
@@ -356,7 +353,7 @@ struct Columns {
     publication: Vec<&'static str>,
     locator: Vec<Option<String>>,
     stored_at: Vec<Option<DateTime<Utc>>>,
-    payload: Vec<Option<String>>,
+    local: Vec<bool>,
     slot_id: Vec<Option<Uuid>>,
     publish_key: Vec<Uuid>,
     body: Vec<Vec<u8>>,
@@ -377,14 +374,7 @@ impl Columns {
         self.locator
             .push(message.locator.as_ref().map(|l| l.as_str().to_owned()));
         self.stored_at.push(message.stored_at);
-        self.payload.push(local.then(|| {
-            ReferencePayload {
-                message: message.id,
-                conversation: message.conversation,
-                seq: message.seq,
-            }
-            .to_json()
-        }));
+        self.local.push(local);
         self.slot_id.push((!local).then(Uuid::new_v4));
         self.publish_key.push(Uuid::new_v4());
         self.body.push(request.body.as_bytes().to_vec());

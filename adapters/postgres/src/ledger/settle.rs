@@ -8,23 +8,21 @@
 //!    only when its slot was read live with the same generation and no earlier settlement of
 //!    this call applied to it (an applied one releases the lease); everything else is `Stale`.
 //! 3. One statement per outcome kind present among the applied ones, each over `unnest`ed
-//!    arrays: `Confirmed` (messages stored, receipts' `stored_at`, inbox events, slots deleted —
-//!    data-modifying CTEs), `Retryable`/`Uncertain` (one `UPDATE` of the slots), `Fatal` (slots
+//!    arrays: `Confirmed` (messages stored, slots deleted, reference markers — data-modifying
+//!    CTEs), `Retryable`/`Uncertain` (one `UPDATE` of the slots), `Fatal` (slots
 //!    failed and messages failed — one statement with a CTE).
 //!
-//! Inbox events of confirmed messages are inserted in call order, each message's by recipient
-//! key, so their `ord` (the reference worker's order) is the same as a per-slot loop would give.
+//! Reference markers of confirmed messages are inserted in call order, so their `ord` (the
+//! reference worker's order) is the same as a per-slot loop would give. A message without
+//! recipients gets none.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{
-    BusError, BusResult, ReferencePayload, SettleOutcome, Settlement, SlotOutcome, TenantId,
-};
+use crewbus_domain::{BusError, BusResult, SettleOutcome, Settlement, SlotOutcome, TenantId};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::rows::from_db;
 use crate::error::bus_error;
 
 const WHAT: &str = "settle";
@@ -40,20 +38,17 @@ struct LiveSlot {
     generation: i64,
     message_id: Uuid,
     team_id: Uuid,
-    conversation_id: Uuid,
-    seq: i64,
 }
 
 /// The applied settlements of one call, by outcome kind, each kind as the columns of its
 /// `unnest`.
 #[derive(Default)]
 struct Plan {
-    /// `Confirmed`: slot, message, team, locator, reference payload — in call order.
+    /// `Confirmed`: slot, message, team, locator — in call order.
     confirmed_slots: Vec<Uuid>,
     confirmed_messages: Vec<Uuid>,
     confirmed_teams: Vec<Uuid>,
     confirmed_locators: Vec<String>,
-    confirmed_payloads: Vec<String>,
     /// `Retryable` and `Uncertain`: slot, uncertain, next attempt, error code.
     retry_slots: Vec<Uuid>,
     retry_uncertain: Vec<bool>,
@@ -73,14 +68,6 @@ impl Plan {
                 self.confirmed_messages.push(slot.message_id);
                 self.confirmed_teams.push(slot.team_id);
                 self.confirmed_locators.push(locator.as_str().to_owned());
-                self.confirmed_payloads.push(
-                    ReferencePayload {
-                        message: slot.message_id,
-                        conversation: slot.conversation_id,
-                        seq: from_db(slot.seq),
-                    }
-                    .to_json(),
-                );
             }
             SlotOutcome::Retryable {
                 error,
@@ -114,34 +101,25 @@ impl Plan {
         if !self.confirmed_slots.is_empty() {
             sqlx::query(
                 "WITH batch AS (
-                     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[],
-                                          $5::text[])
-                         WITH ORDINALITY AS b(slot, message, team, locator, payload, i)
+                     SELECT * FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::text[])
+                         WITH ORDINALITY AS b(slot, message, team, locator, i)
                  ), stored AS (
                      UPDATE messages m
-                     SET publication = 'stored', locator = b.locator, stored_at = $6
+                     SET publication = 'stored', locator = b.locator, stored_at = $5
                      FROM batch b WHERE m.id = b.message
-                 ), receipts_stored AS (
-                     UPDATE receipts r SET stored_at = $6
-                     FROM batch b WHERE r.message_id = b.message
                  ), deleted AS (
                      DELETE FROM outbox_slots s USING batch b WHERE s.id = b.slot
                  )
-                 INSERT INTO inbox_events
-                     (id, tenant, team_id, message_id, recipient_id, recipient_key, inbox,
-                      payload, created_at)
-                 SELECT gen_random_uuid(), $7, b.team, r.message_id, r.recipient_id,
-                        r.recipient_key, t.inbox, b.payload, $6
-                 FROM batch b
-                 JOIN receipts r ON r.message_id = b.message
-                 JOIN teams t ON t.id = b.team
-                 ORDER BY b.i, r.recipient_key",
+                 INSERT INTO reference_marks (message_id, tenant, team_id, inbox, created_at)
+                 SELECT b.message, $6, b.team, t.inbox, $5
+                 FROM batch b JOIN teams t ON t.id = b.team
+                 WHERE EXISTS (SELECT 1 FROM receipts r WHERE r.message_id = b.message)
+                 ORDER BY b.i",
             )
             .bind(&self.confirmed_slots)
             .bind(&self.confirmed_messages)
             .bind(&self.confirmed_teams)
             .bind(&self.confirmed_locators)
-            .bind(&self.confirmed_payloads)
             .bind(at)
             .bind(tenant.as_str())
             .execute(&mut *conn)
@@ -205,11 +183,11 @@ pub(crate) async fn settle(
     ids.dedup();
     // Locked in id order (the sort sits below the lock), like every other settler.
     let rows: Vec<LiveSlot> = sqlx::query_as(
-        "SELECT s.id, s.generation, s.message_id, s.team_id, m.conversation_id, m.seq
-         FROM outbox_slots s JOIN messages m ON m.id = s.message_id
+        "SELECT s.id, s.generation, s.message_id, s.team_id
+         FROM outbox_slots s
          WHERE s.id = ANY($1) AND s.tenant = $2 AND NOT s.failed AND s.leased_until > $3
          ORDER BY s.id
-         FOR UPDATE OF s",
+         FOR UPDATE",
     )
     .bind(&ids)
     .bind(tenant.as_str())

@@ -34,7 +34,9 @@ pub(super) async fn counts(ledger: &SqliteLedger, at: DateTime<Utc>) -> BusResul
     .await
     .map_err(ledger.db(what))?;
     let events: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM inbox_events WHERE tenant = ? AND published_at IS NULL",
+        "SELECT count(*) FROM reference_marks k
+         JOIN receipts r ON r.message_id = k.message_id AND r.delivered_at IS NULL
+         WHERE k.tenant = ?",
     )
     .bind(tenant)
     .fetch_one(&mut *tx)

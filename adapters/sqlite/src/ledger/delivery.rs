@@ -17,7 +17,7 @@ use sqlx::SqliteConnection;
 use uuid::Uuid;
 
 use super::SqliteLedger;
-use super::rows::{MESSAGE_COLUMNS, MessageRow, RECEIPT_COLUMNS, ReceiptRow};
+use super::rows::{MESSAGE_COLUMNS, MessageRow, RECEIPT_COLUMNS, RECEIPTS, ReceiptRow};
 use crate::codec::{Ts, db_i64, from_db, marks};
 use crate::journal::append;
 
@@ -91,7 +91,7 @@ impl SqliteLedger {
         at: DateTime<Utc>,
     ) -> BusResult<HashMap<Uuid, Prior>> {
         let sql = format!(
-            "SELECT message_id, confirmed_at IS NULL AND held_until > ?, delivery_id, held_until,
+            "SELECT message_id, held_until > ?, delivery_id, held_until,
                     ord
              FROM hand_outs WHERE recipient_id = ? AND message_id IN ({})",
             marks(ids.len())
@@ -275,7 +275,7 @@ pub(super) const UNDELIVERED_SQL: &str =
            AND NOT EXISTS (
                SELECT 1 FROM hand_outs h
                WHERE h.message_id = m.id AND h.recipient_id = ?1
-                 AND h.confirmed_at IS NULL AND h.held_until > ?4)
+                 AND h.held_until > ?4)
          ORDER BY m.stored_at, m.conversation_id, m.seq
          LIMIT ?5";
 
@@ -325,7 +325,7 @@ pub(super) fn wakeable_sql(n: usize) -> String {
                    AND NOT EXISTS (
                        SELECT 1 FROM hand_outs h
                        WHERE h.message_id = m.id AND h.recipient_id = w.agent
-                         AND h.confirmed_at IS NULL AND h.held_until > ?))"
+                         AND h.held_until > ?))"
     )
 }
 
@@ -431,12 +431,6 @@ pub(super) async fn confirm(
         .execute(&mut *tx)
         .await
         .map_err(&db)?;
-        sqlx::query("UPDATE hand_outs SET confirmed_at = ? WHERE delivery_id = ?")
-            .bind(Ts(at))
-            .bind(delivery.0)
-            .execute(&mut *tx)
-            .await
-            .map_err(&db)?;
         if let Some(run) = run {
             let kind = RecordKind::MessageDelivered {
                 conversation: found[&delivery.0].2,
@@ -464,7 +458,7 @@ pub(super) async fn acknowledge(
         .await?
         .conversation;
     let receipt: Option<ReceiptRow> = sqlx::query_as(&format!(
-        "SELECT {RECEIPT_COLUMNS} FROM receipts WHERE message_id = ? AND recipient_id = ?"
+        "SELECT {RECEIPT_COLUMNS} FROM {RECEIPTS} WHERE r.message_id = ? AND r.recipient_id = ?"
     ))
     .bind(message)
     .bind(agent)
@@ -522,7 +516,7 @@ pub(super) async fn receipts(
     let mut tx = ledger.read(what).await?;
     ledger.message_row(&mut tx, team, message).await?;
     let rows: Vec<ReceiptRow> = sqlx::query_as(&format!(
-        "SELECT {RECEIPT_COLUMNS} FROM receipts WHERE message_id = ? ORDER BY recipient_key"
+        "SELECT {RECEIPT_COLUMNS} FROM {RECEIPTS} WHERE r.message_id = ? ORDER BY r.recipient_key"
     ))
     .bind(message)
     .fetch_all(&mut *tx)

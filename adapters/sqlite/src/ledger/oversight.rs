@@ -59,12 +59,12 @@ impl Oversight for SqliteLedger {
         self.require_team(&mut tx, team).await?;
         let rows: Vec<ActivityRow> = sqlx::query_as(&format!(
             "SELECT {AGENT_COLUMNS}, a.last_active_at,
-                    (SELECT count(*) FROM receipts r
+                    (SELECT count(*) FROM receipts r JOIN messages m ON m.id = r.message_id
                      WHERE r.recipient_id = a.id AND r.delivered_at IS NULL
-                       AND r.stored_at IS NOT NULL) AS pending,
-                    (SELECT min(r.stored_at) FROM receipts r
+                       AND m.stored_at IS NOT NULL) AS pending,
+                    (SELECT min(m.stored_at) FROM receipts r JOIN messages m ON m.id = r.message_id
                      WHERE r.recipient_id = a.id AND r.delivered_at IS NULL
-                       AND r.stored_at IS NOT NULL) AS oldest_pending_at
+                       AND m.stored_at IS NOT NULL) AS oldest_pending_at
              FROM agents a WHERE a.team_id = ? ORDER BY a.name"
         ))
         .bind(team)
@@ -125,7 +125,7 @@ impl Oversight for SqliteLedger {
         }
         let what = "recipient states";
         let sql = format!(
-            "SELECT r.message_id, r.recipient_id, r.recipient_key, r.stored_at, r.delivered_at,
+            "SELECT r.message_id, r.recipient_id, r.recipient_key, m.stored_at, r.delivered_at,
                     r.acknowledged_at,
                     (SELECT count(*) FROM hand_outs h
                      WHERE h.message_id = r.message_id AND h.recipient_id = r.recipient_id)

@@ -14,8 +14,7 @@ use std::collections::{HashMap, HashSet};
 
 use crewbus_domain::{
     AgentKind, BusError, BusResult, ConversationFacts, Envelope, Message, Publication, RecordKind,
-    ReferencePayload, RequestKey, RunFacts, SendDecision, SendFacts, SendRequest, Sent,
-    answer_sends, plan_sends,
+    RequestKey, RunFacts, SendDecision, SendFacts, SendRequest, Sent, answer_sends, plan_sends,
 };
 use sqlx::SqliteConnection;
 use uuid::Uuid;
@@ -79,13 +78,11 @@ impl SqliteLedger {
         .map_err(self.db(what))?;
         for (agent, key) in &recipients {
             sqlx::query(
-                "INSERT INTO receipts (message_id, recipient_id, recipient_key, stored_at)
-                 VALUES (?, ?, ?, ?)",
+                "INSERT INTO receipts (message_id, recipient_id, recipient_key) VALUES (?, ?, ?)",
             )
             .bind(message.id)
             .bind(*agent)
             .bind(key)
-            .bind(message.stored_at.map(Ts))
             .execute(&mut *conn)
             .await
             .map_err(self.db(what))?;
@@ -93,44 +90,29 @@ impl SqliteLedger {
         Ok(recipients)
     }
 
-    /// Enqueues one inbox event per receipt of `message` (stored now, at `at`), in the team's
-    /// inbox, in recipient key order. Shared by `send` (local backend) and `settle`.
-    pub(super) async fn enqueue_inbox_events(
+    /// Writes the reference marker of `message` (its body stored now, at `at`) in the team's
+    /// inbox, when the message has recipients: one row, whatever their number (the reference
+    /// worker reads the recipients from the receipts). Shared by `send` (local backend) and
+    /// `settle`.
+    pub(super) async fn mark_references_due(
         &self,
         conn: &mut SqliteConnection,
         team: Uuid,
         message: Uuid,
-        payload: &str,
         at: DateTime<Utc>,
     ) -> BusResult<()> {
-        let what = "inbox events";
-        let recipients: Vec<(Uuid, String)> = sqlx::query_as(
-            "SELECT recipient_id, recipient_key FROM receipts WHERE message_id = ?
-             ORDER BY recipient_key",
+        sqlx::query(
+            "INSERT INTO reference_marks (message_id, tenant, team_id, inbox, created_at)
+             SELECT ?1, ?2, ?3, t.inbox, ?4 FROM teams t
+             WHERE t.id = ?3 AND EXISTS (SELECT 1 FROM receipts r WHERE r.message_id = ?1)",
         )
         .bind(message)
-        .fetch_all(&mut *conn)
+        .bind(self.tenant.as_str())
+        .bind(team)
+        .bind(Ts(at))
+        .execute(&mut *conn)
         .await
-        .map_err(self.db(what))?;
-        for (recipient, key) in recipients {
-            sqlx::query(
-                "INSERT INTO inbox_events
-                     (id, tenant, team_id, message_id, recipient_id, recipient_key, inbox,
-                      payload, created_at)
-                 SELECT ?1, ?2, ?3, ?4, ?5, ?6, t.inbox, ?7, ?8 FROM teams t WHERE t.id = ?3",
-            )
-            .bind(Uuid::new_v4())
-            .bind(self.tenant.as_str())
-            .bind(team)
-            .bind(message)
-            .bind(recipient)
-            .bind(key)
-            .bind(payload)
-            .bind(Ts(at))
-            .execute(&mut *conn)
-            .await
-            .map_err(self.db(what))?;
-        }
+        .map_err(self.db("reference marker"))?;
         Ok(())
     }
 }
@@ -300,15 +282,11 @@ impl SqliteLedger {
             body: request.body.clone(),
             publish_key: Uuid::new_v4(),
         };
-        self.insert_message(conn, &mut message).await?;
+        let recipients = self.insert_message(conn, &mut message).await?;
         if local {
-            let payload = ReferencePayload {
-                message: id,
-                conversation: request.conversation,
-                seq,
-            };
-            self.enqueue_inbox_events(conn, request.team, id, &payload.to_json(), at)
-                .await?;
+            if !recipients.is_empty() {
+                self.mark_references_due(conn, request.team, id, at).await?;
+            }
             match store_body(conn, &envelope, at).await {
                 Ok(_) => {}
                 Err(Ok(refused)) => {

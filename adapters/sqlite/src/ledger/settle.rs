@@ -7,20 +7,20 @@
 //! 2. The fence is decided settlement by settlement in call order: a settlement applies only
 //!    when its slot was read live with the same generation and no earlier settlement of this
 //!    call applied to it (an applied one releases the lease); everything else is `Stale`.
-//! 3. Each applied settlement is written at once: `Confirmed` (message stored, receipts'
-//!    `stored_at`, inbox events by recipient key, slot deleted), `Retryable`/`Uncertain` (slot
-//!    backs off), `Fatal` (slot and message failed). SQLite runs in process, so a statement per
-//!    row costs no round trip; inbox events get their `ord` in call order, as on Postgres.
+//! 3. Each applied settlement is written at once: `Confirmed` (message stored, slot deleted, the
+//!    message's reference marker), `Retryable`/`Uncertain` (slot backs off), `Fatal` (slot and
+//!    message failed). SQLite runs in process, so a statement per row costs no round trip;
+//!    reference markers get their `ord` in call order, as on Postgres.
 
 use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusResult, ReferencePayload, SettleOutcome, Settlement, SlotOutcome};
+use crewbus_domain::{BusResult, SettleOutcome, Settlement, SlotOutcome};
 use sqlx::SqliteConnection;
 use uuid::Uuid;
 
 use super::SqliteLedger;
-use crate::codec::{Ts, from_db, marks};
+use crate::codec::{Ts, marks};
 
 const WHAT: &str = "settle";
 
@@ -31,8 +31,6 @@ struct LiveSlot {
     generation: i64,
     message_id: Uuid,
     team_id: Uuid,
-    conversation_id: Uuid,
-    seq: i64,
 }
 
 impl SqliteLedger {
@@ -57,24 +55,12 @@ impl SqliteLedger {
                 .execute(&mut *conn)
                 .await
                 .map_err(&db)?;
-                sqlx::query("UPDATE receipts SET stored_at = ? WHERE message_id = ?")
-                    .bind(Ts(at))
-                    .bind(slot.message_id)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(&db)?;
                 sqlx::query("DELETE FROM outbox_slots WHERE id = ?")
                     .bind(slot.id)
                     .execute(&mut *conn)
                     .await
                     .map_err(&db)?;
-                let payload = ReferencePayload {
-                    message: slot.message_id,
-                    conversation: slot.conversation_id,
-                    seq: from_db(slot.seq),
-                }
-                .to_json();
-                self.enqueue_inbox_events(conn, slot.team_id, slot.message_id, &payload, at)
+                self.mark_references_due(conn, slot.team_id, slot.message_id, at)
                     .await?;
             }
             SlotOutcome::Retryable {
@@ -134,7 +120,7 @@ pub(super) async fn settle(
     ids.dedup();
     let mut tx = ledger.begin(WHAT).await?;
     let sql = format!(
-        "SELECT s.id, s.generation, s.message_id, s.team_id, m.conversation_id, m.seq
+        "SELECT s.id, s.generation, s.message_id, s.team_id
          FROM outbox_slots s JOIN messages m ON m.id = s.message_id
          WHERE s.tenant = ? AND s.failed = 0 AND s.leased_until > ? AND s.id IN ({})",
         marks(ids.len())
