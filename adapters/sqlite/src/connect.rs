@@ -8,7 +8,7 @@ use crewbus_domain::{BusError, BusResult, StoreError};
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{ConnectOptions, Connection, Sqlite, Transaction};
+use sqlx::{ConnectOptions, Connection};
 
 use crate::error::{BusyCounter, bus_error, store_error};
 
@@ -53,6 +53,8 @@ impl Default for SqliteConfig {
 #[derive(Clone)]
 pub struct SqlitePools {
     write: SqlitePool,
+    /// Every write transaction of the process, as parts of shared ones (group commit).
+    pub(crate) group: GroupCommit,
     read: SqlitePool,
     path: PathBuf,
     busy_timeout: Duration,
@@ -68,8 +70,8 @@ impl std::fmt::Debug for SqlitePools {
     }
 }
 
-/// A write transaction, begun with `BEGIN IMMEDIATE` on the write connection.
-pub(crate) type WriteTx = Transaction<'static, Sqlite>;
+pub(crate) use crate::group_commit::WriteTx;
+use crate::group_commit::GroupCommit;
 
 impl SqlitePools {
     /// The store file these pools opened.
@@ -102,21 +104,22 @@ impl SqlitePools {
         &self.read
     }
 
-    /// Begins a write transaction with `BEGIN IMMEDIATE`: the write lock is taken at once
-    /// (waiting up to the busy timeout for another process), so no statement of the transaction
-    /// can fail later with `SQLITE_BUSY` when it first writes (a deferred `BEGIN` would, without
-    /// consulting the busy handler).
+    /// Begins a write transaction: a part of the shared one of the group commit
+    /// ([`crate::group_commit`]), whose `BEGIN IMMEDIATE` takes the write lock at once (waiting
+    /// up to the busy timeout for another process), so no statement can fail later with
+    /// `SQLITE_BUSY` when it first writes (a deferred `BEGIN` would, without consulting the busy
+    /// handler). Its `commit` returns after the shared transaction's fsynced `COMMIT`.
     pub(crate) async fn begin(&self, what: &str) -> BusResult<WriteTx> {
-        self.write
-            .begin_with("BEGIN IMMEDIATE")
+        self.group
+            .begin()
             .await
             .map_err(|e| self.bus_error(e, what))
     }
 
     /// [`SqlitePools::begin`] for the stores (journal, push store).
     pub(crate) async fn begin_store(&self, what: &str) -> Result<WriteTx, StoreError> {
-        self.write
-            .begin_with("BEGIN IMMEDIATE")
+        self.group
+            .begin()
             .await
             .map_err(|e| self.store_error(e, what))
     }
@@ -235,6 +238,7 @@ pub async fn open(path: impl AsRef<Path>, config: &SqliteConfig) -> BusResult<Sq
         .await
         .map_err(|e| bus_error(e, what, &busy))?;
     Ok(SqlitePools {
+        group: GroupCommit::new(write.clone()),
         write,
         read,
         path,

@@ -37,6 +37,7 @@ mod body;
 mod codec;
 mod connect;
 mod error;
+mod group_commit;
 mod inbox;
 mod journal;
 mod ledger;
