@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use crewbus_domain::{BusError, BusResult, FeedEvent, FeedUpdate, decode_feed, encode_feed};
 use crewbus_ports::{Feed, FeedListener};
 use sqlx::PgPool;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener};
 
 use crate::error::bus_error;
 
@@ -69,21 +69,8 @@ impl Feed for PostgresFeed {
     }
 
     async fn subscribe(&self) -> BusResult<Box<dyn FeedListener>> {
-        // A pool of one, used by nothing else: the listener's session and, after a loss, its
-        // replacement.
-        let own = PgPoolOptions::new()
-            .max_connections(1)
-            .min_connections(0)
-            .connect_lazy_with(self.listen.clone());
-        let mut listener = PgListener::connect_with(&own)
-            .await
-            .map_err(|e| bus_error(e, "feed listener"))?;
-        // A lost session is reported, never replaced behind the caller's back.
-        listener.eager_reconnect(false);
-        listener
-            .listen(FEED_CHANNEL)
-            .await
-            .map_err(|e| bus_error(e, "feed listener"))?;
+        let listener =
+            crate::connect::listen_on(&self.listen, FEED_CHANNEL, "feed listener").await?;
         Ok(Box::new(PostgresFeedListener { listener }))
     }
 }

@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use crewbus_domain::{BusError, BusResult, Wakeup, WakeupTarget};
 use crewbus_ports::{WakeupListener, Wakeups};
 use sqlx::PgPool;
-use sqlx::postgres::{PgConnectOptions, PgListener, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgListener};
 
 use crate::error::bus_error;
 
@@ -65,21 +65,7 @@ impl Wakeups for PostgresWakeups {
     }
 
     async fn listen(&self) -> BusResult<Box<dyn WakeupListener>> {
-        // A pool of one, used by nothing else: the listener's session and, after a loss, its
-        // replacement.
-        let own = PgPoolOptions::new()
-            .max_connections(1)
-            .min_connections(0)
-            .connect_lazy_with(self.listen.clone());
-        let mut listener = PgListener::connect_with(&own)
-            .await
-            .map_err(|e| bus_error(e, "wake-up listener"))?;
-        // A lost session is reported, never replaced behind the caller's back.
-        listener.eager_reconnect(false);
-        listener
-            .listen(CHANNEL)
-            .await
-            .map_err(|e| bus_error(e, "wake-up listener"))?;
+        let listener = crate::connect::listen_on(&self.listen, CHANNEL, "wake-up listener").await?;
         Ok(Box::new(PostgresListener { listener }))
     }
 }

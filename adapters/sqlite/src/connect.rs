@@ -70,8 +70,8 @@ impl std::fmt::Debug for SqlitePools {
     }
 }
 
-pub(crate) use crate::group_commit::WriteTx;
 use crate::group_commit::GroupCommit;
+pub(crate) use crate::group_commit::WriteTx;
 
 impl SqlitePools {
     /// The store file these pools opened.

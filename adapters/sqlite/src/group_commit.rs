@@ -225,7 +225,9 @@ impl Inner {
         if let Some(mut batch) = w.batch.take() {
             tracing::warn!(error = %error, parts = batch.parts, "sqlite group transaction broken; rolled back, every part answered unavailable");
             let _ = batch.conn.execute("ROLLBACK").await;
-            batch.outcome.send_replace(Some(Err(error.to_string().into())));
+            batch
+                .outcome
+                .send_replace(Some(Err(error.to_string().into())));
             batch.conn.close_on_drop();
         }
     }
@@ -246,7 +248,10 @@ impl Inner {
         mut guard: OwnedMutexGuard<Writer>,
     ) -> Result<watch::Receiver<Outcome>, sqlx::Error> {
         // (Never `Err` today; the type keeps the join error's shape for the caller.)
-        let batch = guard.batch.as_mut().expect("a joined part has a transaction");
+        let batch = guard
+            .batch
+            .as_mut()
+            .expect("a joined part has a transaction");
         let outcome = batch.outcome.subscribe();
         if let Err(e) = batch.conn.execute("RELEASE part").await {
             // The transaction is gone (SQLite rolled it back): every part hears it, this one too.
@@ -304,7 +309,11 @@ impl std::ops::Deref for WriteTx {
     type Target = SqliteConnection;
     fn deref(&self) -> &SqliteConnection {
         let guard = self.guard.as_ref().expect("a live part holds the writer");
-        &guard.batch.as_ref().expect("a live part has a transaction").conn
+        &guard
+            .batch
+            .as_ref()
+            .expect("a live part has a transaction")
+            .conn
     }
 }
 
@@ -354,7 +363,11 @@ mod tests {
     async fn until_active(group: &GroupCommit, n: usize) {
         let deadline = Instant::now() + Duration::from_secs(10);
         while group.active() != n {
-            assert!(Instant::now() < deadline, "{} parts active, not {n}", group.active());
+            assert!(
+                Instant::now() < deadline,
+                "{} parts active, not {n}",
+                group.active()
+            );
             tokio::task::yield_now().await;
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
@@ -420,7 +433,11 @@ mod tests {
         drop(dropped);
         kept.await.unwrap().unwrap();
         assert_eq!(rows(&pools).await, vec![2]);
-        assert_eq!(group.committed(), (1, 2), "both parts were in one transaction");
+        assert_eq!(
+            group.committed(),
+            (1, 2),
+            "both parts were in one transaction"
+        );
     }
 
     /// A part that breaks the shared transaction (here: rolls it back itself) fails it for every
@@ -446,10 +463,7 @@ mod tests {
         let second = breaker.await.unwrap().unwrap_err();
         for e in [first, second] {
             assert!(
-                matches!(
-                    crate::error::classify(&e),
-                    crate::error::Class::Unavailable
-                ),
+                matches!(crate::error::classify(&e), crate::error::Class::Unavailable),
                 "{e:?}"
             );
         }

@@ -13,10 +13,13 @@
 //!    with `Unauthenticated` (the agent revoked), which ends the wait with it.
 //!
 //! # Where wake-ups come from
-//! - The reference worker, after a pass published and marked references: this process's
-//!   waiters are woken at once, and one notify per agent per pass goes through the
-//!   [`Wakeups`](crewbus_ports::Wakeups) port, so a message sent through one server wakes an
-//!   agent waiting on another that shares the ledger. Never inside the send transaction.
+//! - The reference worker, as soon as the inbox confirmed a pass's references (the delivery is
+//!   possible from then on) and before it marks them published, a commit no fetch waits for:
+//!   this process's waiters are woken at once, and one notify per agent per pass goes through
+//!   the [`Wakeups`](crewbus_ports::Wakeups) port, so a message sent through one server wakes an
+//!   agent waiting on another that shares the ledger. The worker itself is woken by the commit
+//!   that stores the body (a local send, or the relay's settlement). Never inside a
+//!   transaction.
 //! - A revocation (`Bus::revoke_agent`), so a revoked agent's wait ends at once with 401.
 //! - The **safety sweep**: every [`topup_interval`] (half of `topup_after`), one ledger read
 //!   ([`Ledger::wakeable`](crewbus_ports::Ledger::wakeable)) over every agent waiting in this
