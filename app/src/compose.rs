@@ -43,6 +43,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 use crate::config::{Config, NatsConfig, NatsCredential, StorageKind};
+use crate::metrics::{StoreRows, StoreRowsSource};
 use crate::push::{DeliveryWorker, PushRuntime};
 use crate::usecases::backends::CombinedBackends;
 use crate::usecases::bus::{Bus, BusSettings, Ports};
@@ -156,6 +157,19 @@ pub fn sqlite_with(
 ) -> BusResult<Composed> {
     let settings = BusSettings::from_config(&config.bus);
     let path = pools.path().display().to_string();
+    let writes = pools.write_counts();
+    let store_rows: StoreRowsSource = Arc::new(move || {
+        writes
+            .snapshot()
+            .into_iter()
+            .map(|t| StoreRows {
+                table: t.table,
+                inserted: t.inserted,
+                updated: t.updated,
+                deleted: t.deleted,
+            })
+            .collect()
+    });
     let ledger = SqliteLedger::new(pools.clone(), config.tenant.clone());
     let journal: Arc<dyn Journal> = Arc::new(ledger.journal());
     let push_store: Arc<dyn PushStore> =
@@ -181,6 +195,7 @@ pub fn sqlite_with(
         wakeups,
         // One server per store (`serve.lock`): in process, as the wake-ups.
         feed: Arc::new(MemoryFeed::new()),
+        store_rows: Some(store_rows),
     };
     finish(config, settings, clock, stores, |push| {
         format!(
@@ -255,6 +270,7 @@ pub async fn postgres_with_pool(
         persistent: true,
         wakeups,
         feed,
+        store_rows: None,
     };
     finish(config, settings, clock, stores, |push| {
         match &config.database {
@@ -317,6 +333,7 @@ pub fn memory_with_wakeups(
         persistent: false,
         wakeups,
         feed: Arc::new(MemoryFeed::new()),
+        store_rows: None,
     };
     let composed = finish(config, settings, clock, stores, |push| {
         format!(
@@ -355,6 +372,9 @@ struct Stores {
     /// Whether the push store outlives the process (see [`push_runtime`]).
     persistent: bool,
     wakeups: Arc<dyn Wakeups>,
+    /// The store's rows written per table, for `/metrics`: the embedded store counts them
+    /// (SQLite's update hook); Postgres has `pg_stat_user_tables`, memory writes no rows.
+    store_rows: Option<StoreRowsSource>,
 }
 
 /// The one tail of every composition: the push runtime over the chosen push store, the registries (the chosen one, then JetStream when
@@ -402,6 +422,10 @@ fn finish(
     };
     let description = describe(push.as_ref());
     let bus = Bus::new(ports, settings);
+    let bus = match stores.store_rows {
+        Some(source) => bus.with_store_rows(source),
+        None => bus,
+    };
     // The delivery worker says on the console feed when it parks a registration.
     let push = push.map(|mut p| {
         p.worker = p.worker.with_events(bus.feed_sink());

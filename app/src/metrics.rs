@@ -3,7 +3,9 @@
 //! Counters and histograms live in one registry made with the bus and are bumped by the use
 //! cases; gauges that describe the ledger (publications pending/failed, age of the oldest pending
 //! one, inbox events pending) are read from the ledger when `/metrics` is scraped and encoded from
-//! a registry made for that scrape, so a ledger that does not answer leaves them out.
+//! a registry made for that scrape, so a ledger that does not answer leaves them out. So are the
+//! store's rows written per table (`crewbus_store_rows_total{table, op}`), for a store that
+//! counts them ([`StoreRowsSource`], given by the composition root: the embedded SQLite store).
 //!
 //! Two formats ([`Format`]): the Prometheus text format 0.0.4 by default, OpenMetrics 1.0 when the
 //! scraper's `Accept` asks for it. The names are the same samples in both: a counter registered
@@ -13,10 +15,12 @@
 //! a `# UNIT` line). Only OpenMetrics ends with `# EOF`. Histogram bounds are written `le="1"` in
 //! 0.0.4 (as the Go client writes them) and `le="1.0"` in OpenMetrics (its canonical number form).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use prometheus_client::encoding::{prometheus_text, text};
 use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use prometheus_client::metrics::histogram;
 use prometheus_client::registry::{Registry, Unit};
@@ -304,6 +308,53 @@ impl LedgerGauges {
     }
 }
 
+/// Rows the store's writes changed in one table since the store was opened by this process,
+/// each a count of rows: exposed as `crewbus_store_rows_total{table="…",op="insert|update|delete"}`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StoreRows {
+    /// The table's name in the store.
+    pub table: String,
+    /// Rows inserted.
+    pub inserted: u64,
+    /// Rows updated.
+    pub updated: u64,
+    /// Rows deleted.
+    pub deleted: u64,
+}
+
+/// Reads the store's per-table row counts when `/metrics` is scraped. The composition root
+/// gives one for a store that counts its rows (the embedded SQLite store, from its update hook);
+/// other stores have none and leave the family out (Postgres keeps its own in
+/// `pg_stat_user_tables`).
+pub type StoreRowsSource = Arc<dyn Fn() -> Vec<StoreRows> + Send + Sync>;
+
+/// The labels of one `crewbus_store_rows_total` sample: `table` and `op`.
+type RowLabels = [(&'static str, String); 2];
+
+/// A registry of the store's row counts, for one scrape: one counter per table and operation
+/// (zeros included, so every table written has all three).
+fn store_rows_registry(rows: &[StoreRows]) -> Registry {
+    let family = Family::<RowLabels, Counter>::default();
+    for row in rows {
+        for (op, n) in [
+            ("insert", row.inserted),
+            ("update", row.updated),
+            ("delete", row.deleted),
+        ] {
+            family
+                .get_or_create(&[("table", row.table.clone()), ("op", op.to_owned())])
+                .inc_by(n);
+        }
+    }
+    let mut r = Registry::default();
+    r.register(
+        "crewbus_store_rows",
+        "Rows the store's writes inserted, updated or deleted, per table, since this server opened it",
+        family,
+    );
+    r
+}
+
 /// An exposition format of `/metrics`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
@@ -366,25 +417,28 @@ impl Metrics {
         counter.inc_by(n);
     }
 
-    /// The exposition in `format` ([`Format::content_type`]); the ledger's gauges only when given.
-    pub fn render(&self, gauges: Option<LedgerGauges>, format: Format) -> String {
+    /// The exposition in `format` ([`Format::content_type`]); the ledger's gauges only when
+    /// given, the store's rows per table only when given.
+    pub fn render(
+        &self,
+        gauges: Option<LedgerGauges>,
+        store_rows: Option<&[StoreRows]>,
+        format: Format,
+    ) -> String {
         let mut out = String::with_capacity(8192);
-        let gauges = gauges.map(LedgerGauges::registry);
+        let scraped: Vec<Registry> = gauges
+            .map(LedgerGauges::registry)
+            .into_iter()
+            .chain(store_rows.map(store_rows_registry))
+            .collect();
         // Writing to a String does not fail; an encoder error would be a bug in the encoder.
         let written = match format {
-            Format::Prometheus => {
-                prometheus_text::encode(&mut out, &self.registry).and_then(|()| {
-                    gauges
-                        .as_ref()
-                        .map_or(Ok(()), |g| prometheus_text::encode(&mut out, g))
-                })
-            }
-            Format::OpenMetrics => text::encode_registry(&mut out, &self.registry)
-                .and_then(|()| {
-                    gauges
-                        .as_ref()
-                        .map_or(Ok(()), |g| text::encode_registry(&mut out, g))
-                })
+            Format::Prometheus => std::iter::once(&self.registry)
+                .chain(&scraped)
+                .try_for_each(|r| prometheus_text::encode(&mut out, r)),
+            Format::OpenMetrics => std::iter::once(&self.registry)
+                .chain(&scraped)
+                .try_for_each(|r| text::encode_registry(&mut out, r))
                 .and_then(|()| text::encode_eof(&mut out)),
         };
         debug_assert!(written.is_ok(), "encoding metrics into a String failed");
@@ -417,7 +471,7 @@ mod tests {
 
     #[test]
     fn the_prometheus_text_keeps_the_names_of_the_hand_written_one() {
-        let text = some_traffic().render(gauges(), Format::Prometheus);
+        let text = some_traffic().render(gauges(), None, Format::Prometheus);
         for line in [
             "# HELP crewbus_messages_sent_total Messages accepted by send.",
             "# TYPE crewbus_messages_sent_total counter",
@@ -456,7 +510,7 @@ mod tests {
 
     #[test]
     fn openmetrics_names_counter_families_without_total_and_ends_with_eof() {
-        let text = some_traffic().render(gauges(), Format::OpenMetrics);
+        let text = some_traffic().render(gauges(), None, Format::OpenMetrics);
         for line in [
             "# HELP crewbus_messages_sent Messages accepted by send.",
             "# TYPE crewbus_messages_sent counter",
@@ -475,9 +529,56 @@ mod tests {
     }
 
     #[test]
+    fn the_store_rows_are_one_counter_per_table_and_operation_only_when_given() {
+        let rows = [
+            StoreRows {
+                table: "messages".into(),
+                inserted: 7,
+                updated: 0,
+                deleted: 2,
+            },
+            StoreRows {
+                table: "receipts".into(),
+                inserted: 21,
+                updated: 21,
+                deleted: 0,
+            },
+        ];
+        let text = some_traffic().render(None, Some(&rows), Format::Prometheus);
+        for line in [
+            "# HELP crewbus_store_rows_total Rows the store's writes inserted, updated or deleted, per table, since this server opened it.",
+            "# TYPE crewbus_store_rows_total counter",
+            "crewbus_store_rows_total{table=\"messages\",op=\"insert\"} 7",
+            "crewbus_store_rows_total{table=\"messages\",op=\"update\"} 0",
+            "crewbus_store_rows_total{table=\"messages\",op=\"delete\"} 2",
+            "crewbus_store_rows_total{table=\"receipts\",op=\"insert\"} 21",
+            "crewbus_store_rows_total{table=\"receipts\",op=\"update\"} 21",
+            "crewbus_store_rows_total{table=\"receipts\",op=\"delete\"} 0",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
+        }
+        assert_eq!(text.matches("crewbus_store_rows_total{").count(), 6);
+        let open = some_traffic().render(gauges(), Some(&rows), Format::OpenMetrics);
+        assert!(
+            open.contains("# TYPE crewbus_store_rows counter\n"),
+            "{open}"
+        );
+        assert!(
+            open.contains("crewbus_store_rows_total{table=\"receipts\",op=\"update\"} 21\n"),
+            "{open}"
+        );
+        assert!(open.ends_with("\n# EOF\n"), "{open}");
+        assert_eq!(open.matches("# EOF").count(), 1);
+        for format in [Format::Prometheus, Format::OpenMetrics] {
+            let text = some_traffic().render(gauges(), None, format);
+            assert!(!text.contains("crewbus_store_rows"), "{text}");
+        }
+    }
+
+    #[test]
     fn without_the_ledger_the_gauges_are_left_out() {
         for format in [Format::Prometheus, Format::OpenMetrics] {
-            let text = some_traffic().render(None, format);
+            let text = some_traffic().render(None, None, format);
             assert!(!text.contains("crewbus_publication"), "{text}");
             assert!(text.contains("crewbus_messages_sent_total 1\n"), "{text}");
         }

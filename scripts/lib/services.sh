@@ -1,5 +1,6 @@
-# Shared by scripts/test and scripts/bench-e2e (sourced, not run): exit hooks, a Postgres server
-# for the run, and the two nats-server lines. Each function exits the script with a message on
+# Shared by scripts/test, scripts/bench-e2e, scripts/bench-stores and scripts/write-audit
+# (sourced, not run): exit hooks, a Postgres server for the run and fresh databases on it, and
+# the two nats-server lines. Each function exits the script with a message on
 # stderr when what it needs cannot be set up.
 
 step() { printf '\n==> %s\n' "$*"; }
@@ -69,6 +70,27 @@ setup_postgres() {
   echo "postgres: the throwaway cluster would not start:" >&2
   cat "$dir/postgres.log" >&2
   exit 1
+}
+
+# A new, empty database on DATABASE_URL's server (setup_postgres first), named $1 (default
+# crewbus) plus a random suffix; prints its URL (DATABASE_URL with the database name replaced,
+# any query kept). Not dropped by itself: the caller registers `on_exit "drop_database '<url>'"`
+# (a function called in "$(…)" runs in a subshell, where on_exit would be lost).
+fresh_database() {
+  local db="${1:-crewbus}_${RANDOM}${RANDOM}" base="${DATABASE_URL%%\?*}" query=""
+  if [ "$base" != "$DATABASE_URL" ]; then query="?${DATABASE_URL#*\?}"; fi
+  if ! "$PG_BIN_DIR/psql" -q -d "$DATABASE_URL" -c "CREATE DATABASE $db" >/dev/null; then
+    echo "postgres: could not create database $db on DATABASE_URL's server" >&2
+    exit 1
+  fi
+  echo "${base%/*}/$db$query"
+}
+
+# Drops the database of the URL $1 (one fresh_database printed), closing its sessions.
+drop_database() {
+  local db="${1%%\?*}"
+  db="${db##*/}"
+  "$PG_BIN_DIR/psql" -q -d "$DATABASE_URL" -c "DROP DATABASE IF EXISTS $db WITH (FORCE)" >/dev/null 2>&1
 }
 
 # --- NATS: both server lines -------------------------------------------------------------------

@@ -11,6 +11,7 @@ use sqlx::sqlite::{
 use sqlx::{ConnectOptions, Connection};
 
 use crate::error::{BusyCounter, bus_error, store_error};
+use crate::write_counts::WriteCounts;
 
 /// How to open the store file. Every field has a default ([`SqliteConfig::default`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -49,7 +50,8 @@ impl Default for SqliteConfig {
 ///
 /// Every connection runs with `journal_mode=WAL` (readers never block the writer, nor the
 /// writer readers), `synchronous=FULL` (a commit returns after the WAL is fsynced),
-/// `foreign_keys=ON` and the configured `busy_timeout`.
+/// `foreign_keys=ON` and the configured `busy_timeout`. Every write connection counts the rows
+/// it writes per table ([`SqlitePools::write_counts`]).
 #[derive(Clone)]
 pub struct SqlitePools {
     write: SqlitePool,
@@ -59,6 +61,7 @@ pub struct SqlitePools {
     path: PathBuf,
     busy_timeout: Duration,
     busy: BusyCounter,
+    writes: WriteCounts,
 }
 
 impl std::fmt::Debug for SqlitePools {
@@ -84,6 +87,13 @@ impl SqlitePools {
     /// pools.
     pub fn busy_errors(&self) -> u64 {
         self.busy.get()
+    }
+
+    /// Rows inserted, updated and deleted per table by this process's write connection since
+    /// [`open`] (SQLite's update hook; see [`WriteCounts`] for what is and is not counted). The
+    /// handle shares the live counters: read them with [`WriteCounts::snapshot`].
+    pub fn write_counts(&self) -> WriteCounts {
+        self.writes.clone()
     }
 
     /// Closes both pools, waiting for connections in use to be returned (checkpointing the WAL
@@ -210,12 +220,25 @@ pub async fn open(path: impl AsRef<Path>, config: &SqliteConfig) -> BusResult<Sq
         .journal_mode(SqliteJournalMode::Wal);
     let opening = format!("open {}", path.display());
     let what = opening.as_str();
+    let writes = WriteCounts::default();
+    let hook = writes.clone();
     let write = SqlitePoolOptions::new()
         .max_connections(1)
         .min_connections(1)
         .idle_timeout(None)
         .max_lifetime(None)
         .acquire_timeout(config.acquire_timeout)
+        // Every write connection (the first, and one the pool opens after a close) counts the
+        // rows it writes.
+        .after_connect(move |conn, _meta| {
+            let hook = hook.clone();
+            Box::pin(async move {
+                conn.lock_handle()
+                    .await?
+                    .set_update_hook(move |row| hook.record(&row));
+                Ok(())
+            })
+        })
         .connect_with(write_options)
         .await
         .map_err(|e| bus_error(e, what, &busy))?;
@@ -244,6 +267,7 @@ pub async fn open(path: impl AsRef<Path>, config: &SqliteConfig) -> BusResult<Sq
         path,
         busy_timeout: config.busy_timeout,
         busy,
+        writes,
     })
 }
 

@@ -31,6 +31,12 @@
 //! (`error.rs`), by SQLite result code: a database still busy or locked after the busy timeout is
 //! a retryable `Unavailable`, counted by [`SqlitePools::busy_errors`], and SQLite's own message
 //! never reaches a caller.
+//!
+//! # Rows written per table
+//!
+//! SQLite keeps no per-table write counters, so every write connection counts the rows it
+//! inserts, updates and deletes per table, from SQLite's update hook ([`SqlitePools::write_counts`],
+//! [`WriteCounts`]: what the hook does not see is listed there).
 #![warn(missing_docs)]
 
 mod body;
@@ -44,6 +50,7 @@ mod ledger;
 mod push_store;
 mod registry;
 mod settings;
+mod write_counts;
 
 pub use body::SqliteBackend;
 pub use connect::{SqliteConfig, SqlitePools, backup_to, open};
@@ -53,6 +60,7 @@ pub use ledger::SqliteLedger;
 pub use push_store::SqlitePushStore;
 pub use registry::SqliteBackends;
 pub use settings::SqliteSettings;
+pub use write_counts::{TableWrites, WriteCounts};
 
 use std::collections::HashMap;
 

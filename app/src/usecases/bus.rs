@@ -16,7 +16,7 @@ use crewbus_ports::{
 use tokio::sync::Notify;
 
 use crate::config::{AllowList, BusConfig, ConsoleConfig};
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, StoreRowsSource};
 use crate::push::PushRuntime;
 use crate::shutdown::Shutdown;
 use crate::usecases::activity::ActivityTracker;
@@ -232,6 +232,9 @@ pub struct Bus {
     pub(crate) activity: Arc<ActivityTracker>,
     /// The console feed's publisher and viewers (see `feed`).
     pub(crate) feed: Arc<FeedHub>,
+    /// The store's rows written per table, read at scrape time for `/metrics`, when the store
+    /// counts them (see [`Bus::with_store_rows`]).
+    pub(crate) store_rows: Option<StoreRowsSource>,
 }
 
 impl Bus {
@@ -258,6 +261,7 @@ impl Bus {
             tokens,
             activity: Arc::new(ActivityTracker::default()),
             feed: Arc::new(FeedHub::default()),
+            store_rows: None,
         }
     }
 
@@ -272,6 +276,16 @@ impl Bus {
     pub fn with_push(self, push: PushRuntime) -> Self {
         Bus {
             push: Some(push),
+            ..self
+        }
+    }
+
+    /// The same bus exposing the store's rows per table in `/metrics`
+    /// (`crewbus_store_rows_total{table, op}`), read from `source` at every scrape. The
+    /// composition root passes one for a store that counts its rows (the embedded store).
+    pub fn with_store_rows(self, source: StoreRowsSource) -> Self {
+        Bus {
+            store_rows: Some(source),
             ..self
         }
     }

@@ -91,7 +91,8 @@ impl Bus {
         }
     }
 
-    /// The metrics exposition in `format`, with ledger gauges when the ledger answers.
+    /// The metrics exposition in `format`, with ledger gauges when the ledger answers, and the
+    /// store's rows per table when the bus was given their source ([`Bus::with_store_rows`]).
     pub async fn metrics_text(&self, format: Format) -> String {
         let gauges = self
             .ports
@@ -100,7 +101,8 @@ impl Bus {
             .await
             .ok()
             .map(gauges_of);
-        self.metrics.render(gauges, format)
+        let rows = self.store_rows.as_ref().map(|read| read());
+        self.metrics.render(gauges, rows.as_deref(), format)
     }
 }
 
