@@ -96,11 +96,15 @@ pub async fn migrate(pools: &SqlitePools) -> BusResult<()> {
     migrate_with(pools, &MIGRATOR).await
 }
 
-/// [`migrate`], but only the migrations whose version is at most `version`: the schema a build
-/// whose last migration is `version` left (upgrade tests and their fixtures build older stores
-/// with it). A later [`migrate`] applies the rest. Errors: as [`migrate`]; a store that already
-/// holds a migration after `version` → `Conflict`, as that older build would answer.
-pub async fn migrate_through(pools: &SqlitePools, version: i64) -> BusResult<()> {
+/// [`migrate`] with only the migrations whose version is at most `version`: the store as a build
+/// whose last migration was `version` left it, for upgrade tests that load an older build's data
+/// (`app/tests/upgrade_fixtures.rs`) and then let the server apply the rest. Versions are this
+/// build's (`MIGRATOR`; `YYYYMMDDNNNNNN` numbers); a `version` older than every migration applies
+/// none (the bookkeeping table is still made).
+///
+/// Errors: as [`migrate`]; a store that already has a migration above `version` → `Conflict`
+/// (sqlx's check: an applied migration unknown to the filtered list).
+pub async fn migrate_to(pools: &SqlitePools, version: i64) -> BusResult<()> {
     let migrator = Migrator {
         migrations: std::borrow::Cow::Owned(
             MIGRATOR
@@ -328,6 +332,34 @@ mod tests {
         migrate(&pools).await.unwrap();
         check_schema(&pools).await.unwrap();
         migrate(&pools).await.unwrap();
+        check_schema(&pools).await.unwrap();
+        pools.close().await;
+    }
+
+    #[tokio::test]
+    async fn migrate_to_stops_at_the_version_and_migrate_applies_the_rest() {
+        let versions: Vec<i64> = MIGRATOR.iter().map(|m| m.version).collect();
+        let (first, last) = (versions[0], *versions.last().unwrap());
+        let (_dir, pools) = fresh().await;
+        migrate_to(&pools, first).await.unwrap();
+        let applied = |pools: SqlitePools| async move {
+            sqlx::query_scalar::<_, i64>("SELECT version FROM _sqlx_migrations ORDER BY 1")
+                .fetch_all(pools.reader())
+                .await
+                .unwrap()
+        };
+        assert_eq!(applied(pools.clone()).await, [first]);
+        assert!(matches!(
+            check_schema(&pools).await,
+            Err(BusError::NotProvisioned { .. })
+        ));
+        migrate(&pools).await.unwrap();
+        assert_eq!(applied(pools.clone()).await, versions);
+        // Asked for less than the store has: refused, nothing changed.
+        if first != last {
+            let e = migrate_to(&pools, first).await.unwrap_err();
+            assert!(matches!(e, BusError::Conflict { .. }), "{e:?}");
+        }
         check_schema(&pools).await.unwrap();
         pools.close().await;
     }

@@ -379,7 +379,7 @@ async fn a_store_from_before_request_ids_per_sender_upgrades() -> Result<(), Fai
     drop(conn);
     old.close().await;
 
-    crewbus_sqlite::migrate_through(&pools, PER_SENDER).await?;
+    crewbus_sqlite::migrate_to(&pools, PER_SENDER).await?;
 
     let mut side = pools.side_connection().await?;
     for (table, rows) in KEPT.iter().zip(&before) {
