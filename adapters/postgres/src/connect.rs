@@ -64,6 +64,32 @@ pub async fn connect(config: &PostgresConfig) -> BusResult<PgPool> {
         .map_err(|e| bus_error(e, "connect"))
 }
 
+/// A `LISTEN` session on `channel` over a pool of one connection of its own (`listen`'s
+/// options), used by nothing else. A lost session is reported to the caller (sqlx's
+/// `try_recv` answers `None`), never replaced behind its back (no eager reconnection): the
+/// wake-up and feed listeners end with `Unavailable` and are started again by the app, which logs
+/// and counts the loss. Errors: the session not opened, or `LISTEN` refused → the mapped error,
+/// naming `what`.
+pub(crate) async fn listen_on(
+    listen: &sqlx::postgres::PgConnectOptions,
+    channel: &str,
+    what: &str,
+) -> crewbus_domain::BusResult<sqlx::postgres::PgListener> {
+    let own = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(1)
+        .min_connections(0)
+        .connect_lazy_with(listen.clone());
+    let mut listener = sqlx::postgres::PgListener::connect_with(&own)
+        .await
+        .map_err(|e| crate::error::bus_error(e, what))?;
+    listener.eager_reconnect(false);
+    listener
+        .listen(channel)
+        .await
+        .map_err(|e| crate::error::bus_error(e, what))?;
+    Ok(listener)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,30 +119,4 @@ mod tests {
         assert!(e.is_retryable(), "{e:?}");
         assert!(!e.to_string().contains("hunter2"));
     }
-}
-
-/// A `LISTEN` session on `channel` over a pool of one connection of its own (`listen`'s
-/// options), used by nothing else. A lost session is reported to the caller (sqlx's
-/// `try_recv` answers `None`), never replaced behind its back (no eager reconnection): the
-/// wake-up and feed listeners end with `Unavailable` and are started again by the app, which logs
-/// and counts the loss. Errors: the session not opened, or `LISTEN` refused → the mapped error,
-/// naming `what`.
-pub(crate) async fn listen_on(
-    listen: &sqlx::postgres::PgConnectOptions,
-    channel: &str,
-    what: &str,
-) -> crewbus_domain::BusResult<sqlx::postgres::PgListener> {
-    let own = sqlx::postgres::PgPoolOptions::new()
-        .max_connections(1)
-        .min_connections(0)
-        .connect_lazy_with(listen.clone());
-    let mut listener = sqlx::postgres::PgListener::connect_with(&own)
-        .await
-        .map_err(|e| crate::error::bus_error(e, what))?;
-    listener.eager_reconnect(false);
-    listener
-        .listen(channel)
-        .await
-        .map_err(|e| crate::error::bus_error(e, what))?;
-    Ok(listener)
 }

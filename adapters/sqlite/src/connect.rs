@@ -103,6 +103,13 @@ impl SqlitePools {
         self.read.close().await;
     }
 
+    /// The group commit's work since [`open`]: (shared write transactions committed — one
+    /// fsynced `COMMIT` each —, write transactions they held). The second ÷ the first is the
+    /// mean batch: 1.0 when writes never overlap, higher under concurrent writers.
+    pub fn group_commits(&self) -> (u64, u64) {
+        self.group.committed()
+    }
+
     /// The single-connection write pool (migrations, and the few writes that need no
     /// transaction of their own).
     pub(crate) fn writer(&self) -> &SqlitePool {

@@ -75,7 +75,8 @@ pub async fn make(header: &[String]) -> (Made, Renamer, String) {
                 .expect("body");
         key.into_iter().for_each(|k| renamer.name(k));
     }
-    let events: Vec<Uuid> = sqlx::query_scalar("SELECT id FROM inbox_events ORDER BY ord")
+    // The references' event ids (derived from the random message and recipient ids).
+    let events: Vec<Uuid> = sqlx::query_scalar("SELECT event_id FROM inbox_queue ORDER BY seq")
         .fetch_all(&pool)
         .await
         .expect("events");

@@ -268,9 +268,17 @@ pub async fn make(ports: &Ports<'_>) -> Option<Made> {
             other => panic!("publishing event {} answered {other:?}", e.id),
         }
     }
-    let ids: Vec<Uuid> = events.iter().map(|e| e.id).collect();
+    let mut messages: Vec<Uuid> = events.iter().map(|e| e.message).collect();
+    messages.dedup();
     ports.clock.set(t(21));
-    assert_eq!(ledger.mark_published(&ids, t(21)).await.expect("mark"), 8);
+    assert_eq!(
+        ledger
+            .mark_references_published(&messages, t(21))
+            .await
+            .expect("mark"),
+        4,
+        "one reference marker per message"
+    );
 
     // Fetches: a takes L2, b takes L1, c takes L1 and L2 (stream order); each handed out.
     ports.clock.set(t(30));
