@@ -53,13 +53,10 @@ impl Bus {
             leased: events.len(),
             ..ReferencePass::default()
         };
-        // Every leased message, in lease order.
-        let mut messages: Vec<Uuid> = Vec::new();
-        for e in &events {
-            if messages.last() != Some(&e.message) && !messages.contains(&e.message) {
-                messages.push(e.message);
-            }
-        }
+        // Every leased message, in lease order (the ledger answers a message's references
+        // together).
+        let mut messages: Vec<Uuid> = events.iter().map(|e| e.message).collect();
+        messages.dedup();
         pass.messages = messages.len();
         if events.is_empty() {
             return Ok(pass);
