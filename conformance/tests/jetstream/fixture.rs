@@ -1,10 +1,11 @@
 //! The fixture's servers die with the test binary that started them, however it ends
 //! (`crewbus_conformance::child`): this binary runs itself again as a probe that starts a
-//! `nats-server`, prints its pid and then ends without dropping it — by `process::exit` (what a
+//! `nats-server`, prints its pid, waits for the go-ahead on stdin (sent once the server is seen
+//! running) and then ends without dropping it — by `process::exit` (what a
 //! `libtest-mimic` harness does), by a panic, or killed with `SIGKILL` — and the server must be
 //! gone within 10 s after, and its temp dir once the next fixture server starts.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -30,6 +31,10 @@ pub(crate) fn run_probe_if_asked() {
     );
     // The server is never dropped: only the kernel's parent-death signal can stop it.
     std::mem::forget(server);
+    // Ends only once the parent has seen the server running (a line on stdin): ending at once
+    // raced the parent's check, and the server could be gone before it looked.
+    let mut go = String::new();
+    let _ = std::io::stdin().read_line(&mut go);
     match mode.as_str() {
         "exit" => std::process::exit(0),
         "panic" => panic!("the probe panics on purpose"),
@@ -53,7 +58,7 @@ fn nats_server_alive(pid: u32) -> bool {
 fn probe(mode: &'static str) -> Result<(), Failed> {
     let mut child = Command::new(std::env::current_exe()?)
         .env(PROBE, mode)
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()?;
@@ -67,6 +72,9 @@ fn probe(mode: &'static str) -> Result<(), Failed> {
         .ok_or_else(|| format!("the probe printed {line:?}, not `pid N dir D`"))?;
     assert!(dir.exists(), "the probe's server dir {}", dir.display());
     assert!(nats_server_alive(pid), "the probe's server {pid} runs");
+    let mut go = child.stdin.take().expect("the probe's stdin");
+    writeln!(go, "go")?;
+    drop(go);
     if mode == "hang" {
         child.kill()?;
     }
