@@ -28,13 +28,15 @@ CREATE INDEX reference_marks_due ON reference_marks (tenant, ord);
 -- build published but had not marked is published again under the derived id: the recipient
 -- may see one extra reference, which the fetch recognises (the receipt, or the live hand-out)
 -- and acknowledges away; nothing is handed out twice.
+-- One pass over the unpublished events (grouped, not a correlated lookup per event: no index
+-- of inbox_events starts with message_id); SQLite takes the bare columns of a min() aggregate
+-- from the row holding the minimum, so they are the oldest event's.
 INSERT INTO reference_marks (message_id, tenant, team_id, inbox, created_at)
-SELECT e.message_id, e.tenant, e.team_id, e.inbox, e.created_at
-FROM inbox_events e
-WHERE e.published_at IS NULL
-  AND e.ord = (SELECT min(o.ord) FROM inbox_events o
-               WHERE o.message_id = e.message_id AND o.published_at IS NULL)
-ORDER BY e.ord;
+SELECT message_id, tenant, team_id, inbox, created_at
+FROM (SELECT message_id, tenant, team_id, inbox, created_at, min(ord) AS oldest
+      FROM inbox_events WHERE published_at IS NULL
+      GROUP BY message_id)
+ORDER BY oldest;
 
 DROP TABLE inbox_events;
 

@@ -268,7 +268,7 @@ pub async fn open(path: impl AsRef<Path>, config: &SqliteConfig) -> BusResult<Sq
         .await
         .map_err(|e| bus_error(e, what, &busy))?;
     Ok(SqlitePools {
-        group: GroupCommit::new(write.clone()),
+        group: GroupCommit::new(write.clone(), config.acquire_timeout),
         write,
         read,
         path,

@@ -3,10 +3,14 @@
 //! journal, the bodies) is a **part** of a shared SQLite transaction, so the parts queued while
 //! one transaction commits share the next one and its one WAL fsync (`synchronous=FULL`).
 //!
-//! - **Linger 0**: a part that finds no transaction open begins one (`BEGIN IMMEDIATE`); the
-//!   transaction commits as soon as no part is running or waiting for the connection, or when it
-//!   holds [`MAX_PARTS`] parts. A lone write is committed alone, without waiting for company —
-//!   the rule the send batcher follows.
+//! - **Linger 0**: a part that finds no transaction open begins one (`BEGIN IMMEDIATE`) for
+//!   itself and the parts already waiting then — the writes that queued while the last
+//!   transaction committed — and the transaction commits once those are done (or sooner, when no
+//!   part is left running or waiting), at most [`MAX_PARTS`] parts. A part that arrives later
+//!   waits for the next one, so no part's answer waits for work queued after it began. A lone
+//!   write is committed alone, without waiting for company — the rule the send batcher follows.
+//! - **Bounded wait**: a part waits for the connection at most the pool's acquire timeout
+//!   (`storage` `acquire_timeout`), then fails with the pool's timeout (`Unavailable`).
 //! - **One outcome per part**: each part runs inside its own `SAVEPOINT`; a part that fails (its
 //!   [`WriteTx`] dropped without [`WriteTx::commit`]) is rolled back to it, and the others are
 //!   untouched. [`WriteTx::commit`] returns only after the shared transaction's `COMMIT`.
@@ -41,6 +45,8 @@ type Outcome = Option<Result<(), Arc<str>>>;
 struct Batch {
     conn: PoolConnection<Sqlite>,
     parts: usize,
+    /// The parts this transaction takes: its first and those waiting when it began.
+    quota: usize,
     outcome: watch::Sender<Outcome>,
 }
 
@@ -54,6 +60,8 @@ struct Writer {
 
 struct Inner {
     pool: SqlitePool,
+    /// How long a part waits for the connection.
+    acquire_timeout: std::time::Duration,
     writer: Arc<Mutex<Writer>>,
     /// Parts that hold or wait for the connection and have not left the transaction.
     active: AtomicUsize,
@@ -76,8 +84,9 @@ pub(crate) struct WriteTx {
     inner: Arc<Inner>,
 }
 
-/// A part counted in `active` that has not joined yet: dropped unused (its caller went away
-/// while it waited for the connection), it leaves, so the open transaction can commit.
+/// A part counted in `active` that has not joined yet: dropped unused (its wait for the
+/// connection timed out, or its task was cancelled by the runtime's shutdown), it leaves, so the
+/// open transaction can commit.
 struct Ticket {
     inner: Option<Arc<Inner>>,
 }
@@ -101,11 +110,13 @@ impl Drop for Ticket {
 }
 
 impl GroupCommit {
-    /// The group committer of `pool` (the single-connection write pool).
-    pub(crate) fn new(pool: SqlitePool) -> Self {
+    /// The group committer of `pool` (the single-connection write pool); a part waits for the
+    /// connection at most `acquire_timeout`.
+    pub(crate) fn new(pool: SqlitePool, acquire_timeout: std::time::Duration) -> Self {
         GroupCommit {
             inner: Arc::new(Inner {
                 pool,
+                acquire_timeout,
                 writer: Arc::new(Mutex::new(Writer::default())),
                 active: AtomicUsize::new(0),
                 commits: AtomicU64::new(0),
@@ -129,7 +140,11 @@ impl GroupCommit {
         // (the task's WriteTx is dropped, which rolls the part back and leaves).
         tokio::spawn(async move {
             let mut ticket = ticket;
-            let mut guard = inner.writer.clone().lock_owned().await;
+            let locked =
+                tokio::time::timeout(inner.acquire_timeout, inner.writer.clone().lock_owned())
+                    .await;
+            // Timed out: the ticket, dropped armed, leaves for this part.
+            let mut guard = locked.map_err(|_| sqlx::Error::PoolTimedOut)?;
             ticket.inner = None;
             match inner.join(&mut guard).await {
                 Ok(()) => Ok(WriteTx {
@@ -178,6 +193,8 @@ impl Inner {
             w.batch = Some(Batch {
                 conn,
                 parts: 0,
+                // This part, counted in `active`, and every part waiting now.
+                quota: self.active.load(Ordering::SeqCst).clamp(1, MAX_PARTS),
                 outcome: watch::channel(None).0,
             });
         }
@@ -193,7 +210,10 @@ impl Inner {
     /// The part leaves the transaction; the last one out (or the one that filled it) commits.
     async fn leave(&self, guard: OwnedMutexGuard<Writer>) {
         let left = self.active.fetch_sub(1, Ordering::SeqCst) - 1;
-        let full = guard.batch.as_ref().is_some_and(|b| b.parts >= MAX_PARTS);
+        let full = guard
+            .batch
+            .as_ref()
+            .is_some_and(|b| b.parts >= b.quota || b.parts >= MAX_PARTS);
         if left == 0 || full {
             self.finish(guard).await;
         }
@@ -201,6 +221,12 @@ impl Inner {
 
     /// Commits the open transaction, if any, and tells its parts how it ended.
     async fn finish(&self, mut guard: OwnedMutexGuard<Writer>) {
+        if std::mem::take(&mut guard.rollback_pending)
+            && let Some(batch) = guard.batch.as_mut()
+            && let Err(e) = batch.conn.execute("ROLLBACK TO part; RELEASE part").await
+        {
+            self.abort(&mut guard, &e).await;
+        }
         let Some(mut batch) = guard.batch.take() else {
             return;
         };
@@ -381,8 +407,8 @@ mod tests {
             .unwrap();
     }
 
-    /// Parts queued while one runs share its transaction: one COMMIT for six parts, each part's
-    /// commit answered after it, every row kept.
+    /// Parts queued while one transaction runs share the next one: the first part commits alone
+    /// (nobody waited when it began), the five queued behind it in one COMMIT; every row kept.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn parts_queued_while_one_runs_share_one_commit() {
         let (_dir, pools) = store().await;
@@ -405,12 +431,17 @@ mod tests {
             w.await.unwrap().unwrap();
         }
         assert_eq!(rows(&pools).await, vec![0, 1, 2, 3, 4, 5]);
-        assert_eq!(group.committed(), (1, 6), "one transaction of six parts");
+        assert_eq!(
+            group.committed(),
+            (2, 6),
+            "the first alone (nobody waited when it began), then the five that queued behind it \
+             in one transaction"
+        );
         // A lone part commits alone, at once.
         let mut alone = group.begin().await.unwrap();
         insert(&mut alone, 6).await;
         alone.commit().await.unwrap();
-        assert_eq!(group.committed(), (2, 7));
+        assert_eq!(group.committed(), (3, 7));
     }
 
     /// A part dropped without commit is rolled back to its savepoint; the part after it in the
@@ -419,8 +450,19 @@ mod tests {
     async fn a_dropped_part_is_rolled_back_alone() {
         let (_dir, pools) = store().await;
         let group = pools.group.clone();
-        let mut dropped = group.begin().await.unwrap();
-        insert(&mut dropped, 1).await;
+        // A part holds the connection while the two under test queue behind it, so they begin
+        // the next transaction together.
+        let mut holder = group.begin().await.unwrap();
+        insert(&mut holder, 0).await;
+        let dropped = {
+            let group = group.clone();
+            tokio::spawn(async move {
+                let mut tx = group.begin().await.unwrap();
+                insert(&mut tx, 1).await;
+                drop(tx);
+            })
+        };
+        until_active(&group, 2).await;
         let kept = {
             let group = group.clone();
             tokio::spawn(async move {
@@ -429,26 +471,35 @@ mod tests {
                 tx.commit().await
             })
         };
-        until_active(&group, 2).await;
-        drop(dropped);
+        until_active(&group, 3).await;
+        holder.commit().await.unwrap();
+        dropped.await.unwrap();
         kept.await.unwrap().unwrap();
-        assert_eq!(rows(&pools).await, vec![2]);
+        assert_eq!(rows(&pools).await, vec![0, 2]);
         assert_eq!(
             group.committed(),
-            (1, 2),
-            "both parts were in one transaction"
+            (2, 3),
+            "the holder alone, then the dropped and the kept part in one transaction"
         );
     }
 
     /// A part that breaks the shared transaction (here: rolls it back itself) fails it for every
-    /// part: each commit answers an error the adapters map to `Unavailable`, nothing is kept,
-    /// and the next part begins a fresh transaction.
+    /// part: each commit answers an error the adapters map to `Unavailable`, nothing of it is
+    /// kept, and the next part begins a fresh transaction.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_broken_transaction_fails_every_part_and_the_next_begins_afresh() {
         let (_dir, pools) = store().await;
         let group = pools.group.clone();
-        let mut first = group.begin().await.unwrap();
-        insert(&mut first, 1).await;
+        let holder = group.begin().await.unwrap();
+        let first = {
+            let group = group.clone();
+            tokio::spawn(async move {
+                let mut tx = group.begin().await.unwrap();
+                insert(&mut tx, 1).await;
+                tx.commit().await
+            })
+        };
+        until_active(&group, 2).await;
         let breaker = {
             let group = group.clone();
             tokio::spawn(async move {
@@ -458,8 +509,9 @@ mod tests {
                 tx.commit().await
             })
         };
-        until_active(&group, 2).await;
-        let first = first.commit().await.unwrap_err();
+        until_active(&group, 3).await;
+        holder.commit().await.unwrap();
+        let first = first.await.unwrap().unwrap_err();
         let second = breaker.await.unwrap().unwrap_err();
         for e in [first, second] {
             assert!(
@@ -472,5 +524,20 @@ mod tests {
         insert(&mut next, 3).await;
         next.commit().await.unwrap();
         assert_eq!(rows(&pools).await, vec![3]);
+    }
+
+    /// A part that cannot get the connection within the acquire timeout fails with the pool's
+    /// timeout (`Unavailable`), and the transaction it waited for still commits.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_part_waits_for_the_connection_at_most_the_acquire_timeout() {
+        let (_dir, pools) = store().await;
+        let group = GroupCommit::new(pools.writer().clone(), Duration::from_millis(50));
+        let mut holder = group.begin().await.unwrap();
+        insert(&mut holder, 1).await;
+        let e = group.begin().await.err().expect("timed out");
+        assert!(matches!(e, sqlx::Error::PoolTimedOut), "{e:?}");
+        holder.commit().await.unwrap();
+        assert_eq!(rows(&pools).await, vec![1]);
+        assert_eq!(group.committed(), (1, 1));
     }
 }

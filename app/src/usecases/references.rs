@@ -17,10 +17,14 @@ use std::sync::Arc;
 
 use crewbus_domain::{BusResult, InboxEvent, Published, Uuid, WakeupTarget};
 use crewbus_ports::Inbox;
-use futures_util::future::join_all;
+use futures_util::stream::{self, StreamExt};
 
 use crate::metrics::Metrics;
 use crate::usecases::bus::Bus;
+
+/// At most this many references of one pass are being published at once (the bound the pass
+/// had when its limit counted references, not messages).
+pub const PUBLISHES_IN_FLIGHT: usize = 256;
 
 /// What one reference-worker pass did.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -75,10 +79,14 @@ impl Bus {
                 slot.insert(inbox);
             }
         }
-        let results = join_all(events.iter().map(|e| {
+        // At most PUBLISHES_IN_FLIGHT at once (a pass holds up to `reference_batch` messages,
+        // each with all its recipients), in order.
+        let results: Vec<Option<Published>> = stream::iter(events.iter().map(|e| {
             let inbox = inboxes.get(&(e.team, e.inbox.clone())).cloned().flatten();
             publish_one(inbox, e)
         }))
+        .buffered(PUBLISHES_IN_FLIGHT)
+        .collect()
         .await;
         let mut woken: Vec<WakeupTarget> = Vec::new();
         let mut deferred: HashSet<Uuid> = HashSet::new();

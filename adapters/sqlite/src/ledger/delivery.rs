@@ -472,6 +472,9 @@ pub(super) async fn acknowledge(
     };
     let sealed = ledger.check_run_owner(&mut tx, run, team, agent).await?;
     if receipt.acknowledged_at.is_some() {
+        // Committed before the answer: the repeat may have read an acknowledgement another
+        // part of the same group-commit transaction wrote, which holds only once that commits.
+        ledger.commit(tx, what).await?;
         return Ok(receipt);
     }
     if receipt.delivered_at.is_none() {
