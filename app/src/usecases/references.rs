@@ -81,13 +81,20 @@ impl Bus {
         }
         // At most PUBLISHES_IN_FLIGHT at once (a pass holds up to `reference_batch` messages,
         // each with all its recipients), in order.
-        let results: Vec<Option<Published>> = stream::iter(events.iter().map(|e| {
-            let inbox = inboxes.get(&(e.team, e.inbox.clone())).cloned().flatten();
-            publish_one(inbox, e)
-        }))
-        .buffered(PUBLISHES_IN_FLIGHT)
-        .collect()
-        .await;
+        // Each future owns its event and inbox handle (a future borrowing the pass's events is
+        // not `Send` for every lifetime the spawned worker loop needs).
+        let publishes: Vec<_> = events
+            .iter()
+            .map(|e| {
+                let inbox = inboxes.get(&(e.team, e.inbox.clone())).cloned().flatten();
+                let event = e.clone();
+                async move { publish_one(inbox, &event).await }
+            })
+            .collect();
+        let results: Vec<Option<Published>> = stream::iter(publishes)
+            .buffered(PUBLISHES_IN_FLIGHT)
+            .collect()
+            .await;
         let mut woken: Vec<WakeupTarget> = Vec::new();
         let mut deferred: HashSet<Uuid> = HashSet::new();
         for (event, result) in events.iter().zip(results) {
