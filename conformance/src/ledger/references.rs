@@ -3,7 +3,9 @@
 
 use std::collections::HashSet;
 
+use chrono::{DateTime, Utc};
 use crewbus_domain::{ConfirmOutcome, InboxEvent};
+use crewbus_ports::Ledger;
 use uuid::Uuid;
 
 use super::scene::{INBOX, LEASE, REMOTE, scene};
@@ -177,4 +179,41 @@ pub async fn a_message_without_recipients_has_no_references<F: LedgerFixture + ?
             .is_empty()
     );
     assert_eq!(s.ledger.counts(t(3)).await.unwrap().pending_inbox_events, 0);
+}
+
+/// For the upgrade tests: after the migration that keeps references as one marker per message
+/// (`20261202000002`), the lease at `at` answers exactly one reference per `recipients` of
+/// `message` (those an unpublished inbox event left due), under the derived ids, and `stored`'s
+/// receipts of `team` carry their message's stored time `stored_at`. Panics (the test fails)
+/// otherwise.
+pub async fn references_due_after_the_upgrade(
+    ledger: &dyn Ledger,
+    team: Uuid,
+    message: Uuid,
+    recipients: &[Uuid],
+    stored: Uuid,
+    stored_at: DateTime<Utc>,
+    at: DateTime<Utc>,
+) {
+    let events = ledger.lease_inbox_events(at, LEASE, 100).await.unwrap();
+    assert_eq!(
+        events
+            .iter()
+            .map(|e| (e.message, e.recipient, e.id))
+            .collect::<HashSet<_>>(),
+        recipients
+            .iter()
+            .map(|r| (message, *r, InboxEvent::id_for(message, *r)))
+            .collect(),
+        "every undelivered recipient of the message, under the derived ids"
+    );
+    assert!(
+        ledger
+            .receipts(team, stored)
+            .await
+            .unwrap()
+            .iter()
+            .all(|r| r.stored_at == Some(stored_at)),
+        "a receipt's stored time is its message's"
+    );
 }

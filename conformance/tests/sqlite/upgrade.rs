@@ -435,28 +435,16 @@ async fn a_store_from_before_request_ids_per_sender_upgrades() -> Result<(), Fai
     // Through the ledger: every message and receipt as it was, the counts over them (their
     // reads name the rebuilt partial indexes).
     let ledger = SqliteLedger::new(pools.clone(), TenantId::default());
-    let events = ledger
-        .lease_inbox_events(t(5), std::time::Duration::from_secs(30), 100)
-        .await?;
-    assert_eq!(
-        events
-            .iter()
-            .map(|e| (e.message, e.recipient, e.id))
-            .collect::<BTreeSet<_>>(),
-        [a, b, c]
-            .into_iter()
-            .map(|r| (m3, r, crewbus_domain::InboxEvent::id_for(m3, r)))
-            .collect(),
-        "every undelivered recipient of m3, under the derived ids"
-    );
-    assert!(
-        ledger
-            .receipts(team, m1)
-            .await?
-            .iter()
-            .all(|r| r.stored_at == Some(t(0))),
-        "a receipt's stored time is its message's"
-    );
+    crewbus_conformance::ledger::references::references_due_after_the_upgrade(
+        &ledger,
+        team,
+        m3,
+        &[a, b, c],
+        m1,
+        t(0),
+        t(5),
+    )
+    .await;
     for (id, seq, sender, kind, publication) in [
         (m1, 1, a, AgentKind::Agent, Publication::Stored),
         (m2, 2, b, AgentKind::Agent, Publication::PendingPublication),
