@@ -14,6 +14,13 @@
 //! - **postgres+jetstream**: the same with a private nats-server (the conformance fixture:
 //!   `NATS_SERVER_BIN`, else `PATH`) and a team whose bodies and inbox are `jetstream`, its
 //!   streams provisioned with the provisioning credential, the bus on the runtime one;
+//! - **sqlite**: the embedded store in a fresh temporary directory (`compose::compose_as` as the
+//!   server: group commit on its one write connection, in-process wake-ups);
+//! - **postgres, cross-server** and **postgres+jetstream, cross-server**: two servers on one
+//!   database (each its own pool of the default size and its own listener), as a deployment
+//!   behind a load balancer runs them: the sender sends through the first, the receivers (the
+//!   waiter and the poller alike) fetch from the second, so the waiter is woken by the
+//!   `NOTIFY` the first server's commit sends across;
 //! - **postgres, async commit** (a diagnostic, no goal): as **postgres**, but the bus's sessions
 //!   run at `synchronous_commit = off`, so no commit waits for its WAL flush: how much of each
 //!   target's time is the commits' flushes (and which target waits for more of them).
@@ -68,7 +75,8 @@ use std::time::{Duration, Instant};
 use crewbus::bus::Bus;
 use crewbus::client::ApiClient;
 use crewbus::compose;
-use crewbus::config::{Config, NatsConfig, NatsCredential};
+use crewbus::compose::Opener;
+use crewbus::config::{Config, NatsConfig, NatsCredential, StorageConfig, StorageKind};
 use crewbus::server::Server;
 use crewbus::shutdown::Shutdown;
 use crewbus_conformance::nats::{self, NatsServer};
@@ -117,20 +125,28 @@ const MAX_CONNECTIONS: u32 = 10;
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Store {
     Memory,
+    Sqlite,
     Postgres,
+    /// Two servers on one database: sends through the first, fetches from the second.
+    PostgresCrossServer,
     /// Diagnostic, not a goal: Postgres with the bus's sessions at `synchronous_commit = off`
     /// (no commit waits for its WAL flush), to show what the commits' flushes cost each target.
     PostgresAsyncCommit,
     PostgresJetStream,
+    /// Two servers on one database and one nats-server, as [`Store::PostgresCrossServer`].
+    PostgresJetStreamCrossServer,
 }
 
 impl Store {
     fn name(self) -> &'static str {
         match self {
             Store::Memory => "memory",
+            Store::Sqlite => "sqlite",
             Store::Postgres => "postgres",
+            Store::PostgresCrossServer => "postgres, cross-server",
             Store::PostgresAsyncCommit => "postgres, async commit",
             Store::PostgresJetStream => "postgres+jetstream",
+            Store::PostgresJetStreamCrossServer => "postgres+js, cross-srv",
         }
     }
 
@@ -138,12 +154,31 @@ impl Store {
     fn diagnostic(self) -> bool {
         self == Store::PostgresAsyncCommit
     }
+
+    /// Whether the bodies and inbox are JetStream's (a private nats-server).
+    fn jetstream(self) -> bool {
+        matches!(
+            self,
+            Store::PostgresJetStream | Store::PostgresJetStreamCrossServer
+        )
+    }
+
+    /// Whether the receivers fetch from a second server on the same database.
+    fn cross_server(self) -> bool {
+        matches!(
+            self,
+            Store::PostgresCrossServer | Store::PostgresJetStreamCrossServer
+        )
+    }
 }
 
-const STORES: [Store; 4] = [
+const STORES: [Store; 7] = [
     Store::Memory,
+    Store::Sqlite,
     Store::Postgres,
+    Store::PostgresCrossServer,
     Store::PostgresJetStream,
+    Store::PostgresJetStreamCrossServer,
     Store::PostgresAsyncCommit,
 ];
 
@@ -161,8 +196,12 @@ struct Scene {
     team: Team,
     /// The bus's own pool (closed before the database is dropped).
     pool: Option<PgPool>,
+    /// Cross-server: the second server the receivers fetch from, its bus and its pool.
+    reader: Option<(Server, Bus, PgPool)>,
     db: Option<TestDatabase>,
     nats: Option<NatsServer>,
+    /// The embedded store's directory (removed with it).
+    _dir: Option<tempfile::TempDir>,
 }
 
 /// The defaults of `crewbus serve`, listening on a free loopback port.
@@ -193,8 +232,8 @@ fn jetstream_config(server: &NatsServer) -> Config {
 
 impl Scene {
     async fn start(store: Store) -> Scene {
-        let (config, nats) = match store {
-            Store::PostgresJetStream => {
+        let (mut config, nats) = match store {
+            Store::PostgresJetStream | Store::PostgresJetStreamCrossServer => {
                 let server = NatsServer::start();
                 eprintln!(
                     "waiting_fetch bench: nats-server {} at {}",
@@ -205,7 +244,19 @@ impl Scene {
             }
             _ => (base_config(), None),
         };
-        let (bus, pool, db) = match store {
+        let (bus, pool, db, dir) = match store {
+            Store::Sqlite => {
+                let dir = tempfile::tempdir().expect("temporary directory");
+                config.storage = StorageConfig {
+                    kind: Some(StorageKind::Sqlite),
+                    data_dir: Some(dir.path().to_owned()),
+                    ..StorageConfig::default()
+                };
+                let composed = compose::compose_as(&config, Opener::Server, Arc::new(SystemClock))
+                    .await
+                    .expect("compose sqlite");
+                (composed.bus, None, None, Some(dir))
+            }
             Store::Memory => {
                 let (composed, _) = compose::memory_with_wakeups(
                     &config,
@@ -214,9 +265,13 @@ impl Scene {
                     Arc::new(MemoryWakeups::new()),
                 )
                 .expect("compose memory");
-                (composed.bus, None, None)
+                (composed.bus, None, None, None)
             }
-            Store::Postgres | Store::PostgresAsyncCommit | Store::PostgresJetStream => {
+            Store::Postgres
+            | Store::PostgresCrossServer
+            | Store::PostgresAsyncCommit
+            | Store::PostgresJetStream
+            | Store::PostgresJetStreamCrossServer => {
                 let db = TestDatabase::create("waiting_fetch bench", |pool| async move {
                     crewbus_postgres::migrate(&pool).await
                 })
@@ -249,10 +304,10 @@ impl Scene {
                     compose::postgres_with_pool(&config, pool.clone(), Arc::new(SystemClock))
                         .await
                         .expect("compose postgres");
-                (composed.bus, Some(pool), Some(db))
+                (composed.bus, Some(pool), Some(db), None)
             }
         };
-        let backend = nats.as_ref().map(|_| "jetstream");
+        let backend = store.jetstream().then_some("jetstream");
         let team = bus
             .add_team("wait-bench", backend, backend)
             .await
@@ -268,18 +323,57 @@ impl Scene {
         let server = Server::start(bus.clone(), config.listen, Shutdown::new())
             .await
             .expect("start server");
+        let reader = match (&db, store.cross_server()) {
+            (Some(db), true) => {
+                let pool = PgPoolOptions::new()
+                    .max_connections(MAX_CONNECTIONS)
+                    .connect_with((*db.pool().connect_options()).clone())
+                    .await
+                    .expect("second server's pool");
+                let composed =
+                    compose::postgres_with_pool(&config, pool.clone(), Arc::new(SystemClock))
+                        .await
+                        .expect("compose the second server");
+                let server = Server::start(composed.bus.clone(), config.listen, Shutdown::new())
+                    .await
+                    .expect("start the second server");
+                Some((server, composed.bus, pool))
+            }
+            _ => None,
+        };
         Scene {
             store,
             server,
             bus,
             team,
             pool,
+            reader,
             db,
             nats,
+            _dir: dir,
         }
     }
 
+    /// The bus the receivers fetch from: the second server's when cross-server, else the one.
+    fn reader_bus(&self) -> &Bus {
+        self.reader.as_ref().map_or(&self.bus, |(_, bus, _)| bus)
+    }
+
+    /// A receiver: an agent whose client fetches from the second server when cross-server.
+    async fn receiver(&self, name: &str) -> Member {
+        let url = self
+            .reader
+            .as_ref()
+            .map_or_else(|| self.server.url(), |(server, _, _)| server.url());
+        self.member_at(name, url).await
+    }
+
     async fn member(&self, name: &str) -> Member {
+        self.member_at(name, self.server.url()).await
+    }
+
+    /// An agent whose client talks to the server at `url`.
+    async fn member_at(&self, name: &str, url: String) -> Member {
         let new = self
             .bus
             .add_agent(self.team.id, name)
@@ -287,7 +381,7 @@ impl Scene {
             .expect("create agent");
         Member {
             id: new.agent.id,
-            client: ApiClient::new(self.server.url(), Some(new.token)),
+            client: ApiClient::new(url, Some(new.token)),
         }
     }
 
@@ -315,12 +409,12 @@ impl Scene {
     /// Waits until at least `n` fetches wait on the server (they found nothing and parked).
     async fn until_waiting(&self, n: usize, within: Duration) {
         let deadline = Instant::now() + within;
-        while self.bus.waiting_fetches() < n {
+        while self.reader_bus().waiting_fetches() < n {
             assert!(
                 Instant::now() < deadline,
                 "{}: only {} of {n} fetches waited within {within:?}",
                 self.store.name(),
-                self.bus.waiting_fetches()
+                self.reader_bus().waiting_fetches()
             );
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
@@ -328,6 +422,11 @@ impl Scene {
 
     async fn stop(self) {
         // The team's streams go with the private nats-server (killed, its store removed).
+        if let Some((server, bus, pool)) = self.reader {
+            server.stop().await;
+            drop(bus);
+            pool.close().await;
+        }
         self.server.stop().await;
         drop(self.bus);
         if let Some(pool) = self.pool {
@@ -422,8 +521,8 @@ async fn observe_wakeups(db: &TestDatabase) -> (Seen, tokio::task::JoinHandle<()
 impl Latency {
     async fn new(s: &Scene, seen: Option<Seen>) -> Latency {
         let sender = s.member("sender").await;
-        let waiter = s.member("waiter").await;
-        let poller = s.member("poller").await;
+        let waiter = s.receiver("waiter").await;
+        let poller = s.receiver("poller").await;
         let waiter_conversation = s.conversation(&sender, &[waiter.id]).await;
         let poller_conversation = s.conversation(&sender, &[poller.id]).await;
         Latency {
@@ -458,7 +557,7 @@ impl Latency {
                     (answer, Instant::now())
                 });
                 s.until_waiting(1, Duration::from_secs(10)).await;
-                let woken = s.bus.metrics().fetch_wakeups.get();
+                let woken = s.reader_bus().metrics().fetch_wakeups.get();
                 let start = Instant::now();
                 let sent = self.send(self.waiter_conversation).await;
                 let (answer, arrived) = wait.await.expect("waiting fetch task");
@@ -466,7 +565,7 @@ impl Latency {
                 let (status, body) = answer.expect("waiting fetch");
                 assert_eq!(status, 200, "{body}");
                 self.wakeups
-                    .push(s.bus.metrics().fetch_wakeups.get() - woken);
+                    .push(s.reader_bus().metrics().fetch_wakeups.get() - woken);
                 if let Some(seen) = &self.seen {
                     let payload = WakeupTarget::new(s.team.id, self.waiter.id).to_payload();
                     let at = seen
