@@ -43,7 +43,7 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 use crate::config::{Config, NatsConfig, NatsCredential, StorageKind};
-use crate::metrics::{StoreRows, StoreRowsSource};
+use crate::metrics::{StoreCommits, StoreRows, StoreWrites, StoreWritesSource};
 use crate::push::{DeliveryWorker, PushRuntime};
 use crate::usecases::backends::CombinedBackends;
 use crate::usecases::bus::{Bus, BusSettings, Ports};
@@ -158,17 +158,25 @@ pub fn sqlite_with(
     let settings = BusSettings::from_config(&config.bus);
     let path = pools.path().display().to_string();
     let writes = pools.write_counts();
-    let store_rows: StoreRowsSource = Arc::new(move || {
-        writes
-            .snapshot()
-            .into_iter()
-            .map(|t| StoreRows {
-                table: t.table,
-                inserted: t.inserted,
-                updated: t.updated,
-                deleted: t.deleted,
-            })
-            .collect()
+    let group = pools.clone();
+    let store_writes: StoreWritesSource = Arc::new(move || {
+        let (transactions, parts) = group.group_commits();
+        StoreWrites {
+            rows: writes
+                .snapshot()
+                .into_iter()
+                .map(|t| StoreRows {
+                    table: t.table,
+                    inserted: t.inserted,
+                    updated: t.updated,
+                    deleted: t.deleted,
+                })
+                .collect(),
+            commits: Some(StoreCommits {
+                transactions,
+                parts,
+            }),
+        }
     });
     let ledger = SqliteLedger::new(pools.clone(), config.tenant.clone());
     let journal: Arc<dyn Journal> = Arc::new(ledger.journal());
@@ -195,7 +203,7 @@ pub fn sqlite_with(
         wakeups,
         // One server per store (`serve.lock`): in process, as the wake-ups.
         feed: Arc::new(MemoryFeed::new()),
-        store_rows: Some(store_rows),
+        store_writes: Some(store_writes),
     };
     finish(config, settings, clock, stores, |push| {
         format!(
@@ -270,7 +278,7 @@ pub async fn postgres_with_pool(
         persistent: true,
         wakeups,
         feed,
-        store_rows: None,
+        store_writes: None,
     };
     finish(config, settings, clock, stores, |push| {
         match &config.database {
@@ -333,7 +341,7 @@ pub fn memory_with_wakeups(
         persistent: false,
         wakeups,
         feed: Arc::new(MemoryFeed::new()),
-        store_rows: None,
+        store_writes: None,
     };
     let composed = finish(config, settings, clock, stores, |push| {
         format!(
@@ -374,7 +382,7 @@ struct Stores {
     wakeups: Arc<dyn Wakeups>,
     /// The store's rows written per table, for `/metrics`: the embedded store counts them
     /// (SQLite's update hook); Postgres has `pg_stat_user_tables`, memory writes no rows.
-    store_rows: Option<StoreRowsSource>,
+    store_writes: Option<StoreWritesSource>,
 }
 
 /// The one tail of every composition: the push runtime over the chosen push store, the registries (the chosen one, then JetStream when
@@ -422,8 +430,8 @@ fn finish(
     };
     let description = describe(push.as_ref());
     let bus = Bus::new(ports, settings);
-    let bus = match stores.store_rows {
-        Some(source) => bus.with_store_rows(source),
+    let bus = match stores.store_writes {
+        Some(source) => bus.with_store_writes(source),
         None => bus,
     };
     // The delivery worker says on the console feed when it parks a registration.

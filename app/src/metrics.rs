@@ -4,8 +4,10 @@
 //! cases; gauges that describe the ledger (publications pending/failed, age of the oldest pending
 //! one, inbox events pending) are read from the ledger when `/metrics` is scraped and encoded from
 //! a registry made for that scrape, so a ledger that does not answer leaves them out. So are the
-//! store's rows written per table (`crewbus_store_rows_total{table, op}`), for a store that
-//! counts them ([`StoreRowsSource`], given by the composition root: the embedded SQLite store).
+//! store's rows written per table (`crewbus_store_rows_total{table, op}`) and its group commit's
+//! transactions and parts (`crewbus_store_commits_total`, `crewbus_store_commit_parts_total`),
+//! for a store that counts them ([`StoreWritesSource`], given by the composition root: the
+//! embedded SQLite store).
 //!
 //! Two formats ([`Format`]): the Prometheus text format 0.0.4 by default, OpenMetrics 1.0 when the
 //! scraper's `Accept` asks for it. The names are the same samples in both: a counter registered
@@ -322,20 +324,42 @@ pub struct StoreRows {
     pub deleted: u64,
 }
 
-/// Reads the store's per-table row counts when `/metrics` is scraped. The composition root
-/// gives one for a store that counts its rows (the embedded SQLite store, from its update hook);
-/// other stores have none and leave the family out (Postgres keeps its own in
-/// `pg_stat_user_tables`).
-pub type StoreRowsSource = Arc<dyn Fn() -> Vec<StoreRows> + Send + Sync>;
+/// The group commit's work since the store was opened by this process: `transactions` write
+/// transactions committed (one fsynced `COMMIT` each) holding `parts` write requests in all
+/// (`parts ÷ transactions` is the mean batch: 1.0 when writes never overlap). Exposed as
+/// `crewbus_store_commits_total` and `crewbus_store_commit_parts_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StoreCommits {
+    /// Write transactions committed.
+    pub transactions: u64,
+    /// Write requests (parts) those transactions held.
+    pub parts: u64,
+}
+
+/// What the store wrote, read at one scrape: rows per table, and the group commit's counts for
+/// a store that groups its writes.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct StoreWrites {
+    /// Rows per table.
+    pub rows: Vec<StoreRows>,
+    /// The group commit's transactions and parts, for a store that has one.
+    pub commits: Option<StoreCommits>,
+}
+
+/// Reads what the store wrote when `/metrics` is scraped. The composition root gives one for a
+/// store that counts its writes (the embedded SQLite store: rows from its update hook, commits
+/// from its group commit); other stores have none and leave these families out (Postgres keeps
+/// its own in `pg_stat_user_tables` and `pg_stat_database`).
+pub type StoreWritesSource = Arc<dyn Fn() -> StoreWrites + Send + Sync>;
 
 /// The labels of one `crewbus_store_rows_total` sample: `table` and `op`.
 type RowLabels = [(&'static str, String); 2];
 
-/// A registry of the store's row counts, for one scrape: one counter per table and operation
-/// (zeros included, so every table written has all three).
-fn store_rows_registry(rows: &[StoreRows]) -> Registry {
+/// A registry of what the store wrote, for one scrape: one row counter per table and operation
+/// (zeros included, so every table written has all three), and the group commit's two counters.
+fn store_writes_registry(writes: &StoreWrites) -> Registry {
     let family = Family::<RowLabels, Counter>::default();
-    for row in rows {
+    for row in &writes.rows {
         for (op, n) in [
             ("insert", row.inserted),
             ("update", row.updated),
@@ -352,6 +376,22 @@ fn store_rows_registry(rows: &[StoreRows]) -> Registry {
         "Rows the store's writes inserted, updated or deleted, per table, since this server opened it",
         family,
     );
+    if let Some(commits) = writes.commits {
+        let transactions = Counter::<u64>::default();
+        transactions.inc_by(commits.transactions);
+        r.register(
+            "crewbus_store_commits",
+            "Write transactions the store committed since this server opened it, one fsynced COMMIT each",
+            transactions,
+        );
+        let parts = Counter::<u64>::default();
+        parts.inc_by(commits.parts);
+        r.register(
+            "crewbus_store_commit_parts",
+            "Write requests the committed transactions held (parts / commits is the mean group-commit batch)",
+            parts,
+        );
+    }
     r
 }
 
@@ -418,18 +458,18 @@ impl Metrics {
     }
 
     /// The exposition in `format` ([`Format::content_type`]); the ledger's gauges only when
-    /// given, the store's rows per table only when given.
+    /// given, what the store wrote only when given.
     pub fn render(
         &self,
         gauges: Option<LedgerGauges>,
-        store_rows: Option<&[StoreRows]>,
+        store_writes: Option<&StoreWrites>,
         format: Format,
     ) -> String {
         let mut out = String::with_capacity(8192);
         let scraped: Vec<Registry> = gauges
             .map(LedgerGauges::registry)
             .into_iter()
-            .chain(store_rows.map(store_rows_registry))
+            .chain(store_writes.map(store_writes_registry))
             .collect();
         // Writing to a String does not fail; an encoder error would be a bug in the encoder.
         let written = match format {
@@ -544,7 +584,14 @@ mod tests {
                 deleted: 0,
             },
         ];
-        let text = some_traffic().render(None, Some(&rows), Format::Prometheus);
+        let writes = StoreWrites {
+            rows: rows.to_vec(),
+            commits: Some(StoreCommits {
+                transactions: 3,
+                parts: 11,
+            }),
+        };
+        let text = some_traffic().render(None, Some(&writes), Format::Prometheus);
         for line in [
             "# HELP crewbus_store_rows_total Rows the store's writes inserted, updated or deleted, per table, since this server opened it.",
             "# TYPE crewbus_store_rows_total counter",
@@ -554,11 +601,14 @@ mod tests {
             "crewbus_store_rows_total{table=\"receipts\",op=\"insert\"} 21",
             "crewbus_store_rows_total{table=\"receipts\",op=\"update\"} 21",
             "crewbus_store_rows_total{table=\"receipts\",op=\"delete\"} 0",
+            "# TYPE crewbus_store_commits_total counter",
+            "crewbus_store_commits_total 3",
+            "crewbus_store_commit_parts_total 11",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing in\n{text}");
         }
         assert_eq!(text.matches("crewbus_store_rows_total{").count(), 6);
-        let open = some_traffic().render(gauges(), Some(&rows), Format::OpenMetrics);
+        let open = some_traffic().render(gauges(), Some(&writes), Format::OpenMetrics);
         assert!(
             open.contains("# TYPE crewbus_store_rows counter\n"),
             "{open}"
@@ -571,7 +621,7 @@ mod tests {
         assert_eq!(open.matches("# EOF").count(), 1);
         for format in [Format::Prometheus, Format::OpenMetrics] {
             let text = some_traffic().render(gauges(), None, format);
-            assert!(!text.contains("crewbus_store_rows"), "{text}");
+            assert!(!text.contains("crewbus_store_"), "{text}");
         }
     }
 

@@ -3,7 +3,9 @@
 //! system clock) on 127.0.0.1:0, driven through its HTTP API. A known number of messages sent to
 //! three recipients and confirmed moves the counters of the tables each message writes by
 //! exactly what the message path writes: one `messages` row and one body per message, one
-//! receipt per recipient, each receipt updated when it is confirmed.
+//! receipt per recipient, each receipt updated when it is confirmed. The group commit's
+//! counters (`crewbus_store_commits_total`, `crewbus_store_commit_parts_total`) move with them:
+//! at least one transaction, never fewer parts than transactions.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
@@ -39,6 +41,19 @@ async fn scrape(url: &str) -> (String, Rows) {
         .map(|c| ((c[1].to_owned(), c[2].to_owned()), c[3].parse().unwrap()))
         .collect();
     (text, rows)
+}
+
+/// `crewbus_store_commits_total` and `crewbus_store_commit_parts_total` of one scrape's text.
+fn commits(text: &str) -> (u64, u64) {
+    let read = |name: &str| -> u64 {
+        text.lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("{name} missing in\n{text}"))
+    };
+    (
+        read("crewbus_store_commits_total"),
+        read("crewbus_store_commit_parts_total"),
+    )
 }
 
 fn delta(before: &Rows, after: &Rows, table: &str, op: &str) -> u64 {
@@ -78,6 +93,7 @@ async fn the_embedded_store_counts_the_rows_each_message_writes() {
     );
 
     let (text, before) = scrape(&url).await;
+    let (transactions_before, parts_before) = commits(&text);
     assert!(
         text.contains("# TYPE crewbus_store_rows_total counter"),
         "the embedded store exposes its rows:\n{text}"
@@ -119,10 +135,10 @@ async fn the_embedded_store_counts_the_rows_each_message_writes() {
 
     // Every confirm has answered, so its commit is counted; poll only for the scrape to see it.
     let deadline = Instant::now() + Duration::from_secs(10);
-    let after = loop {
-        let (_, now) = scrape(&url).await;
+    let (after, after_text) = loop {
+        let (text, now) = scrape(&url).await;
         if delta(&before, &now, "receipts", "update") >= MESSAGES * RECIPIENTS {
-            break now;
+            break (now, text);
         }
         assert!(
             Instant::now() < deadline,
@@ -147,6 +163,16 @@ async fn the_embedded_store_counts_the_rows_each_message_writes() {
     assert!(
         all >= MESSAGES * (2 + 2 * RECIPIENTS),
         "at least a message, a body and a receipt inserted and updated per recipient: {all}"
+    );
+    let (transactions, parts) = commits(&after_text);
+    assert!(
+        transactions > transactions_before,
+        "the sends and confirms committed: {transactions_before} → {transactions}"
+    );
+    assert!(
+        parts - parts_before >= transactions - transactions_before,
+        "every transaction holds at least one part: {parts_before} → {parts} parts, \
+         {transactions_before} → {transactions} transactions"
     );
     server.stop().await;
 }

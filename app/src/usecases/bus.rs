@@ -16,7 +16,7 @@ use crewbus_ports::{
 use tokio::sync::Notify;
 
 use crate::config::{AllowList, BusConfig, ConsoleConfig};
-use crate::metrics::{Metrics, StoreRowsSource};
+use crate::metrics::{Metrics, StoreWritesSource};
 use crate::push::PushRuntime;
 use crate::shutdown::Shutdown;
 use crate::usecases::activity::ActivityTracker;
@@ -232,9 +232,9 @@ pub struct Bus {
     pub(crate) activity: Arc<ActivityTracker>,
     /// The console feed's publisher and viewers (see `feed`).
     pub(crate) feed: Arc<FeedHub>,
-    /// The store's rows written per table, read at scrape time for `/metrics`, when the store
-    /// counts them (see [`Bus::with_store_rows`]).
-    pub(crate) store_rows: Option<StoreRowsSource>,
+    /// What the store wrote (rows per table, group commits), read at scrape time for
+    /// `/metrics`, when the store counts it (see [`Bus::with_store_writes`]).
+    pub(crate) store_writes: Option<StoreWritesSource>,
 }
 
 impl Bus {
@@ -261,7 +261,7 @@ impl Bus {
             tokens,
             activity: Arc::new(ActivityTracker::default()),
             feed: Arc::new(FeedHub::default()),
-            store_rows: None,
+            store_writes: None,
         }
     }
 
@@ -280,12 +280,13 @@ impl Bus {
         }
     }
 
-    /// The same bus exposing the store's rows per table in `/metrics`
-    /// (`crewbus_store_rows_total{table, op}`), read from `source` at every scrape. The
-    /// composition root passes one for a store that counts its rows (the embedded store).
-    pub fn with_store_rows(self, source: StoreRowsSource) -> Self {
+    /// The same bus exposing what the store wrote in `/metrics` (`crewbus_store_rows_total{table,
+    /// op}`, `crewbus_store_commits_total`, `crewbus_store_commit_parts_total`), read from
+    /// `source` at every scrape. The composition root passes one for a store that counts its
+    /// writes (the embedded store).
+    pub fn with_store_writes(self, source: StoreWritesSource) -> Self {
         Bus {
-            store_rows: Some(source),
+            store_writes: Some(source),
             ..self
         }
     }

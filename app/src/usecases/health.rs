@@ -92,7 +92,7 @@ impl Bus {
     }
 
     /// The metrics exposition in `format`, with ledger gauges when the ledger answers, and the
-    /// store's rows per table when the bus was given their source ([`Bus::with_store_rows`]).
+    /// store's writes when the bus was given their source ([`Bus::with_store_writes`]).
     pub async fn metrics_text(&self, format: Format) -> String {
         let gauges = self
             .ports
@@ -101,8 +101,8 @@ impl Bus {
             .await
             .ok()
             .map(gauges_of);
-        let rows = self.store_rows.as_ref().map(|read| read());
-        self.metrics.render(gauges, rows.as_deref(), format)
+        let writes = self.store_writes.as_ref().map(|read| read());
+        self.metrics.render(gauges, writes.as_ref(), format)
     }
 }
 
