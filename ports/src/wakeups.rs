@@ -4,7 +4,8 @@ use async_trait::async_trait;
 use crewbus_domain::{BusResult, Wakeup, WakeupTarget};
 
 /// Wake-ups between the servers that share one ledger: a hint that a message became fetchable
-/// for an agent (its inbox reference was published and marked, or the agent was revoked).
+/// for an agent (its inbox reference was published — the reference worker notifies once the
+/// inbox confirmed the publish, before its markers' commit — or the agent was revoked).
 ///
 /// A hint only: the ledger stays the truth. A wake-up may be lost (a listener's session lost, a
 /// server restarting) or arrive for nothing (the message was fetched by another request); a

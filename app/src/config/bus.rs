@@ -24,7 +24,8 @@ pub struct BusConfig {
     pub relay_lease_ms: u64,
     /// Pause of an idle worker before it looks again, ms. Default 50.
     pub idle_poll_ms: u64,
-    /// Inbox events published per reference-worker pass. Default 256.
+    /// Messages whose inbox references one reference-worker pass leases and publishes (each
+    /// with all its recipients not yet delivered). Default 256.
     pub reference_batch: usize,
     /// Relay backoff: first delay, ms. Default 500.
     pub backoff_base_ms: u64,
