@@ -8,8 +8,9 @@
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, AgentActivity, AgentKind, BusError, BusResult, Locator, Member, Message, Operator,
-    OperatorScope, Publication, Receipt, RecipientState, Team, TokenHash,
+    Agent, AgentActivity, AgentKind, BusError, BusResult, Envelope, HistoryPage, InboxEvent,
+    LeasedSlot, Locator, Member, Message, Operator, OperatorScope, Publication, Receipt,
+    RecipientState, ReferencePayload, RetentionTarget, Team, TokenHash,
 };
 use uuid::Uuid;
 
@@ -253,4 +254,124 @@ impl<T: Into<DateTime<Utc>>> From<RecipientRow<T>> for RecipientState {
             last_handed_out_at: opt(r.last_handed_out_at),
         }
     }
+}
+
+/// An outbox slot as a lease returns it (`outbox_slots`, after the lease bumped its generation).
+/// `A` is how the adapter stores the attempt count (any integer type; a value outside `u32`
+/// reads as `u32::MAX`, which the schema's `CHECK (attempts >= 0)` keeps from happening).
+#[derive(sqlx::FromRow)]
+pub struct SlotRow<T = DateTime<Utc>, A = i32> {
+    id: Uuid,
+    generation: i64,
+    backend: String,
+    message_id: Uuid,
+    conversation_id: Uuid,
+    team_id: Uuid,
+    body: Vec<u8>,
+    publish_key: Uuid,
+    attempts: A,
+    uncertain: bool,
+    next_attempt_at: T,
+    ord: i64,
+}
+
+/// The leased slots, in lease order (`next_attempt_at`, then `ord`: a statement's `RETURNING`
+/// has no order), each leased until `until`. Errors: a slot's stored body not UTF-8 →
+/// `Invalid`.
+pub fn leased_slots<T, A>(
+    mut rows: Vec<SlotRow<T, A>>,
+    until: DateTime<Utc>,
+) -> BusResult<Vec<LeasedSlot>>
+where
+    T: Ord + Copy,
+    A: TryInto<u32>,
+{
+    rows.sort_by_key(|r| (r.next_attempt_at, r.ord));
+    rows.into_iter()
+        .map(|r| {
+            let body = String::from_utf8(r.body)
+                .map_err(|_| BusError::invalid("a slot's stored body is not UTF-8"))?;
+            Ok(LeasedSlot {
+                slot: r.id,
+                generation: from_db(r.generation),
+                backend: r.backend,
+                envelope: Envelope {
+                    message_id: r.message_id,
+                    conversation_id: r.conversation_id,
+                    team_id: r.team_id,
+                    body,
+                    publish_key: r.publish_key,
+                },
+                attempts: r.attempts.try_into().unwrap_or(u32::MAX),
+                uncertain: r.uncertain,
+                leased_until: until,
+            })
+        })
+        .collect()
+}
+
+/// One reference of a leased marker (`reference_marks` `k`): the marker's fields with one
+/// undelivered receipt `r` of its message `m`.
+#[derive(sqlx::FromRow)]
+pub struct ReferenceRow<T = DateTime<Utc>> {
+    team_id: Uuid,
+    inbox: String,
+    message_id: Uuid,
+    created_at: T,
+    conversation_id: Uuid,
+    seq: i64,
+    recipient_id: Uuid,
+    recipient_key: String,
+}
+
+impl<T> ReferenceRow<T> {
+    /// The receipt's recipient key (references of one marker go out in its byte order).
+    pub fn recipient_key(&self) -> &str {
+        &self.recipient_key
+    }
+}
+
+impl<T: Into<DateTime<Utc>>> From<ReferenceRow<T>> for InboxEvent {
+    /// The inbox event of the reference: its id derived from (message, recipient)
+    /// ([`InboxEvent::id_for`]), its payload the message's place in its conversation.
+    fn from(r: ReferenceRow<T>) -> InboxEvent {
+        InboxEvent {
+            id: InboxEvent::id_for(r.message_id, r.recipient_id),
+            team: r.team_id,
+            inbox: r.inbox,
+            message: r.message_id,
+            recipient: r.recipient_id,
+            recipient_key: r.recipient_key,
+            payload: ReferencePayload {
+                message: r.message_id,
+                conversation: r.conversation_id,
+                seq: from_db(r.seq),
+            }
+            .to_json(),
+            created_at: r.created_at.into(),
+        }
+    }
+}
+
+/// One retention target from a `(team_id, backend, count)` row: the team's messages on
+/// `backend` whose retention is due.
+pub fn retention_target((team, backend, messages): (Uuid, String, i64)) -> RetentionTarget {
+    RetentionTarget {
+        team,
+        backend,
+        messages: from_db(messages),
+    }
+}
+
+/// A history page after `after_seq` from the messages read for it (`seq > after_seq`, in seq
+/// order, at most the page's limit). Errors: a row the domain refuses (see [`MessageRow`]).
+pub fn history_page<T: Into<DateTime<Utc>>>(
+    after_seq: u64,
+    rows: Vec<MessageRow<T>>,
+) -> BusResult<HistoryPage> {
+    let messages = rows
+        .into_iter()
+        .map(Message::try_from)
+        .collect::<BusResult<Vec<_>>>()?;
+    Ok(HistoryPage::build(after_seq, messages))
 }
