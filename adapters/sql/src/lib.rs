@@ -10,5 +10,6 @@
 
 pub mod counter;
 pub mod rows;
+pub mod settle;
 
 pub use counter::{db_i64, from_db};
