@@ -9,6 +9,7 @@
 #![warn(missing_docs)]
 
 pub mod counter;
+pub mod journal;
 pub mod rows;
 pub mod settle;
 
