@@ -7,7 +7,9 @@ use crewbus_domain::{
     validate_journal_limit, validate_note_text,
 };
 use crewbus_ports::Journal;
-use sqlx::{PgConnection, PgPool, Row};
+use crewbus_sql::journal::{RUN_COLUMNS, RunRow, kind_text, records, sealing};
+use crewbus_sql::{db_i64, from_db};
+use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::error::store_error;
@@ -69,10 +71,7 @@ pub(crate) async fn append(
     at: DateTime<Utc>,
     kind: &RecordKind,
 ) -> Result<Seq, sqlx::Error> {
-    let (sealed_at, outcome) = match kind {
-        RecordKind::RunSealed { outcome, .. } => (Some(at), Some(outcome.as_str())),
-        _ => (None, None),
-    };
+    let (sealed_at, outcome) = sealing(kind, at);
     let seq: i64 = sqlx::query_scalar(
         "UPDATE runs SET last_seq = last_seq + 1,
                          sealed_at = COALESCE($2, sealed_at),
@@ -85,7 +84,7 @@ pub(crate) async fn append(
     .fetch_one(&mut *conn)
     .await?;
     insert_record(conn, run, seq, at, kind).await?;
-    Ok(Seq(seq as u64))
+    Ok(Seq(from_db(seq)))
 }
 
 async fn insert_record(
@@ -95,7 +94,7 @@ async fn insert_record(
     at: DateTime<Utc>,
     kind: &RecordKind,
 ) -> Result<(), sqlx::Error> {
-    let json = serde_json::to_string(kind).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    let json = kind_text(kind)?;
     sqlx::query("INSERT INTO journal_records (run_id, seq, at, kind) VALUES ($1, $2, $3, $4)")
         .bind(run.0)
         .bind(seq)
@@ -204,8 +203,8 @@ impl Journal for PostgresJournal {
         validate_journal_limit(limit)?;
         let what = "journal read";
         // One statement, one snapshot: the run's existence and its records agree.
-        let rows = sqlx::query(
-            "SELECT r.id, j.seq, j.at, j.kind
+        let rows: Vec<(Option<i64>, Option<DateTime<Utc>>, Option<String>)> = sqlx::query_as(
+            "SELECT j.seq, j.at, j.kind
              FROM runs r LEFT JOIN LATERAL (
                  SELECT seq, at, kind FROM journal_records
                  WHERE run_id = r.id AND seq >= $3
@@ -215,57 +214,25 @@ impl Journal for PostgresJournal {
         )
         .bind(run.0)
         .bind(self.tenant.as_str())
-        .bind(i64::try_from(from_seq.0).unwrap_or(i64::MAX))
+        .bind(db_i64(from_seq.0))
         .bind(limit as i64)
         .fetch_all(&self.pool)
         .await
         .map_err(|e| store_error(e, what))?;
-        if rows.is_empty() {
-            return Err(StoreError::not_found(format!("run {run}")));
-        }
-        let mut records = Vec::with_capacity(rows.len());
-        for row in rows {
-            let Some(seq) = row
-                .try_get::<Option<i64>, _>(1)
-                .map_err(|e| store_error(e, what))?
-            else {
-                continue;
-            };
-            let at: DateTime<Utc> = row.try_get(2).map_err(|e| store_error(e, what))?;
-            let kind: String = row.try_get(3).map_err(|e| store_error(e, what))?;
-            records.push(Record::from_stored(run, Seq(seq as u64), at, &kind)?);
-        }
-        Ok(records)
+        records(run, rows)
     }
 
     async fn run(&self, run: RunId) -> Result<Run, StoreError> {
-        let row: Option<(
-            Uuid,
-            Uuid,
-            DateTime<Utc>,
-            i64,
-            Option<DateTime<Utc>>,
-            Option<String>,
-        )> = sqlx::query_as(
-            "SELECT team_id, agent_id, admitted_at, last_seq, sealed_at, outcome
-                 FROM runs WHERE id = $1 AND tenant = $2",
-        )
+        let row: Option<RunRow> = sqlx::query_as(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE id = $1 AND tenant = $2"
+        ))
         .bind(run.0)
         .bind(self.tenant.as_str())
         .fetch_optional(&self.pool)
         .await
         .map_err(|e| store_error(e, "journal run"))?;
-        let (team, agent, admitted_at, last_seq, sealed_at, outcome) =
-            row.ok_or_else(|| StoreError::not_found(format!("run {run}")))?;
-        Ok(Run::from_stored(
-            run,
-            team,
-            agent,
-            admitted_at,
-            Seq(last_seq as u64),
-            sealed_at,
-            outcome.as_deref(),
-        ))
+        row.map(Run::from)
+            .ok_or_else(|| StoreError::not_found(format!("run {run}")))
     }
 
     async fn runs(
@@ -275,22 +242,12 @@ impl Journal for PostgresJournal {
         limit: usize,
     ) -> Result<Vec<Run>, StoreError> {
         validate_journal_limit(limit)?;
-        type Row = (
-            Uuid,
-            Uuid,
-            Uuid,
-            DateTime<Utc>,
-            i64,
-            Option<DateTime<Utc>>,
-            Option<String>,
-        );
-        let rows: Vec<Row> = sqlx::query_as(
-            "SELECT id, team_id, agent_id, admitted_at, last_seq, sealed_at, outcome
-             FROM runs
+        let rows: Vec<RunRow> = sqlx::query_as(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs
              WHERE tenant = $1 AND team_id = $2
                AND ($3::timestamptz IS NULL OR admitted_at < $3)
-             ORDER BY admitted_at DESC, id DESC LIMIT $4",
-        )
+             ORDER BY admitted_at DESC, id DESC LIMIT $4"
+        ))
         .bind(self.tenant.as_str())
         .bind(team)
         .bind(before)
@@ -298,21 +255,6 @@ impl Journal for PostgresJournal {
         .fetch_all(&self.pool)
         .await
         .map_err(|e| store_error(e, "journal runs"))?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(id, team, agent, admitted_at, last_seq, sealed_at, outcome)| {
-                    Run::from_stored(
-                        RunId(id),
-                        team,
-                        agent,
-                        admitted_at,
-                        Seq(last_seq as u64),
-                        sealed_at,
-                        outcome.as_deref(),
-                    )
-                },
-            )
-            .collect())
+        Ok(rows.into_iter().map(Run::from).collect())
     }
 }

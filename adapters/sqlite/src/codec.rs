@@ -59,15 +59,7 @@ impl<'r> sqlx::Decode<'r, Sqlite> for Ts {
     }
 }
 
-/// Saturating `u64` → `INTEGER`.
-pub(crate) fn db_i64(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
-/// `INTEGER` (CHECKed non-negative) → `u64`.
-pub(crate) fn from_db(v: i64) -> u64 {
-    u64::try_from(v).unwrap_or(0)
-}
+pub(crate) use crewbus_sql::{db_i64, from_db};
 
 /// `?, ?, …` with `n` placeholders (`n ≥ 1`; SQLite allows 32766 parameters, far above
 /// `MAX_PAGE`).

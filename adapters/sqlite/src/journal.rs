@@ -7,10 +7,11 @@ use crewbus_domain::{
     validate_journal_limit, validate_note_text,
 };
 use crewbus_ports::Journal;
+use crewbus_sql::journal::{RUN_COLUMNS, RunRow, kind_text, records, sealing};
 use sqlx::SqliteConnection;
 use uuid::Uuid;
 
-use crate::codec::{Ts, db_i64, from_db, opt};
+use crate::codec::{Ts, db_i64, from_db};
 use crate::connect::SqlitePools;
 
 /// One tenant's runs and journals in SQLite.
@@ -71,10 +72,7 @@ pub(crate) async fn append(
     at: DateTime<Utc>,
     kind: &RecordKind,
 ) -> Result<Seq, sqlx::Error> {
-    let (sealed_at, outcome) = match kind {
-        RecordKind::RunSealed { outcome, .. } => (Some(Ts(at)), Some(outcome.as_str())),
-        _ => (None, None),
-    };
+    let (sealed_at, outcome) = sealing(kind, at);
     let seq: i64 = sqlx::query_scalar(
         "UPDATE runs SET last_seq = last_seq + 1,
                          sealed_at = COALESCE(?2, sealed_at),
@@ -82,7 +80,7 @@ pub(crate) async fn append(
          WHERE id = ?1 RETURNING last_seq",
     )
     .bind(run.0)
-    .bind(sealed_at)
+    .bind(sealed_at.map(Ts))
     .bind(outcome)
     .fetch_one(&mut *conn)
     .await?;
@@ -97,7 +95,7 @@ async fn insert_record(
     at: DateTime<Utc>,
     kind: &RecordKind,
 ) -> Result<(), sqlx::Error> {
-    let json = serde_json::to_string(kind).map_err(|e| sqlx::Error::Encode(Box::new(e)))?;
+    let json = kind_text(kind)?;
     sqlx::query("INSERT INTO journal_records (run_id, seq, at, kind) VALUES (?, ?, ?, ?)")
         .bind(run.0)
         .bind(seq)
@@ -220,41 +218,20 @@ impl Journal for SqliteJournal {
         .fetch_all(self.pools.reader())
         .await
         .map_err(self.pools.st(what))?;
-        if rows.is_empty() {
-            return Err(StoreError::not_found(format!("run {run}")));
-        }
-        let mut records = Vec::with_capacity(rows.len());
-        for row in rows {
-            let (Some(seq), Some(at), Some(kind)) = row else {
-                continue;
-            };
-            records.push(Record::from_stored(run, Seq(from_db(seq)), at.0, &kind)?);
-        }
-        Ok(records)
+        records(run, rows)
     }
 
     async fn run(&self, run: RunId) -> Result<Run, StoreError> {
-        type Row = (Uuid, Uuid, Ts, i64, Option<Ts>, Option<String>);
-        let row: Option<Row> = sqlx::query_as(
-            "SELECT team_id, agent_id, admitted_at, last_seq, sealed_at, outcome
-             FROM runs WHERE id = ? AND tenant = ?",
-        )
+        let row: Option<RunRow<Ts>> = sqlx::query_as(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs WHERE id = ? AND tenant = ?"
+        ))
         .bind(run.0)
         .bind(self.tenant.as_str())
         .fetch_optional(self.pools.reader())
         .await
         .map_err(self.pools.st("journal run"))?;
-        let (team, agent, admitted_at, last_seq, sealed_at, outcome) =
-            row.ok_or_else(|| StoreError::not_found(format!("run {run}")))?;
-        Ok(Run::from_stored(
-            run,
-            team,
-            agent,
-            admitted_at.0,
-            Seq(from_db(last_seq)),
-            opt(sealed_at),
-            outcome.as_deref(),
-        ))
+        row.map(Run::from)
+            .ok_or_else(|| StoreError::not_found(format!("run {run}")))
     }
 
     async fn runs(
@@ -264,13 +241,11 @@ impl Journal for SqliteJournal {
         limit: usize,
     ) -> Result<Vec<Run>, StoreError> {
         validate_journal_limit(limit)?;
-        type Row = (Uuid, Uuid, Uuid, Ts, i64, Option<Ts>, Option<String>);
-        let rows: Vec<Row> = sqlx::query_as(
-            "SELECT id, team_id, agent_id, admitted_at, last_seq, sealed_at, outcome
-             FROM runs
+        let rows: Vec<RunRow<Ts>> = sqlx::query_as(&format!(
+            "SELECT {RUN_COLUMNS} FROM runs
              WHERE tenant = ?1 AND team_id = ?2 AND (?3 IS NULL OR admitted_at < ?3)
-             ORDER BY admitted_at DESC, id DESC LIMIT ?4",
-        )
+             ORDER BY admitted_at DESC, id DESC LIMIT ?4"
+        ))
         .bind(self.tenant.as_str())
         .bind(team)
         .bind(before.map(Ts))
@@ -278,21 +253,6 @@ impl Journal for SqliteJournal {
         .fetch_all(self.pools.reader())
         .await
         .map_err(self.pools.st("journal runs"))?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(id, team, agent, admitted_at, last_seq, sealed_at, outcome)| {
-                    Run::from_stored(
-                        RunId(id),
-                        team,
-                        agent,
-                        admitted_at.0,
-                        Seq(from_db(last_seq)),
-                        opt(sealed_at),
-                        outcome.as_deref(),
-                    )
-                },
-            )
-            .collect())
+        Ok(rows.into_iter().map(Run::from).collect())
     }
 }

@@ -1,6 +1,7 @@
 //! The Postgres ledger's history pages.
 
-use crewbus_domain::{BusResult, HistoryPage, Message};
+use crewbus_domain::{BusResult, HistoryPage};
+use crewbus_sql::rows::history_page;
 use uuid::Uuid;
 
 use super::rows::{MESSAGE_COLUMNS, MessageRow, db_i64};
@@ -28,9 +29,5 @@ pub(super) async fn history(
     .fetch_all(&mut *conn)
     .await
     .map_err(db(what))?;
-    let messages = rows
-        .into_iter()
-        .map(Message::try_from)
-        .collect::<BusResult<Vec<_>>>()?;
-    Ok(HistoryPage::build(after_seq, messages))
+    history_page(after_seq, rows)
 }

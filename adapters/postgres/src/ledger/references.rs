@@ -1,10 +1,10 @@
 //! The Postgres ledger's reference worker side: leasing reference markers (one per stored
 //! message) and removing them once the message's references are published.
 
-use super::rows::from_db;
+use super::rows::ReferenceRow;
 use super::{PostgresLedger, db};
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusResult, InboxEvent, ReferencePayload};
+use crewbus_domain::{BusResult, InboxEvent};
 use uuid::Uuid;
 
 /// One statement: lock up to `$3` due markers of tenant `$1` at `$2` (`SKIP LOCKED`: two workers
@@ -36,18 +36,12 @@ FROM leased l
 JOIN messages m ON m.id = l.message_id
 JOIN receipts r ON r.message_id = l.message_id AND r.delivered_at IS NULL";
 
-/// One reference of a leased marker: the marker's fields with one undelivered receipt.
+/// One reference of a leased marker, with the marker's order (`RETURNING` has none).
 #[derive(sqlx::FromRow)]
 struct Row {
     ord: i64,
-    team_id: Uuid,
-    inbox: String,
-    message_id: Uuid,
-    created_at: DateTime<Utc>,
-    conversation_id: Uuid,
-    seq: i64,
-    recipient_id: Uuid,
-    recipient_key: String,
+    #[sqlx(flatten)]
+    reference: ReferenceRow,
 }
 
 pub(super) async fn lease_inbox_events(
@@ -60,24 +54,12 @@ pub(super) async fn lease_inbox_events(
         .lease_rows(LEASE, at, until, limit, "lease references")
         .await?;
     // Marker order, then recipient key in byte order (COLLATE "C", as everywhere else).
-    rows.sort_by(|a, b| (a.ord, &a.recipient_key).cmp(&(b.ord, &b.recipient_key)));
+    rows.sort_by(|a, b| {
+        (a.ord, a.reference.recipient_key()).cmp(&(b.ord, b.reference.recipient_key()))
+    });
     Ok(rows
         .into_iter()
-        .map(|r| InboxEvent {
-            id: InboxEvent::id_for(r.message_id, r.recipient_id),
-            team: r.team_id,
-            inbox: r.inbox,
-            message: r.message_id,
-            recipient: r.recipient_id,
-            recipient_key: r.recipient_key,
-            payload: ReferencePayload {
-                message: r.message_id,
-                conversation: r.conversation_id,
-                seq: from_db(r.seq),
-            }
-            .to_json(),
-            created_at: r.created_at,
-        })
+        .map(|r| InboxEvent::from(r.reference))
         .collect())
 }
 

@@ -2,11 +2,11 @@
 //! `settle`).
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusError, BusResult, Envelope, LeasedSlot, SettleOutcome, Settlement};
-use uuid::Uuid;
+use crewbus_domain::{BusResult, LeasedSlot, SettleOutcome, Settlement};
+use crewbus_sql::rows::leased_slots;
 
 use super::PostgresLedger;
-use super::rows::from_db;
+use super::rows::SlotRow;
 use super::settle;
 
 pub(super) async fn lease_slots(
@@ -15,22 +15,7 @@ pub(super) async fn lease_slots(
     until: DateTime<Utc>,
     limit: usize,
 ) -> BusResult<Vec<LeasedSlot>> {
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        id: Uuid,
-        generation: i64,
-        backend: String,
-        message_id: Uuid,
-        conversation_id: Uuid,
-        team_id: Uuid,
-        body: Vec<u8>,
-        publish_key: Uuid,
-        attempts: i32,
-        uncertain: bool,
-        next_attempt_at: DateTime<Utc>,
-        ord: i64,
-    }
-    let mut rows: Vec<Row> = ledger
+    let rows: Vec<SlotRow> = ledger
         .lease_rows(
             "WITH due AS (
                  SELECT id FROM outbox_slots
@@ -50,28 +35,7 @@ pub(super) async fn lease_slots(
             "lease slots",
         )
         .await?;
-    rows.sort_by_key(|r| (r.next_attempt_at, r.ord));
-    rows.into_iter()
-        .map(|r| {
-            let body = String::from_utf8(r.body)
-                .map_err(|_| BusError::invalid("a slot's stored body is not UTF-8"))?;
-            Ok(LeasedSlot {
-                slot: r.id,
-                generation: from_db(r.generation),
-                backend: r.backend,
-                envelope: Envelope {
-                    message_id: r.message_id,
-                    conversation_id: r.conversation_id,
-                    team_id: r.team_id,
-                    body,
-                    publish_key: r.publish_key,
-                },
-                attempts: u32::try_from(r.attempts).unwrap_or(0),
-                uncertain: r.uncertain,
-                leased_until: until,
-            })
-        })
-        .collect()
+    leased_slots(rows, until)
 }
 
 pub(super) async fn settle(

@@ -2,9 +2,9 @@
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, RetentionTarget};
+use crewbus_sql::rows::retention_target;
 use uuid::Uuid;
 
-use super::rows::from_db;
 use super::{PostgresLedger, db};
 
 pub(super) async fn retention_due(
@@ -27,14 +27,7 @@ pub(super) async fn retention_due(
     .fetch_all(&ledger.pool)
     .await
     .map_err(db("retention due"))?;
-    Ok(rows
-        .into_iter()
-        .map(|(team, backend, messages)| RetentionTarget {
-            team,
-            backend,
-            messages: from_db(messages),
-        })
-        .collect())
+    Ok(rows.into_iter().map(retention_target).collect())
 }
 
 pub(super) async fn mark_retained(

@@ -16,10 +16,9 @@
 //! reference worker's order) is the same as a per-slot loop would give. A message without
 //! recipients gets none.
 
-use std::collections::HashMap;
-
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusError, BusResult, SettleOutcome, Settlement, SlotOutcome, TenantId};
+use crewbus_sql::settle::{LiveSlot, fence};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
@@ -29,15 +28,6 @@ const WHAT: &str = "settle";
 
 fn db(e: sqlx::Error) -> BusError {
     bus_error(e, WHAT)
-}
-
-/// A slot locked by [`settle`]: live at the settle time, with its message's position.
-#[derive(sqlx::FromRow)]
-struct LiveSlot {
-    id: Uuid,
-    generation: i64,
-    message_id: Uuid,
-    team_id: Uuid,
 }
 
 /// The applied settlements of one call, by outcome kind, each kind as the columns of its
@@ -195,24 +185,11 @@ pub(crate) async fn settle(
     .fetch_all(&mut *conn)
     .await
     .map_err(db)?;
-    let mut live: HashMap<Uuid, LiveSlot> = rows.into_iter().map(|r| (r.id, r)).collect();
+    let (outcomes, applied) = fence(settlements, rows);
     let mut plan = Plan::default();
-    let outcomes = settlements
-        .iter()
-        .map(|s| {
-            let current = live
-                .get(&s.slot)
-                .is_some_and(|r| i64::try_from(s.generation) == Ok(r.generation));
-            // An applied settlement releases the lease: the same slot again is stale.
-            match current.then(|| live.remove(&s.slot)).flatten() {
-                Some(slot) => {
-                    plan.add(&slot, &s.outcome);
-                    SettleOutcome::Applied
-                }
-                None => SettleOutcome::Stale,
-            }
-        })
-        .collect();
+    for (slot, outcome) in &applied {
+        plan.add(slot, outcome);
+    }
     plan.apply(conn, tenant, at).await?;
     Ok(outcomes)
 }

@@ -130,12 +130,7 @@ pub(super) async fn message(
     message: Uuid,
 ) -> BusResult<Message> {
     let what = "message lookup";
-    let mut conn = ledger
-        .pools
-        .reader()
-        .acquire()
-        .await
-        .map_err(ledger.db(what))?;
+    let mut conn = ledger.read_connection(what).await?;
     ledger.message_row(&mut conn, team, message).await
 }
 

@@ -102,12 +102,7 @@ pub(super) async fn create_team(
 
 pub(super) async fn team(ledger: &SqliteLedger, team: Uuid) -> BusResult<Team> {
     let what = "team lookup";
-    let mut conn = ledger
-        .pools
-        .reader()
-        .acquire()
-        .await
-        .map_err(ledger.db(what))?;
+    let mut conn = ledger.read_connection(what).await?;
     ledger.team_row(&mut conn, team).await
 }
 
@@ -189,12 +184,7 @@ pub(super) async fn create_agent(
 
 pub(super) async fn agent(ledger: &SqliteLedger, team: Uuid, agent: Uuid) -> BusResult<Agent> {
     let what = "agent lookup";
-    let mut conn = ledger
-        .pools
-        .reader()
-        .acquire()
-        .await
-        .map_err(ledger.db(what))?;
+    let mut conn = ledger.read_connection(what).await?;
     ledger.agent_row(&mut conn, team, agent).await
 }
 

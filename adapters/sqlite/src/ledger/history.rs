@@ -1,6 +1,7 @@
 //! The SQLite ledger's history pages.
 
-use crewbus_domain::{BusError, BusResult, HistoryPage, Message};
+use crewbus_domain::{BusError, BusResult, HistoryPage};
+use crewbus_sql::rows::history_page;
 use uuid::Uuid;
 
 use super::SqliteLedger;
@@ -40,9 +41,5 @@ pub(super) async fn history(
     .fetch_all(&mut *tx)
     .await
     .map_err(ledger.db(what))?;
-    let messages = rows
-        .into_iter()
-        .map(Message::try_from)
-        .collect::<BusResult<Vec<_>>>()?;
-    Ok(HistoryPage::build(after_seq, messages))
+    history_page(after_seq, rows)
 }

@@ -110,6 +110,14 @@ impl SqliteLedger {
         self.pools.reader().begin().await.map_err(self.db(what))
     }
 
+    /// A connection of the read pool, for reads that need no snapshot across statements.
+    async fn read_connection(
+        &self,
+        what: &str,
+    ) -> BusResult<sqlx::pool::PoolConnection<sqlx::Sqlite>> {
+        self.pools.reader().acquire().await.map_err(self.db(what))
+    }
+
     /// `NotFound` unless `team` is a team of this tenant.
     async fn require_team(&self, conn: &mut SqliteConnection, team: Uuid) -> BusResult<()> {
         let found: Option<i64> =

@@ -2,24 +2,12 @@
 //! message) and removing them once the message's references are published.
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusResult, InboxEvent, ReferencePayload};
+use crewbus_domain::{BusResult, InboxEvent};
 use uuid::Uuid;
 
 use super::SqliteLedger;
-use crate::codec::{Ts, from_db, marks};
-
-/// One reference of a leased marker: the marker's fields with one undelivered receipt.
-#[derive(sqlx::FromRow)]
-struct Row {
-    team_id: Uuid,
-    inbox: String,
-    message_id: Uuid,
-    created_at: Ts,
-    conversation_id: Uuid,
-    seq: i64,
-    recipient_id: Uuid,
-    recipient_key: String,
-}
+use super::rows::ReferenceRow;
+use crate::codec::{Ts, marks};
 
 pub(super) async fn lease_inbox_events(
     ledger: &SqliteLedger,
@@ -72,30 +60,13 @@ pub(super) async fn lease_inbox_events(
          WHERE k.ord IN ({list})
          ORDER BY k.ord, r.recipient_key"
     );
-    let mut query = sqlx::query_as::<_, Row>(&sql);
+    let mut query = sqlx::query_as::<_, ReferenceRow>(&sql);
     for ord in &due {
         query = query.bind(*ord);
     }
     let rows = query.fetch_all(&mut *tx).await.map_err(ledger.db(what))?;
     ledger.commit(tx, what).await?;
-    Ok(rows
-        .into_iter()
-        .map(|r| InboxEvent {
-            id: InboxEvent::id_for(r.message_id, r.recipient_id),
-            team: r.team_id,
-            inbox: r.inbox,
-            message: r.message_id,
-            recipient: r.recipient_id,
-            recipient_key: r.recipient_key,
-            payload: ReferencePayload {
-                message: r.message_id,
-                conversation: r.conversation_id,
-                seq: from_db(r.seq),
-            }
-            .to_json(),
-            created_at: r.created_at.0,
-        })
-        .collect())
+    Ok(rows.into_iter().map(InboxEvent::from).collect())
 }
 
 pub(super) async fn mark_published(

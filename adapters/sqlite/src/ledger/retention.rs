@@ -2,10 +2,11 @@
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, RetentionTarget};
+use crewbus_sql::rows::retention_target;
 use uuid::Uuid;
 
 use super::SqliteLedger;
-use crate::codec::{Ts, from_db};
+use crate::codec::Ts;
 
 pub(super) async fn retention_due(
     ledger: &SqliteLedger,
@@ -27,14 +28,7 @@ pub(super) async fn retention_due(
     .fetch_all(ledger.pools.reader())
     .await
     .map_err(ledger.db("retention due"))?;
-    Ok(rows
-        .into_iter()
-        .map(|(team, backend, messages)| RetentionTarget {
-            team,
-            backend,
-            messages: from_db(messages),
-        })
-        .collect())
+    Ok(rows.into_iter().map(retention_target).collect())
 }
 
 pub(super) async fn mark_retained(

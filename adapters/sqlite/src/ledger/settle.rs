@@ -12,10 +12,9 @@
 //!    message failed). SQLite runs in process, so a statement per row costs no round trip;
 //!    reference markers get their `ord` in call order, as on Postgres.
 
-use std::collections::HashMap;
-
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, SettleOutcome, Settlement, SlotOutcome};
+use crewbus_sql::settle::{LiveSlot, fence};
 use sqlx::SqliteConnection;
 use uuid::Uuid;
 
@@ -23,15 +22,6 @@ use super::SqliteLedger;
 use crate::codec::{Ts, marks};
 
 const WHAT: &str = "settle";
-
-/// A slot live at the settle time, with its message's place.
-#[derive(sqlx::FromRow)]
-struct LiveSlot {
-    id: Uuid,
-    generation: i64,
-    message_id: Uuid,
-    team_id: Uuid,
-}
 
 impl SqliteLedger {
     /// Writes one applied settlement of `slot`.
@@ -132,20 +122,9 @@ pub(super) async fn settle(
         query = query.bind(*id);
     }
     let rows = query.fetch_all(&mut *tx).await.map_err(ledger.db(WHAT))?;
-    let mut live: HashMap<Uuid, LiveSlot> = rows.into_iter().map(|r| (r.id, r)).collect();
-    let mut outcomes = Vec::with_capacity(settlements.len());
-    for s in settlements {
-        let current = live
-            .get(&s.slot)
-            .is_some_and(|r| i64::try_from(s.generation) == Ok(r.generation));
-        // An applied settlement releases the lease: the same slot again is stale.
-        match current.then(|| live.remove(&s.slot)).flatten() {
-            Some(slot) => {
-                ledger.apply(&mut tx, &slot, &s.outcome, at).await?;
-                outcomes.push(SettleOutcome::Applied);
-            }
-            None => outcomes.push(SettleOutcome::Stale),
-        }
+    let (outcomes, applied) = fence(settlements, rows);
+    for (slot, outcome) in &applied {
+        ledger.apply(&mut tx, slot, outcome, at).await?;
     }
     ledger.commit(tx, WHAT).await?;
     Ok(outcomes)

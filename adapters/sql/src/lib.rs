@@ -1,0 +1,16 @@
+//! The Rust the two SQL adapters (`crewbus-postgres`, `crewbus-sqlite`) share: the rows of the
+//! ledger's, journal's and push store's tables with their conversions into domain types, how
+//! counters are stored, and the pure steps around the queries. The SQL text that differs by
+//! dialect, the pools, transactions and error mapping stay in each adapter.
+//!
+//! No driver here: the row structs derive `sqlx::FromRow` generic over the row type, and are
+//! generic over how a time is stored (`T`: `DateTime<Utc>` for a `timestamptz`, the SQLite
+//! adapter's microsecond integer), converted with `Into<DateTime<Utc>>`.
+#![warn(missing_docs)]
+
+pub mod counter;
+pub mod journal;
+pub mod rows;
+pub mod settle;
+
+pub use counter::{db_i64, from_db};
