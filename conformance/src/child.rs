@@ -296,9 +296,9 @@ impl SpawnTied for Command {
 #[cfg(test)]
 mod tests {
     //! The mechanism without any server: this test binary runs itself again as a probe that
-    //! spawns a tied `sleep`, registers a directory, and ends without a destructor (`exit`,
-    //! a failing test — libtest catches the panic and exits —, or killed with `SIGKILL`); the
-    //! sleep must be gone and the directory removed within a deadline.
+    //! spawns a tied `sleep` (or ties one by pid), registers a directory, and ends without a
+    //! destructor (`exit`, a failing test — libtest catches the panic and exits —, or killed
+    //! with `SIGKILL`); the sleep must be gone and the directory removed within a deadline.
 
     use std::io::{BufRead, BufReader, Write as _};
     use std::path::PathBuf;
@@ -327,17 +327,24 @@ mod tests {
     /// does nothing.
     #[test]
     #[ignore = "a helper: the probe the tied-child tests run in a process of its own"]
-    #[allow(clippy::zombie_processes, reason = "the probe ends without waiting, on purpose")]
+    #[allow(
+        clippy::zombie_processes,
+        reason = "the probe ends without waiting, on purpose"
+    )]
     fn probe_child() {
         let Ok(mode) = std::env::var(PROBE) else {
             return;
         };
-        let sleeper = Command::new("sleep")
-            .arg("600")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn_tied()
-            .expect("spawn a tied sleep");
+        let mut sleep = Command::new("sleep");
+        sleep.arg("600").stdin(Stdio::null()).stdout(Stdio::null());
+        let sleeper = if mode == "tie" {
+            // Not spawned tied: registered afterwards by pid, as a daemon is (`tie_pid`).
+            let sleeper = sleep.spawn().expect("spawn a sleep");
+            tie_pid(sleeper.id(), libc::SIGTERM).expect("tie the sleep");
+            sleeper
+        } else {
+            sleep.spawn_tied().expect("spawn a tied sleep")
+        };
         let dir = tempfile::Builder::new()
             .prefix("crewbus-child-probe-")
             .tempdir()
@@ -350,7 +357,7 @@ mod tests {
         let mut go = String::new();
         let _ = std::io::stdin().read_line(&mut go);
         match mode.as_str() {
-            "exit" => std::process::exit(3),
+            "exit" | "tie" => std::process::exit(3),
             "panic" => panic!("the probe fails on purpose"),
             _ => loop {
                 std::thread::park();
@@ -421,6 +428,11 @@ mod tests {
     #[test]
     fn a_tied_child_and_dir_go_when_the_process_exits() {
         probe("exit");
+    }
+
+    #[test]
+    fn a_process_tied_by_pid_goes_when_the_process_exits() {
+        probe("tie");
     }
 
     #[test]
