@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use crewbus::client::{ApiClient, uuid_of};
 use crewbus::load::{self, LoadPlan};
+use crewbus_conformance::child::SpawnTied;
 use crewbus_conformance::nats::{NatsServer, provisioning_user};
 use crewbus_conformance::postgres::TestDatabase;
 
@@ -65,7 +66,8 @@ async fn the_raw_server_does_the_same_durable_work_and_loses_nothing() {
             .arg("--tokens-file")
             .arg(&tokens_file)
             .stdin(Stdio::null())
-            .spawn()
+            // Killed with the test binary even when it ends without dropping this.
+            .spawn_tied()
             .expect("crewbus-raw-server starts"),
     );
     let deadline = Instant::now() + Duration::from_secs(30);

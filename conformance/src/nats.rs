@@ -4,10 +4,10 @@
 //! Each server gets a free port, its own store dir and log in a temp dir, and the repository's
 //! `conformance/nats/server.conf` (JetStream on, `max_payload` 2 MB, a provisioning and a
 //! runtime user, optional account storage budget). Readiness is awaited against a deadline; the
-//! process is killed and its files removed on drop, and killed with the test binary when that
-//! ends without dropping it ([`crate::child`]; its dir is then removed by the next fixture
-//! started on the machine); [`NatsServer::restart`] brings it back on the
-//! same port and store dir. `NATS_URL` makes tests use an external server instead
+//! process is killed and its files removed on drop; when the test binary ends without dropping
+//! it (`process::exit`, a static, a panic, a kill), the process is killed and its dir removed
+//! once the binary is gone ([`crate::child`]'s watchdog). [`NatsServer::restart`] brings it back
+//! on the same port and store dir. `NATS_URL` makes tests use an external server instead
 //! ([`external_url`]); tests needing a server of their own are then reported as ignored.
 
 use std::io::Read;
@@ -18,34 +18,8 @@ use std::time::Duration;
 
 use crate::wait::Deadline;
 
-/// The prefix of every server's temp dir, and the file in it naming the test binary (its pid)
-/// that owns it.
+/// The prefix of every server's temp dir.
 const DIR_PREFIX: &str = "crewbus-nats-";
-const OWNER_FILE: &str = "owner.pid";
-
-/// Removes the temp dirs of servers whose owning test binary is gone: a binary that ends by
-/// `process::exit`, a panic or a kill takes its servers with it (`crate::child`) but runs no
-/// destructor, so their store dirs would stay. A dir without an owner file (an older build's)
-/// or whose owner runs is left alone.
-fn sweep_orphaned_dirs() {
-    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
-        return;
-    };
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        if !name.to_string_lossy().starts_with(DIR_PREFIX) {
-            continue;
-        }
-        let owner = std::fs::read_to_string(entry.path().join(OWNER_FILE))
-            .ok()
-            .and_then(|p| p.trim().parse::<u32>().ok());
-        if let Some(pid) = owner
-            && !Path::new(&format!("/proc/{pid}")).exists()
-        {
-            let _ = std::fs::remove_dir_all(entry.path());
-        }
-    }
-}
 
 /// How long a server may take to become ready.
 pub const READY_DEADLINE: Duration = Duration::from_secs(20);
@@ -222,13 +196,12 @@ impl NatsServer {
 
     fn configure(name: &str, port: u16, cluster: &str, options: &NatsOptions) -> NatsServer {
         let bin = server_binary();
-        sweep_orphaned_dirs();
         let dir = tempfile::Builder::new()
             .prefix(DIR_PREFIX)
             .tempdir()
             .expect("a temp dir for nats-server");
-        std::fs::write(dir.path().join(OWNER_FILE), std::process::id().to_string())
-            .expect("the owner file");
+        // Removed by the watchdog once this process has ended, should no destructor run.
+        crate::child::remove_when_ended(dir.path()).expect("the fixture watchdog");
         let store = dir.path().join("store");
         std::fs::create_dir_all(&store).expect("store dir");
         let conf = dir.path().join("server.conf");
@@ -264,7 +237,7 @@ impl NatsServer {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        // Killed with the test binary even when it exits without dropping this (`child`).
+        // Killed with the test binary even when it ends without dropping this (`child`).
         let child = crate::child::spawn(command)
             .unwrap_or_else(|e| panic!("cannot start {}: {e}", self.bin.display()));
         self.child = Some(child);

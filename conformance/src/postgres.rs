@@ -7,9 +7,10 @@
 //!   is ever skipped.
 //! - [`PgCluster`]: a private throwaway cluster (`initdb` + `pg_ctl` from Debian's `postgresql`
 //!   package) on its own port and data directory in a temp dir, stoppable and restartable on the
-//!   same port, stopped and removed on drop. For tests that restart Postgres, never the shared
-//!   server. `initdb` and `postgres` refuse to run as root, so as root they run as an
-//!   unprivileged user (`PG_RUN_USER`, default `postgres`) through `runuser`.
+//!   same port, stopped and removed on drop — and, when the test binary ends without dropping it,
+//!   stopped and removed once the binary is gone ([`crate::child`]). For tests that restart
+//!   Postgres, never the shared server. `initdb` and `postgres` refuse to run as root, so as root
+//!   they run as an unprivileged user (`PG_RUN_USER`, default `postgres`) through `runuser`.
 
 use std::fmt;
 use std::future::Future;
@@ -348,7 +349,20 @@ impl Control {
             "60",
             "start",
         ];
-        self.run("pg_ctl", &args)
+        if !self.run("pg_ctl", &args) {
+            return false;
+        }
+        // The postmaster is pg_ctl's daemon, not our child: tie it by its pid file (it answers
+        // now: `-w` waited), so that it stops (SIGQUIT: an immediate shutdown, its backends
+        // with it) when this test binary ends without dropping the cluster.
+        let pid_file = data.join("postmaster.pid");
+        let pid = std::fs::read_to_string(&pid_file)
+            .ok()
+            .and_then(|t| t.lines().next()?.trim().parse::<u32>().ok())
+            .unwrap_or_else(|| panic!("no pid in {}", pid_file.display()));
+        crate::child::tie_pid(pid, libc::SIGQUIT)
+            .unwrap_or_else(|e| panic!("tie the postmaster {pid} to this test binary: {e}"));
+        true
     }
 
     /// `pg_ctl stop -w -m <mode>`.
@@ -401,6 +415,9 @@ impl PgCluster {
             .prefix("crewbus-pg-")
             .tempdir()
             .expect("temp dir for a Postgres cluster");
+        // Removed by the watchdog (after the postmaster is gone) once this process has ended,
+        // should no destructor run.
+        crate::child::remove_when_ended(dir.path()).expect("the fixture watchdog");
         if let Some((_, uid, gid)) = &owner {
             std::os::unix::fs::chown(dir.path(), Some(*uid), Some(*gid))
                 .expect("chown the cluster's temp dir");

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use crewbus::config::Config;
 use crewbus::load::{LoadArgs, LoadPlan, LoadProgress, LoadReport, LoadTeam};
+use crewbus_conformance::child::SpawnTied;
 use crewbus_conformance::nats::{NatsServer, free_port, provisioning_user, runtime_user};
 use crewbus_conformance::postgres::TestDatabase;
 use sqlx::postgres::PgConnectOptions;
@@ -200,7 +201,8 @@ impl CrewbusProcess {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
-            .spawn()
+            // Killed with the test binary even when it ends without dropping this.
+            .spawn_tied()
             .expect("the crewbus binary starts");
         self.child = Some(child);
         let client = reqwest::Client::new();

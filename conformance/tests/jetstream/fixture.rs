@@ -1,15 +1,17 @@
-//! The fixture's servers die with the test binary that started them, however it ends
-//! (`crewbus_conformance::child`): this binary runs itself again as a probe that starts a
-//! `nats-server`, prints its pid, waits for the go-ahead on stdin (sent once the server is seen
-//! running) and then ends without dropping it — by `process::exit` (what a
-//! `libtest-mimic` harness does), by a panic, or killed with `SIGKILL` — and the server must be
-//! gone within 10 s after, and its temp dir once the next fixture server starts.
+//! The fixture's servers die with the test binary that started them, however it ends, and their
+//! store dirs go too (`crewbus_conformance::child`'s watchdog): this binary runs itself again as
+//! a probe that starts a `nats-server`, prints its pid and dir, waits for the go-ahead on stdin
+//! (sent once the server is seen running) and then ends without dropping it — by
+//! `process::exit` (what a `libtest-mimic` harness does), by a panic, or killed with `SIGKILL` —
+//! and within 15 s after, that server (its pid with its start time: no other `nats-server` on
+//! the machine counts) must be gone and its temp dir removed.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use crewbus_conformance::child;
 use crewbus_conformance::nats::NatsServer;
 use crewbus_conformance::wait::Deadline;
 use libtest_mimic::{Failed, Trial};
@@ -29,7 +31,7 @@ pub(crate) fn run_probe_if_asked() {
         server.pid().expect("a running server"),
         server.dir().display()
     );
-    // The server is never dropped: only the kernel's parent-death signal can stop it.
+    // The server is never dropped: only the watchdog can stop it and remove its dir.
     std::mem::forget(server);
     // Ends only once the parent has seen the server running (a line on stdin): ending at once
     // raced the parent's check, and the server could be gone before it looked.
@@ -44,63 +46,58 @@ pub(crate) fn run_probe_if_asked() {
     }
 }
 
-/// Whether `pid` is a live (not zombie) `nats-server`.
-fn nats_server_alive(pid: u32) -> bool {
-    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-    let state = stat
-        .rfind(')')
-        .and_then(|i| stat[i + 1..].split_whitespace().next())
-        .unwrap_or("");
-    comm.trim_end() == "nats-server" && !state.is_empty() && state != "Z"
-}
-
 fn probe(mode: &'static str) -> Result<(), Failed> {
-    let mut child = Command::new(std::env::current_exe()?)
+    let mut process = Command::new(std::env::current_exe()?)
         .env(PROBE, mode)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()?;
     let mut line = String::new();
-    BufReader::new(child.stdout.take().expect("the probe's stdout")).read_line(&mut line)?;
+    BufReader::new(process.stdout.take().expect("the probe's stdout")).read_line(&mut line)?;
     let (pid, dir) = line
         .trim()
         .strip_prefix("pid ")
         .and_then(|rest| rest.split_once(" dir "))
         .and_then(|(pid, dir)| Some((pid.parse::<u32>().ok()?, PathBuf::from(dir))))
         .ok_or_else(|| format!("the probe printed {line:?}, not `pid N dir D`"))?;
-    assert!(dir.exists(), "the probe's server dir {}", dir.display());
-    assert!(nats_server_alive(pid), "the probe's server {pid} runs");
-    let mut go = child.stdin.take().expect("the probe's stdin");
+    assert!(
+        dir.join("store").exists(),
+        "the probe's server store {}",
+        dir.display()
+    );
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    assert_eq!(comm.trim_end(), "nats-server", "the probe's pid {pid}");
+    let start = child::start_time(pid).ok_or_else(|| format!("the probe's server {pid} runs"))?;
+    let mut go = process.stdin.take().expect("the probe's stdin");
     writeln!(go, "go")?;
     drop(go);
     if mode == "hang" {
-        child.kill()?;
+        process.kill()?;
     }
-    let status = child.wait()?;
+    let status = process.wait()?;
     assert!(
         !status.success() || mode == "exit",
         "the probe ended as asked ({mode}): {status}"
     );
     let mut deadline = Deadline::new(
-        Duration::from_secs(10),
-        format!("nats-server {pid} to die with its test binary ({mode})"),
+        Duration::from_secs(15),
+        format!(
+            "nats-server {pid} and {} to go with its test binary ({mode})",
+            dir.display()
+        ),
     );
-    while nats_server_alive(pid) {
+    while child::runs(pid, start) || dir.exists() {
         assert!(
             !deadline.passed(),
-            "nats-server {pid} outlived its test binary ({mode})"
+            "after its test binary ended ({mode}): nats-server {pid} runs: {}, its dir {} \
+             exists: {}",
+            child::runs(pid, start),
+            dir.display(),
+            dir.exists()
         );
         deadline.tick_blocking();
     }
-    // Its dir is left (no destructor ran), until the next fixture server starts.
-    drop(NatsServer::start());
-    assert!(
-        !dir.exists(),
-        "the dead probe's server dir {} was removed by the next fixture",
-        dir.display()
-    );
     Ok(())
 }
 
