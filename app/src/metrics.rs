@@ -76,6 +76,9 @@ pub struct Metrics {
     pub fetch_wait_errors: Counter,
     /// Waiting fetches woken (by a wake-up, the sweep or a listener reconnect).
     pub fetch_wakeups: Counter,
+    /// Requests (HTTP and MCP tool calls) answered `timeout` because their use case did not
+    /// finish within `bus.request_timeout_ms` (plus a fetch's wait).
+    pub request_timeouts: Counter,
     /// Fetches that found no room for their bodies (`bus.max_body_bytes_in_flight`) and waited
     /// for it.
     pub fetch_bytes_waits: Counter,
@@ -119,6 +122,7 @@ impl Default for Metrics {
             inbox_ack_failures: Counter::default(),
             inbox_fetch_failures: Counter::default(),
             fetch_wait_errors: Counter::default(),
+            request_timeouts: Counter::default(),
             fetch_wakeups: Counter::default(),
             fetch_bytes_waits: Counter::default(),
             fetch_bytes_shortened: Counter::default(),
@@ -186,6 +190,11 @@ impl Default for Metrics {
                 "crewbus_fetch_wakeups",
                 "Waiting fetches woken to look again",
                 &m.fetch_wakeups,
+            ),
+            (
+                "crewbus_request_timeouts",
+                "Requests answered timeout: not finished within bus.request_timeout_ms (plus a fetch's wait)",
+                &m.request_timeouts,
             ),
             (
                 "crewbus_fetch_wait_errors",

@@ -241,6 +241,44 @@ async fn a_trickled_body_is_cut_at_the_body_deadline_with_400_invalid_and_connec
     app.finish_test().await;
 }
 
+#[tokio::test]
+async fn the_request_deadline_counts_from_the_end_of_the_body_not_its_start() {
+    // A body that takes 1.2 s to arrive, within its own deadline (5 s), to a server whose
+    // request deadline is 300 ms: the deadline bounds the handler once it has its body, never
+    // the client's upload, so the fetch is answered 200.
+    let app = app_with(
+        |c| {
+            c.bus.request_body_timeout_ms = 5_000;
+            c.bus.request_timeout_ms = 300;
+        },
+        &["alice"],
+    )
+    .await;
+    let token = app.agents[0].token.clone();
+    let mut stream = connect(&app).await;
+    let body = format!("{:<12}", r#"{"limit":1}"#);
+    let head = format!(
+        "POST /v1/inbox/fetch HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let (mut read, mut write) = stream.into_split();
+    // The pace is the premise of the test (a slow upload), not a wait for a condition.
+    let trickle = tokio::spawn(async move {
+        for byte in body.bytes() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            write.write_all(&[byte]).await.unwrap();
+        }
+        write
+    });
+    let answer = read_answer(&mut read, Duration::from_secs(5)).await;
+    assert_eq!(answer.status, 200, "{:?}", answer.json());
+    assert_eq!(answer.json()["deliveries"], json!([]));
+    drop(trickle.await.unwrap());
+    app.finish_test().await;
+}
+
 /// Alice's conversation with Bob: its id.
 async fn conversation(app: &TestApp) -> crewbus_domain::Uuid {
     let members = [app.agents[1].id];

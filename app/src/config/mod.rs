@@ -231,6 +231,11 @@ impl Config {
                  bus.health_timeout_ms must be at least 1",
             ));
         }
+        if self.bus.request_timeout_ms == 0 || self.bus.request_timeout_ms > 300_000 {
+            return Err(BusError::invalid(
+                "bus.request_timeout_ms must be between 1 and 300000 (5 minutes)",
+            ));
+        }
         if self.bus.header_read_timeout_ms == 0 {
             return Err(BusError::invalid(
                 "bus.header_read_timeout_ms must be at least 1",
@@ -686,6 +691,8 @@ mod tests {
         for bad in [
             "[bus]\nheader_read_timeout_ms = 18446744073709551615",
             "[bus]\nhealth_timeout_ms = 86400001",
+            "[bus]\nrequest_timeout_ms = 0",
+            "[bus]\nrequest_timeout_ms = 300001",
             "[bus]\nmax_http_connections = 1000001",
             "[database]\nurl = \"postgres://u:hunter2@127.0.0.1:notaport/db\"",
         ] {

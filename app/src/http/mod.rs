@@ -26,6 +26,7 @@ mod inbox;
 mod messages;
 pub mod openapi;
 mod ops;
+pub(crate) mod request_deadline;
 mod runs;
 pub mod views;
 
@@ -42,7 +43,23 @@ pub struct AppState {
 pub fn router(bus: Bus, mounted: Router<AppState>) -> Router {
     let body_timeout = bus.settings.request_body_timeout;
     let allow_list = bus.settings.allow.clone();
-    Router::new()
+    // Every route of the API answers within `bus.request_timeout_ms` of its body's end; a fetch
+    // within that plus its longest wait (see `request_deadline`).
+    let deadline = |extra| request_deadline::Deadline {
+        bus: bus.clone(),
+        extra,
+    };
+    let fetch_wait = bus
+        .settings
+        .max_wait
+        .max(crate::usecases::deliver::ROOM_WAIT_MIN);
+    let fetch = Router::new()
+        .route("/v1/inbox/fetch", post(inbox::fetch))
+        .route_layer(axum::middleware::from_fn_with_state(
+            deadline(fetch_wait),
+            request_deadline::enforce,
+        ));
+    let api = Router::new()
         .route("/v1/me", get(agents::me))
         .route("/v1/agents", get(agents::list))
         .route(
@@ -56,7 +73,6 @@ pub fn router(bus: Bus, mounted: Router<AppState>) -> Router {
         )
         .route("/v1/messages/{id}/receipts", get(messages::receipts))
         .route("/v1/messages/{id}/acknowledge", post(messages::acknowledge))
-        .route("/v1/inbox/fetch", post(inbox::fetch))
         .route("/v1/inbox/confirm", post(inbox::confirm))
         .route("/v1/inbox/status", get(inbox::status))
         .route("/v1/runs", post(runs::admit))
@@ -64,10 +80,16 @@ pub fn router(bus: Bus, mounted: Router<AppState>) -> Router {
         .route("/v1/runs/{id}/resume", post(runs::resume))
         .route("/v1/runs/{id}/seal", post(runs::seal))
         .route("/v1/runs/{id}/records", get(runs::records))
-        .route("/health", get(ops::health))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))
         .merge(admin::routes())
+        .route_layer(axum::middleware::from_fn_with_state(
+            deadline(std::time::Duration::ZERO),
+            request_deadline::enforce,
+        ));
+    api.merge(fetch)
+        // `/health` bounds itself (`bus.health_timeout_ms`) and reports what did not answer.
+        .route("/health", get(ops::health))
         .merge(mounted)
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)

@@ -310,7 +310,17 @@ pub(crate) async fn call(
     }
     Metrics::inc(&bus.metrics.mcp_tool_calls);
     tracing::debug!(tool = name, agent = %agent.id, "mcp tool call");
-    Some(match run(bus, agent, name, arguments).await {
+    // Answered within `bus.request_timeout_ms` (a fetch: plus its longest wait; its use case
+    // bounds it by its own `wait_seconds`), as every HTTP request is (`http::request_deadline`).
+    let extra = if name == "fetch_inbox" {
+        Duration::from_secs(MAX_WAIT_SECONDS).max(crate::usecases::deliver::ROOM_WAIT_MIN)
+    } else {
+        Duration::ZERO
+    };
+    let outcome = bus
+        .within_deadline(extra, run(bus, agent, name, arguments))
+        .await;
+    Some(match outcome {
         Ok(answer) => {
             let mut result = CallToolResult::structured(answer.structured);
             result.content = vec![ContentBlock::text(answer.text)];

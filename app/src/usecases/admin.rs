@@ -181,7 +181,7 @@ impl Bus {
     /// `bus.token_cache_ms` (see [`token_cache`](crate::usecases::token_cache)); the ledger
     /// still refuses a revoked agent's `send` (`Forbidden`), and its `hand_out`, `undelivered`
     /// and `confirm` (`Unauthenticated`), whatever the cache says. Errors: unknown or revoked →
-    /// `Unauthenticated`.
+    /// `Unauthenticated`; the ledger not answering within `bus.request_timeout_ms` → `Timeout`.
     pub async fn authenticate(&self, token: &str) -> BusResult<Agent> {
         if token.is_empty() {
             return Err(BusError::Unauthenticated);
@@ -192,7 +192,14 @@ impl Bus {
             return Ok(agent);
         }
         let ticket = self.tokens.ticket();
-        let agent = self.ports.ledger.agent_by_token(&hash).await?;
+        // Bounded like the request it authenticates (it runs before the request's own
+        // deadline starts, see `http::request_deadline`).
+        let agent = self
+            .within_deadline(
+                std::time::Duration::ZERO,
+                self.ports.ledger.agent_by_token(&hash),
+            )
+            .await?;
         if agent.revoked() || agent.is_human() {
             return Err(BusError::Unauthenticated);
         }

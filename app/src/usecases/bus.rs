@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
-use crewbus_domain::{Backoff, DateTime, Utc, Uuid};
+use crewbus_domain::{Backoff, BusError, BusResult, DateTime, Utc, Uuid};
 use crewbus_ports::{
     Backends, Clock, Feed, Journal, Ledger, Operators, Oversight, PushStore, StreamAdmin, Wakeups,
 };
@@ -111,6 +111,9 @@ pub struct BusSettings {
     pub shutdown_grace: Duration,
     /// Longest the health probe waits for the ledger (and, beside it, the broker).
     pub health_timeout: Duration,
+    /// Longest a request's use case may take before it is answered `Timeout`
+    /// (`bus.request_timeout_ms`; a fetch adds its wait, see [`Bus::within_deadline`]).
+    pub request_timeout: Duration,
     /// How long a bearer-token lookup is reused (`bus.token_cache_ms`, at most 1 s); zero looks
     /// every request's token up in the ledger (see `token_cache`).
     pub token_cache: Duration,
@@ -176,6 +179,7 @@ impl BusSettings {
             max_http_connections: c.max_http_connections,
             shutdown_grace: Duration::from_millis(c.shutdown_grace_ms),
             health_timeout: Duration::from_millis(c.health_timeout_ms),
+            request_timeout: Duration::from_millis(c.request_timeout_ms),
             token_cache: Duration::from_millis(
                 c.token_cache_ms
                     .min(crate::usecases::token_cache::MAX_TOKEN_CACHE_MS),
@@ -299,6 +303,41 @@ impl Bus {
     /// The ports.
     pub fn ports(&self) -> &Ports {
         &self.ports
+    }
+
+    /// Runs `work` (one request's use case) within `bus.request_timeout_ms` plus `extra` (a
+    /// fetch's wait), so a request is answered within a bound whatever a store does: when the
+    /// deadline passes first, `work` is dropped where it stands — as a crash of that request
+    /// would leave it, which every use case tolerates (a send may or may not have been stored
+    /// and a retry with the same `request_id` never stores it twice; hand-outs come back after
+    /// their grace) — and the answer is `Timeout` (HTTP 503 `timeout`), counted in
+    /// `crewbus_request_timeouts_total`. It exists for a ledger or backend that does not
+    /// answer at all: a server cut from its database waits on pooled connections whose peer is
+    /// silent until TCP gives up, minutes later (found by the partition test; sqlx sets no
+    /// `TCP_USER_TIMEOUT`).
+    pub async fn within_deadline<T>(
+        &self,
+        extra: Duration,
+        work: impl std::future::Future<Output = BusResult<T>>,
+    ) -> BusResult<T> {
+        let bound = self.settings.request_timeout.saturating_add(extra);
+        match tokio::time::timeout(bound, work).await {
+            Ok(answer) => answer,
+            Err(_) => {
+                Metrics::inc(&self.metrics.request_timeouts);
+                tracing::warn!(
+                    bound_ms = bound.as_millis() as u64,
+                    "a request did not finish within its deadline (bus.request_timeout_ms): \
+                     a store is not answering; answered timeout"
+                );
+                Err(BusError::timeout(format!(
+                    "the request did not finish within {} ms (bus.request_timeout_ms): a store \
+                     is not answering; retry (a send with the same request_id is never stored \
+                     twice)",
+                    bound.as_millis()
+                )))
+            }
+        }
     }
 
     /// The settings.

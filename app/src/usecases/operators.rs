@@ -173,15 +173,20 @@ impl Bus {
 
     /// The operator presenting `token` (an admin request's bearer token). Never cached: every
     /// admin request asks the ledger, so a revocation holds at once. Errors: not an operator
-    /// token (an agent's `cbt_` token included), unknown or revoked → `Unauthenticated`.
+    /// token (an agent's `cbt_` token included), unknown or revoked → `Unauthenticated`; the
+    /// ledger not answering within `bus.request_timeout_ms` → `Timeout`.
     pub async fn authenticate_operator(&self, token: &str) -> BusResult<Operator> {
         if !is_operator_token(token) {
             return Err(BusError::Unauthenticated);
         }
-        self.ports
-            .operators
-            .operator_by_token(&TokenHash::of(token))
-            .await
+        // Bounded like the request it authenticates (see `http::request_deadline`).
+        self.within_deadline(
+            std::time::Duration::ZERO,
+            self.ports
+                .operators
+                .operator_by_token(&TokenHash::of(token)),
+        )
+        .await
     }
 
     /// Issues a one-time console sign-in code for `operator`, working once for

@@ -182,7 +182,8 @@ impl Bus {
     ///
     /// Errors: `wait` above `bus.max_wait_ms` → `Invalid`; the agent revoked while waiting →
     /// `Unauthenticated`; as [`Bus::fetch`] for the first fetch (a failing re-fetch is logged
-    /// and the wait goes on).
+    /// and the wait goes on); not answered within `bus.request_timeout_ms` plus `wait` (at
+    /// least [`ROOM_WAIT_MIN`]) → `Timeout` ([`Bus::within_deadline`]).
     pub async fn fetch_waiting(
         &self,
         agent: &Agent,
@@ -214,7 +215,23 @@ impl Bus {
             .await
     }
 
+    /// The waiting fetch within its deadline: `bus.request_timeout_ms` plus `wait` (at least
+    /// [`ROOM_WAIT_MIN`], the room's own least wait), see [`Bus::within_deadline`].
     async fn wait_and_fetch(
+        &self,
+        agent: &Agent,
+        limit: usize,
+        wait: Duration,
+        max_body_bytes: Option<usize>,
+    ) -> BusResult<Fetched> {
+        self.within_deadline(
+            wait.max(ROOM_WAIT_MIN),
+            self.wait_and_fetch_unbounded(agent, limit, wait, max_body_bytes),
+        )
+        .await
+    }
+
+    async fn wait_and_fetch_unbounded(
         &self,
         agent: &Agent,
         limit: usize,

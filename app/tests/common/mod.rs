@@ -81,6 +81,29 @@ impl TestApp {
         Self::finish(config, composed, parts, Some(db), clock, agents, None).await
     }
 
+    /// [`TestApp::postgres_with`] whose server reaches the database through the pool
+    /// `reach` makes from the test database's connection options (e.g. through a proxy);
+    /// the agents are created before it is used, through that pool.
+    pub async fn postgres_reached_by(
+        label: &str,
+        config: Config,
+        agents: &[&str],
+        reach: impl FnOnce(sqlx::postgres::PgConnectOptions) -> sqlx::PgPool,
+    ) -> TestApp {
+        let db = TestDatabase::create(label, |pool| async move {
+            crewbus_postgres::migrate(&pool).await
+        })
+        .await;
+        let pool = reach((*db.pool().connect_options()).clone());
+        let clock = ManualClock::new(chrono::Utc::now());
+        let composed = postgres_with_pool(&config, pool, Arc::new(clock.clone()))
+            .await
+            .unwrap();
+        let (_, parts) =
+            memory_with(&config, Arc::new(clock.clone()), memory_config(&config)).unwrap();
+        Self::finish(config, composed, parts, Some(db), clock, agents, None).await
+    }
+
     /// Postgres ledger, journal; JetStream bodies and inbox on the server of `NATS_URL` (default
     /// a private `nats-server` spawned for the test from `NATS_SERVER_BIN` or `PATH`), the team's
     /// streams provisioned for the test and removed after.
