@@ -63,7 +63,7 @@ pub async fn fetch(
         (status = 403, description = "the run is another agent's", body = ErrorBody),
         (status = 404, description = "unknown run, or another team's", body = ErrorBody),
         (status = 409, description = "the run is sealed", body = ErrorBody),
-        (status = 503, description = "not committed; retry", body = ErrorBody)),
+        (status = 503, description = "not committed (`unavailable`), or not known to be (`timeout`); retry: a confirm is once per delivery", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn confirm(
     State(state): State<AppState>,

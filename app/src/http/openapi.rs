@@ -56,7 +56,7 @@ use crate::usecases::health::HealthReport;
         InboxStatusView, HealthReport, RunView, Outcome, SealRequest, RecordView, RecordsView,
         MemberKind
     )),
-    modifiers(&BearerAuth, &AdminApi)
+    modifiers(&BearerAuth, &AdminApi, &RequestDeadline)
 )]
 pub struct ApiDoc;
 
@@ -95,6 +95,51 @@ struct AdminApi;
 impl Modify for AdminApi {
     fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
         openapi.merge(super::admin::AdminDoc::openapi());
+    }
+}
+
+/// Every operation but `/health` may answer `503` (`unavailable`, or `timeout` when its stores
+/// did not answer within `bus.request_timeout_ms`, see `super::request_deadline`): declared on
+/// each operation that does not state its own 503 already.
+struct RequestDeadline;
+
+impl Modify for RequestDeadline {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            if path == "/health" {
+                continue;
+            }
+            let operations = [
+                &mut item.get,
+                &mut item.put,
+                &mut item.post,
+                &mut item.delete,
+                &mut item.patch,
+            ];
+            for op in operations.into_iter().flatten() {
+                op.responses
+                    .responses
+                    .entry("503".to_owned())
+                    .or_insert_with(|| {
+                        ResponseBuilder::new()
+                            .description(
+                                "a store is unavailable (`unavailable`), or did not answer \
+                                 within `bus.request_timeout_ms` (`timeout`: whether a write \
+                                 took effect is unknown); retry, a write with the same \
+                                 arguments",
+                            )
+                            .content(
+                                "application/json",
+                                ContentBuilder::new()
+                                    .schema(Some(Ref::from_schema_name("ErrorBody")))
+                                    .build(),
+                            )
+                            .build()
+                            .into()
+                    });
+            }
+        }
     }
 }
 
@@ -237,6 +282,26 @@ mod tests {
         }
         // Every operation but /health and /metrics.
         assert_eq!(authenticated, 33);
+    }
+
+    #[test]
+    fn every_operation_but_health_declares_503_with_the_error_body() {
+        let doc = default_doc();
+        let mut declared = 0;
+        for (method, path, op) in operations(&doc) {
+            if path == "/health" {
+                continue;
+            }
+            let answer = &op["responses"]["503"];
+            assert!(
+                answer["content"]["application/json"]["schema"]["$ref"]
+                    .as_str()
+                    .is_some_and(|r| r.ends_with("/ErrorBody")),
+                "{method} {path}: {answer}"
+            );
+            declared += 1;
+        }
+        assert_eq!(declared, 34);
     }
 
     #[test]
