@@ -61,8 +61,8 @@ use std::time::{Duration, Instant};
 
 use crewbus::bus::Bus;
 use crewbus::client::ApiClient;
-use crewbus::compose::{self, Opener};
-use crewbus::config::{Config, StorageConfig, StorageKind};
+use crewbus::compose;
+use crewbus::config::Config;
 use crewbus::server::Server;
 use crewbus::shutdown::Shutdown;
 use crewbus_conformance::postgres::TestDatabase;
@@ -142,16 +142,8 @@ impl Scene {
         };
         let (bus, pool, db, dir) = match store {
             Store::Sqlite => {
-                let dir = tempfile::tempdir().expect("temporary directory");
-                config.storage = StorageConfig {
-                    kind: Some(StorageKind::Sqlite),
-                    data_dir: Some(dir.path().to_owned()),
-                    ..StorageConfig::default()
-                };
-                let composed = compose::compose_as(&config, Opener::Server, Arc::new(SystemClock))
-                    .await
-                    .expect("compose sqlite");
-                (composed.bus, None, None, Some(dir))
+                let (bus, dir) = support::sqlite_bus(&mut config).await;
+                (bus, None, None, Some(dir))
             }
             Store::Postgres => {
                 let db = TestDatabase::create("console_viewers bench", |pool| async move {

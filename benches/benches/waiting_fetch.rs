@@ -75,8 +75,7 @@ use std::time::{Duration, Instant};
 use crewbus::bus::Bus;
 use crewbus::client::ApiClient;
 use crewbus::compose;
-use crewbus::compose::Opener;
-use crewbus::config::{Config, NatsConfig, NatsCredential, StorageConfig, StorageKind};
+use crewbus::config::{Config, NatsConfig, NatsCredential};
 use crewbus::server::Server;
 use crewbus::shutdown::Shutdown;
 use crewbus_conformance::nats::{self, NatsServer};
@@ -246,16 +245,8 @@ impl Scene {
         };
         let (bus, pool, db, dir) = match store {
             Store::Sqlite => {
-                let dir = tempfile::tempdir().expect("temporary directory");
-                config.storage = StorageConfig {
-                    kind: Some(StorageKind::Sqlite),
-                    data_dir: Some(dir.path().to_owned()),
-                    ..StorageConfig::default()
-                };
-                let composed = compose::compose_as(&config, Opener::Server, Arc::new(SystemClock))
-                    .await
-                    .expect("compose sqlite");
-                (composed.bus, None, None, Some(dir))
+                let (bus, dir) = support::sqlite_bus(&mut config).await;
+                (bus, None, None, Some(dir))
             }
             Store::Memory => {
                 let (composed, _) = compose::memory_with_wakeups(

@@ -1,5 +1,6 @@
-//! Shared by the relay benches (`relay`, `relay_jetstream`): test-mode detection, per-target
-//! totals, and the timed lease + settle loop of the ledger's side of the relay.
+//! Shared by the benches: test-mode detection, per-target totals, the timed lease + settle loop
+//! of the ledger's side of the relay (`relay`, `relay_jetstream`), and the embedded store's bus
+//! (`waiting_fetch`, `console_viewers`).
 #![allow(dead_code)]
 
 pub mod cpu;
@@ -75,4 +76,26 @@ pub async fn lease_and_settle_all(
     let took = start.elapsed();
     assert_eq!(settled, slots);
     took
+}
+
+/// The bus of `config` on the embedded store (SQLite) in a fresh temporary data directory, as
+/// `crewbus serve` opens it; the directory is removed when the returned guard is dropped.
+pub async fn sqlite_bus(
+    config: &mut crewbus::config::Config,
+) -> (crewbus::bus::Bus, tempfile::TempDir) {
+    use crewbus::config::{StorageConfig, StorageKind};
+    let dir = tempfile::tempdir().expect("temporary directory");
+    config.storage = StorageConfig {
+        kind: Some(StorageKind::Sqlite),
+        data_dir: Some(dir.path().to_owned()),
+        ..StorageConfig::default()
+    };
+    let composed = crewbus::compose::compose_as(
+        config,
+        crewbus::compose::Opener::Server,
+        Arc::new(crewbus_ports::SystemClock),
+    )
+    .await
+    .expect("compose sqlite");
+    (composed.bus, dir)
 }
