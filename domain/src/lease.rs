@@ -194,10 +194,8 @@ impl LeasePattern {
                     (Some(Segment::Glob(_)), Some(Segment::AnySegments)) => {
                         reach[i + 1][j] = true;
                     }
-                    (Some(Segment::Glob(a)), Some(Segment::Glob(b))) => {
-                        if globs_overlap(a, b) {
-                            reach[i + 1][j + 1] = true;
-                        }
+                    (Some(Segment::Glob(a)), Some(Segment::Glob(b))) if globs_overlap(a, b) => {
+                        reach[i + 1][j + 1] = true;
                     }
                     _ => {}
                 }
@@ -348,6 +346,63 @@ fn globs_overlap(a: &[Tok], b: &[Tok]) -> bool {
         }
     }
     reach[idx(m, n, SoFar::Valid)]
+}
+
+/// How a lease holds its pattern.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LeaseMode {
+    /// No other lease on an overlapping pattern, of either mode, may be held at the same time.
+    Exclusive,
+    /// Other shared leases on overlapping patterns may be held at the same time; no exclusive one.
+    Shared,
+}
+
+impl LeaseMode {
+    /// Whether two leases of these modes on overlapping patterns conflict: when at least one is
+    /// exclusive. Symmetric.
+    pub fn conflicts_with(self, other: LeaseMode) -> bool {
+        self == LeaseMode::Exclusive || other == LeaseMode::Exclusive
+    }
+}
+
+/// What a lease claims: a pattern in a mode.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct LeaseClaim {
+    /// The paths claimed.
+    pub pattern: LeasePattern,
+    /// How they are held.
+    pub mode: LeaseMode,
+}
+
+impl LeaseClaim {
+    /// Whether the two claims cannot be held at once: their patterns overlap
+    /// ([`LeasePattern::overlaps`]) and at least one is exclusive ([`LeaseMode::conflicts_with`]).
+    /// Symmetric.
+    pub fn conflicts_with(&self, other: &LeaseClaim) -> bool {
+        self.mode.conflicts_with(other.mode) && self.pattern.overlaps(&other.pattern)
+    }
+}
+
+/// The fencing token a grant carries: a number from one counter per team, bumped in the
+/// acquire transaction, so a later grant in the team always carries a greater token (ordering by
+/// `Ord`). A resource that remembers the greatest token it has accepted refuses a lower one, which
+/// shuts out a holder whose lease lapsed while it was paused. Serialises as the bare number.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct FencingToken(pub u64);
+
+impl FencingToken {
+    /// The token after this one; `None` once the counter is at `u64::MAX`.
+    pub fn next(self) -> Option<FencingToken> {
+        self.0.checked_add(1).map(FencingToken)
+    }
+}
+
+impl fmt::Display for FencingToken {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
 }
 
 impl fmt::Debug for LeasePattern {
@@ -563,5 +618,167 @@ mod tests {
         assert_eq!(serde_json::from_str::<LeasePattern>(&json).unwrap(), p);
         assert!(serde_json::from_str::<LeasePattern>("\"a//b\"").is_err());
         assert!(serde_json::from_str::<LeasePattern>("\"a?\"").is_err());
+    }
+
+    #[test]
+    fn modes_and_claims_conflict_when_one_is_exclusive_and_patterns_overlap() {
+        use LeaseMode::{Exclusive, Shared};
+        assert!(Exclusive.conflicts_with(Shared) && Shared.conflicts_with(Exclusive));
+        assert!(Exclusive.conflicts_with(Exclusive));
+        assert!(!Shared.conflicts_with(Shared));
+        let claim = |p: &str, mode| LeaseClaim {
+            pattern: pat(p),
+            mode,
+        };
+        assert!(claim("src/**", Exclusive).conflicts_with(&claim("src/a.rs", Shared)));
+        assert!(!claim("src/**", Shared).conflicts_with(&claim("src/a.rs", Shared)));
+        assert!(!claim("src/a/**", Exclusive).conflicts_with(&claim("src/b/**", Exclusive)));
+        assert_eq!(serde_json::to_string(&Exclusive).unwrap(), "\"exclusive\"");
+    }
+
+    #[test]
+    fn fencing_tokens_order_and_advance() {
+        assert!(FencingToken(2) > FencingToken(1));
+        assert_eq!(FencingToken(1).next(), Some(FencingToken(2)));
+        assert_eq!(FencingToken(u64::MAX).next(), None);
+        assert_eq!(serde_json::to_string(&FencingToken(7)).unwrap(), "7");
+    }
+
+    /// Reference glob match of one segment: plain backtracking.
+    fn ref_seg(p: &[char], s: &[char]) -> bool {
+        match p.split_first() {
+            None => s.is_empty(),
+            Some(('*', rest)) => (0..=s.len()).any(|k| ref_seg(rest, &s[k..])),
+            Some((c, rest)) => s.first() == Some(c) && ref_seg(rest, &s[1..]),
+        }
+    }
+
+    /// Reference match of a pattern's segments against a path's: plain backtracking.
+    fn ref_path(p: &[&str], s: &[&str]) -> bool {
+        match p.split_first() {
+            None => s.is_empty(),
+            Some((&"**", rest)) => (0..=s.len()).any(|k| ref_path(rest, &s[k..])),
+            Some((g, rest)) => {
+                let g: Vec<char> = g.chars().collect();
+                !s.is_empty()
+                    && ref_seg(&g, &s[0].chars().collect::<Vec<_>>())
+                    && ref_path(rest, &s[1..])
+            }
+        }
+    }
+
+    fn ref_covers(p: &str, path: &str) -> bool {
+        let p: Vec<&str> = p.split('/').collect();
+        let s: Vec<&str> = path.split('/').collect();
+        ref_path(&p, &s)
+    }
+
+    /// Every path of 1..=k segments, each segment one of `segs`.
+    fn paths(segs: &[&str], k: usize) -> Vec<String> {
+        let mut all: Vec<String> = Vec::new();
+        let mut last: Vec<String> = vec![String::new()];
+        for _ in 0..k {
+            last = last
+                .iter()
+                .flat_map(|p| {
+                    segs.iter().map(move |s| {
+                        if p.is_empty() {
+                            s.to_string()
+                        } else {
+                            format!("{p}/{s}")
+                        }
+                    })
+                })
+                .collect();
+            all.extend(last.iter().cloned());
+        }
+        all
+    }
+
+    fn small_pattern() -> impl Strategy<Value = String> {
+        proptest::collection::vec(
+            proptest::sample::select(vec!["a", "b", "*", "**", "ab", "a*", "*b"]),
+            1..=3,
+        )
+        .prop_map(|segs| segs.join("/"))
+    }
+
+    fn small_path() -> impl Strategy<Value = String> {
+        proptest::collection::vec("[ab]{1,2}", 1..=4).prop_map(|segs| segs.join("/"))
+    }
+
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        /// The path oracle. Its bound, for patterns of segments from {a, b, *, **, ab, a*, *b}:
+        /// take a common path w. (1) A segment of w that both patterns match with a `**` can be
+        /// deleted and both still match; so, unless both are all `**` (then `a` is common), some
+        /// common path has every segment matched by a non-`**` segment of one side, each of which
+        /// matches one segment: at most globs(p) + globs(q) segments (k below). (2) Each segment
+        /// can then be replaced by a shortest valid text its one or two globs share: for these
+        /// globs that is at most 2 letters of {a, b} (`ab` ∩ x is `ab`; `a*` ∩ `*b` is `ab`;
+        /// every other pair or single glob has a one-letter member). So enumerating every path
+        /// of ≤ k segments from {a, b, aa, ab, ba, bb} finds a witness iff one exists.
+        #[test]
+        fn overlaps_agrees_with_brute_force(p in small_pattern(), q in small_pattern()) {
+            let globs = |s: &str| s.split('/').filter(|g| *g != "**").count();
+            let k = (globs(&p) + globs(&q)).max(1);
+            let oracle = paths(&["a", "b", "aa", "ab", "ba", "bb"], k)
+                .iter()
+                .any(|w| ref_covers(&p, w) && ref_covers(&q, w));
+            let (pp, qq) = (pat(&p), pat(&q));
+            prop_assert_eq!(pp.overlaps(&qq), oracle, "{} ∩ {}", p, q);
+            prop_assert_eq!(qq.overlaps(&pp), oracle, "symmetric: {} ∩ {}", q, p);
+        }
+
+        /// The segment oracle, with dots (validity: not `.`, not `..`). Bound: a shortest common
+        /// valid text needs at most one character matched by `*` on both sides (the others can be
+        /// deleted; the one kept can be `a`, which makes the text valid), and every other
+        /// character matches a literal of one side, so at most lits(a) + lits(b) + 1 ≤ 9
+        /// characters, all from {., a}.
+        #[test]
+        fn single_segments_agree_with_brute_force(
+            a in "[.a*]{1,4}".prop_filter("valid", |s| LeasePattern::parse(s).is_ok() && s != "**"),
+            b in "[.a*]{1,4}".prop_filter("valid", |s| LeasePattern::parse(s).is_ok() && s != "**"),
+        ) {
+            let texts = paths(&[".", "a"], 9);
+            let oracle = texts
+                .iter()
+                .map(|t| t.replace('/', ""))
+                .filter(|t| t != "." && t != "..")
+                .any(|t| ref_covers(&a, &t) && ref_covers(&b, &t));
+            prop_assert_eq!(pat(&a).overlaps(&pat(&b)), oracle, "{} ∩ {}", a, b);
+        }
+
+        #[test]
+        fn covers_agrees_with_the_reference(p in small_pattern(), w in small_path()) {
+            prop_assert_eq!(pat(&p).covers(&w), ref_covers(&p, &w), "{} covers {}", p, w);
+        }
+
+        #[test]
+        fn a_literal_overlaps_what_covers_it(p in small_pattern(), w in small_path()) {
+            let lit = pat(&w);
+            prop_assert!(lit.is_literal());
+            let pp = pat(&p);
+            prop_assert_eq!(lit.overlaps(&pp), pp.covers(&w));
+            prop_assert_eq!(pp.overlaps(&lit), pp.covers(&w));
+        }
+
+        #[test]
+        fn text_round_trips(p in small_pattern()) {
+            let pp = pat(&p);
+            prop_assert_eq!(pp.to_string(), p.clone());
+            let json = serde_json::to_string(&pp).unwrap();
+            prop_assert_eq!(serde_json::from_str::<LeasePattern>(&json).unwrap(), pp);
+        }
+
+        #[test]
+        fn parse_never_panics(s in "\\PC{0,40}") {
+            if let Ok(p) = LeasePattern::parse(&s) {
+                let _ = p.overlaps(&p);
+            }
+        }
     }
 }
