@@ -17,6 +17,7 @@ mod inbox;
 mod inbox_event;
 mod instant;
 mod journal;
+mod lease;
 mod ledger_args;
 mod ledger_counts;
 mod locator;
@@ -60,6 +61,10 @@ pub use instant::{after, before};
 pub use journal::{
     MAX_NOTE_LEN, Record, RecordKind, Run, RunOutcome, check_appendable, validate_journal_limit,
     validate_note_text,
+};
+pub use lease::{
+    FencingToken, LeaseClaim, LeaseMode, LeasePattern, MAX_LEASE_PATTERN_BYTES, MAX_LEASE_SEGMENTS,
+    validate_lease_path,
 };
 pub use ledger_args::{ledger_span, positive_ledger_span, validate_backend_name, validate_batch};
 pub use ledger_counts::{LedgerCounts, RetentionTarget};
