@@ -14,7 +14,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{TestApp, test_config};
+use common::{TestApp, counter, test_config};
 use crewbus::client::uuid_of;
 use reqwest::Method;
 use serde_json::Value;
@@ -110,23 +110,6 @@ where
     );
 }
 
-/// The value of counter `name` (its `_total` sample) in `/metrics` of `url`.
-async fn counter(url: &str, name: &str) -> u64 {
-    let text = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let sample = format!("{name}_total ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&sample))
-        .unwrap_or_else(|| panic!("{name} missing from /metrics"))
-        .trim()
-        .parse()
-        .unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_cut_from_postgres_answers_within_its_deadline_and_loses_nothing() {
     let url = std::env::var("DATABASE_URL").expect("DATABASE_URL must name the test Postgres");
@@ -134,16 +117,15 @@ async fn a_server_cut_from_postgres_answers_within_its_deadline_and_loses_nothin
     let proxy = CutProxy::start((upstream.get_host().to_owned(), upstream.get_port())).await;
     let mut config = test_config();
     config.bus.request_timeout_ms = REQUEST_TIMEOUT_MS;
-    // The token lookup goes to the ledger on every request, so the cut reaches it too.
-    config.bus.token_cache_ms = 0;
-    let app = TestApp::postgres_reached_by("pg_database_cut", config, &["alice", "bob"], |o| {
-        sqlx::postgres::PgPoolOptions::new()
-            .max_connections(8)
-            .acquire_timeout(Duration::from_secs(5))
-            .connect_lazy_with(o.host("127.0.0.1").port(proxy.port))
-    })
-    .await;
-    let [alice, bob] = &app.agents[..] else {
+    let app =
+        TestApp::postgres_reached_by("pg_database_cut", config, &["alice", "bob", "carol"], |o| {
+            sqlx::postgres::PgPoolOptions::new()
+                .max_connections(8)
+                .acquire_timeout(Duration::from_secs(5))
+                .connect_lazy_with(o.host("127.0.0.1").port(proxy.port))
+        })
+        .await;
+    let [alice, bob, carol] = &app.agents[..] else {
         unreachable!()
     };
     let url = app.server.url();
@@ -162,10 +144,26 @@ async fn a_server_cut_from_postgres_answers_within_its_deadline_and_loses_nothin
             .unwrap()["message"]["id"],
     );
     let timeouts_before = counter(&url, "crewbus_request_timeouts").await;
-
-    proxy.set_cut(true);
     let bound = Duration::from_millis(REQUEST_TIMEOUT_MS);
+
+    // Each request below is made right after its agent's token was looked up through the
+    // healed store (the token cache keeps it up to 1 s), so the request itself, not its token
+    // lookup, meets the cut: the route's deadline answers it.
+    let cut_after_warming = |agent: &common::TestAgent| {
+        let client = agent.client.clone();
+        let proxy = &proxy;
+        async move {
+            proxy.set_cut(false);
+            common::eventually("the healed store to answer", DEADLINE.as_secs(), || async {
+                let (status, _) = client.call(Method::GET, "/v1/me", None).await.ok()?;
+                (status == 200).then_some(())
+            })
+            .await;
+            proxy.set_cut(true);
+        }
+    };
     let send_path = format!("/v1/conversations/{conv}/messages");
+    cut_after_warming(alice).await;
     answers_timeout_within("a send", bound, async {
         alice
             .client
@@ -178,14 +176,26 @@ async fn a_server_cut_from_postgres_answers_within_its_deadline_and_loses_nothin
             .unwrap()
     })
     .await;
-    // A fetch's bound is the deadline plus its wait.
+    // A fetch's bound is the deadline plus its wait (its use case's bound).
+    cut_after_warming(bob).await;
     answers_timeout_within("a waiting fetch", bound + Duration::from_secs(1), async {
         bob.client.fetch_waiting(10, 1_000).await.unwrap()
     })
     .await;
+    cut_after_warming(bob).await;
     answers_timeout_within("a read", bound, async {
         bob.client
             .call(Method::GET, "/v1/conversations", None)
+            .await
+            .unwrap()
+    })
+    .await;
+    // Carol's token was never looked up: her first request meets the cut in the token lookup,
+    // which has a deadline of its own.
+    answers_timeout_within("a token lookup", bound, async {
+        carol
+            .client
+            .call(Method::GET, "/v1/me", None)
             .await
             .unwrap()
     })
@@ -269,7 +279,7 @@ async fn a_server_cut_from_postgres_answers_within_its_deadline_and_loses_nothin
         "two messages stored: {history}"
     );
     assert!(
-        counter(&url, "crewbus_request_timeouts").await >= timeouts_before + 3,
+        counter(&url, "crewbus_request_timeouts").await >= timeouts_before + 4,
         "the timeouts are counted"
     );
     app.finish_test().await;

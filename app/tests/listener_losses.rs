@@ -13,7 +13,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{TestApp, test_config};
+use common::{TestApp, counter, test_config};
 use crewbus::client::{ApiClient, uuid_of};
 use crewbus::server::Server;
 use crewbus::shutdown::Shutdown;
@@ -37,23 +37,6 @@ where
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-}
-
-/// The value of counter `name` (its `_total` sample) in `/metrics` of `url`.
-async fn counter(url: &str, name: &str) -> u64 {
-    let text = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let sample = format!("{name}_total ");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&sample))
-        .unwrap_or_else(|| panic!("{name} missing from /metrics"))
-        .trim()
-        .parse()
-        .unwrap()
 }
 
 /// Terminates the session listening on `channel` in this database, once one does.

@@ -7,6 +7,8 @@
 //! counters (`crewbus_store_commits_total`, `crewbus_store_commit_parts_total`) move with them:
 //! at least one transaction, never fewer parts than transactions.
 
+mod common;
+
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -25,12 +27,7 @@ const RECIPIENTS: u64 = 3;
 type Rows = HashMap<(String, String), u64>;
 
 async fn scrape(url: &str) -> (String, Rows) {
-    let text = reqwest::get(format!("{url}/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = common::metrics_text(url).await;
     let sample = regex::Regex::new(
         r#"^crewbus_store_rows_total\{table="([a-z_]+)",op="(insert|update|delete)"\} ([0-9]+)$"#,
     )

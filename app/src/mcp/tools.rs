@@ -310,16 +310,26 @@ pub(crate) async fn call(
     }
     Metrics::inc(&bus.metrics.mcp_tool_calls);
     tracing::debug!(tool = name, agent = %agent.id, "mcp tool call");
-    // Answered within `bus.request_timeout_ms` (a fetch: plus its longest wait; its use case
-    // bounds it by its own `wait_seconds`), as every HTTP request is (`http::request_deadline`).
+    // Answered within `bus.request_timeout_ms` (a fetch: plus its wait, at least 1 s), as every
+    // HTTP request is (`http::request_deadline`); the call runs on to its end when it is not.
     let extra = if name == "fetch_inbox" {
-        Duration::from_secs(MAX_WAIT_SECONDS).max(crate::usecases::deliver::ROOM_WAIT_MIN)
+        let wait = arguments
+            .get("wait_seconds")
+            .and_then(Value::as_u64)
+            .unwrap_or(0)
+            .min(MAX_WAIT_SECONDS);
+        Duration::from_secs(wait).max(crate::usecases::deliver::ROOM_WAIT_MIN)
     } else {
         Duration::ZERO
     };
-    let outcome = bus
-        .within_deadline(extra, run(bus, agent, name, arguments))
-        .await;
+    let outcome = {
+        let (owned, agent, name) = (bus.clone(), agent.clone(), name.to_owned());
+        bus.finish_within_deadline(
+            extra,
+            async move { run(&owned, &agent, &name, arguments).await },
+        )
+        .await
+    };
     Some(match outcome {
         Ok(answer) => {
             let mut result = CallToolResult::structured(answer.structured);

@@ -305,16 +305,15 @@ impl Bus {
         &self.ports
     }
 
-    /// Runs `work` (one request's use case) within `bus.request_timeout_ms` plus `extra` (a
-    /// fetch's wait), so a request is answered within a bound whatever a store does: when the
-    /// deadline passes first, `work` is dropped where it stands — as a crash of that request
-    /// would leave it, which every use case tolerates (a send may or may not have been stored
-    /// and a retry with the same `request_id` never stores it twice; hand-outs come back after
-    /// their grace) — and the answer is `Timeout` (HTTP 503 `timeout`), counted in
-    /// `crewbus_request_timeouts_total`. It exists for a ledger or backend that does not
-    /// answer at all: a server cut from its database waits on pooled connections whose peer is
-    /// silent until TCP gives up, minutes later (found by the partition test; sqlx sets no
-    /// `TCP_USER_TIMEOUT`).
+    /// Runs `work` within `bus.request_timeout_ms` plus `extra`, so it is answered within a
+    /// bound whatever a store does: when the deadline passes first, `work` is **dropped** where
+    /// it stands and the answer is `Timeout` (HTTP 503 `timeout`), counted in
+    /// `crewbus_request_timeouts_total`. For work that may stop at any await: a token lookup, a
+    /// waiting fetch (its hand-outs, if committed, come back after their grace). A whole
+    /// request's use case goes through [`Bus::finish_within_deadline`] instead, which lets it
+    /// finish. It exists for a ledger or backend that does not answer at all: a server cut from
+    /// its database waits on pooled connections whose peer is silent until TCP gives up,
+    /// minutes later (found by the partition test; sqlx sets no `TCP_USER_TIMEOUT`).
     pub async fn within_deadline<T>(
         &self,
         extra: Duration,
@@ -323,21 +322,41 @@ impl Bus {
         let bound = self.settings.request_timeout.saturating_add(extra);
         match tokio::time::timeout(bound, work).await {
             Ok(answer) => answer,
-            Err(_) => {
-                Metrics::inc(&self.metrics.request_timeouts);
-                tracing::warn!(
-                    bound_ms = bound.as_millis() as u64,
-                    "a request did not finish within its deadline (bus.request_timeout_ms): \
-                     a store is not answering; answered timeout"
-                );
-                Err(BusError::timeout(format!(
-                    "the request did not finish within {} ms (bus.request_timeout_ms): a store \
-                     is not answering; retry (a send with the same request_id is never stored \
-                     twice)",
-                    bound.as_millis()
-                )))
-            }
+            Err(_) => Err(self.timed_out(bound)),
         }
+    }
+
+    /// [`Bus::within_deadline`] for a whole request's use case: `work` runs in a task of its
+    /// own, and when the deadline passes first the caller is answered `Timeout` while the task
+    /// **runs on** to its end (its answer discarded), so the steps after a commit — a run's
+    /// push registrations, a revocation's token drop and wake-ups, a send's feed events and
+    /// worker wake-ups — still happen once the store answers. What the caller cannot know is
+    /// whether the write took effect: a send retried with its `request_id` is never stored
+    /// twice, a confirm is once per delivery. A panic of `work` is `Unavailable` (logged where answered).
+    pub async fn finish_within_deadline<T: Send + 'static>(
+        &self,
+        extra: Duration,
+        work: impl std::future::Future<Output = BusResult<T>> + Send + 'static,
+    ) -> BusResult<T> {
+        let bound = self.settings.request_timeout.saturating_add(extra);
+        let task = tokio::spawn(work);
+        match tokio::time::timeout(bound, task).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(BusError::unavailable("the request ended without an answer")),
+            // Dropping the join handle detaches the task: it runs on.
+            Err(_) => Err(self.timed_out(bound)),
+        }
+    }
+
+    /// The `Timeout` of a request not answered within `bound`, counted.
+    pub(crate) fn timed_out(&self, bound: Duration) -> BusError {
+        Metrics::inc(&self.metrics.request_timeouts);
+        // Logged once, as a 5xx, where it is answered (`http::error::error_body`).
+        BusError::timeout(format!(
+            "the request did not finish within {} ms (bus.request_timeout_ms): a store is not \
+             answering; retry (a send with the same request_id is never stored twice)",
+            bound.as_millis()
+        ))
     }
 
     /// The settings.

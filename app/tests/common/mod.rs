@@ -335,3 +335,25 @@ pub fn delivery_ids(ds: &[Value]) -> Vec<Uuid> {
 pub fn message_ids(ds: &[Value]) -> Vec<Uuid> {
     ds.iter().map(|d| uuid_of(&d["message"]["id"])).collect()
 }
+
+/// The text of `/metrics` of the server at `url` (Prometheus text format).
+pub async fn metrics_text(url: &str) -> String {
+    reqwest::get(format!("{url}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// The value of counter `name` (its `_total` sample) in `/metrics` of `url`; fails when absent.
+pub async fn counter(url: &str, name: &str) -> u64 {
+    let text = metrics_text(url).await;
+    let sample = format!("{name}_total ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&sample))
+        .unwrap_or_else(|| panic!("{name} missing from /metrics"))
+        .trim()
+        .parse()
+        .unwrap()
+}
