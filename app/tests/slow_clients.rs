@@ -243,20 +243,22 @@ async fn a_trickled_body_is_cut_at_the_body_deadline_with_400_invalid_and_connec
 
 #[tokio::test]
 async fn the_request_deadline_counts_from_the_end_of_the_body_not_its_start() {
-    // A body that takes 1.2 s to arrive, within its own deadline (5 s), to a server whose
-    // request deadline is 300 ms: the deadline bounds the handler once it has its body, never
-    // the client's upload, so the fetch is answered 200.
+    // A body that takes 2.4 s to arrive, within its own deadline (5 s), to a server whose
+    // deadline for a fetch is 1.3 s (300 ms plus the longest wait, 100 ms, at least 1 s): the
+    // deadline bounds the handler once it has its body, never the client's upload, so the
+    // fetch is answered 200.
     let app = app_with(
         |c| {
             c.bus.request_body_timeout_ms = 5_000;
             c.bus.request_timeout_ms = 300;
+            c.bus.max_wait_ms = 100;
         },
         &["alice"],
     )
     .await;
     let token = app.agents[0].token.clone();
     let mut stream = connect(&app).await;
-    let body = format!("{:<12}", r#"{"limit":1}"#);
+    let body = format!("{:<24}", r#"{"limit":1}"#);
     let head = format!(
         "POST /v1/inbox/fetch HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
          Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",

@@ -82,17 +82,17 @@ pub struct BusConfig {
     /// workers' passes in progress before it abandons them (logged as a warning) and exits, ms.
     /// Default 10 000.
     pub shutdown_grace_ms: u64,
-    /// Longest an agent's or operator's request may take to be answered, ms: a request whose
-    /// use case has not finished by then (the ledger or a backend not answering, as when the
-    /// server is cut from its database and its pooled connections wait on a silent peer) is
-    /// answered `503 timeout` (HTTP; an `isError` result with code `timeout` over MCP) and its
-    /// work is abandoned where it stands, as a crash of that request would leave it: a send may
-    /// or may not have been stored (retry it with the same `request_id`: never stored twice), a
-    /// fetch's hand-outs come back after the hand-out grace. A fetch's bound is this plus its
-    /// `wait_ms` (at least 1 s). Never cuts a streamed answer once it has begun (a waiting fetch
-    /// answers within its bound; the console's live feed and MCP's SSE streams are not
-    /// requests of this kind). At least 1, at most 300 000. Default 10 000 (the pool's acquire
-    /// timeout, 5 s, fits within it).
+    /// Longest an API request (agents' and operators'; not the console's pages, nor `/health`,
+    /// which has `health_timeout_ms`) or MCP tool call may take to be answered, counted from
+    /// the end of its body (the token lookup before it has a deadline of the same length), ms.
+    /// A request whose use case has not finished by then (the ledger or a backend not
+    /// answering, as when the server is cut from its database and its pooled connections wait
+    /// on a silent peer) is answered `503 timeout` (HTTP; an `isError` result with code
+    /// `timeout` over MCP) while its work runs on to its end in the server: a send may or may
+    /// not be stored (retry it with the same `request_id`: never stored twice); a fetch's
+    /// hand-outs come back after the hand-out grace. A fetch's bound is this plus its `wait_ms`
+    /// (at least 1 s). Never cuts an answer that has begun to stream. At least 1, at most
+    /// 300 000. Default 10 000 (the pool's acquire timeout, 5 s, fits within it).
     pub request_timeout_ms: u64,
     /// Longest `/health` waits for the ledger (and the broker, at the same time) before it
     /// reports it unavailable, ms. `crewbus health` waits this plus 5 s for the answer.

@@ -31,7 +31,7 @@ use crate::usecases::deliver::Fetched;
     responses((status = 200, body = FetchView),
         (status = 400, description = "bad limit, wait_ms or max_bytes, malformed body", body = ErrorBody),
         (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody),
-        (status = 503, description = "the inbox backend did not answer; retry", body = ErrorBody)),
+        (status = 503, description = "the inbox backend did not answer (`unavailable`), or the fetch did not finish in time (`timeout`: what it handed out comes back, marked redelivered, after the hand-out grace); retry", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn fetch(
     State(state): State<AppState>,

@@ -124,10 +124,10 @@ impl Modify for RequestDeadline {
                     .or_insert_with(|| {
                         ResponseBuilder::new()
                             .description(
-                                "a store is unavailable (`unavailable`), or did not answer \
-                                 within `bus.request_timeout_ms` (`timeout`: whether a write \
-                                 took effect is unknown); retry, a write with the same \
-                                 arguments",
+                                "a store is unavailable (`unavailable`: nothing was done), or \
+                                 did not answer within `bus.request_timeout_ms` (`timeout`: a \
+                                 write may still take effect); retry a read as it is, and look \
+                                 before retrying a write that has no request_id",
                             )
                             .content(
                                 "application/json",

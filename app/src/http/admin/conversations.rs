@@ -75,7 +75,7 @@ pub async fn messages(
         (status = 409, description = "same request_id, other body", body = ErrorBody),
         (status = 413, description = "body above the limit", body = ErrorBody),
         (status = 429, description = "the team's quota is exhausted", body = ErrorBody),
-        (status = 503, description = "not stored; retry with the same request_id", body = ErrorBody),
+        (status = 503, description = "not stored (`unavailable`), or not known to be (`timeout`); retry with the same request_id: never stored twice", body = ErrorBody),
         (status = 507, description = "the body backend has no room for the team", body = ErrorBody)),
     security(("operator" = [])))]
 pub async fn post(
