@@ -54,6 +54,9 @@ pub struct Ports {
     pub push_store: Arc<dyn PushStore>,
 }
 
+/// Messages left per agent, each with its body's size as JSON when known (0 when not).
+pub(crate) type Deferred = HashMap<Uuid, Vec<(Uuid, u64)>>;
+
 /// Use-case settings, derived from [`BusConfig`]. Durations are `std::time::Duration`.
 #[derive(Debug, Clone)]
 pub struct BusSettings {
@@ -217,7 +220,7 @@ pub struct Bus {
     /// At most `max_fetch` per agent; an agent's entry is taken by its next fetch. Each with the
     /// body's size as JSON when this process read it already (0 when not), what the next fetch
     /// reserves for it.
-    pub(crate) deferred: Arc<Mutex<HashMap<Uuid, Vec<(Uuid, u64)>>>>,
+    pub(crate) deferred: Arc<Mutex<Deferred>>,
     /// The room for bodies held by this process's fetches (`bus.max_body_bytes_in_flight`).
     pub(crate) bodies: Arc<BodyRoom>,
     /// The fetches waiting in this process (see `wait`).
