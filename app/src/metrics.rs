@@ -85,7 +85,8 @@ pub struct Metrics {
     /// Fetches that answered fewer deliveries than they could have for lack of room for their
     /// bodies (what they left comes with the next fetch).
     pub fetch_bytes_shortened: Counter,
-    /// Bytes of bodies held by this process's fetches now (the room they reserved).
+    /// Bytes of bodies held by this process's fetches now (the room they reserved: each body at
+    /// its size as JSON once read, at its recorded length before).
     pub fetch_bodies_in_flight: Gauge,
     /// Wake-up listeners lost (their session ended; each is started again).
     pub wakeup_listener_lost: Counter,

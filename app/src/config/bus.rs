@@ -52,9 +52,13 @@ pub struct BusConfig {
     /// lower. Between 1 048 576 (the largest body) and `max_body_bytes_in_flight`, bytes.
     /// Default 16 777 216 (16 MiB).
     pub max_fetch_bytes: u64,
-    /// Most bytes of message bodies (UTF-8 bytes, as the ledger records each body's length)
-    /// held in memory by all fetches of this server at once (HTTP and MCP), counted from the
-    /// moment a fetch reads its bodies until its answer has been handed to the connection. A
+    /// Most bytes of message bodies held in memory by all fetches of this server at once (HTTP
+    /// and MCP), each counted at its size as a JSON string in the answer (its UTF-8 length plus
+    /// escapes: `"`, `\\` and `\n`-like controls 2 bytes, other control characters 6), from
+    /// the moment a fetch reads its bodies until its answer has been handed to the connection. A
+    /// body is reserved at its recorded length before it is read and topped up to its size as
+    /// JSON once read, without waiting; one whose top-up does not fit is left for the next
+    /// fetch (never lost), which reserves its whole size at once. A
     /// fetch that finds no room waits for it until its deadline (`wait_ms` after it began, and
     /// at least 1 s), then answers what fits — possibly nothing; whatever it leaves is not
     /// handed out and comes with the caller's next fetch (never lost). Waits are counted in

@@ -1,7 +1,9 @@
 //! A JSON answer that keeps the room its message bodies hold
 //! ([`HeldBodies`], `bus.max_body_bytes_in_flight`) until the connection has taken its last
 //! byte, so the room bounds the bodies in memory for as long as the server holds them — also
-//! when a client reads its answer slowly.
+//! when a client reads its answer slowly. The room counts each body at its size as a JSON
+//! string in this answer (escapes included: a control character is six bytes here), which is
+//! what the buffer holds, not at its UTF-8 length.
 //!
 //! The answer is serialised once into one buffer sized for it (no reallocation while writing),
 //! the deliveries' strings are freed, and the buffer is handed to the connection in
@@ -63,7 +65,8 @@ impl http_body::Body for HeldBody {
 }
 
 /// `200` with `view` as JSON (`Content-Length` set), holding `held` until the last frame is
-/// taken. `bodies` (bytes, the bodies' sum) and `items` size the buffer.
+/// taken. `bodies` (bytes, the bodies' sum as JSON: [`HeldBodies::bytes`]) and `items` size
+/// the buffer.
 pub(crate) fn json<T: Serialize>(
     view: T,
     bodies: usize,

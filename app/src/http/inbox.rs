@@ -46,7 +46,8 @@ pub async fn fetch(
         .bus
         .fetch_waiting_within(&agent, req.limit, wait, max_bytes)
         .await?;
-    let bodies = deliveries.iter().map(|d| d.body.len()).sum();
+    // The bodies' size as JSON (what the room holds for them), for the answer's buffer.
+    let bodies = usize::try_from(held.bytes()).unwrap_or(usize::MAX);
     let items = deliveries.len();
     let view = FetchView {
         deliveries: deliveries.into_iter().map(Into::into).collect(),

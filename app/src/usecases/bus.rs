@@ -54,6 +54,9 @@ pub struct Ports {
     pub push_store: Arc<dyn PushStore>,
 }
 
+/// Messages left per agent, each with its body's size as JSON when known (0 when not).
+pub(crate) type Deferred = HashMap<Uuid, Vec<(Uuid, u64)>>;
+
 /// Use-case settings, derived from [`BusConfig`]. Durations are `std::time::Duration`.
 #[derive(Debug, Clone)]
 pub struct BusSettings {
@@ -218,8 +221,10 @@ pub struct Bus {
     pub(crate) topped_up: Arc<Mutex<HashMap<Uuid, DateTime<Utc>>>>,
     /// Messages a fetch of each agent left for lack of room (its `max_bytes`, or the room for
     /// bodies): the agent's next fetch through this process tries them first (see `deliver`).
-    /// At most `max_fetch` per agent; an agent's entry is taken by its next fetch.
-    pub(crate) deferred: Arc<Mutex<HashMap<Uuid, Vec<Uuid>>>>,
+    /// At most `max_fetch` per agent; an agent's entry is taken by its next fetch. Each with the
+    /// body's size as JSON when this process read it already (0 when not), what the next fetch
+    /// reserves for it.
+    pub(crate) deferred: Arc<Mutex<Deferred>>,
     /// The room for bodies held by this process's fetches (`bus.max_body_bytes_in_flight`).
     pub(crate) bodies: Arc<BodyRoom>,
     /// The fetches waiting in this process (see `wait`).

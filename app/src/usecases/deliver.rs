@@ -40,7 +40,7 @@ use futures_util::future::join_all;
 use futures_util::stream::{self, StreamExt};
 
 use crate::metrics::Metrics;
-use crate::usecases::body_room::HeldBodies;
+use crate::usecases::body_room::{HeldBodies, json_len};
 use crate::usecases::bus::{Bus, before};
 
 /// At most this many body reads of one fetch are in flight at once.
@@ -84,7 +84,7 @@ pub const ROOM_WAIT_MIN: Duration = Duration::from_secs(1);
 pub struct Fetched {
     /// The deliveries, in hand-out order.
     pub deliveries: Vec<Delivery>,
-    /// The room reserved for their bodies (their recorded lengths, bytes).
+    /// The room reserved for their bodies (each at its size as JSON in the answer, bytes).
     pub held: HeldBodies,
 }
 
@@ -151,6 +151,9 @@ struct Reading {
     /// Messages left out for lack of budget or room, in order (the agent's next fetch tries
     /// them first).
     left: Vec<Uuid>,
+    /// Bodies' sizes as JSON ([`json_len`]) known to this fetch, by message: what their room is
+    /// reserved at (instead of the recorded length), and remembered with those left.
+    sizes: HashMap<Uuid, u64>,
 }
 
 /// The agent's inbox as the team's inbox backend reports it.
@@ -239,6 +242,7 @@ impl Bus {
             held: HeldBodies::default(),
             room_until,
             left: Vec::new(),
+            sizes: HashMap::new(),
         };
         let team = self.ports.ledger.team(agent.team).await?;
         let now = self.now();
@@ -249,9 +253,14 @@ impl Bus {
         let mut requests: Vec<HandOutRequest> = self
             .take_deferred(agent.id, limit)
             .into_iter()
-            .map(|message| HandOutRequest {
-                message,
-                source: HandOutSource::Ledger,
+            .map(|(message, size)| {
+                if size > 0 {
+                    reading.sizes.insert(message, size);
+                }
+                HandOutRequest {
+                    message,
+                    source: HandOutSource::Ledger,
+                }
             })
             .collect();
         let references = limit - requests.len();
@@ -367,7 +376,8 @@ impl Bus {
                 self.topped_up_at(agent.id, now);
             }
         }
-        self.defer(agent.id, std::mem::take(&mut reading.left));
+        let left = std::mem::take(&mut reading.left);
+        self.defer(agent.id, left, &reading.sizes);
 
         // 3. Acks of recognised redeliveries: their receipts are committed already.
         if let Some(inbox) = &inbox {
@@ -417,8 +427,9 @@ impl Bus {
     }
 
     /// Takes (removes) up to `limit` of the messages `agent`'s last fetch through this process
-    /// left for lack of room, in order; the rest stay for the fetch after.
-    fn take_deferred(&self, agent: Uuid, limit: usize) -> Vec<Uuid> {
+    /// left for lack of room, in order, each with its body's size as JSON when known (0 when
+    /// not); the rest stay for the fetch after.
+    fn take_deferred(&self, agent: Uuid, limit: usize) -> Vec<(Uuid, u64)> {
         let Ok(mut deferred) = self.deferred.lock() else {
             return Vec::new();
         };
@@ -432,16 +443,17 @@ impl Bus {
     }
 
     /// Remembers `left` (messages a fetch of `agent` left for lack of room) after what is
-    /// remembered already, each once, at most `max_fetch` of them.
-    fn defer(&self, agent: Uuid, left: Vec<Uuid>) {
+    /// remembered already, each once, at most `max_fetch` of them, with its body's size as JSON
+    /// from `sizes` when the fetch knew it.
+    fn defer(&self, agent: Uuid, left: Vec<Uuid>, sizes: &HashMap<Uuid, u64>) {
         if left.is_empty() {
             return;
         }
         if let Ok(mut deferred) = self.deferred.lock() {
             let ids = deferred.entry(agent).or_default();
             for id in left {
-                if ids.len() < self.settings.max_fetch && !ids.contains(&id) {
-                    ids.push(id);
+                if ids.len() < self.settings.max_fetch && !ids.iter().any(|(m, _)| *m == id) {
+                    ids.push((id, sizes.get(&id).copied().unwrap_or(0)));
                 }
             }
         }
@@ -517,58 +529,108 @@ impl Bus {
             }
         }
         // The stored ones with a locator have a body to read: each costs its recorded length
-        // once (a repeat of a message in the batch is held by its first hand-out).
+        // once against the budget (a repeat of a message in the batch is held by its first
+        // hand-out), and its size as JSON when known, else its recorded length, against the
+        // room.
         let to_read = |m: &Message| m.publication == Publication::Stored && m.locator.is_some();
         let mut costed = HashSet::with_capacity(known.len());
-        let costs: Vec<u64> = requests
+        let lens: Vec<u64> = requests
             .iter()
             .map(|r| match known.get(&r.message) {
                 Some(m) if to_read(m) && costed.insert(m.id) => m.body_len,
                 _ => 0,
             })
             .collect();
-        let mut trial = reading.budget;
-        let fits = BodyBudget::take(&mut trial, &costs);
-        let kept = self
-            .bodies
-            .reserve(
-                &mut reading.held,
-                &costs[..fits],
-                reading.room_until,
-                &self.shutdown,
-                &self.metrics,
-            )
-            .await;
-        BodyBudget::take(&mut reading.budget, &costs[..kept]);
         let mut requests = requests;
-        let left = requests.split_off(kept);
-        reading.left.extend(
-            left.iter()
-                .zip(&costs[kept..])
-                .filter(|(_, cost)| **cost > 0)
-                .map(|(r, _)| r.message),
-        );
-        // Only the kept ones' bodies are read.
-        let kept_ids: HashSet<Uuid> = requests.iter().map(|r| r.message).collect();
-        let reads: Vec<&Message> = known
-            .values()
-            .filter(|m| to_read(m) && kept_ids.contains(&m.id))
-            .collect();
-        let bodies: Vec<(Uuid, Option<String>)> = self
-            .read_bodies(&reads, &mut reading.backends)
-            .await
-            .into_iter()
-            .zip(&reads)
-            .map(|(result, m)| (m.id, Self::body_or_log(m, result)))
-            .collect();
-        for (id, body) in bodies {
-            // Only a body read now moves its message to `readable`; an unreadable one stays
-            // known (and is left out below).
-            if let Some(body) = body
-                && let Some(message) = known.remove(&id)
-            {
-                reading.readable.insert(id, (message, body));
+        // A second round only when the first body's top-up did not fit and the fetch then held
+        // nothing: it reserves the bodies' sizes as JSON at once (see body_room's module docs).
+        for round in 0..2 {
+            let costs: Vec<u64> = requests
+                .iter()
+                .zip(&lens)
+                .map(|(r, &len)| match reading.sizes.get(&r.message) {
+                    Some(&size) if len > 0 => size.max(len),
+                    _ => len,
+                })
+                .collect();
+            let mut trial = reading.budget;
+            let fits = BodyBudget::take(&mut trial, &lens);
+            let held_before = reading.held.bytes();
+            let mut kept = self
+                .bodies
+                .reserve(
+                    &mut reading.held,
+                    &costs[..fits],
+                    reading.room_until,
+                    &self.shutdown,
+                    &self.metrics,
+                )
+                .await;
+            // Only the kept ones' bodies are read.
+            let kept_ids: HashSet<Uuid> = requests[..kept].iter().map(|r| r.message).collect();
+            let reads: Vec<&Message> = known
+                .values()
+                .filter(|m| to_read(m) && kept_ids.contains(&m.id))
+                .collect();
+            let bodies: Vec<(Uuid, Option<String>)> = self
+                .read_bodies(&reads, &mut reading.backends)
+                .await
+                .into_iter()
+                .zip(&reads)
+                .map(|(result, m)| (m.id, Self::body_or_log(m, result)))
+                .collect();
+            let mut read: HashMap<Uuid, String> = bodies
+                .into_iter()
+                .filter_map(|(id, body)| body.map(|b| (id, b)))
+                .collect();
+            // Each body read is topped up to its size as JSON, in hand-out order, without
+            // waiting; the first that does not fit and those after it are left, their room
+            // given back.
+            let mut topped = kept;
+            for (i, r) in requests[..kept].iter().enumerate() {
+                if costs[i] == 0 {
+                    continue;
+                }
+                let Some(body) = read.get(&r.message) else {
+                    continue;
+                };
+                let size = json_len(body);
+                reading.sizes.insert(r.message, size);
+                if !self.bodies.top_up(&mut reading.held, costs[i], size) {
+                    topped = i;
+                    break;
+                }
             }
+            if topped < kept {
+                for i in topped..kept {
+                    read.remove(&requests[i].message);
+                    self.bodies.release(&mut reading.held, costs[i]);
+                }
+                // The topped-up ones hold their size as JSON now, the others nothing.
+                kept = topped;
+                Metrics::inc(&self.metrics.fetch_bytes_shortened);
+                if round == 0 && held_before == 0 && reading.held.bytes() == 0 {
+                    // Its first body did not fit as JSON and it holds nothing: it reserves again
+                    // at the sizes it knows now, waiting for them if need be, and reads again.
+                    continue;
+                }
+            }
+            BodyBudget::take(&mut reading.budget, &lens[..kept]);
+            let left = requests.split_off(kept);
+            reading.left.extend(
+                left.iter()
+                    .zip(&lens[kept..])
+                    .filter(|(_, cost)| **cost > 0)
+                    .map(|(r, _)| r.message),
+            );
+            for (id, body) in read {
+                // Only a body read now moves its message to `readable`; an unreadable one stays
+                // known (and is left out below).
+                if let Some(message) = known.remove(&id) {
+                    reading.readable.insert(id, (message, body));
+                }
+            }
+            break;
         }
         Ok(requests
             .into_iter()
