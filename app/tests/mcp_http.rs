@@ -740,6 +740,22 @@ async fn bus_errors_are_tool_results_with_their_code_and_bad_requests_are_protoc
             .await;
         let m = reply.message();
         assert_eq!(m["error"]["code"], -32602, "{m}");
+        // `arguments` that are not an object: the request does not fit tools/call, which is
+        // invalid params (not method not found), and no tool runs.
+        for arguments in [json!([1, 2]), json!("x"), json!(7)] {
+            let reply = a
+                .request(
+                    "tools/call",
+                    json!({"name": "whoami", "arguments": arguments}),
+                )
+                .await;
+            let m = reply.message();
+            assert_eq!(m["error"]["code"], -32602, "{revision} {arguments}: {m}");
+            assert!(m.get("result").is_none(), "{m}");
+        }
+        // A method nobody serves is still method not found.
+        let m = a.request("no/such_method", json!({})).await.message();
+        assert_eq!(m["error"]["code"], -32601, "{m}");
     }
     let metrics = reqwest::get(format!("{}/metrics", app.server.url()))
         .await

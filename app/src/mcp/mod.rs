@@ -30,9 +30,9 @@ use std::time::Duration;
 use axum::Router;
 use crewbus_domain::Agent;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ErrorData, Implementation, InitializeResult,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
-    Tool,
+    CallToolRequestMethod, CallToolRequestParams, CallToolResponse, ConstString, CustomRequest,
+    CustomResult, ErrorCode, ErrorData, Implementation, InitializeResult, ListToolsResult,
+    PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -122,6 +122,38 @@ impl ServerHandler for CrewbusMcp {
                 None,
             )),
         }
+    }
+
+    /// rmcp reads a request into the first variant of its (untagged) request enum that fits,
+    /// and one of a known method whose `params` do not fit that method's shape (`tools/call`
+    /// with `arguments` that are an array or a string) falls through to the custom request,
+    /// which its default answers `-32601` method not found. A method this server serves with
+    /// params it cannot read is `-32602` invalid params (JSON-RPC 2.0 §5.1); other methods stay
+    /// `-32601`.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        Err(custom_request_error(&request.method))
+    }
+}
+
+/// The methods this server serves (the tools' and the resources' ones); see
+/// [`CrewbusMcp::on_custom_request`].
+const SERVED_METHODS: &[&str] = &[
+    "initialize",
+    "ping",
+    CallToolRequestMethod::VALUE,
+    "tools/list",
+];
+
+/// The error for a request rmcp could not read as one of its known requests.
+fn custom_request_error(method: &str) -> ErrorData {
+    if SERVED_METHODS.contains(&method) {
+        ErrorData::invalid_params(format!("the params of {method} do not fit its shape"), None)
+    } else {
+        ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method.to_owned(), None)
     }
 }
 
