@@ -20,7 +20,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::schema::schema_of;
+use super::schema::{Side, portable, schema_of};
 use super::views::{
     AcknowledgeArguments, AgentsView, ConversationArguments, ConversationsView, FetchArguments,
     MAX_WAIT_SECONDS, MessageArguments, NoArguments, ReadConversationArguments, ReceiptsView,
@@ -265,10 +265,14 @@ static CATALOGUE: LazyLock<Vec<Tool>> = LazyLock::new(|| {
     specs()
         .iter()
         .map(|spec| {
-            Tool::new(spec.name, spec.description, (spec.input)())
-                .with_title(spec.title)
-                .with_raw_output_schema((spec.output)().into())
-                .with_annotations(annotations(spec))
+            Tool::new(
+                spec.name,
+                spec.description,
+                portable((spec.input)(), Side::Input),
+            )
+            .with_title(spec.title)
+            .with_raw_output_schema(portable((spec.output)(), Side::Output).into())
+            .with_annotations(annotations(spec))
         })
         .collect()
 });
