@@ -45,6 +45,7 @@ import jsonschema
 from mcp.client import Client
 from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
 from mcp_types.version import LATEST_HANDSHAKE_VERSION
 
 import harness
@@ -308,6 +309,34 @@ async def check_exchange(bus: harness.Crewbus, mode: str) -> None:
         expect(isinstance(status, dict), "inbox_status")
         receipts = await alice.call("get_receipts", {"message_id": message_id})
         expect(bob_me["id"] in {r["recipient"] for r in receipts["receipts"]}, f"get_receipts: {receipts}")
+
+        # Resources: bob's inbox and his conversation, as the SDK lists and reads them.
+        resources = (await bob.client.list_resources()).resources
+        uris = [str(r.uri) for r in resources]
+        conv_uri = f"crewbus://conversations/{conv_id}"
+        expect("crewbus://inbox" in uris and conv_uri in uris, f"resources/list: {uris}")
+        templates = (await bob.client.list_resource_templates()).resource_templates
+        expect(
+            [t.uri_template for t in templates] == ["crewbus://conversations/{conversation_id}"],
+            f"resources/templates/list: {templates}",
+        )
+        read = (await bob.client.read_resource(conv_uri)).contents
+        expect(len(read) == 1 and read[0].mime_type == "application/json", f"resources/read: {read}")
+        shown = json.loads(read[0].text)
+        expect(shown["conversation"]["id"] == conv_id, f"resources/read answered {shown['conversation']}")
+        expect({"alice", "bob"} <= {m["name"] for m in shown["members"]}, f"resource members: {shown['members']}")
+        fenced = [m["body"] for m in shown["messages"]]
+        expect(
+            len(fenced) == 1 and body in fenced[0] and f"[fence {shown['fence']}]" in fenced[0],
+            f"resource messages: {fenced}",
+        )
+        inbox = json.loads((await bob.client.read_resource("crewbus://inbox")).contents[0].text)
+        expect(isinstance(inbox.get("pending"), int), f"inbox resource: {inbox}")
+        try:
+            await bob.client.read_resource(f"crewbus://conversations/{uuid.uuid4()}")
+            expect(False, "resources/read of an unknown conversation answered")
+        except MCPError as e:
+            expect(e.error.code in (-32002, -32602), f"resources/read of an unknown conversation: {e.error}")
 
         # A bus error is a tool result, not a protocol error.
         err = await bob.call("get_conversation", {"conversation_id": str(uuid.uuid4())}, error=True)

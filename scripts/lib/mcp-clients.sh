@@ -4,8 +4,9 @@
 #   .tools/mcp-venv   python3 -m venv + `pip install -r mcp-tests/requirements.txt` (every
 #                     package ==-pinned, the SDK's dependencies included)
 #   .tools/mcp-node   `npm ci` of mcp-tests/node/package.json + package-lock.json: the npm
-#                     package node@22 (the runtime) and two releases of
-#                     @modelcontextprotocol/conformance (one per protocol revision tested)
+#                     package node@22 (the runtime), two releases of
+#                     @modelcontextprotocol/conformance (one per protocol revision tested) and
+#                     @modelcontextprotocol/inspector (its CLI's --strict schema check)
 # Each install is redone when its pin file changes (a copy of the pins is kept next to it).
 # Debian's npm (apt) installs the tools when no npm is on PATH; the suite itself runs on the
 # Node 22 of .tools/mcp-node, whatever node Debian's npm runs on.
@@ -50,17 +51,21 @@ setup_mcp_clients() {
     [ -f "$MCP_NODE_DIR/node_modules/conformance-$v/dist/index.js" ] \
       || { echo "mcp clients: conformance-$v missing in .tools/mcp-node" >&2; exit 1; }
   done
+  [ -f "$MCP_NODE_DIR/node_modules/inspector/clients/launcher/build/index.js" ] \
+    || { echo "mcp clients: the inspector is missing in .tools/mcp-node" >&2; exit 1; }
   echo "mcp clients: node $("$MCP_NODE" --version), conformance" \
     "$("$MCP_NODE" "$MCP_NODE_DIR/node_modules/conformance-2025/dist/index.js" --version)" \
-    "and $("$MCP_NODE" "$MCP_NODE_DIR/node_modules/conformance-2026/dist/index.js" --version)"
+    "and $("$MCP_NODE" "$MCP_NODE_DIR/node_modules/conformance-2026/dist/index.js" --version)," \
+    "inspector $("$MCP_NODE" "$MCP_NODE_DIR/node_modules/inspector/clients/launcher/build/index.js" --version)"
   export MCP_PYTHON MCP_NODE MCP_NODE_DIR
 }
 
 # The MCP tests (after setup_postgres and setup_nats): the e2e test of the Python SDK on the
-# memory store and on Postgres + JetStream (Debian's nats-server), then the conformance suite.
+# memory store and on Postgres + JetStream (Debian's nats-server), the conformance suite, then
+# the MCP Inspector's --strict schema-portability check (any finding fails it).
 # The crewbus binary is the workspace build of the test run (`cargo build --workspace
 # --all-features --bin crewbus` after `cargo test --workspace --all-features` builds nothing new),
-# copied aside so a concurrent build cannot swap it mid-run. Both parts run; either failing fails
+# copied aside so a concurrent build cannot swap it mid-run. Every part runs; any failing fails
 # the step, loudly, with its `N passed, N failed` line.
 run_mcp_tests() {
   step "MCP clients: the Python MCP SDK and the conformance suite (.tools/)"
@@ -80,6 +85,9 @@ run_mcp_tests() {
 
   step "MCP conformance suite (2025-11-25 and 2026-07-28, through the bearer proxy)"
   "$MCP_PYTHON" mcp-tests/conformance.py || failed+=("the MCP conformance suite (mcp-tests/conformance.py)")
+
+  step "MCP Inspector --strict: no tool-schema portability finding (warnings included)"
+  "$MCP_PYTHON" mcp-tests/inspector.py || failed+=("the inspector's schema check (mcp-tests/inspector.py)")
 
   if [ "${#failed[@]}" -gt 0 ]; then
     printf 'MCP tests FAILED: %s\n' "${failed[@]}" >&2

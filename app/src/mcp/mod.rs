@@ -30,9 +30,11 @@ use std::time::Duration;
 use axum::Router;
 use crewbus_domain::Agent;
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, ErrorData, Implementation, InitializeResult,
-    ListToolsResult, PaginatedRequestParams, ProtocolVersion, ServerCapabilities, ServerConfig,
-    Tool,
+    CallToolRequestMethod, CallToolRequestParams, CallToolResponse, ConstString, CustomRequest,
+    CustomResult, ErrorCode, ErrorData, Implementation, InitializeResult,
+    ListResourceTemplatesResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProtocolVersion, ReadResourceRequestParams, ReadResourceResponse, ServerCapabilities,
+    ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -44,6 +46,7 @@ use crate::usecases::bus::Bus;
 
 mod auth;
 mod refusals;
+mod resources;
 mod schema;
 mod tools;
 pub mod views;
@@ -76,11 +79,16 @@ pub(crate) struct CrewbusMcp {
 
 impl ServerHandler for CrewbusMcp {
     fn get_info(&self) -> ServerConfig {
-        InitializeResult::new(ServerCapabilities::builder().enable_tools().build())
-            .with_server_info(
-                Implementation::new("crewbus", env!("CARGO_PKG_VERSION")).with_title("crewbus"),
-            )
-            .with_instructions(INSTRUCTIONS)
+        InitializeResult::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_resources()
+                .build(),
+        )
+        .with_server_info(
+            Implementation::new("crewbus", env!("CARGO_PKG_VERSION")).with_title("crewbus"),
+        )
+        .with_instructions(INSTRUCTIONS)
     }
 
     fn supported_protocol_versions(&self) -> Cow<'static, [ProtocolVersion]> {
@@ -99,21 +107,39 @@ impl ServerHandler for CrewbusMcp {
         tools::catalogue().iter().find(|t| t.name == name).cloned()
     }
 
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, ErrorData> {
+        resources::list(&self.bus, &agent_of(&context)?).await
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, ErrorData> {
+        Ok(resources::templates())
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, ErrorData> {
+        let agent = agent_of(&context)?;
+        Ok(resources::read(&self.bus, &agent, &request.uri)
+            .await?
+            .into())
+    }
+
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
-        // The authentication middleware put the agent into the HTTP request, whose parts rmcp
-        // hands to every request; a request without one never reaches this handler.
-        let agent = context
-            .extensions
-            .get::<axum::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<Agent>())
-            .cloned()
-            .ok_or_else(|| {
-                ErrorData::internal_error("request without an authenticated agent", None)
-            })?;
+        let agent = agent_of(&context)?;
         let arguments = request.arguments.unwrap_or_default();
         match tools::call(&self.bus, &agent, &request.name, arguments).await {
             Some(result) => Ok(result.into()),
@@ -122,6 +148,51 @@ impl ServerHandler for CrewbusMcp {
                 None,
             )),
         }
+    }
+
+    /// rmcp reads a request into the first variant of its (untagged) request enum that fits,
+    /// and one of a known method whose `params` do not fit that method's shape (`tools/call`
+    /// with `arguments` that are an array or a string) falls through to the custom request,
+    /// which its default answers `-32601` method not found. A method this server serves with
+    /// params it cannot read is `-32602` invalid params (JSON-RPC 2.0 §5.1); other methods stay
+    /// `-32601`.
+    async fn on_custom_request(
+        &self,
+        request: CustomRequest,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<CustomResult, ErrorData> {
+        Err(custom_request_error(&request.method))
+    }
+}
+
+/// The agent of a request: the authentication middleware put it into the HTTP request, whose
+/// parts rmcp hands to every request; a request without one never reaches the handler.
+fn agent_of(context: &RequestContext<RoleServer>) -> Result<Agent, ErrorData> {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<Agent>())
+        .cloned()
+        .ok_or_else(|| ErrorData::internal_error("request without an authenticated agent", None))
+}
+
+/// The methods this server serves (the tools' and the resources' ones); see
+/// [`CrewbusMcp::on_custom_request`].
+// Not `initialize`: 2026-07-28 removed it, and a removed method is method not found (404).
+const SERVED_METHODS: &[&str] = &[
+    CallToolRequestMethod::VALUE,
+    "tools/list",
+    "resources/list",
+    "resources/read",
+    "resources/templates/list",
+];
+
+/// The error for a request rmcp could not read as one of its known requests.
+fn custom_request_error(method: &str) -> ErrorData {
+    if SERVED_METHODS.contains(&method) {
+        ErrorData::invalid_params(format!("the params of {method} do not fit its shape"), None)
+    } else {
+        ErrorData::new(ErrorCode::METHOD_NOT_FOUND, method.to_owned(), None)
     }
 }
 

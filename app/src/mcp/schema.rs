@@ -71,6 +71,101 @@ fn inline(value: Value, defs: &HashMap<String, Value>, depth: usize) -> Value {
     }
 }
 
+/// Which side of a tool a schema describes: what a host sends, or what the server answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// `inputSchema`: the arguments a host (a model) writes.
+    Input,
+    /// `outputSchema`: the `structuredContent` the server answers.
+    Output,
+}
+
+/// `schema` in the spelling every host reads: no `type` is an array. utoipa writes an
+/// `Option<T>` as `"type": [T, "null"]`, which hosts mapping tool schemas onto a single-`type`
+/// dialect (the OpenAPI subset of Gemini's function declarations, among others) reject or
+/// misread (`@modelcontextprotocol/inspector --strict` reports it). Rewritten:
+/// - an input property that is not required loses its `null` (a host leaves the field out;
+///   the server still reads a `null` as absent, as serde's `Option` does);
+/// - anywhere else (every output, a required input) it becomes `oneOf` a `{"type": "null"}`
+///   branch and a branch with the one other type and the type's keywords (`format`, bounds…),
+///   the shape utoipa already gives a nullable reference; the description stays outside. Same
+///   values accepted, so an answer that holds `null` still fits.
+pub(crate) fn portable(schema: JsonObject, side: Side) -> JsonObject {
+    match rewrite(Value::Object(schema), side, false) {
+        Value::Object(o) => o,
+        _ => unreachable!("an object stays an object"),
+    }
+}
+
+/// Keywords that describe a schema rather than constrain its values: they stay on the outer
+/// object when a nullable type is split.
+const ANNOTATIONS: &[&str] = &["description", "title", "default", "deprecated", "examples"];
+
+fn rewrite(value: Value, side: Side, optional_property: bool) -> Value {
+    let Value::Object(o) = value else {
+        return match value {
+            Value::Array(items) => {
+                Value::Array(items.into_iter().map(|v| rewrite(v, side, false)).collect())
+            }
+            other => other,
+        };
+    };
+    let required: Vec<String> = o
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| {
+            r.iter()
+                .filter_map(Value::as_str)
+                .map(str::to_owned)
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut o: JsonObject = o
+        .into_iter()
+        .map(|(k, v)| {
+            let v = match (k.as_str(), v) {
+                ("properties", Value::Object(props)) => Value::Object(
+                    props
+                        .into_iter()
+                        .map(|(name, p)| {
+                            let optional = !required.contains(&name);
+                            (name, rewrite(p, side, optional))
+                        })
+                        .collect(),
+                ),
+                (_, v) => rewrite(v, side, false),
+            };
+            (k, v)
+        })
+        .collect();
+    let Some(Value::Array(types)) = o.get("type").cloned() else {
+        return Value::Object(o);
+    };
+    let others: Vec<Value> = types.iter().filter(|t| *t != "null").cloned().collect();
+    let nullable = others.len() < types.len();
+    if nullable && others.len() == 1 && side == Side::Input && optional_property {
+        o.insert("type".into(), others[0].clone());
+        return Value::Object(o);
+    }
+    // Every type its own branch; the non-null branches carry the type's keywords.
+    o.remove("type");
+    let (outer, inner): (JsonObject, JsonObject) = o
+        .into_iter()
+        .partition(|(k, _)| ANNOTATIONS.contains(&k.as_str()));
+    let mut branches = Vec::new();
+    if nullable {
+        branches.push(serde_json::json!({"type": "null"}));
+    }
+    for t in others {
+        let mut b = inner.clone();
+        b.insert("type".into(), t);
+        branches.push(Value::Object(b));
+    }
+    let mut outer = outer;
+    outer.insert("oneOf".into(), Value::Array(branches));
+    Value::Object(outer)
+}
+
 /// Whether `value` still holds a `$ref` anywhere.
 #[cfg(test)]
 pub(crate) fn has_ref(value: &Value) -> bool {
@@ -171,6 +266,75 @@ mod tests {
             bounds.map(|k| journal[k].clone())
         );
         assert_eq!(records["properties"]["from_seq"]["minimum"], 1);
+    }
+
+    /// Every `type` of `value` that is an array (the inspector's `type-union` finding), by path.
+    fn type_unions(value: &Value, at: &str, found: &mut Vec<String>) {
+        match value {
+            Value::Object(o) => {
+                if o.get("type").is_some_and(Value::is_array) {
+                    found.push(at.to_owned());
+                }
+                for (k, v) in o {
+                    type_unions(v, &format!("{at}.{k}"), found);
+                }
+            }
+            Value::Array(items) => {
+                for (i, v) in items.iter().enumerate() {
+                    type_unions(v, &format!("{at}[{i}]"), found);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn no_tool_schema_has_a_type_array() {
+        let mut found = Vec::new();
+        for tool in crate::mcp::tools::catalogue() {
+            let input = Value::Object((*tool.input_schema).clone());
+            type_unions(&input, &format!("{}.inputSchema", tool.name), &mut found);
+            let output = Value::Object((**tool.output_schema.as_ref().unwrap()).clone());
+            type_unions(&output, &format!("{}.outputSchema", tool.name), &mut found);
+        }
+        assert!(found.is_empty(), "{found:#?}");
+        // The generated schemas did have them: the rewrite is what removes them.
+        let mut raw = Vec::new();
+        type_unions(&Value::Object(schema_of::<RunView>()), "RunView", &mut raw);
+        assert!(!raw.is_empty());
+    }
+
+    #[test]
+    fn an_optional_input_loses_its_null_and_a_nullable_output_becomes_one_of_two_branches() {
+        use crate::mcp::views::SendArguments;
+        let send = Value::Object(portable(schema_of::<SendArguments>(), Side::Input));
+        let run = &send["properties"]["run"];
+        assert_eq!(run["type"], "string", "{run}");
+        assert_eq!(run["format"], "uuid", "{run}");
+        assert!(run["description"].is_string());
+        assert!(!send["required"].as_array().unwrap().contains(&"run".into()));
+
+        let view = Value::Object(portable(schema_of::<RunView>(), Side::Output));
+        let sealed = &view["properties"]["sealed_at"];
+        assert!(sealed.get("type").is_none(), "{sealed}");
+        assert!(sealed["description"].is_string(), "{sealed}");
+        assert_eq!(
+            sealed["oneOf"],
+            serde_json::json!([{"type": "null"}, {"type": "string", "format": "date-time"}])
+        );
+        // A required nullable input keeps its null, as a branch.
+        let mut required = JsonObject::new();
+        required.insert("type".into(), "object".into());
+        required.insert(
+            "properties".into(),
+            serde_json::json!({"x": {"type": ["integer", "null"], "minimum": 1}}),
+        );
+        required.insert("required".into(), serde_json::json!(["x"]));
+        let r = Value::Object(portable(required, Side::Input));
+        assert_eq!(
+            r["properties"]["x"],
+            serde_json::json!({"oneOf": [{"type": "null"}, {"type": "integer", "minimum": 1}]})
+        );
     }
 
     #[test]

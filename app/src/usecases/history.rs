@@ -72,6 +72,30 @@ impl Bus {
             .await
     }
 
+    /// The newest `limit` messages of `conversation` (oldest of them first), for a member: a
+    /// page as [`Bus::history`] gives it from `count − limit` (`seq` is gap-free from 1), so it
+    /// also stops at a message still being stored. Errors: as [`Bus::history`].
+    pub async fn latest_history(
+        &self,
+        agent: &Agent,
+        conversation: Uuid,
+        limit: usize,
+    ) -> BusResult<History> {
+        crewbus_domain::validate_limit(limit)?;
+        self.conversation_for(agent, conversation).await?;
+        let count = self
+            .ports
+            .oversight
+            .conversation_summaries(agent.team)
+            .await?
+            .into_iter()
+            .find(|c| c.conversation.id == conversation)
+            .map_or(0, |c| c.messages);
+        let after = count.saturating_sub(limit as u64);
+        self.history_page(agent.team, conversation, after, limit)
+            .await
+    }
+
     /// A page of `conversation` of `team` after `after_seq` with its bodies read, for a caller
     /// already allowed to read it (a member, or an operator whose scope holds the team).
     /// Errors: unknown or another team's conversation → `NotFound`; bad `limit` → `Invalid`.
