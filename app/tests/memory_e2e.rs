@@ -391,7 +391,7 @@ async fn retention_removes_old_bodies_and_history_explains_them() {
 // after the traffic below. Prometheus text 0.0.4 unless OpenMetrics is asked for.
 
 /// The counters: (name, help) as scraped in the Prometheus text format.
-const COUNTERS: [(&str, &str); 19] = [
+const COUNTERS: [(&str, &str); 20] = [
     ("crewbus_messages_sent_total", "Messages accepted by send."),
     (
         "crewbus_relay_published_total",
@@ -400,6 +400,10 @@ const COUNTERS: [(&str, &str); 19] = [
     (
         "crewbus_relay_retried_total",
         "Relay attempts to be retried.",
+    ),
+    (
+        "crewbus_request_timeouts_total",
+        "Requests answered timeout: not finished within bus.request_timeout_ms (plus a fetch's wait).",
     ),
     (
         "crewbus_relay_failed_total",
@@ -692,6 +696,7 @@ fn assert_values_after_traffic(e: &Exposition, le: &[String]) {
         ("crewbus_messages_sent_total", 2.0),
         ("crewbus_relay_published_total", 2.0),
         ("crewbus_relay_retried_total", 0.0),
+        ("crewbus_request_timeouts_total", 0.0),
         ("crewbus_relay_failed_total", 0.0),
         ("crewbus_references_published_total", 2.0),
         ("crewbus_deliveries_total", 2.0),
