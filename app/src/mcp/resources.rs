@@ -62,8 +62,28 @@ struct ConversationResource {
     next_after_seq: u64,
 }
 
-/// The agent's resources: the inbox, then its conversations oldest first.
+/// Runs `work` (a read, safe to drop) within the request deadline (`bus.request_timeout_ms`,
+/// [`Bus::within_deadline`]), as every tool call is: not finished by then → the `timeout` error.
+async fn bounded<T>(
+    bus: &Bus,
+    work: impl std::future::Future<Output = Result<T, ErrorData>>,
+) -> Result<T, ErrorData> {
+    match bus
+        .within_deadline(std::time::Duration::ZERO, async { Ok(work.await) })
+        .await
+    {
+        Ok(answer) => answer,
+        Err(e) => Err(to_error(e)),
+    }
+}
+
+/// The agent's resources (within the request deadline): the inbox, then its conversations
+/// oldest first.
 pub(crate) async fn list(bus: &Bus, agent: &Agent) -> Result<ListResourcesResult, ErrorData> {
+    bounded(bus, list_now(bus, agent)).await
+}
+
+async fn list_now(bus: &Bus, agent: &Agent) -> Result<ListResourcesResult, ErrorData> {
     let conversations = bus.conversations_for(agent).await.map_err(to_error)?;
     let mut resources = vec![
         Resource::new(INBOX_URI, "inbox")
@@ -108,12 +128,16 @@ pub(crate) fn templates() -> ListResourceTemplatesResult {
     result
 }
 
-/// Reads `uri` for `agent`.
+/// Reads `uri` for `agent` (within the request deadline).
 pub(crate) async fn read(
     bus: &Bus,
     agent: &Agent,
     uri: &str,
 ) -> Result<ReadResourceResult, ErrorData> {
+    bounded(bus, read_now(bus, agent, uri)).await
+}
+
+async fn read_now(bus: &Bus, agent: &Agent, uri: &str) -> Result<ReadResourceResult, ErrorData> {
     let json = if uri == INBOX_URI {
         let status = bus.inbox_status(agent).await.map_err(to_error)?;
         serde_json::to_value(InboxStatusView::from(status)).expect("a view serializes")
