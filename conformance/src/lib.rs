@@ -89,6 +89,7 @@ pub mod harness;
 pub mod idempotency;
 pub mod inbox;
 pub mod journal;
+pub mod leases;
 pub mod ledger;
 pub mod nats;
 pub mod operators;
@@ -108,6 +109,7 @@ pub use fixture::{
 };
 pub use harness::{Behaviour, BehaviourFn, Port, behaviours, trials};
 pub use journal::journal_behaviours;
+pub use leases::leases_behaviours;
 pub use ledger::fixture::{LedgerBehaviour, LedgerFixture, LedgerFixtureFactory};
 pub use ledger::harness::ledger_trials;
 pub use ledger::ledger_behaviours;

@@ -59,6 +59,7 @@ pub fn wakeups_behaviours() -> Vec<Behaviour<WakeupsPair>> {
     behaviours!["wakeups" =>
         a_notify_reaches_every_listener_on_every_handle,
         a_batch_arrives_whole_and_in_order_of_notify,
+        lease_wakeups_arrive_beside_agents_wakeups,
     ]
 }
 
@@ -79,6 +80,27 @@ async fn collect(
         match next {
             Wakeup::Agents(ts) => got.extend(ts),
             Wakeup::Everyone => got.extend(want.iter().copied()),
+            Wakeup::Leases(_) => {}
+        }
+    }
+    got
+}
+
+/// Collects lease wake-ups' teams from `listener` until `want` are all seen (an `Everyone`
+/// counts as all; agents' wake-ups are skipped), failing after [`ARRIVAL`].
+async fn collect_teams(listener: &mut Box<dyn WakeupListener>, want: &[Uuid]) -> Vec<Uuid> {
+    let mut got = Vec::new();
+    let deadline = Deadline::new(ARRIVAL, "lease wake-ups");
+    while !want.iter().all(|t| got.contains(t)) {
+        let next = deadline
+            .within(listener.next())
+            .await
+            .unwrap_or_else(|| panic!("lease wake-ups never arrived: got {got:?}"))
+            .expect("listener failed");
+        match next {
+            Wakeup::Leases(teams) => got.extend(teams),
+            Wakeup::Everyone => got.extend(want.iter().copied()),
+            Wakeup::Agents(_) => {}
         }
     }
     got
@@ -137,4 +159,50 @@ pub fn wakeups_trials(
     runtime: &Arc<Runtime>,
 ) -> Vec<Trial> {
     Suite::new(factory, runtime).trials(target, wakeups_behaviours())
+}
+
+/// A lease wake-up (`notify_leases`) through either handle reaches every listener on both, as
+/// its own kind, whether it was sent alone or between agents' wake-ups; neither kind is taken for
+/// the other.
+pub async fn lease_wakeups_arrive_beside_agents_wakeups(p: &WakeupsPair) {
+    let mut on_a = p.a.listen().await.expect("listen on a");
+    let mut on_b = p.b.listen().await.expect("listen on b");
+    let (team, other) = (Uuid::new_v4(), Uuid::new_v4());
+    let agents = targets(2);
+    p.a.notify(&agents[..1]).await.expect("notify");
+    p.b.notify_leases(&[team]).await.expect("notify leases");
+    p.a.notify(&agents[1..]).await.expect("notify");
+    p.a.notify_leases(&[other]).await.expect("notify leases");
+    p.a.notify_leases(&[]).await.expect("an empty batch");
+    for listener in [&mut on_a, &mut on_b] {
+        let mut agents_seen = Vec::new();
+        let mut teams_seen = Vec::new();
+        let deadline = Deadline::new(ARRIVAL, "both kinds");
+        while !(agents.iter().all(|t| agents_seen.contains(t))
+            && [team, other].iter().all(|t| teams_seen.contains(t)))
+        {
+            match deadline
+                .within(listener.next())
+                .await
+                .unwrap_or_else(|| panic!("got {agents_seen:?} and {teams_seen:?}"))
+                .expect("listener failed")
+            {
+                Wakeup::Agents(ts) => {
+                    assert!(ts.iter().all(|t| agents.contains(t)), "{ts:?}");
+                    agents_seen.extend(ts);
+                }
+                Wakeup::Leases(teams) => {
+                    assert!(teams.iter().all(|t| *t == team || *t == other), "{teams:?}");
+                    teams_seen.extend(teams);
+                }
+                Wakeup::Everyone => {
+                    agents_seen.extend(agents.iter().copied());
+                    teams_seen.extend([team, other]);
+                }
+            }
+        }
+    }
+    // The helper that waits for teams alone sees a later one too.
+    p.b.notify_leases(&[team]).await.expect("notify leases");
+    assert!(collect_teams(&mut on_a, &[team]).await.contains(&team));
 }

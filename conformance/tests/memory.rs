@@ -30,7 +30,8 @@ use crewbus_memory::{
     MemoryLedger, MemoryStreamAdmin,
 };
 use crewbus_ports::{
-    Backends, Clock, Inbox, Journal, Ledger, MessagingBackend, Operators, Oversight, StreamAdmin,
+    Backends, Clock, Inbox, Journal, Leases, Ledger, MessagingBackend, Operators, Oversight,
+    StreamAdmin,
 };
 use uuid::Uuid;
 
@@ -255,6 +256,13 @@ impl LedgerFixture for MemoryLedgerFixture {
         Arc::new(self.0.clone())
     }
     fn oversight(&self) -> Arc<dyn Oversight> {
+        Arc::new(self.0.clone())
+    }
+    fn leases(&self) -> Arc<dyn Leases> {
+        Arc::new(self.0.clone())
+    }
+    /// One process holds a memory store: the "other server" is a clone over the same state.
+    fn other_server_leases(&self) -> Arc<dyn Leases> {
         Arc::new(self.0.clone())
     }
 }

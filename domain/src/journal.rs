@@ -85,6 +85,34 @@ pub enum RecordKind {
         /// The message.
         message: Uuid,
     },
+    /// The run's agent was granted a lease (written in the acquire transaction).
+    LeaseGranted {
+        /// The lease.
+        lease: Uuid,
+        /// Its pattern.
+        pattern: crate::LeasePattern,
+        /// How it is held.
+        mode: crate::LeaseMode,
+        /// Its fencing token.
+        token: crate::FencingToken,
+        /// When it lapses unless renewed.
+        expires_at: DateTime<Utc>,
+    },
+    /// The run's agent renewed a lease the run took (written in the renewal's transaction).
+    LeaseRenewed {
+        /// The lease.
+        lease: Uuid,
+        /// Its new expiry.
+        expires_at: DateTime<Utc>,
+    },
+    /// A lease the run took ended (released, expired, its agent revoked, or this run sealed:
+    /// written in that change's transaction, before the seal's own record).
+    LeaseEnded {
+        /// The lease.
+        lease: Uuid,
+        /// Why.
+        reason: crate::LeaseEnd,
+    },
     /// Free text from the agent or the app.
     Note {
         /// The text (at most [`MAX_NOTE_LEN`] bytes).

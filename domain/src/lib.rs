@@ -18,6 +18,7 @@ mod inbox_event;
 mod instant;
 mod journal;
 mod lease;
+mod lease_grant;
 mod ledger_args;
 mod ledger_counts;
 mod locator;
@@ -66,6 +67,11 @@ pub use lease::{
     FencingToken, LeaseClaim, LeaseMode, LeasePattern, MAX_LEASE_PATTERN_BYTES, MAX_LEASE_SEGMENTS,
     validate_lease_path,
 };
+pub use lease_grant::{
+    Acquired, Lease, LeaseEnd, LeaseEnding, LeaseEvent, LeaseEventKind, LeaseFilter,
+    MAX_LEASE_LIST, MAX_LEASES_PER_AGENT, check_lease_change, decide_acquire, release_ending,
+    validate_lease_ttl,
+};
 pub use ledger_args::{ledger_span, positive_ledger_span, validate_backend_name, validate_batch};
 pub use ledger_counts::{LedgerCounts, RetentionTarget};
 pub use locator::{INBOX_LOCATOR_PREFIX, Locator};
@@ -96,7 +102,7 @@ pub use send_rules::{
 };
 pub use store_error::StoreError;
 pub use team::{Agent, AgentKind, MAX_NAME_LEN, Team, TokenHash, recipient_key_for, validate_name};
-pub use wakeup::{Wakeup, WakeupTarget};
+pub use wakeup::{Wakeup, WakeupTarget, lease_wakeup_from_payload, lease_wakeup_payload};
 
 /// Re-exported so adapters and the app agree on one id and time type.
 pub use chrono::{DateTime, Utc};

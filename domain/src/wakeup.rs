@@ -46,9 +46,27 @@ impl fmt::Display for WakeupTarget {
 pub enum Wakeup {
     /// Something became fetchable for these agents, or they were revoked.
     Agents(Vec<WakeupTarget>),
+    /// A lease of these teams ended (released, its agent revoked, its run sealed): an acquire
+    /// waiting in the team should try again.
+    Leases(Vec<Uuid>),
     /// Wake-ups may have been missed (the listener fell behind): every waiter should look
     /// again.
     Everyone,
+}
+
+/// The prefix of a lease wake-up's wire form: `lease:<team>` (a hyphenated UUID after it,
+/// 42 ASCII bytes in all).
+const LEASE_PAYLOAD_PREFIX: &str = "lease:";
+
+/// The wire form of a lease wake-up for `team` (see [`lease_wakeup_from_payload`]).
+pub fn lease_wakeup_payload(team: Uuid) -> String {
+    format!("{LEASE_PAYLOAD_PREFIX}{}", team.hyphenated())
+}
+
+/// The team of a lease wake-up's wire form ([`lease_wakeup_payload`]); `None` for anything else
+/// (an agent's wake-up among them).
+pub fn lease_wakeup_from_payload(payload: &str) -> Option<Uuid> {
+    Uuid::parse_str(payload.strip_prefix(LEASE_PAYLOAD_PREFIX)?).ok()
 }
 
 #[cfg(test)]
@@ -63,5 +81,10 @@ mod tests {
         for bad in ["", "x", "x:y", &t.team.to_string(), &format!("{}:", t.team)] {
             assert_eq!(WakeupTarget::from_payload(bad), None, "{bad}");
         }
+        let lease = lease_wakeup_payload(t.team);
+        assert_eq!(lease.len(), 42);
+        assert_eq!(lease_wakeup_from_payload(&lease), Some(t.team));
+        assert_eq!(WakeupTarget::from_payload(&lease), None);
+        assert_eq!(lease_wakeup_from_payload(&t.to_payload()), None);
     }
 }

@@ -13,6 +13,7 @@ mod feed;
 mod inbox;
 mod journal;
 mod key_ring;
+mod leases;
 mod ledger;
 mod ledger_sections;
 mod messaging;
@@ -29,6 +30,7 @@ pub use feed::{Feed, FeedListener};
 pub use inbox::Inbox;
 pub use journal::Journal;
 pub use key_ring::KeyRing;
+pub use leases::Leases;
 pub use ledger::Ledger;
 #[doc(hidden)]
 pub use ledger_sections::__private as __ledger_sections;
@@ -52,6 +54,8 @@ pub use inbox::MockInbox;
 pub use journal::MockJournal;
 #[cfg(feature = "mock")]
 pub use key_ring::MockKeyRing;
+#[cfg(feature = "mock")]
+pub use leases::MockLeases;
 #[cfg(feature = "mock")]
 pub use ledger::MockLedger;
 #[cfg(feature = "mock")]

@@ -2,6 +2,7 @@
 
 use async_trait::async_trait;
 use crewbus_domain::{BusResult, Wakeup, WakeupTarget};
+use uuid::Uuid;
 
 /// Wake-ups between the servers that share one ledger: a hint that a message became fetchable
 /// for an agent (its inbox reference was published — the reference worker notifies once the
@@ -24,6 +25,12 @@ pub trait Wakeups: Send + Sync {
     /// transaction that makes it. Errors: the transport unreachable → `Unavailable` (the
     /// waiters' safety re-check covers the loss).
     async fn notify(&self, targets: &[WakeupTarget]) -> BusResult<()>;
+
+    /// Wakes the lease acquires waiting in `teams` on every server (a lease of theirs ended),
+    /// one round trip for the batch; an empty batch does nothing. Called after the change is
+    /// committed. Errors: the transport unreachable → `Unavailable` (a waiting acquire's own
+    /// re-check bounds the loss).
+    async fn notify_leases(&self, teams: &[Uuid]) -> BusResult<()>;
 
     /// Starts listening: every notify from now on arrives on the returned listener. Errors: the
     /// transport unreachable → `Unavailable` (retry after a pause).

@@ -1,11 +1,10 @@
 //! In-process wake-ups: the memory ledger's [`Wakeups`] (one server per store).
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use crewbus_domain::{BusError, BusResult, Wakeup, WakeupTarget};
 use crewbus_ports::{WakeupListener, Wakeups};
 use tokio::sync::broadcast;
+use uuid::Uuid;
 
 /// How many notify batches a listener may fall behind before it is told to wake everyone.
 const BACKLOG: usize = 1024;
@@ -17,7 +16,7 @@ const BACKLOG: usize = 1024;
 /// notification, to prove that waiting fetches are bounded without wake-ups.
 #[derive(Clone)]
 pub struct MemoryWakeups {
-    tx: Option<broadcast::Sender<Arc<[WakeupTarget]>>>,
+    tx: Option<broadcast::Sender<Wakeup>>,
 }
 
 impl std::fmt::Debug for MemoryWakeups {
@@ -55,7 +54,16 @@ impl Wakeups for MemoryWakeups {
             && !targets.is_empty()
         {
             // An error only means nobody listens now: nothing waits to be woken.
-            let _ = tx.send(targets.into());
+            let _ = tx.send(Wakeup::Agents(targets.to_vec()));
+        }
+        Ok(())
+    }
+
+    async fn notify_leases(&self, teams: &[Uuid]) -> BusResult<()> {
+        if let Some(tx) = &self.tx
+            && !teams.is_empty()
+        {
+            let _ = tx.send(Wakeup::Leases(teams.to_vec()));
         }
         Ok(())
     }
@@ -68,7 +76,7 @@ impl Wakeups for MemoryWakeups {
 }
 
 struct MemoryListener {
-    rx: Option<broadcast::Receiver<Arc<[WakeupTarget]>>>,
+    rx: Option<broadcast::Receiver<Wakeup>>,
 }
 
 #[async_trait]
@@ -78,7 +86,7 @@ impl WakeupListener for MemoryListener {
             return std::future::pending().await;
         };
         match rx.recv().await {
-            Ok(targets) => Ok(Wakeup::Agents(targets.to_vec())),
+            Ok(wakeup) => Ok(wakeup),
             Err(broadcast::error::RecvError::Lagged(_)) => Ok(Wakeup::Everyone),
             // The sender lives as long as any `MemoryWakeups` clone does.
             Err(broadcast::error::RecvError::Closed) => {

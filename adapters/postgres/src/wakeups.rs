@@ -2,10 +2,13 @@
 //! agent waiting on another.
 
 use async_trait::async_trait;
-use crewbus_domain::{BusError, BusResult, Wakeup, WakeupTarget};
+use crewbus_domain::{
+    BusError, BusResult, Wakeup, WakeupTarget, lease_wakeup_from_payload, lease_wakeup_payload,
+};
 use crewbus_ports::{WakeupListener, Wakeups};
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgListener};
+use uuid::Uuid;
 
 use crate::error::bus_error;
 
@@ -64,19 +67,41 @@ impl Wakeups for PostgresWakeups {
         Ok(())
     }
 
+    async fn notify_leases(&self, teams: &[Uuid]) -> BusResult<()> {
+        if teams.is_empty() {
+            return Ok(());
+        }
+        let payloads: Vec<String> = teams.iter().map(|t| lease_wakeup_payload(*t)).collect();
+        sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
+            .bind(CHANNEL)
+            .bind(&payloads)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| bus_error(e, "lease wake-up notify"))?;
+        Ok(())
+    }
+
     async fn listen(&self) -> BusResult<Box<dyn WakeupListener>> {
         let listener = crate::connect::listen_on(&self.listen, CHANNEL, "wake-up listener").await?;
-        Ok(Box::new(PostgresListener { listener }))
+        Ok(Box::new(PostgresListener {
+            listener,
+            pending: None,
+        }))
     }
 }
 
 struct PostgresListener {
     listener: PgListener,
+    /// Lease wake-ups read with agents' ones, handed on by the next call.
+    pending: Option<Wakeup>,
 }
 
 #[async_trait]
 impl WakeupListener for PostgresListener {
     async fn next(&mut self) -> BusResult<Wakeup> {
+        if let Some(pending) = self.pending.take() {
+            return Ok(pending);
+        }
         loop {
             let first = self
                 .listener
@@ -90,14 +115,29 @@ impl WakeupListener for PostgresListener {
                     "wake-up listener: its database session was lost",
                 ));
             };
-            let mut targets: Vec<WakeupTarget> = WakeupTarget::from_payload(first.payload())
-                .into_iter()
-                .collect();
+            // Agents' and teams' lease wake-ups arrive mixed: one batch of buffered ones is
+            // split by kind, the agents' handed on first and the leases' kept for the next call.
+            let mut targets: Vec<WakeupTarget> = Vec::new();
+            let mut teams: Vec<Uuid> = Vec::new();
+            let mut sort = |payload: &str| {
+                if let Some(t) = WakeupTarget::from_payload(payload) {
+                    targets.push(t);
+                } else if let Some(team) = lease_wakeup_from_payload(payload) {
+                    teams.push(team);
+                }
+            };
+            sort(first.payload());
             while let Some(more) = self.listener.next_buffered() {
-                targets.extend(WakeupTarget::from_payload(more.payload()));
+                sort(more.payload());
+            }
+            if !teams.is_empty() {
+                self.pending = Some(Wakeup::Leases(teams));
             }
             if !targets.is_empty() {
                 return Ok(Wakeup::Agents(targets));
+            }
+            if let Some(pending) = self.pending.take() {
+                return Ok(pending);
             }
             // Only foreign payloads on our channel: nothing to wake.
         }

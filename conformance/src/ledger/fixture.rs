@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use crewbus_ports::{Journal, Ledger, Operators, Oversight};
+use crewbus_ports::{Journal, Leases, Ledger, Operators, Oversight};
 
 use crate::FixtureError;
 use crate::trial::Run;
@@ -30,6 +30,13 @@ pub trait LedgerFixture: Send + Sync {
 
     /// The oversight reads and human members over the ledger's store and tenant.
     fn oversight(&self) -> Arc<dyn Oversight>;
+
+    /// The leases over the ledger's store and tenant.
+    fn leases(&self) -> Arc<dyn Leases>;
+
+    /// The leases of a second server sharing the store: another ledger value with connections
+    /// of its own (Postgres: another pool), for the behaviours that race two servers.
+    fn other_server_leases(&self) -> Arc<dyn Leases>;
 }
 
 /// Builds a fresh [`LedgerFixture`] per test for one adapter. Shared resources (a server, an

@@ -9,8 +9,8 @@ use tokio::runtime::Runtime;
 
 use crate::trial::{Lack, Source, Suite};
 use crate::{
-    FixtureError, LedgerFixture, LedgerFixtureFactory, journal_behaviours, ledger_behaviours,
-    operators_behaviours, oversight_behaviours,
+    FixtureError, LedgerFixture, LedgerFixtureFactory, journal_behaviours, leases_behaviours,
+    ledger_behaviours, operators_behaviours, oversight_behaviours,
 };
 
 /// The ledger fixtures' factory is the source of the ledger, journal, operators and oversight
@@ -49,7 +49,8 @@ pub fn ledger_trials(
             .into_iter()
             .chain(journal_behaviours())
             .chain(operators_behaviours())
-            .chain(oversight_behaviours()),
+            .chain(oversight_behaviours())
+            .chain(leases_behaviours()),
     )
 }
 

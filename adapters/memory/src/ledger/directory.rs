@@ -4,7 +4,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, AgentKind, BusError, BusResult, Conversation, Member, Team, TokenHash, recipient_key_for,
+    Agent, AgentKind, BusError, BusResult, Conversation, LeaseEnd, Member, Team, TokenHash,
+    recipient_key_for,
 };
 use uuid::Uuid;
 
@@ -124,6 +125,8 @@ pub(super) fn revoke_agent(
 ) -> BusResult<Agent> {
     let mut st = ledger.state()?;
     st.agent_of(team, agent)?;
+    // Its leases end with the revocation, in the same critical section.
+    st.end_leases(|l| l.agent == agent, LeaseEnd::Revoked, at);
     let a = st.agents.get_mut(&agent).expect("checked above");
     a.revoked_at.get_or_insert(at);
     Ok(a.clone())

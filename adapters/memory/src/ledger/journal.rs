@@ -6,8 +6,8 @@ use std::sync::MutexGuard;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId, validate_journal_limit,
-    validate_note_text,
+    LeaseEnd, Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
+    validate_journal_limit, validate_note_text,
 };
 use crewbus_ports::Journal;
 use uuid::Uuid;
@@ -104,6 +104,9 @@ impl Journal for MemoryJournal {
     ) -> Result<Seq, StoreError> {
         validate_note_text("reason", reason)?;
         let mut st = self.state()?;
+        open_run(&mut st, run)?;
+        // The run's leases end first, their records before the seal's.
+        st.end_leases(|l| l.run == Some(run), LeaseEnd::RunSealed, at);
         Ok(open_run(&mut st, run)?.append(
             at,
             RecordKind::RunSealed {

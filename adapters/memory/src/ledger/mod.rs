@@ -22,6 +22,7 @@ mod delivery;
 mod directory;
 mod history;
 mod journal;
+mod leases;
 mod operators;
 mod oversight;
 mod references;

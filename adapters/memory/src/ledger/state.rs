@@ -70,6 +70,10 @@ pub(crate) struct State {
     pub(crate) sign_in_codes: HashMap<TokenHash, SignInCodeRow>,
     /// session secret hash → its row.
     pub(crate) sessions: HashMap<TokenHash, SessionRow>,
+    /// lease id → the lease and its history.
+    pub(crate) leases: HashMap<Uuid, super::leases::LeaseRow>,
+    /// team → its fencing counter (the last token granted; 0 before the first grant).
+    pub(crate) lease_fences: HashMap<Uuid, u64>,
 }
 
 #[derive(Debug)]

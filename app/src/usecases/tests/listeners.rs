@@ -67,6 +67,9 @@ impl Wakeups for Flaky {
     async fn notify(&self, _: &[WakeupTarget]) -> BusResult<()> {
         Ok(())
     }
+    async fn notify_leases(&self, _: &[crewbus_domain::Uuid]) -> BusResult<()> {
+        Ok(())
+    }
     async fn listen(&self) -> BusResult<Box<dyn WakeupListener>> {
         Ok(Box::new(FlakyListener { lost: self.start() }))
     }
