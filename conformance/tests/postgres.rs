@@ -24,7 +24,7 @@ use crewbus_conformance::{
 use crewbus_domain::{BusError, BusResult, TenantId};
 use crewbus_memory::ManualClock;
 use crewbus_ports::{
-    Backends, Clock, Inbox, Journal, Ledger, MessagingBackend, Operators, Oversight,
+    Backends, Clock, Inbox, Journal, Leases, Ledger, MessagingBackend, Operators, Oversight,
 };
 use crewbus_postgres::{PostgresBackends, PostgresInbox, PostgresLedger, PostgresSettings};
 use libtest_mimic::Arguments;
@@ -199,12 +199,24 @@ impl LedgerFixtureFactory for PgLedgerFactory {
             .await
             .drop_unless_panicking();
         let ledger = PostgresLedger::new(db.pool().clone(), TenantId::default());
-        Ok(Box::new(PgLedger { ledger, _db: db }))
+        // A second server: its own pool on the same database.
+        let other_pool = sqlx::postgres::PgPoolOptions::new()
+            .max_connections(8)
+            .connect_with((*db.pool().connect_options()).clone())
+            .await
+            .map_err(|e| format!("a second pool: {e}"))?;
+        let other = PostgresLedger::new(other_pool, TenantId::default());
+        Ok(Box::new(PgLedger {
+            ledger,
+            other,
+            _db: db,
+        }))
     }
 }
 
 struct PgLedger {
     ledger: PostgresLedger,
+    other: PostgresLedger,
     _db: TestDatabase,
 }
 
@@ -220,6 +232,12 @@ impl LedgerFixture for PgLedger {
     }
     fn oversight(&self) -> Arc<dyn Oversight> {
         Arc::new(self.ledger.clone())
+    }
+    fn leases(&self) -> Arc<dyn Leases> {
+        Arc::new(self.ledger.clone())
+    }
+    fn other_server_leases(&self) -> Arc<dyn Leases> {
+        Arc::new(self.other.clone())
     }
 }
 

@@ -26,7 +26,7 @@ use crewbus_conformance::{
 use crewbus_domain::{BusError, BusResult, TenantId};
 use crewbus_memory::ManualClock;
 use crewbus_ports::{
-    Backends, Clock, Inbox, Journal, Ledger, MessagingBackend, Operators, Oversight,
+    Backends, Clock, Inbox, Journal, Leases, Ledger, MessagingBackend, Operators, Oversight,
 };
 use crewbus_sqlite::{SqliteBackends, SqliteInbox, SqliteLedger, SqliteSettings};
 use libtest_mimic::Arguments;
@@ -215,6 +215,17 @@ impl LedgerFixture for SqliteLedgerFixture {
     }
     fn oversight(&self) -> Arc<dyn Oversight> {
         Arc::new(self.ledger.clone())
+    }
+    fn leases(&self) -> Arc<dyn Leases> {
+        Arc::new(self.ledger.clone())
+    }
+    /// A SQLite store has one server (its one-host rule): the "other server" is a second ledger
+    /// value over the same pools, racing through the one write connection.
+    fn other_server_leases(&self) -> Arc<dyn Leases> {
+        Arc::new(SqliteLedger::new(
+            self.ledger.pools().clone(),
+            TenantId::default(),
+        ))
     }
 }
 

@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId, check_appendable,
-    validate_journal_limit, validate_note_text,
+    LeaseEnd, Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
+    check_appendable, validate_journal_limit, validate_note_text,
 };
 use crewbus_ports::Journal;
 use crewbus_sql::journal::{RUN_COLUMNS, RunRow, kind_text, records, sealing};
@@ -13,6 +13,7 @@ use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
 use crate::error::store_error;
+use crate::ledger::leases::{Ending, end_leases, lock_fence};
 
 /// One tenant's runs and journals in Postgres.
 ///
@@ -191,7 +192,35 @@ impl Journal for PostgresJournal {
             outcome,
             reason: reason.to_owned(),
         };
-        self.append_open(run, at, kind).await
+        let what = "journal seal";
+        let err = |e| store_error(e, what);
+        let mut tx = self.pool.begin().await.map_err(err)?;
+        // The lease lock order: the team's fence before the run (see the ledger's leases).
+        let team: Option<Uuid> =
+            sqlx::query_scalar("SELECT team_id FROM runs WHERE id = $1 AND tenant = $2")
+                .bind(run.0)
+                .bind(self.tenant.as_str())
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(err)?;
+        if let Some(team) = team {
+            lock_fence(&mut tx, team).await.map_err(err)?;
+        }
+        let locked = lock_run(&mut tx, &self.tenant, run).await.map_err(err)?;
+        check_appendable(run, locked.map(|r| r.sealed))?;
+        // Its live leases end first, their records before the seal's.
+        end_leases(
+            &mut tx,
+            &self.tenant,
+            Ending::Run(run),
+            LeaseEnd::RunSealed,
+            at,
+        )
+        .await
+        .map_err(err)?;
+        let seq = append(&mut tx, run, at, &kind).await.map_err(err)?;
+        tx.commit().await.map_err(err)?;
+        Ok(seq)
     }
 
     async fn read(

@@ -10,6 +10,7 @@
 
 pub mod counter;
 pub mod journal;
+pub mod leases;
 pub mod rows;
 pub mod settle;
 

@@ -3,8 +3,8 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId, check_appendable,
-    validate_journal_limit, validate_note_text,
+    LeaseEnd, Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
+    check_appendable, validate_journal_limit, validate_note_text,
 };
 use crewbus_ports::Journal;
 use crewbus_sql::journal::{RUN_COLUMNS, RunRow, kind_text, records, sealing};
@@ -13,6 +13,7 @@ use uuid::Uuid;
 
 use crate::codec::{Ts, db_i64, from_db};
 use crate::connect::SqlitePools;
+use crate::ledger::leases::{Ending, end_leases};
 
 /// One tenant's runs and journals in SQLite.
 ///
@@ -192,7 +193,27 @@ impl Journal for SqliteJournal {
             outcome,
             reason: reason.to_owned(),
         };
-        self.append_open(run, at, kind).await
+        let what = "journal seal";
+        let mut tx = self.pools.begin_store(what).await?;
+        let state = run_state(&mut tx, &self.tenant, run)
+            .await
+            .map_err(self.pools.st(what))?;
+        check_appendable(run, state.map(|r| r.sealed))?;
+        // Its live leases end first, their records before the seal's.
+        end_leases(
+            &mut tx,
+            &self.tenant,
+            Ending::Run(run),
+            LeaseEnd::RunSealed,
+            at,
+        )
+        .await
+        .map_err(self.pools.st(what))?;
+        let seq = append(&mut tx, run, at, &kind)
+            .await
+            .map_err(self.pools.st(what))?;
+        tx.commit().await.map_err(self.pools.st(what))?;
+        Ok(seq)
     }
 
     async fn read(

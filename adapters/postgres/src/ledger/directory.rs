@@ -4,11 +4,12 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, Conversation, Member, Team, TokenHash, recipient_key_for,
+    Agent, BusError, BusResult, Conversation, LeaseEnd, Member, Team, TokenHash, recipient_key_for,
 };
 use sqlx::PgConnection;
 use uuid::Uuid;
 
+use super::leases::{Ending, end_leases};
 use super::rows::{AGENT_COLUMNS, AgentRow, MemberRow, TEAM_COLUMNS, TeamRow};
 use super::{PostgresLedger, Tx, db};
 use crate::error::bus_error;
@@ -199,6 +200,19 @@ pub(super) async fn revoke_agent(
     agent: Uuid,
     at: DateTime<Utc>,
 ) -> BusResult<Agent> {
+    let what = "revoke agent";
+    let mut tx = ledger.begin(what).await?;
+    // Its leases end first (their team's fence before the agent's row: the lease lock order),
+    // in the revocation's transaction; an unknown agent rolls it all back.
+    end_leases(
+        &mut tx,
+        &ledger.tenant,
+        Ending::Agent(agent),
+        LeaseEnd::Revoked,
+        at,
+    )
+    .await
+    .map_err(db(what))?;
     let row: Option<AgentRow> = sqlx::query_as(&format!(
         "UPDATE agents AS a SET revoked_at = COALESCE(a.revoked_at, $3)
          FROM teams t
@@ -209,11 +223,14 @@ pub(super) async fn revoke_agent(
     .bind(team)
     .bind(at)
     .bind(ledger.tenant.as_str())
-    .fetch_optional(&ledger.pool)
+    .fetch_optional(&mut *tx)
     .await
-    .map_err(db("revoke agent"))?;
-    row.ok_or_else(|| BusError::not_found(format!("agent {agent}")))?
-        .try_into()
+    .map_err(db(what))?;
+    let revoked = row
+        .ok_or_else(|| BusError::not_found(format!("agent {agent}")))?
+        .try_into()?;
+    PostgresLedger::commit(tx, what).await?;
+    Ok(revoked)
 }
 
 pub(super) async fn create_conversation(

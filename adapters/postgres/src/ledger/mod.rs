@@ -23,6 +23,7 @@ mod counts;
 mod delivery;
 mod directory;
 mod history;
+pub(crate) mod leases;
 mod operators;
 mod oversight;
 mod references;

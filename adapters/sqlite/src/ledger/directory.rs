@@ -4,12 +4,13 @@ use std::collections::{HashMap, HashSet};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, Conversation, Member, Team, TokenHash, recipient_key_for,
+    Agent, BusError, BusResult, Conversation, LeaseEnd, Member, Team, TokenHash, recipient_key_for,
 };
 use sqlx::SqliteConnection;
 use uuid::Uuid;
 
 use super::SqliteLedger;
+use super::leases::{Ending, end_leases};
 use super::rows::{AGENT_COLUMNS, AgentRow, MemberRow, TEAM_COLUMNS, TeamRow};
 use crate::codec::{Ts, marks};
 
@@ -228,6 +229,16 @@ pub(super) async fn revoke_agent(
     let mut tx = ledger.begin(what).await?;
     // The lookup checks team and tenant; the update keeps the first revocation time.
     ledger.agent_row(&mut tx, team, agent).await?;
+    // Its leases end in the revocation's transaction.
+    end_leases(
+        &mut tx,
+        &ledger.tenant,
+        Ending::Agent(agent),
+        LeaseEnd::Revoked,
+        at,
+    )
+    .await
+    .map_err(ledger.db(what))?;
     sqlx::query("UPDATE agents SET revoked_at = COALESCE(revoked_at, ?) WHERE id = ?")
         .bind(Ts(at))
         .bind(agent)
