@@ -29,7 +29,7 @@ use crewbus_memory::{
     MemoryPushStore, MemoryWakeups,
 };
 use crewbus_ports::{
-    Backends, Clock, Feed, Journal, KeyRing, Ledger, Operators, Oversight, PushStore, SystemClock,
+    Backends, Clock, Feed, Journal, KeyRing, Leases, Ledger, Operators, Oversight, PushStore, SystemClock,
     Wakeups,
 };
 use crewbus_postgres::{
@@ -195,7 +195,8 @@ pub fn sqlite_with(
     let stores = Stores {
         ledger: ledger.clone(),
         operators: ledger.clone(),
-        oversight: ledger,
+        oversight: ledger.clone(),
+        leases: ledger,
         registry: Arc::new(registry),
         journal,
         push_store,
@@ -271,7 +272,8 @@ pub async fn postgres_with_pool(
     let stores = Stores {
         ledger: ledger.clone(),
         operators: ledger.clone(),
-        oversight: ledger,
+        oversight: ledger.clone(),
+        leases: ledger,
         registry: Arc::new(postgres),
         journal,
         push_store,
@@ -335,6 +337,7 @@ pub fn memory_with_wakeups(
         ledger: Arc::new(ledger.clone()),
         operators: Arc::new(ledger.clone()),
         oversight: Arc::new(ledger.clone()),
+        leases: Arc::new(ledger.clone()),
         registry: Arc::new(registry.clone()),
         journal,
         push_store,
@@ -370,6 +373,8 @@ struct Stores {
     operators: Arc<dyn Operators>,
     /// The ledger's oversight reads (the same store).
     oversight: Arc<dyn Oversight>,
+    /// The ledger's leases (the same store).
+    leases: Arc<dyn Leases>,
     /// The console feed: in process for memory and SQLite, `NOTIFY` for Postgres.
     feed: Arc<dyn Feed>,
     /// The registry of the ledger's own body and inbox backend (JetStream is added by team).
@@ -421,6 +426,7 @@ fn finish(
         wakeups: stores.wakeups,
         operators: stores.operators,
         oversight: stores.oversight,
+        leases: stores.leases,
         feed: stores.feed,
         // What operators read: the outbox's sealed store when there is one (never ciphertext).
         push_store: push.as_ref().map_or_else(

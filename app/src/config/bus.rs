@@ -108,6 +108,12 @@ pub struct BusConfig {
     /// heard of by no wake-up (an operator command beside an embedded server) takes effect
     /// within this. Default 1000.
     pub token_cache_ms: u64,
+    /// Longest TTL a lease may be granted or renewed for, ms (an agent asking for more is
+    /// refused `invalid`). At least 1 000, at most 86 400 000 (one day). Default 3 600 000 (1 h).
+    pub lease_max_ttl_ms: u64,
+    /// The TTL of a lease whose acquire names none, ms: at least 1 000 and at most
+    /// `lease_max_ttl_ms`. Default 300 000 (5 min).
+    pub lease_default_ttl_ms: u64,
 }
 
 impl Default for BusConfig {
@@ -138,6 +144,8 @@ impl Default for BusConfig {
             health_timeout_ms: 2_000,
             request_timeout_ms: 10_000,
             token_cache_ms: 1_000,
+            lease_max_ttl_ms: 3_600_000,
+            lease_default_ttl_ms: 300_000,
         }
     }
 }

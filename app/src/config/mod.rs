@@ -236,6 +236,15 @@ impl Config {
                 "bus.request_timeout_ms must be between 1 and 300000 (5 minutes)",
             ));
         }
+        if !(1_000..=86_400_000).contains(&self.bus.lease_max_ttl_ms)
+            || self.bus.lease_default_ttl_ms < 1_000
+            || self.bus.lease_default_ttl_ms > self.bus.lease_max_ttl_ms
+        {
+            return Err(BusError::invalid(
+                "bus.lease_max_ttl_ms must be between 1000 and 86400000 (one day), and \
+                 bus.lease_default_ttl_ms between 1000 and bus.lease_max_ttl_ms",
+            ));
+        }
         if self.bus.header_read_timeout_ms == 0 {
             return Err(BusError::invalid(
                 "bus.header_read_timeout_ms must be at least 1",
@@ -693,6 +702,10 @@ mod tests {
             "[bus]\nhealth_timeout_ms = 86400001",
             "[bus]\nrequest_timeout_ms = 0",
             "[bus]\nrequest_timeout_ms = 300001",
+            "[bus]\nlease_max_ttl_ms = 999",
+            "[bus]\nlease_max_ttl_ms = 86400001",
+            "[bus]\nlease_default_ttl_ms = 3600001",
+            "[bus]\nlease_default_ttl_ms = 0",
             "[bus]\nmax_http_connections = 1000001",
             "[database]\nurl = \"postgres://u:hunter2@127.0.0.1:notaport/db\"",
         ] {

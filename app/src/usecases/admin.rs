@@ -170,6 +170,8 @@ impl Bus {
         self.tokens.forget(&[target]);
         let revoked = revoked?;
         self.notify_waiters(&mut vec![target]).await;
+        // Its leases ended with the revocation: acquires waiting on them try again.
+        self.leases_ended(team).await;
         self.emit(vec![
             crewbus_domain::FeedEvent::new(team, crewbus_domain::FeedKind::AgentRevoked)
                 .agent(agent),

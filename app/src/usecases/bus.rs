@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crewbus_domain::{Backoff, BusError, BusResult, DateTime, Utc, Uuid};
 use crewbus_ports::{
-    Backends, Clock, Feed, Journal, Ledger, Operators, Oversight, PushStore, StreamAdmin, Wakeups,
+    Backends, Clock, Feed, Journal, Leases, Ledger, Operators, Oversight, PushStore, StreamAdmin, Wakeups,
 };
 use tokio::sync::Notify;
 
@@ -24,6 +24,7 @@ use crate::usecases::body_room::BodyRoom;
 use crate::usecases::feed::FeedHub;
 use crate::usecases::send_batch::{BatchBounds, SendBatcher};
 use crate::usecases::token_cache::{TOKEN_CACHE_ENTRIES, TokenCache};
+use crate::usecases::leases::LeaseRoom;
 use crate::usecases::wait::WaitRoom;
 
 /// The ports the use cases run on.
@@ -46,6 +47,8 @@ pub struct Ports {
     pub operators: Arc<dyn Operators>,
     /// The operator's reads of the ledger, agents' last activity, human members.
     pub oversight: Arc<dyn Oversight>,
+    /// Leases on path patterns (the ledger's store).
+    pub leases: Arc<dyn Leases>,
     /// The console event feed (follows the ledger, as the wake-ups do).
     pub feed: Arc<dyn Feed>,
     /// The push registrations and their attempts logs, as operators see them (the outbox's
@@ -127,6 +130,10 @@ pub struct BusSettings {
     pub console: ConsoleSettings,
     /// How many attempts each push registration's log keeps (`push.attempts_kept`).
     pub attempts_kept: usize,
+    /// Longest lease TTL (`bus.lease_max_ttl_ms`).
+    pub lease_max_ttl: Duration,
+    /// The TTL of an acquire that names none (`bus.lease_default_ttl_ms`).
+    pub lease_default_ttl: Duration,
 }
 
 /// The console's settings, from `[console]`.
@@ -190,6 +197,8 @@ impl BusSettings {
             allow: AllowList::default(),
             console: ConsoleSettings::from_config(&ConsoleConfig::default()),
             attempts_kept: crewbus_domain::DEFAULT_ATTEMPTS_KEPT,
+            lease_max_ttl: Duration::from_millis(c.lease_max_ttl_ms),
+            lease_default_ttl: Duration::from_millis(c.lease_default_ttl_ms),
         }
     }
 }
@@ -229,6 +238,8 @@ pub struct Bus {
     pub(crate) bodies: Arc<BodyRoom>,
     /// The fetches waiting in this process (see `wait`).
     pub(crate) room: Arc<WaitRoom>,
+    /// The lease acquires waiting in this process (see `leases`).
+    pub(crate) lease_room: Arc<LeaseRoom>,
     /// The bus's own shutdown: once fired, every waiting fetch answers an empty page at once.
     pub(crate) shutdown: Shutdown,
     /// The group-commit batcher of sends, spawned on the first send (on the runtime serving
@@ -265,6 +276,7 @@ impl Bus {
             deferred: Arc::new(Mutex::new(HashMap::new())),
             bodies,
             room: Arc::new(WaitRoom::default()),
+            lease_room: Arc::new(LeaseRoom::default()),
             shutdown: Shutdown::new(),
             sends: Arc::new(OnceLock::new()),
             tokens,

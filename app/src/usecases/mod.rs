@@ -14,6 +14,7 @@ pub mod deliver;
 pub mod feed;
 pub mod health;
 pub mod history;
+pub mod leases;
 pub mod operators;
 pub mod oversight;
 pub mod references;

@@ -85,6 +85,8 @@ impl Bus {
             .seal(run, outcome, reason, self.now())
             .await
             .map_err(bus_error)?;
+        // The run's leases ended with the seal: acquires waiting on them try again.
+        self.leases_ended(agent.team).await;
         let sealed = self.ports.journal.run(run).await.map_err(bus_error)?;
         self.run_changed(&sealed);
         Ok(sealed)

@@ -46,6 +46,7 @@ fn bus(ledger: MockLedger, backends: MockBackends) -> Bus {
             wakeups: Arc::new(crewbus_memory::MemoryWakeups::new()),
             operators: Arc::new(crewbus_ports::MockOperators::new()),
             oversight: Arc::new(crewbus_ports::MockOversight::new()),
+            leases: Arc::new(crewbus_ports::MockLeases::new()),
             feed: Arc::new(crewbus_memory::MemoryFeed::new()),
             push_store: Arc::new(crewbus_ports::MockPushStore::new()),
         },

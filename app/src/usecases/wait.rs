@@ -364,6 +364,7 @@ pub(crate) async fn run_listener(bus: Bus, shutdown: Shutdown) {
                 // Wake-ups (revocations among them) may have been missed meanwhile.
                 bus.tokens.forget_all();
                 bus.room.wake_everyone();
+                bus.lease_room.wake_everyone();
                 loop {
                     let next = tokio::select! {
                         () = shutdown.wait() => return,
@@ -378,9 +379,15 @@ pub(crate) async fn run_listener(bus: Bus, shutdown: Shutdown) {
                                 bus.room.wake(t, false);
                             }
                         }
+                        Ok(Wakeup::Leases(teams)) => {
+                            for team in teams {
+                                bus.lease_room.wake(team);
+                            }
+                        }
                         Ok(Wakeup::Everyone) => {
                             bus.tokens.forget_all();
                             bus.room.wake_everyone();
+                            bus.lease_room.wake_everyone();
                         }
                         Err(error) => {
                             Metrics::inc(&bus.metrics.wakeup_listener_lost);

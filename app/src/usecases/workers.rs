@@ -15,6 +15,10 @@ use crate::usecases::bus::Bus;
 /// How often expired sign-in codes and idle console sessions are removed (10 minutes).
 const SIGN_IN_PRUNE_EVERY: Duration = Duration::from_secs(600);
 
+/// How often lapsed leases' expiries are recorded (5 s): a lease stops counting at its expiry
+/// whatever the sweep does; the sweep writes the end into its history and its run's journal.
+const LEASE_SWEEP_EVERY: Duration = Duration::from_secs(5);
+
 /// Handles of the running workers.
 pub struct Workers {
     handles: Vec<(&'static str, JoinHandle<()>)>,
@@ -92,6 +96,26 @@ impl Workers {
                             Ok(0) => {}
                             Ok(n) => tracing::debug!(removed = n, "expired console sign-ins removed"),
                             Err(error) => tracing::debug!(code = error.code(), error = ?error, "removing expired console sign-ins failed"),
+                        }
+                    }
+                }),
+            ));
+        }
+        {
+            let bus = bus.clone();
+            let s = shutdown.clone();
+            handles.push((
+                "lease expiry",
+                tokio::spawn(async move {
+                    loop {
+                        tokio::select! {
+                            () = s.wait() => break,
+                            () = tokio::time::sleep(LEASE_SWEEP_EVERY) => {}
+                        }
+                        match bus.lease_sweep().await {
+                            Ok(0) => {}
+                            Ok(n) => tracing::debug!(expired = n, "lapsed leases recorded"),
+                            Err(error) => tracing::info!(code = error.code(), error = ?error, "recording lapsed leases failed; retrying"),
                         }
                     }
                 }),
