@@ -29,8 +29,8 @@ use crewbus_memory::{
     MemoryPushStore, MemoryWakeups,
 };
 use crewbus_ports::{
-    Backends, Clock, Feed, Journal, KeyRing, Leases, Ledger, Operators, Oversight, PushStore, SystemClock,
-    Wakeups,
+    Backends, Clock, Feed, Journal, KeyRing, Leases, Ledger, Operators, Oversight, PushStore,
+    SystemClock, Wakeups,
 };
 use crewbus_postgres::{
     PostgresBackends, PostgresFeed, PostgresLedger, PostgresPushStore, PostgresSettings,

@@ -133,6 +133,30 @@ impl RecordRow {
             RecordKind::RunSealed { outcome, reason } => {
                 ("Sealed", format!("{outcome}: {reason}"), None)
             }
+            RecordKind::LeaseGranted {
+                pattern,
+                mode,
+                token,
+                expires_at,
+                ..
+            } => (
+                "Took a lease",
+                format!(
+                    "{} {pattern} (fencing token {token}), until {}",
+                    match mode {
+                        crewbus_domain::LeaseMode::Exclusive => "exclusive",
+                        crewbus_domain::LeaseMode::Shared => "shared",
+                    },
+                    Stamp::of(*expires_at).text
+                ),
+                None,
+            ),
+            RecordKind::LeaseRenewed { expires_at, .. } => (
+                "Renewed a lease",
+                format!("until {}", Stamp::of(*expires_at).text),
+                None,
+            ),
+            RecordKind::LeaseEnded { reason, .. } => ("A lease ended", reason.to_string(), None),
             _ => ("Record", String::new(), None),
         };
         RecordRow {

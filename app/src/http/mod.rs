@@ -23,6 +23,7 @@ pub mod error;
 pub(crate) mod extract;
 pub(crate) mod held_answer;
 mod inbox;
+pub mod leases;
 mod messages;
 pub mod openapi;
 mod ops;
@@ -53,8 +54,11 @@ pub fn router(bus: Bus, mounted: Router<AppState>) -> Router {
         .settings
         .max_wait
         .max(crate::usecases::deliver::ROOM_WAIT_MIN);
+    // The routes that may wait (`wait_ms`): a fetch, and an acquire (its listing shares the
+    // path, so the same bound).
     let fetch = Router::new()
         .route("/v1/inbox/fetch", post(inbox::fetch))
+        .route("/v1/leases", post(leases::acquire).get(leases::list))
         .route_layer(axum::middleware::from_fn_with_state(
             deadline(fetch_wait),
             request_deadline::enforce,
@@ -80,6 +84,10 @@ pub fn router(bus: Bus, mounted: Router<AppState>) -> Router {
         .route("/v1/runs/{id}/resume", post(runs::resume))
         .route("/v1/runs/{id}/seal", post(runs::seal))
         .route("/v1/runs/{id}/records", get(runs::records))
+        .route("/v1/leases/check", post(leases::check))
+        .route("/v1/leases/{id}", get(leases::get))
+        .route("/v1/leases/{id}/renew", post(leases::renew))
+        .route("/v1/leases/{id}/release", post(leases::release))
         .route("/metrics", get(ops::metrics))
         .route("/openapi.json", get(ops::openapi))
         .merge(admin::routes())

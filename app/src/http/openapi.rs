@@ -7,6 +7,10 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
 use super::error::ErrorBody;
+use super::leases::{
+    AcquireLease, AcquireView, CheckLease, CheckView, LeaseEndView, LeaseEventView,
+    LeaseHistoryView, LeaseModeView, LeaseView, LeasesView, RenewLease,
+};
 use super::views::*;
 use crate::usecases::bus::BusSettings;
 use crate::usecases::health::HealthReport;
@@ -22,6 +26,9 @@ use crate::usecases::health::HealthReport;
             operator add`): each refuses the other's token (401). Errors are `{code, message}`."
     ),
     tags(
+        (name = "leases", description = "Fenced, expiring claims on path patterns: take one \
+            (exclusive or shared, optionally waiting for conflicts to end), renew, release, list \
+            the team's, and check a path with a fencing token (a stale token is refused)."),
         (name = "admin", description = "What the people who run the agents see and do: teams, \
             agents with their activity, conversations with every recipient's delivery state, \
             runs, push registrations with their attempts logs, storage; add and revoke agents, \
@@ -46,6 +53,12 @@ use crate::usecases::health::HealthReport;
         super::runs::resume,
         super::runs::seal,
         super::runs::records,
+        super::leases::acquire,
+        super::leases::list,
+        super::leases::get,
+        super::leases::renew,
+        super::leases::release,
+        super::leases::check,
         super::ops::health,
         super::ops::metrics,
     ),
@@ -54,7 +67,8 @@ use crate::usecases::health::HealthReport;
         SentView, HistoryItemView, HistoryView, FetchRequest, DeliveryView, FetchView,
         ConfirmRequest, ConfirmItemView, ConfirmView, AcknowledgeRequest, ReceiptView,
         InboxStatusView, HealthReport, RunView, Outcome, SealRequest, RecordView, RecordsView,
-        MemberKind
+        MemberKind, LeaseView, LeaseModeView, LeaseEndView, AcquireLease, AcquireView, RenewLease,
+        LeasesView, LeaseEventView, LeaseHistoryView, CheckLease, CheckView
     )),
     modifiers(&BearerAuth, &AdminApi, &RequestDeadline)
 )]
@@ -221,7 +235,7 @@ mod tests {
             );
         }
         // 19 of the agents' API and operations, 16 of the admin API.
-        assert_eq!(seen.len(), 35);
+        assert_eq!(seen.len(), 43);
     }
 
     #[test]
@@ -281,7 +295,7 @@ mod tests {
             }
         }
         // Every operation but /health and /metrics.
-        assert_eq!(authenticated, 33);
+        assert_eq!(authenticated, 41);
     }
 
     #[test]
@@ -301,7 +315,7 @@ mod tests {
             );
             declared += 1;
         }
-        assert_eq!(declared, 34);
+        assert_eq!(declared, 42);
     }
 
     #[test]
@@ -330,7 +344,7 @@ mod tests {
                 assert_ne!(op["tags"], serde_json::json!(["admin"]), "{method} {path}");
             }
         }
-        assert_eq!(admin, 16);
+        assert_eq!(admin, 18);
         assert!(
             doc["tags"]
                 .as_array()

@@ -45,6 +45,7 @@ use crate::config::AllowList;
 use crate::usecases::bus::Bus;
 
 mod auth;
+mod leases;
 mod refusals;
 mod resources;
 mod schema;

@@ -20,6 +20,10 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::leases::{
+    self, AcquireLeaseArguments, CheckLeaseArguments, ListLeasesArguments, ReleaseLeaseArguments,
+    RenewLeaseArguments,
+};
 use super::schema::{Side, portable, schema_of};
 use super::views::{
     AcknowledgeArguments, AgentsView, ConversationArguments, ConversationsView, FetchArguments,
@@ -27,6 +31,7 @@ use super::views::{
     RecordsArguments, RunArguments, SealArguments, SendArguments, cut,
 };
 use crate::http::error::error_body;
+use crate::http::leases::{AcquireView, CheckView, LeaseView, LeasesView};
 use crate::http::views::{
     AgentView, ConfirmRequest, ConfirmView, ConversationView, CreateConversation, FetchView,
     HistoryView, InboxStatusView, MemberKind, ReceiptView, RecordsView, RunView, SentView,
@@ -248,6 +253,63 @@ fn specs() -> Vec<Spec> {
             input: schema_of::<RecordsArguments>,
             output: schema_of::<RecordsView>,
         },
+        Spec {
+            name: "acquire_lease",
+            title: "Acquire a lease",
+            description: "Claims paths of the shared work (files, directories, tasks) before you \
+                change them, so teammates do not edit them at the same time: a lease on a \
+                pattern such as `src/auth/**`, exclusive (default) or shared, for `ttl_seconds`. \
+                Answers `granted: true` with the lease, or `granted: false` with the \
+                `conflicts` (who holds what, until when); nothing is taken then. With \
+                `wait_seconds` it waits that long for the conflicts to be released or expire. \
+                Keep the lease's `id` to renew or release it, and its `fencing_token` to prove \
+                you still hold it (check_lease). Release it when done; it expires by itself \
+                otherwise, and ends when your run is sealed.",
+            effect: Effect::Additive,
+            input: schema_of::<AcquireLeaseArguments>,
+            output: schema_of::<AcquireView>,
+        },
+        Spec {
+            name: "renew_lease",
+            title: "Renew a lease",
+            description: "Extends one of your live leases: it now expires `ttl_seconds` from now \
+                (its fencing token stays). Renew well before it expires; an expired or \
+                released lease cannot be renewed (conflict): acquire it again, with a new \
+                fencing token. Returns the lease.",
+            effect: Effect::Idempotent,
+            input: schema_of::<RenewLeaseArguments>,
+            output: schema_of::<LeaseView>,
+        },
+        Spec {
+            name: "release_lease",
+            title: "Release a lease",
+            description: "Gives up one of your leases so others waiting for it get it. Releasing \
+                again is harmless (the lease comes back as it ended). Returns the lease.",
+            effect: Effect::Idempotent,
+            input: schema_of::<ReleaseLeaseArguments>,
+            output: schema_of::<LeaseView>,
+        },
+        Spec {
+            name: "list_leases",
+            title: "List leases",
+            description: "Lists the team's live leases (holder, pattern, mode, expiry), oldest \
+                first: all, only yours (`mine`), or those overlapping a pattern or path you are \
+                about to touch (`overlapping`). Returns {\"leases\": [...]}.",
+            effect: Effect::ReadOnly,
+            input: schema_of::<ListLeasesArguments>,
+            output: schema_of::<LeasesView>,
+        },
+        Spec {
+            name: "check_lease",
+            title: "Check a lease",
+            description: "Checks, before you write a path, that you still hold it: with \
+                `fencing_token`, that this lease of yours is still live and covers `path` (a \
+                lease that expired while you were paused, or was taken over, answers `held: \
+                false`: stop and acquire again). Returns {\"held\", \"lease\"}.",
+            effect: Effect::ReadOnly,
+            input: schema_of::<CheckLeaseArguments>,
+            output: schema_of::<CheckView>,
+        },
     ]
 }
 
@@ -316,7 +378,9 @@ pub(crate) async fn call(
     tracing::debug!(tool = name, agent = %agent.id, "mcp tool call");
     // Answered within `bus.request_timeout_ms` (a fetch: plus its wait, at least 1 s), as every
     // HTTP request is (`http::request_deadline`); the call runs on to its end when it is not.
-    let extra = if name == "fetch_inbox" {
+    let extra = if name == "acquire_lease" {
+        AcquireLeaseArguments::wait_of(&arguments)
+    } else if name == "fetch_inbox" {
         let wait = arguments
             .get("wait_seconds")
             .and_then(Value::as_u64)
@@ -520,6 +584,11 @@ async fn run(bus: &Bus, agent: &Agent, name: &str, args: JsonObject) -> BusResul
                 .await?;
             Answer::of(&RecordsView::page(records, a.from_seq))
         }
+        "acquire_lease" => Answer::of(&leases::acquire(bus, agent, arguments(args)?).await?),
+        "renew_lease" => Answer::of(&leases::renew(bus, agent, arguments(args)?).await?),
+        "release_lease" => Answer::of(&leases::release(bus, agent, arguments(args)?).await?),
+        "list_leases" => Answer::of(&leases::list(bus, agent, arguments(args)?).await?),
+        "check_lease" => Answer::of(&leases::check(bus, agent, arguments(args)?).await?),
         other => Err(BusError::not_found(format!("tool {other}"))),
     }
 }

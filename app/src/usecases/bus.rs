@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use crewbus_domain::{Backoff, BusError, BusResult, DateTime, Utc, Uuid};
 use crewbus_ports::{
-    Backends, Clock, Feed, Journal, Leases, Ledger, Operators, Oversight, PushStore, StreamAdmin, Wakeups,
+    Backends, Clock, Feed, Journal, Leases, Ledger, Operators, Oversight, PushStore, StreamAdmin,
+    Wakeups,
 };
 use tokio::sync::Notify;
 
@@ -22,9 +23,9 @@ use crate::shutdown::Shutdown;
 use crate::usecases::activity::ActivityTracker;
 use crate::usecases::body_room::BodyRoom;
 use crate::usecases::feed::FeedHub;
+use crate::usecases::leases::LeaseRoom;
 use crate::usecases::send_batch::{BatchBounds, SendBatcher};
 use crate::usecases::token_cache::{TOKEN_CACHE_ENTRIES, TokenCache};
-use crate::usecases::leases::LeaseRoom;
 use crate::usecases::wait::WaitRoom;
 
 /// The ports the use cases run on.

@@ -18,11 +18,12 @@
 
 use std::collections::HashMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crewbus_domain::{
-    Acquired, Agent, BusError, BusResult, FencingToken, Lease, LeaseClaim, LeaseEvent,
-    LeaseFilter, MAX_PAGE, RunId, Uuid, validate_lease_path,
+    Acquired, Agent, BusError, BusResult, FencingToken, Lease, LeaseClaim, LeaseEvent, LeaseFilter,
+    MAX_PAGE, OperatorScope, RunId, Uuid, validate_lease_path,
 };
 use tokio::sync::watch;
 
@@ -40,6 +41,8 @@ pub const MIN_LEASE_TTL: Duration = Duration::from_secs(1);
 #[derive(Default)]
 pub(crate) struct LeaseRoom {
     teams: Mutex<HashMap<Uuid, watch::Sender<u64>>>,
+    /// Acquires waiting now, past a conflict.
+    parked: AtomicUsize,
 }
 
 impl LeaseRoom {
@@ -52,6 +55,12 @@ impl LeaseRoom {
             .entry(team)
             .or_insert_with(|| watch::channel(0).0)
             .subscribe()
+    }
+
+    /// How many acquires wait now, past a conflict (tests wait on it).
+    #[cfg(test)]
+    pub(crate) fn parked(&self) -> usize {
+        self.parked.load(Ordering::Acquire)
     }
 
     /// Wakes `team`'s waiters.
@@ -72,6 +81,12 @@ impl LeaseRoom {
 }
 
 impl Bus {
+    /// How many acquires wait in this process now, past a conflict.
+    #[cfg(test)]
+    pub(crate) fn waiting_acquires(&self) -> usize {
+        self.lease_room.parked()
+    }
+
     /// The TTL an acquire or renewal asked for, or the default. Errors: under [`MIN_LEASE_TTL`]
     /// or above `bus.lease_max_ttl_ms` → `Invalid`.
     fn lease_ttl(&self, asked: Option<Duration>) -> BusResult<Duration> {
@@ -135,11 +150,13 @@ impl Bus {
                 .unwrap_or(LEASE_RECHECK)
                 + Duration::from_millis(1);
             let pause = left.min(LEASE_RECHECK).min(lapse);
+            self.lease_room.parked.fetch_add(1, Ordering::AcqRel);
             tokio::select! {
                 _ = woken.changed() => {}
                 () = tokio::time::sleep(pause) => {}
                 () = self.shutdown.wait() => {}
             }
+            self.lease_room.parked.fetch_sub(1, Ordering::AcqRel);
         }
     }
 
@@ -241,6 +258,34 @@ impl Bus {
         if let Err(error) = self.ports.wakeups.notify_leases(&[team]).await {
             tracing::info!(code = error.code(), error = ?error, "lease wake-up not sent; waiters re-check within 1 s");
         }
+    }
+
+    /// An operator's listing of `team`'s live leases. Errors: a team outside `scope`, or
+    /// unknown → `NotFound`.
+    pub async fn admin_leases(
+        &self,
+        scope: &OperatorScope,
+        team: Uuid,
+        filter: &LeaseFilter,
+    ) -> BusResult<Vec<Lease>> {
+        if !scope.covers(team) {
+            return Err(BusError::not_found(format!("team {team}")));
+        }
+        self.team_leases(team, filter).await
+    }
+
+    /// An operator's release of `team`'s `lease`, whoever holds it. Errors: a team outside
+    /// `scope`, or an unknown team or lease → `NotFound`.
+    pub async fn admin_release_lease(
+        &self,
+        scope: &OperatorScope,
+        team: Uuid,
+        lease: Uuid,
+    ) -> BusResult<Lease> {
+        if !scope.covers(team) {
+            return Err(BusError::not_found(format!("team {team}")));
+        }
+        self.release_team_lease(team, lease).await
     }
 
     /// One pass of the expiry sweep: records the expiry of every lease that lapsed (batches of

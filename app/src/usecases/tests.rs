@@ -730,5 +730,6 @@ async fn relay_backs_off_when_the_body_stream_vanished_before_the_publish() {
     assert_eq!((pass.retried, pass.failed), (1, 0));
 }
 
+mod leases;
 mod listeners;
 mod token_cache;

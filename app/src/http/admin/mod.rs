@@ -17,6 +17,7 @@ use super::AppState;
 
 pub mod auth;
 mod conversations;
+mod leases;
 mod push;
 mod runs;
 mod storage;
@@ -54,6 +55,11 @@ pub(crate) fn routes() -> Router<AppState> {
             "/v1/admin/teams/{team}/runs/{run}/records",
             get(runs::records),
         )
+        .route("/v1/admin/teams/{team}/leases", get(leases::list))
+        .route(
+            "/v1/admin/teams/{team}/leases/{lease}/release",
+            post(leases::release),
+        )
         .route("/v1/admin/teams/{team}/push", get(push::team))
         .route("/v1/admin/push/parked", get(push::parked))
         .route("/v1/admin/runs/{run}/push/{id}/unpark", post(push::unpark))
@@ -76,6 +82,8 @@ pub(crate) fn routes() -> Router<AppState> {
         conversations::message,
         runs::list,
         runs::records,
+        leases::list,
+        leases::release,
         push::team,
         push::parked,
         push::unpark,
