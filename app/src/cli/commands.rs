@@ -316,7 +316,7 @@ pub async fn backup(config: Config, args: BackupArgs, json: bool) -> BusResult<E
 }
 
 /// The bus for operator commands: they need a persistent ledger.
-async fn operator_bus(config: &Config) -> BusResult<Bus> {
+pub(crate) async fn operator_bus(config: &Config) -> BusResult<Bus> {
     if config.store()? == crate::config::StorageKind::Memory {
         return Err(BusError::invalid(
             "this command needs a store that outlives a process: the memory store keeps teams \

@@ -17,6 +17,7 @@ pub use crate::config::BackendChoice;
 pub mod commands;
 pub mod dev_team;
 pub mod embedded;
+pub mod lease_commands;
 pub mod mcp_bridge;
 pub mod push_commands;
 pub mod streams;
@@ -211,6 +212,11 @@ Examples:
     /// (beside the running server; not on the memory store). Credentials are never printed; URLs without userinfo or query.
     #[command(subcommand)]
     Push(PushCommand),
+
+    /// Leases: a team's live claims on path patterns (list, release any holder's), and an
+    /// agent's check that it holds paths (over HTTP: a git pre-commit hook's command).
+    #[command(subcommand)]
+    Lease(lease_commands::LeaseCommand),
 }
 
 impl Cli {
@@ -246,6 +252,7 @@ impl Command {
         match self {
             Command::Mcp(_) | Command::Migrate | Command::Health(_) | Command::Backup(_) => false,
             Command::Load(args) => !args.uses_tokens(),
+            Command::Lease(cmd) => cmd.composes(),
             _ => true,
         }
     }

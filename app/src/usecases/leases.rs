@@ -57,8 +57,7 @@ impl LeaseRoom {
             .subscribe()
     }
 
-    /// How many acquires wait now, past a conflict (tests wait on it).
-    #[cfg(test)]
+    /// How many acquires wait now, past a conflict.
     pub(crate) fn parked(&self) -> usize {
         self.parked.load(Ordering::Acquire)
     }
@@ -81,9 +80,9 @@ impl LeaseRoom {
 }
 
 impl Bus {
-    /// How many acquires wait in this process now, past a conflict.
-    #[cfg(test)]
-    pub(crate) fn waiting_acquires(&self) -> usize {
+    /// Lease acquires waiting in this process now, past a conflict (as
+    /// [`Bus::waiting_fetches`] counts fetches).
+    pub fn waiting_acquires(&self) -> usize {
         self.lease_room.parked()
     }
 
