@@ -13,6 +13,10 @@ and against it, once per protocol mode — `legacy` (the initialize handshake: 2
   with `isError: true` and code `not_found`;
 - through the stdio bridge (`crewbus mcp --url URL`, token in CREWBUS_MCP_TOKEN) driven by the
   SDK's stdio client: bob waits through the bridge while alice sends over HTTP;
+- two agents coordinate with leases: alice holds `…/**`, bob's `acquire_lease` answers the
+  conflict naming alice, bob waits (`wait_seconds`) and is granted soon after alice's
+  `release_lease`; alice's old fencing token is then refused by `check_lease` and by a resource
+  that remembers the greatest token it accepted (issue 21's two-agent scenario);
 - `tools/list` names every tool of the contract, each with an `outputSchema` whose root is an
   object, and every non-error tool result's `structuredContent` is validated against its tool's
   `outputSchema` with `jsonschema` (explicitly, besides the SDK's own check);
@@ -72,6 +76,11 @@ TOOLS = {
     "resume_run",
     "seal_run",
     "read_run_records",
+    "acquire_lease",
+    "renew_lease",
+    "release_lease",
+    "list_leases",
+    "check_lease",
 }
 
 # A wait must end this long after the message was sent at the latest (generous for CI; a wait
@@ -391,6 +400,70 @@ async def check_no_token_is_401(bus: harness.Crewbus, _mode: str) -> None:
         )
 
 
+async def check_leases(bus: harness.Crewbus, mode: str) -> None:
+    """Two agents coordinate through leases: a conflict names the holder, a waiting acquire is
+    granted when the holder releases, and a stale fencing token is refused — by check_lease and
+    by a resource that remembers the greatest token it accepted."""
+    async with http_agent(bus, "alice", mode) as alice, http_agent(bus, "bob", mode) as bob:
+        area = f"mcp-{mode}-{uuid.uuid4().hex[:8]}"
+        path = f"{area}/auth/token.rs"
+        held = await alice.call("acquire_lease", {"pattern": f"{area}/**", "ttl_seconds": 60})
+        expect(held["granted"] is True, f"alice's acquire: {held}")
+        first = held["lease"]
+        refused = await bob.call("acquire_lease", {"pattern": path})
+        expect(refused["granted"] is False, f"bob's acquire was granted over alice's: {refused}")
+        expect(
+            [c["agent_name"] for c in refused["conflicts"]] == ["alice"],
+            f"the conflict does not name alice: {refused}",
+        )
+        bad = await bob.call("acquire_lease", {"pattern": f"{area}/a?"}, error=True)
+        expect(error_code(bad) == "invalid", f"a `?` pattern: {_text(bad)}")
+
+        # bob waits; alice releases once the server has started bob's call.
+        before = await tool_calls(bus)
+        waiting = asyncio.create_task(bob.call("acquire_lease", {"pattern": path, "wait_seconds": LONG_WAIT_S}))
+        try:
+            deadline = time.monotonic() + 10
+            while await tool_calls(bus) <= before:
+                expect(time.monotonic() < deadline, "the server did not start bob's acquire within 10 s")
+                await asyncio.sleep(0.005)
+            expect(not waiting.done(), f"bob's waiting acquire ended before the release: {waiting}")
+            released_at = time.monotonic()
+            gone = await alice.call("release_lease", {"lease_id": first["id"]})
+            expect(gone["end_reason"] == "released", f"release_lease: {gone}")
+            got = await asyncio.wait_for(waiting, WAKE_DEADLINE_S + LONG_WAIT_S)
+        finally:
+            waiting.cancel()
+        woke = time.monotonic() - released_at
+        expect(got["granted"] is True, f"bob's wait did not end in a grant: {got}")
+        expect(woke < WAKE_DEADLINE_S, f"bob was granted {woke:.2f} s after the release")
+        second = got["lease"]
+        expect(second["fencing_token"] > first["fencing_token"], f"tokens did not grow: {first} then {second}")
+        print(f"    bob granted {woke * 1000:.0f} ms after alice's release", flush=True)
+
+        # A resource that remembers the greatest fencing token it accepted.
+        accepted = 0
+
+        def write(token: int) -> bool:
+            nonlocal accepted
+            if token < accepted:
+                return False
+            accepted = token
+            return True
+
+        expect(write(second["fencing_token"]), "the resource refused bob's current token")
+        expect(not write(first["fencing_token"]), "the resource took alice's stale token")
+        stale = await alice.call("check_lease", {"path": path, "fencing_token": first["fencing_token"]})
+        expect(stale["held"] is False, f"check_lease took alice's stale token: {stale}")
+        current = await bob.call("check_lease", {"path": path, "fencing_token": second["fencing_token"]})
+        expect(current["held"] is True and current["lease"]["id"] == second["id"], f"check_lease: {current}")
+        listed = await alice.call("list_leases", {"overlapping": path})
+        expect([l["id"] for l in listed["leases"]] == [second["id"]], f"list_leases: {listed}")
+        renewed = await bob.call("renew_lease", {"lease_id": second["id"], "ttl_seconds": 120})
+        expect(renewed["fencing_token"] == second["fencing_token"], f"renew_lease changed the token: {renewed}")
+        await bob.call("release_lease", {"lease_id": second["id"]})
+
+
 # --- runner --------------------------------------------------------------------------------------
 
 CHECKS: list[tuple[str, Callable[[harness.Crewbus, str], Awaitable[None]], tuple[str, ...]]] = [
@@ -398,6 +471,7 @@ CHECKS: list[tuple[str, Callable[[harness.Crewbus, str], Awaitable[None]], tuple
     ("mode=auto negotiates 2026-07-28", check_auto_negotiates_2026, ("-",)),
     ("tools/list: the contract's tools and their outputSchemas", check_tools_list, MODES),
     ("two agents over Streamable HTTP", check_exchange, MODES),
+    ("two agents coordinate with leases (conflict, wait, stale token)", check_leases, MODES),
     ("the stdio bridge (crewbus mcp --url)", check_stdio_bridge, MODES),
 ]
 

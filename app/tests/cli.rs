@@ -805,3 +805,80 @@ async fn demo_with_keep_on_postgres_says_what_it_leaves_and_revokes_its_agents()
     );
     db.passed().await;
 }
+
+/// `POST path` with a JSON `body` and `token` on `addr`: the status and the answer.
+fn post(addr: &str, path: &str, token: &str, body: &serde_json::Value) -> (u16, serde_json::Value) {
+    let stream = TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut writer = stream.try_clone().unwrap();
+    let body = body.to_string();
+    writer
+        .write_all(
+            format!(
+                "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    let (code, body) = read_response(&mut BufReader::new(stream));
+    (code, serde_json::from_slice(&body).unwrap())
+}
+
+/// `crewbus lease check` (the pre-commit hook's command) exits 0 for held paths and 1 for one
+/// that is not, refuses to run without a token; `lease list` and `lease release` work beside the
+/// running embedded server, and a released lease no longer holds.
+#[test]
+fn lease_commands_check_list_and_release_beside_a_running_server() {
+    let (child, token, addr, state) = serve_with(&[]);
+    let (status, held) = post(
+        &addr,
+        "/v1/leases",
+        &token,
+        &serde_json::json!({ "pattern": "src/**" }),
+    );
+    assert_eq!(status, 200, "{held}");
+    assert_eq!(held["granted"], true, "{held}");
+    let url = format!("http://{addr}");
+    let check = |paths: &[&str], token: Option<&str>| {
+        let mut c = crewbus();
+        c.args(["lease", "check", "--url", &url]).args(paths);
+        match token {
+            Some(t) => c.env("CREWBUS_TOKEN", t),
+            None => c.env_remove("CREWBUS_TOKEN"),
+        };
+        c.output().unwrap()
+    };
+    let ok = check(&["src/a.rs", "src/b/c.rs"], Some(&token));
+    assert!(ok.status.success(), "{ok:?}");
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("held     src/a.rs"));
+    let refused = check(&["src/a.rs", "docs/x.md"], Some(&token));
+    assert_eq!(refused.status.code(), Some(1), "{refused:?}");
+    assert!(String::from_utf8_lossy(&refused.stdout).contains("NOT HELD docs/x.md"));
+    let no_token = check(&["src/a.rs"], None);
+    assert!(!no_token.status.success(), "{no_token:?}");
+    assert!(!String::from_utf8_lossy(&no_token.stderr).contains(&token));
+
+    let list = crewbus()
+        .args(["--json", "lease", "list", "--team", "t", "--data-dir"])
+        .arg(state.path())
+        .output()
+        .unwrap();
+    assert!(list.status.success(), "{list:?}");
+    let listed: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
+    assert_eq!(listed[0]["id"], held["lease"]["id"], "{listed}");
+    assert_eq!(listed[0]["agent_name"], "alice");
+    let id = held["lease"]["id"].as_str().unwrap();
+    let release = crewbus()
+        .args(["lease", "release", "--team", "t", id, "--data-dir"])
+        .arg(state.path())
+        .output()
+        .unwrap();
+    assert!(release.status.success(), "{release:?}");
+    let after = check(&["src/a.rs"], Some(&token));
+    assert_eq!(after.status.code(), Some(1), "{after:?}");
+    stop(child);
+}

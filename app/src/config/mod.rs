@@ -136,7 +136,7 @@ const MAX_DURATION_MS: u64 = 86_400_000;
 
 impl Config {
     /// Loads the configuration: embedded default ← `path` (or `CREWBUS_CONFIG`, or `./crewbus.toml`
-    /// when it exists) ← `CREWBUS_*` variables, except `CREWBUS_CONFIG`, `CREWBUS_MCP_TOKEN` and
+    /// when it exists) ← `CREWBUS_*` variables, except `CREWBUS_CONFIG`, `CREWBUS_MCP_TOKEN`, `CREWBUS_TOKEN` and
     /// those the configuration names as a secret's source (a `*_env` key, or `env` of a secret
     /// source). Errors: a named file that does not exist, bad TOML, an unknown key or a wrong
     /// type → `Invalid` naming the key — and the variable, when it came from one — never a
@@ -414,8 +414,8 @@ impl Config {
 const ENV_PREFIX: &str = "CREWBUS_";
 
 /// `CREWBUS_*` variables that are never configuration keys (without the prefix): the file's
-/// path and the `crewbus mcp` bridge's token.
-pub const NOT_KEYS: [&str; 2] = ["CONFIG", "MCP_TOKEN"];
+/// path, the `crewbus mcp` bridge's token and the agent token of `crewbus lease check`.
+pub const NOT_KEYS: [&str; 3] = ["CONFIG", "MCP_TOKEN", "TOKEN"];
 
 /// The `CREWBUS_*` variables as keys (nested keys joined with `__`), but `ignored` (names
 /// without the prefix, any case).
@@ -846,6 +846,7 @@ mod tests {
     fn the_bridge_token_and_the_file_path_are_not_keys() {
         figment::Jail::expect_with(|jail| {
             jail.set_env("CREWBUS_MCP_TOKEN", "cbt_not_a_key");
+            jail.set_env("CREWBUS_TOKEN", "cbt_not_a_key_either");
             jail.set_env("CREWBUS_CONFIG", "crewbus.toml");
             jail.create_file("crewbus.toml", "listen = \"127.0.0.1:7801\"")?;
             let c = Config::load(None).expect("the token variable is ignored");
