@@ -281,6 +281,50 @@ async fn hostile_bodies_and_titles_are_text_never_markup() {
     app.finish_test().await;
 }
 
+/// The team page lists the live leases (holder, pattern, mode, fencing token); a pattern an
+/// agent wrote is text, never markup.
+#[tokio::test]
+async fn the_team_page_lists_live_leases_as_text() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    let (status, held) = app.agents[0]
+        .client
+        .call(
+            reqwest::Method::POST,
+            "/v1/leases",
+            Some(serde_json::json!({ "pattern": "<b>x</b>/**", "mode": "shared" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200, "{held}");
+    assert_eq!(held["granted"], true, "{held}");
+    let token = held["lease"]["fencing_token"].as_u64().unwrap();
+    let mut b = signed_in(&app).await;
+    let team = b.get(&format!("/console/teams/{}", app.team.id)).await;
+    assert_eq!(team.status, StatusCode::OK);
+    assert!(
+        !team.body.contains("<b>x"),
+        "a live <b> in the leases table"
+    );
+    let row = format!(
+        "<th scope=\"row\"><code>&#60;b&#62;x&#60;/b&#62;/**</code></th>\n        <td data-field=\"holder\">alice</td>\n        <td data-field=\"mode\">shared</td>\n        <td data-field=\"token\" class=\"num\">{token}</td>"
+    );
+    assert!(team.body.contains(&row), "{}", team.body);
+    // Released, it is gone from the page.
+    let id = uuid_of(&held["lease"]["id"]);
+    app.agents[0]
+        .client
+        .call(
+            reqwest::Method::POST,
+            &format!("/v1/leases/{id}/release"),
+            None,
+        )
+        .await
+        .unwrap();
+    let team = b.get(&format!("/console/teams/{}", app.team.id)).await;
+    assert!(team.body.contains("No live leases."));
+    app.finish_test().await;
+}
+
 #[tokio::test]
 async fn pages_carry_the_csp_and_security_headers_and_assets_are_cached() {
     let app = MemoryApp::start(&["alice"]).await;

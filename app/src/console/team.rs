@@ -45,6 +45,16 @@ pub(crate) struct ConversationRow {
     pub(crate) last_sent: Option<Stamp>,
 }
 
+/// One row of `table#leases`: a live lease, as text.
+pub(crate) struct LeaseRow {
+    pub(crate) holder: String,
+    pub(crate) pattern: String,
+    pub(crate) mode: &'static str,
+    pub(crate) token: u64,
+    pub(crate) expires: Stamp,
+    pub(crate) expires_in: String,
+}
+
 /// The live part of the team page.
 #[derive(Template)]
 #[template(path = "console/team_live.html")]
@@ -53,6 +63,7 @@ pub(crate) struct TeamLive {
     pub(crate) csrf: String,
     pub(crate) agents: Vec<AgentRow>,
     pub(crate) conversations: Vec<ConversationRow>,
+    pub(crate) leases: Vec<LeaseRow>,
 }
 
 /// The team's agents and conversations as they stand now (`csrf`: the revoke forms' token).
@@ -66,7 +77,24 @@ pub(crate) async fn live_part(
     let agents = bus.admin_agents(scope, team).await?;
     let names = Names::of(&agents);
     let conversations = bus.admin_conversations(scope, team).await?;
+    let leases = bus
+        .admin_leases(scope, team, &crewbus_domain::LeaseFilter::default())
+        .await?;
     let part = TeamLive {
+        leases: leases
+            .iter()
+            .map(|l| LeaseRow {
+                holder: l.agent_name.clone(),
+                pattern: l.claim.pattern.to_string(),
+                mode: match l.claim.mode {
+                    crewbus_domain::LeaseMode::Exclusive => "exclusive",
+                    crewbus_domain::LeaseMode::Shared => "shared",
+                },
+                token: l.token.0,
+                expires: Stamp::of(l.expires_at),
+                expires_in: age(l.expires_at, now),
+            })
+            .collect(),
         team,
         csrf: csrf.to_owned(),
         agents: agents
