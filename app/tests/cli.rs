@@ -882,3 +882,45 @@ fn lease_commands_check_list_and_release_beside_a_running_server() {
     assert_eq!(after.status.code(), Some(1), "{after:?}");
     stop(child);
 }
+
+/// `crewbus load` beside a data directory no server runs on (the server at `--url` uses
+/// another) is refused before it creates anything in that store.
+#[test]
+fn load_refuses_a_data_directory_no_server_runs_on_before_creating_anything() {
+    let (child, _token, addr, _state) = serve_with(&[]);
+    // Another store: made by a server started once there, then stopped.
+    let (other, _t, _a, other_state) = serve_with(&[]);
+    stop(other);
+    let load = crewbus()
+        .args([
+            "load",
+            "--url",
+            &format!("http://{addr}"),
+            "--messages",
+            "10",
+        ])
+        .arg("--data-dir")
+        .arg(other_state.path())
+        .output()
+        .unwrap();
+    assert_eq!(load.status.code(), Some(1), "{load:?}");
+    let teams = crewbus()
+        .args(["--json", "team", "list", "--data-dir"])
+        .arg(other_state.path())
+        .output()
+        .unwrap();
+    assert!(teams.status.success(), "{teams:?}");
+    let listed: serde_json::Value = serde_json::from_slice(&teams.stdout).unwrap();
+    let names: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        ["t"],
+        "load created a team in the wrong store: {names:?}"
+    );
+    stop(child);
+}

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 const LEGACY: &str = "2025-11-25";
 const MODERN: &str = "2026-07-28";
 
-const TOOLS: [&str; 17] = [
+const TOOLS: [&str; 22] = [
     "whoami",
     "list_agents",
     "create_conversation",
@@ -33,6 +33,11 @@ const TOOLS: [&str; 17] = [
     "resume_run",
     "seal_run",
     "read_run_records",
+    "acquire_lease",
+    "renew_lease",
+    "release_lease",
+    "list_leases",
+    "check_lease",
 ];
 
 /// A JSON-RPC client of `/mcp` for one token (or none), in one revision.
@@ -367,7 +372,7 @@ async fn fetch_some(mcp: &Mcp, args: Value) -> Value {
 }
 
 #[tokio::test]
-async fn both_revisions_initialize_and_list_the_seventeen_tools_with_object_schemas() {
+async fn both_revisions_initialize_and_list_every_tool_with_object_schemas() {
     let app = MemoryApp::start(&["alice"]).await;
     let legacy = Mcp::for_agent(&app, 0, LEGACY);
     let init = legacy.initialize(LEGACY).await;
@@ -412,10 +417,16 @@ async fn both_revisions_initialize_and_list_the_seventeen_tools_with_object_sche
             let read_only = name.starts_with("list_")
                 || name.starts_with("get_")
                 || name.starts_with("read_")
-                || ["whoami", "inbox_status"].contains(&name.as_str());
+                || ["whoami", "inbox_status", "check_lease"].contains(&name.as_str());
             assert_eq!(a["readOnlyHint"], json!(read_only), "{name}: {a}");
-            let idempotent = ["send_message", "confirm_deliveries", "acknowledge_message"]
-                .contains(&name.as_str());
+            let idempotent = [
+                "send_message",
+                "confirm_deliveries",
+                "acknowledge_message",
+                "renew_lease",
+                "release_lease",
+            ]
+            .contains(&name.as_str());
             if !read_only {
                 assert_eq!(a["idempotentHint"], json!(idempotent), "{name}: {a}");
                 assert_eq!(
@@ -639,6 +650,70 @@ async fn two_agents_exchange_through_every_tool_and_each_answer_fits_its_schema(
             .filter_map(|r| r["kind"].as_str())
             .collect();
         assert!(kinds.contains(&"message_sent"), "{kinds:?}");
+        let pattern = format!("mcp/{revision}/**");
+        let acquired = ok(
+            &tools,
+            c,
+            "acquire_lease",
+            &a.call(
+                "acquire_lease",
+                json!({"pattern": pattern, "ttl_seconds": 60, "run": run_id}),
+            )
+            .await,
+        );
+        assert_eq!(acquired["granted"], true, "{acquired}");
+        let lease_id = acquired["lease"]["id"].clone();
+        let token = acquired["lease"]["fencing_token"].clone();
+        let refused = ok(
+            &tools,
+            c,
+            "acquire_lease",
+            &b.call(
+                "acquire_lease",
+                json!({"pattern": format!("mcp/{revision}/x")}),
+            )
+            .await,
+        );
+        assert_eq!(refused["granted"], false, "{refused}");
+        ok(
+            &tools,
+            c,
+            "renew_lease",
+            &a.call(
+                "renew_lease",
+                json!({"lease_id": lease_id, "ttl_seconds": 90}),
+            )
+            .await,
+        );
+        let listed = ok(
+            &tools,
+            c,
+            "list_leases",
+            &b.call(
+                "list_leases",
+                json!({"overlapping": format!("mcp/{revision}/x")}),
+            )
+            .await,
+        );
+        assert_eq!(listed["leases"][0]["id"], lease_id, "{listed}");
+        let held = ok(
+            &tools,
+            c,
+            "check_lease",
+            &a.call(
+                "check_lease",
+                json!({"path": format!("mcp/{revision}/x"), "fencing_token": token}),
+            )
+            .await,
+        );
+        assert_eq!(held["held"], true, "{held}");
+        let released = ok(
+            &tools,
+            c,
+            "release_lease",
+            &a.call("release_lease", json!({"lease_id": lease_id})).await,
+        );
+        assert_eq!(released["end_reason"], "released", "{released}");
         let sealed = ok(
             &tools,
             c,

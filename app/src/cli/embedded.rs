@@ -199,6 +199,20 @@ fn create_private_file(path: &Path) -> BusResult<()> {
         .map_err(|e| BusError::unavailable_from(format!("cannot create {}", path.display()), e))
 }
 
+/// Whether a `crewbus serve` holds the embedded store of `config` now (its `serve.lock` is
+/// locked by another process). `true` on any other store (nothing to tell). Never creates the
+/// lock file. Errors: the store's kind cannot be decided → `Invalid`.
+pub fn served(config: &Config) -> BusResult<bool> {
+    if config.store()? != StorageKind::Sqlite {
+        return Ok(true);
+    }
+    let path = absolute(config.storage.data_dir()?).join(LOCK_FILE);
+    let Ok(file) = File::options().read(true).open(&path) else {
+        return Ok(false);
+    };
+    Ok(matches!(file.try_lock(), Err(TryLockError::WouldBlock)))
+}
+
 /// Takes the exclusive lock of `<dir>/serve.lock` without waiting and writes this process's id
 /// into the file (for the operator; the lock, not the content, is what counts).
 fn lock(dir: &Path) -> BusResult<ServeLock> {

@@ -162,7 +162,7 @@ pub(crate) async fn end_leases(
             })
             .await?
         }
-        Ending::Due(ids) if ids.is_empty() => Vec::new(),
+        Ending::Due([]) => Vec::new(),
         Ending::Due(ids) => {
             let filter = format!(
                 "l.ended_at IS NULL AND l.expires_at <= ? AND l.id IN ({})",

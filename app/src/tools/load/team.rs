@@ -46,6 +46,23 @@ pub async fn create_teams(config: &Config, args: &LoadArgs) -> BusResult<Vec<Loa
              pass --token/--tokens-file",
         ));
     }
+    // The teams are created in this command's store and used through the servers' HTTP API:
+    // the store must be the servers'. On the embedded store, one no server holds is another
+    // data directory than the server's (its agents' tokens would be refused with a bare 401,
+    // the teams left behind): refused before anything is created.
+    if !crate::cli::embedded::served(config)? {
+        return Err(BusError::invalid(format!(
+            "no `crewbus serve` runs on the data directory {}: load creates its teams and agents in \
+             that store and sends through {} — pass the server's own --data-dir (or \
+             storage.data_dir), or --token/--tokens-file",
+            config
+                .storage
+                .data_dir()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
+            args.urls.join(", ")
+        )));
+    }
     let bus = crate::compose::compose(config).await?.bus;
     let backend = args.backend.map(BackendChoice::name);
     let tag: u32 = rand::random();

@@ -1,0 +1,257 @@
+//! Leases (issue 21) against their baselines in the same run, on the embedded store (SQLite)
+//! and Postgres, through the use cases (`Bus::acquire_lease`, `Bus::release_lease`) as the HTTP
+//! and MCP handlers call them (no HTTP: the ledger's cost, not the transport's).
+//!
+//! Set-up (untimed), per store: a fresh store (SQLite: `support::sqlite_bus`, its group commit
+//! on one write connection; Postgres: a fresh database on `DATABASE_URL`, composed by
+//! `compose::postgres_with_pool`, pool of the production default size; an unreachable server
+//! fails the run loudly), one team of 32 agents, one conversation.
+//!
+//! - **Round trip**: one agent takes an exclusive lease on its own pattern and releases it
+//!   (two write transactions), sample after sample; the baseline is the same agent's send of a
+//!   16-byte message into the conversation (one write transaction, the bus's simplest), the two
+//!   alternating sample by sample. Printed: p50 and p99 of each and their ratio.
+//! - **Contended acquires**: 32 agents, each in a task of its own, loop for a window: acquire
+//!   (no wait) one of 8 patterns that overlap in pairs (`src/m{k}/**` and `src/m{k}/*.rs`, four
+//!   agents per pattern), and release at once when granted. Baseline: the same loop with 32
+//!   disjoint patterns (nothing conflicts). Printed: acquires answered per second (granted or
+//!   conflicting) and grants per second, and contended ÷ disjoint.
+//!
+//! Test mode (`cargo test --bench leases`; `scripts/test` runs every bench so): a handful of
+//! samples and a 0.3 s window, checked to run, not measured. Bench mode: `cargo bench -p
+//! crewbus-benches --bench leases` (2 000 round trips per target, 10 s windows).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crewbus::bus::Bus;
+use crewbus::compose;
+use crewbus::config::Config;
+use crewbus_conformance::postgres::TestDatabase;
+use crewbus_domain::{Acquired, Agent, LeaseClaim, LeaseMode};
+use crewbus_ports::SystemClock;
+
+#[allow(dead_code)]
+mod support;
+
+use support::cpu::load_average;
+use support::measuring;
+
+const AGENTS: usize = 32;
+
+#[derive(Clone, Copy)]
+enum Store {
+    Sqlite,
+    Postgres,
+}
+
+impl Store {
+    fn name(self) -> &'static str {
+        match self {
+            Store::Sqlite => "sqlite",
+            Store::Postgres => "postgres",
+        }
+    }
+}
+
+fn claim(pattern: &str) -> LeaseClaim {
+    LeaseClaim {
+        pattern: pattern.parse().expect("a valid pattern"),
+        mode: LeaseMode::Exclusive,
+    }
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+struct Figures {
+    store: Store,
+    lease: (Duration, Duration),
+    send: (Duration, Duration),
+    contended: (f64, f64),
+    disjoint: (f64, f64),
+}
+
+/// One acquire + release of `pattern` by `agent`; panics unless granted.
+async fn round_trip(bus: &Bus, agent: &Agent, pattern: &LeaseClaim) {
+    let Acquired::Granted(lease) = bus
+        .acquire_lease(agent, pattern, None, None, Duration::ZERO)
+        .await
+        .expect("acquire")
+    else {
+        panic!("an uncontended acquire is granted");
+    };
+    bus.release_lease(agent, lease.id).await.expect("release");
+}
+
+/// `agents` loop for `window`, agent `i` on `patterns[i % patterns.len()]`: (acquires answered
+/// per second, grants per second).
+async fn contend(bus: &Bus, agents: &[Agent], patterns: &[String], window: Duration) -> (f64, f64) {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, agent) in agents.iter().enumerate() {
+        let (bus, agent) = (bus.clone(), agent.clone());
+        let c = claim(&patterns[i % patterns.len()]);
+        tasks.push(tokio::spawn(async move {
+            let (mut answered, mut granted) = (0u64, 0u64);
+            while start.elapsed() < window {
+                match bus
+                    .acquire_lease(&agent, &c, None, None, Duration::ZERO)
+                    .await
+                    .expect("acquire")
+                {
+                    Acquired::Granted(l) => {
+                        granted += 1;
+                        bus.release_lease(&agent, l.id).await.expect("release");
+                    }
+                    Acquired::Conflict(c) => assert!(!c.is_empty()),
+                }
+                answered += 1;
+            }
+            (answered, granted)
+        }));
+    }
+    let (mut answered, mut granted) = (0, 0);
+    for t in tasks {
+        let (a, g) = t.await.expect("task");
+        answered += a;
+        granted += g;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    (answered as f64 / secs, granted as f64 / secs)
+}
+
+async fn run(store: Store, bench: bool) -> Figures {
+    let (samples, window) = if bench {
+        (2_000, Duration::from_secs(10))
+    } else {
+        (10, Duration::from_millis(300))
+    };
+    let mut config = Config::default();
+    let mut _keep: (Option<TestDatabase>, Option<tempfile::TempDir>) = (None, None);
+    let bus = match store {
+        Store::Sqlite => {
+            let (bus, dir) = support::sqlite_bus(&mut config).await;
+            _keep.1 = Some(dir);
+            bus
+        }
+        Store::Postgres => {
+            let db = TestDatabase::create("leases bench", |pool| async move {
+                crewbus_postgres::migrate(&pool).await
+            })
+            .await;
+            let composed =
+                compose::postgres_with_pool(&config, db.pool().clone(), Arc::new(SystemClock))
+                    .await
+                    .expect("compose postgres");
+            _keep.0 = Some(db);
+            composed.bus
+        }
+    };
+    let team = bus.add_team("lease-bench", None, None).await.expect("team");
+    let mut agents = Vec::new();
+    for i in 0..AGENTS {
+        agents.push(
+            bus.add_agent(team.id, &format!("agent-{i}"))
+                .await
+                .expect("agent")
+                .agent,
+        );
+    }
+    let solo = &agents[0];
+    let conv = bus
+        .create_conversation(solo, "bench", &[agents[1].id.to_string()])
+        .await
+        .expect("conversation");
+    let mine = claim("bench/solo/**");
+    let (mut lease, mut send) = (Vec::new(), Vec::new());
+    for i in 0..samples {
+        let lease_first = i % 2 == 0;
+        for which in [lease_first, !lease_first] {
+            let t = Instant::now();
+            if which {
+                round_trip(&bus, solo, &mine).await;
+                lease.push(t.elapsed());
+            } else {
+                bus.send(
+                    solo,
+                    conv.id,
+                    format!("r{i}"),
+                    "sixteen bytes!!!".into(),
+                    None,
+                )
+                .await
+                .expect("send");
+                send.push(t.elapsed());
+            }
+        }
+    }
+    lease.sort();
+    send.sort();
+    let overlapping: Vec<String> = (0..4)
+        .flat_map(|k| [format!("src/m{k}/**"), format!("src/m{k}/*.rs")])
+        .collect();
+    let disjoint: Vec<String> = (0..AGENTS).map(|k| format!("own/{k}/**")).collect();
+    let contended = contend(&bus, &agents, &overlapping, window).await;
+    let free = contend(&bus, &agents, &disjoint, window).await;
+    let _ = bus.lease_sweep().await;
+    if let Some(db) = _keep.0.take() {
+        db.passed().await;
+    }
+    Figures {
+        store,
+        lease: (percentile(&lease, 0.5), percentile(&lease, 0.99)),
+        send: (percentile(&send, 0.5), percentile(&send, 0.99)),
+        contended,
+        disjoint: free,
+    }
+}
+
+fn main() {
+    let bench = measuring();
+    eprintln!(
+        "leases bench ({}): load average {}",
+        if bench { "bench mode" } else { "test mode" },
+        load_average()
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let mut all = Vec::new();
+        for store in [Store::Sqlite, Store::Postgres] {
+            all.push(run(store, bench).await);
+        }
+        eprintln!();
+        eprintln!(
+            "| store | acquire+release p50 / p99 (ms) | send p50 / p99 (ms) | ratio p50 / p99 | \
+             contended: answered/s, granted/s | disjoint: answered/s, granted/s | contended ÷ disjoint (answered) |"
+        );
+        eprintln!("|---|---:|---:|---:|---:|---:|---:|");
+        for f in &all {
+            eprintln!(
+                "| {} | {:.2} / {:.2} | {:.2} / {:.2} | {:.2} / {:.2} | {:.0}, {:.0} | {:.0}, {:.0} | {:.2} |",
+                f.store.name(),
+                ms(f.lease.0),
+                ms(f.lease.1),
+                ms(f.send.0),
+                ms(f.send.1),
+                ms(f.lease.0) / ms(f.send.0),
+                ms(f.lease.1) / ms(f.send.1),
+                f.contended.0,
+                f.contended.1,
+                f.disjoint.0,
+                f.disjoint.1,
+                f.contended.0 / f.disjoint.0,
+            );
+        }
+    });
+}
