@@ -592,9 +592,17 @@ def every_page(c: Ctx) -> None:
     run = alice.ok("POST", "/v1/runs")["id"]
     conv = alice.create_conversation(["bob"], "every page")
     msg = alice.send(conv, "a message with a run", run=run)
+    pattern = f"<b>{rand('lease')}</b>/**"
+    lease = alice.ok("POST", "/v1/leases", {"pattern": pattern, "run": run, "ttl_ms": 600_000})
+    expect(lease["granted"] is True, f"alice's lease was not granted: {lease}")
     s = sign_in_with_code(c)
     visit(c, s, "overview")
     team = open_team(s, c.bus.team)
+    # The lease is listed with its holder, its pattern as text (never markup).
+    row = s.page.locator("table#leases tbody tr", has_text=pattern)
+    expect(row.count() == 1, f"the team page's table#leases has {row.count()} rows holding {pattern!r}")
+    expect(row.locator('td[data-field="holder"]').inner_text() == "alice", "the lease's holder is not alice")
+    expect(s.page.locator("table#leases b").count() == 0, "a lease pattern became markup")
     visit(c, s, "team")
     open_conversation(s, conv)
     expect(s.page.locator(message_li(msg["id"])).count() == 1, "the conversation page does not list the message")
@@ -614,7 +622,11 @@ def every_page(c: Ctx) -> None:
     with s.page.expect_navigation():
         link.first.click()
     records = s.page.locator("ol#records > li")
-    expect(records.count() >= 2, f"the run page lists {records.count()} records (admitted + the send: 2 at least)")
+    expect(records.count() >= 3, f"the run page lists {records.count()} records (admitted, the send, the lease: 3 at least)")
+    expect(
+        s.page.locator("ol#records > li", has_text="Took a lease").count() == 1,
+        "the run page does not show the lease the run took",
+    )
     visit(c, s, "run")
     goto(s, c.url(CONSOLE + "/push"))
     for sel in ("table#registrations", "table#parked"):
