@@ -29,6 +29,7 @@ mod published;
 mod push;
 mod push_transport;
 mod quota;
+mod rate;
 mod receipt;
 mod secret;
 mod send_rules;
@@ -77,6 +78,7 @@ pub use operator::{
     Operator, OperatorScope, OperatorSession, SIGN_IN_CODE_TTL_SECS, human_member_name,
     validate_operator_name,
 };
+pub use rate::{RateLimit, TokenBucket, retry_after_seconds};
 pub use outbox::{LeasedSlot, SettleOutcome, Settlement, SlotOutcome};
 pub use oversight::{
     ActivityBucket, AgentActivity, ConversationSummary, DeliveryState, MAX_ACTIVITY_BUCKETS,
