@@ -267,6 +267,9 @@ mod tests {
             BusError::forbidden("x"),
             BusError::Unauthenticated,
             BusError::quota_exceeded("x"),
+            BusError::RateLimited {
+                retry_after_seconds: 2,
+            },
             BusError::TooLarge { size: 2, limit: 1 },
             BusError::InsufficientStorage {
                 extra: 1,
@@ -289,7 +292,10 @@ mod tests {
             .filter(|e| e.is_retryable())
             .map(BusError::code)
             .collect();
-        assert_eq!(retryable, vec!["quota_exceeded", "unavailable", "timeout"]);
+        assert_eq!(
+            retryable,
+            vec!["quota_exceeded", "rate_limited", "unavailable", "timeout"]
+        );
     }
 
     #[test]

@@ -78,7 +78,6 @@ pub use operator::{
     Operator, OperatorScope, OperatorSession, SIGN_IN_CODE_TTL_SECS, human_member_name,
     validate_operator_name,
 };
-pub use rate::{RateLimit, TokenBucket, retry_after_seconds};
 pub use outbox::{LeasedSlot, SettleOutcome, Settlement, SlotOutcome};
 pub use oversight::{
     ActivityBucket, AgentActivity, ConversationSummary, DeliveryState, MAX_ACTIVITY_BUCKETS,
@@ -91,6 +90,7 @@ pub use push::{
 };
 pub use push_transport::{PushRequest, PushResponse, TransportError};
 pub use quota::{Provisioned, QuotaChange, Quotas, Reservation, StorageAccount, StreamKind};
+pub use rate::{RateLimit, TokenBucket, retry_after_seconds};
 pub use receipt::Receipt;
 pub use secret::Secret;
 pub use send_rules::{

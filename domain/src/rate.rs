@@ -27,7 +27,9 @@ impl RateLimit {
     /// Checks the shape. Errors: `rate_per_second` or `burst` of 0 → `Invalid`.
     pub fn validate(&self) -> BusResult<()> {
         if self.rate_per_second == 0 {
-            return Err(BusError::invalid("rate_limit: rate_per_second must be at least 1"));
+            return Err(BusError::invalid(
+                "rate_limit: rate_per_second must be at least 1",
+            ));
         }
         if self.burst == 0 {
             return Err(BusError::invalid("rate_limit: burst must be at least 1"));

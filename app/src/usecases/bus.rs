@@ -127,6 +127,8 @@ pub struct BusSettings {
     pub console: ConsoleSettings,
     /// How many attempts each push registration's log keeps (`push.attempts_kept`).
     pub attempts_kept: usize,
+    /// The send rate limits (`[rate_limit]`; set by the composition root): `None` is no limit.
+    pub rate_limits: Option<crate::config::RateLimits>,
 }
 
 /// The console's settings, from `[console]`.
@@ -190,6 +192,7 @@ impl BusSettings {
             allow: AllowList::default(),
             console: ConsoleSettings::from_config(&ConsoleConfig::default()),
             attempts_kept: crewbus_domain::DEFAULT_ATTEMPTS_KEPT,
+            rate_limits: None,
         }
     }
 }
@@ -239,6 +242,9 @@ pub struct Bus {
     pub(crate) tokens: Arc<TokenCache>,
     /// Agents' calls not yet written as their last activity (see `activity`).
     pub(crate) activity: Arc<ActivityTracker>,
+    /// Each agent's send token bucket in this process (see `send`), created full on the agent's
+    /// first send while `settings.rate_limits` is on. One entry per agent that sent here.
+    pub(crate) buckets: Arc<Mutex<HashMap<Uuid, crewbus_domain::TokenBucket>>>,
     /// The console feed's publisher and viewers (see `feed`).
     pub(crate) feed: Arc<FeedHub>,
     /// What the store wrote (rows per table, group commits), read at scrape time for
@@ -271,6 +277,7 @@ impl Bus {
             activity: Arc::new(ActivityTracker::default()),
             feed: Arc::new(FeedHub::default()),
             store_writes: None,
+            buckets: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
