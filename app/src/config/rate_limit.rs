@@ -5,6 +5,10 @@
 //! When on, every message an agent sends (HTTP `POST /v1/conversations/{id}/messages`, MCP
 //! `send_message`) takes one token of that agent's bucket; over it the send is refused with
 //! `rate_limited` (HTTP `429` + `Retry-After`) before anything is recorded.
+//!
+//! Scope today: each server process keeps its own buckets, so with N servers on one Postgres an
+//! agent may send up to N × (burst + rate × t). The shared allowance (servers leasing
+//! chunks of tokens from one row per agent, tolerance burst + servers × chunk) is not built yet.
 
 use std::collections::BTreeMap;
 
