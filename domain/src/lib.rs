@@ -25,6 +25,7 @@ mod message;
 mod operator;
 mod outbox;
 mod oversight;
+mod presence;
 mod published;
 mod push;
 mod push_transport;
@@ -83,6 +84,7 @@ pub use oversight::{
     ActivityBucket, AgentActivity, ConversationSummary, DeliveryState, MAX_ACTIVITY_BUCKETS,
     RecipientState, StorageUse, bucket_start, fill_buckets, in_asked_order, validate_activity,
 };
+pub use presence::{MAX_STATUS_BYTES, validate_status};
 pub use published::Published;
 pub use push::{
     AttemptOutcome, DEFAULT_ATTEMPTS_KEPT, DataKey, Destination, PushAttempt, PushAuthentication,
