@@ -110,6 +110,7 @@ impl fmt::Debug for Config {
             .field("http", &self.http)
             .field("mcp", &self.mcp)
             .field("console", &self.console)
+            .field("rate_limit", &self.rate_limit)
             .finish()
     }
 }
