@@ -415,6 +415,7 @@ fn finish(
         allow: config.allow_list(),
         console: crate::usecases::bus::ConsoleSettings::from_config(&config.console),
         attempts_kept: config.push.attempts_kept,
+        rate_limits: config.rate_limit.settings(),
         ..settings
     };
     let ports = Ports {

@@ -1435,3 +1435,28 @@ async fn the_inbox_and_the_agents_conversations_are_resources_and_others_are_not
     }
     app.finish_test().await;
 }
+
+#[tokio::test]
+async fn a_send_over_the_rate_limit_is_an_error_result_with_rate_limited_and_the_wait() {
+    let mut config = common::test_config();
+    config.rate_limit.enabled = true;
+    config.rate_limit.rate_per_second = 1;
+    config.rate_limit.burst = 1;
+    let memory = crewbus::compose::memory_config(&config);
+    let app = MemoryApp::start_with(config, memory, &["alice", "bob"]).await;
+    let conv = app.agents[0]
+        .client
+        .create_conversation("rate", &[app.agents[1].id])
+        .await
+        .unwrap();
+    let a = Mcp::for_agent(&app, 0, MODERN);
+    let args = |rid: &str| json!({"conversation_id": conv["id"], "request_id": rid, "body": "hi"});
+    let first = a.call("send_message", args("m0")).await;
+    assert_ne!(first["isError"], true, "{first}");
+    let r = a.call("send_message", args("m1")).await;
+    assert_eq!(r["isError"], true, "{r}");
+    let body: Value = serde_json::from_str(r["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(body["code"], "rate_limited", "{body}");
+    assert_eq!(body["retry_after_seconds"], 1, "{body}");
+    app.finish_test().await;
+}

@@ -31,7 +31,6 @@ use crewbus_conformance::postgres::TestDatabase;
 use crewbus_domain::{Acquired, Agent, LeaseClaim, LeaseMode};
 use crewbus_ports::SystemClock;
 
-#[allow(dead_code)]
 mod support;
 
 use support::cpu::load_average;

@@ -118,6 +118,14 @@ pub enum BusError {
         #[source]
         source: Option<Source>,
     },
+    /// The agent sent faster than its send rate limit (`[rate_limit]`, a token bucket per agent;
+    /// see `TokenBucket`). Retryable after `retry_after_seconds`: HTTP answers `429` with
+    /// `Retry-After`, MCP an `isError` result with code `rate_limited`.
+    #[error("rate limited: retry after {retry_after_seconds} s")]
+    RateLimited {
+        /// Whole seconds (rounded up, at least 1) until the send would be granted.
+        retry_after_seconds: u64,
+    },
     /// The backend did not answer within the configured request timeout. Retryable.
     #[error("timed out: {what}")]
     Timeout {
@@ -155,13 +163,14 @@ fn budget_text(budget: Option<u64>) -> String {
 impl BusError {
     /// Whether a caller may retry the same operation later.
     ///
-    /// `QuotaExceeded`, `Unavailable` and `Timeout` are temporary; every other variant is final
+    /// `QuotaExceeded`, `RateLimited`, `Unavailable` and `Timeout` are temporary; every other variant is final
     /// for the request that produced it. This is the single retry rule of the bus: adapters decide
     /// `Published::Retryable` versus `Published::Fatal` with it, and workers back off only on it.
     pub fn is_retryable(&self) -> bool {
         matches!(
             self,
             BusError::QuotaExceeded { .. }
+                | BusError::RateLimited { .. }
                 | BusError::Unavailable { .. }
                 | BusError::Timeout { .. }
         )
@@ -182,6 +191,7 @@ impl BusError {
             BusError::InsufficientStorage { .. } => "insufficient_storage",
             BusError::Unavailable { .. } => "unavailable",
             BusError::Timeout { .. } => "timeout",
+            BusError::RateLimited { .. } => "rate_limited",
         }
     }
 
@@ -257,6 +267,9 @@ mod tests {
             BusError::forbidden("x"),
             BusError::Unauthenticated,
             BusError::quota_exceeded("x"),
+            BusError::RateLimited {
+                retry_after_seconds: 2,
+            },
             BusError::TooLarge { size: 2, limit: 1 },
             BusError::InsufficientStorage {
                 extra: 1,
@@ -279,7 +292,10 @@ mod tests {
             .filter(|e| e.is_retryable())
             .map(BusError::code)
             .collect();
-        assert_eq!(retryable, vec!["quota_exceeded", "unavailable", "timeout"]);
+        assert_eq!(
+            retryable,
+            vec!["quota_exceeded", "rate_limited", "unavailable", "timeout"]
+        );
     }
 
     #[test]

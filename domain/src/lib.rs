@@ -26,10 +26,12 @@ mod message;
 mod operator;
 mod outbox;
 mod oversight;
+mod presence;
 mod published;
 mod push;
 mod push_transport;
 mod quota;
+mod rate;
 mod receipt;
 mod secret;
 mod send_rules;
@@ -88,6 +90,7 @@ pub use oversight::{
     ActivityBucket, AgentActivity, ConversationSummary, DeliveryState, MAX_ACTIVITY_BUCKETS,
     RecipientState, StorageUse, bucket_start, fill_buckets, in_asked_order, validate_activity,
 };
+pub use presence::{MAX_STATUS_BYTES, validate_status};
 pub use published::Published;
 pub use push::{
     AttemptOutcome, DEFAULT_ATTEMPTS_KEPT, DataKey, Destination, PushAttempt, PushAuthentication,
@@ -95,6 +98,7 @@ pub use push::{
 };
 pub use push_transport::{PushRequest, PushResponse, TransportError};
 pub use quota::{Provisioned, QuotaChange, Quotas, Reservation, StorageAccount, StreamKind};
+pub use rate::{RateLimit, TokenBucket, retry_after_seconds};
 pub use receipt::Receipt;
 pub use secret::Secret;
 pub use send_rules::{

@@ -23,12 +23,14 @@ use crate::push::PushSettings;
 mod bus;
 mod console;
 mod http;
+mod rate_limit;
 mod storage;
 mod stores;
 
 pub use bus::{BusConfig, MAX_TOKEN_CACHE_MS};
 pub use console::ConsoleConfig;
 pub use http::AllowList;
+pub use rate_limit::{RateLimitConfig, RateLimits, TeamRateLimit};
 pub use storage::{
     DATABASE_FILE, LOCK_FILE, MASTER_KEY_FILE, StorageConfig, StorageKind, database_path,
 };
@@ -69,6 +71,8 @@ pub struct Config {
     pub mcp: AllowList,
     /// The operator console (`[console]`).
     pub console: ConsoleConfig,
+    /// The send rate limit per agent (`[rate_limit]`; off by default).
+    pub rate_limit: RateLimitConfig,
 }
 
 impl Default for Config {
@@ -87,6 +91,7 @@ impl Default for Config {
             http: AllowList::default(),
             mcp: AllowList::default(),
             console: ConsoleConfig::default(),
+            rate_limit: RateLimitConfig::default(),
         }
     }
 }
@@ -105,6 +110,7 @@ impl fmt::Debug for Config {
             .field("http", &self.http)
             .field("mcp", &self.mcp)
             .field("console", &self.console)
+            .field("rate_limit", &self.rate_limit)
             .finish()
     }
 }
@@ -206,6 +212,7 @@ impl Config {
     /// Checks the values that types alone cannot: body limit within the contract, non-zero
     /// batches, a database URL that is a Postgres URL.
     pub fn validate(&self) -> BusResult<()> {
+        self.rate_limit.validate()?;
         if self.bus.max_body_bytes == 0 || self.bus.max_body_bytes > MAX_BODY_BYTES {
             return Err(BusError::invalid(format!(
                 "bus.max_body_bytes must be between 1 and {MAX_BODY_BYTES}"
@@ -605,6 +612,7 @@ mod tests {
         assert_eq!(c.bus.max_fetch_bytes, 16 << 20);
         assert_eq!(c.bus.max_body_bytes_in_flight, 64 << 20);
         assert_eq!(c.log.format, "text");
+        assert_eq!(c.rate_limit, RateLimitConfig::default());
         // Every [push] key of the example is documented commented-in or out; the commented
         // destination parses too once uncommented.
         let uncommented = text

@@ -77,9 +77,9 @@ pub(crate) fn refusal(e: &BusError, frame: Option<Frame>) -> Response {
         BusError::Invalid { reason } => ("Not accepted", reason.clone()),
         BusError::Conflict { reason } => ("Conflict", reason.clone()),
         BusError::Forbidden { reason } => ("Forbidden", reason.clone()),
-        BusError::TooLarge { .. } | BusError::QuotaExceeded { .. } => {
-            ("Not accepted", e.to_string())
-        }
+        BusError::TooLarge { .. }
+        | BusError::QuotaExceeded { .. }
+        | BusError::RateLimited { .. } => ("Not accepted", e.to_string()),
         _ => {
             if status.is_server_error() {
                 tracing::warn!(code = e.code(), error = ?e, "console request failed");
@@ -140,4 +140,20 @@ pub(crate) async fn not_found(s: Signed) -> Response {
         not_found_text(),
         Some(s.frame(super::frame::Section::None)),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rate_limited_console_action_is_a_429_page() {
+        let r = refusal(
+            &BusError::RateLimited {
+                retry_after_seconds: 2,
+            },
+            None,
+        );
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    }
 }

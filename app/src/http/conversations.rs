@@ -75,7 +75,8 @@ pub async fn get(
         (status = 404, description = "unknown conversation or run, another team's, or not a member", body = ErrorBody),
         (status = 409, description = "same request_id, other body; or the run is sealed", body = ErrorBody),
         (status = 413, description = "body above the limit", body = ErrorBody),
-        (status = 429, description = "the team's quota is exhausted", body = ErrorBody),
+        (status = 429, description = "the team's quota is exhausted (`quota_exceeded`), or the agent is over its send rate limit (`rate_limited`: `Retry-After` and `retry_after_seconds` say when to retry)", body = ErrorBody,
+            headers(("Retry-After" = u64, description = "seconds to wait before retrying"))),
         (status = 503, description = "not stored (`unavailable`), or not known to be (`timeout`); retry with the same request_id: never stored twice", body = ErrorBody),
         (status = 507, description = "the body backend has no room for the team", body = ErrorBody)),
     security(("bearer" = [])))]

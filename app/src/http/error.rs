@@ -11,11 +11,15 @@ use utoipa::ToSchema;
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
     /// Stable machine-readable code: `not_found`, `invalid`, `too_large`, `conflict`,
-    /// `unauthenticated`, `forbidden`, `quota_exceeded`, `insufficient_storage`, `unavailable`,
+    /// `unauthenticated`, `forbidden`, `quota_exceeded`, `rate_limited`, `insufficient_storage`, `unavailable`,
     /// `timeout`, `not_provisioned`, `internal`.
     pub code: String,
     /// A sentence for humans. Never carries broker or database text.
     pub message: String,
+    /// With `rate_limited` only: whole seconds until the send would be granted (the
+    /// `Retry-After` header over HTTP carries the same number).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub retry_after_seconds: Option<u64>,
 }
 
 /// A [`BusError`] on its way to an HTTP client.
@@ -38,7 +42,9 @@ pub fn status_for(e: &BusError) -> StatusCode {
         BusError::Forbidden { .. } => StatusCode::FORBIDDEN,
         BusError::Unauthenticated => StatusCode::UNAUTHORIZED,
         BusError::TooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-        BusError::QuotaExceeded { .. } => StatusCode::TOO_MANY_REQUESTS,
+        BusError::QuotaExceeded { .. } | BusError::RateLimited { .. } => {
+            StatusCode::TOO_MANY_REQUESTS
+        }
         BusError::InsufficientStorage { .. } => StatusCode::INSUFFICIENT_STORAGE,
         BusError::NotProvisioned { .. }
         | BusError::Unavailable { .. }
@@ -60,6 +66,16 @@ fn message_for(e: &BusError) -> String {
     }
 }
 
+/// The wait a rate-limited request is told (whole seconds); `None` for every other error.
+fn retry_after_seconds(e: &BusError) -> Option<u64> {
+    match e {
+        BusError::RateLimited {
+            retry_after_seconds,
+        } => Some(*retry_after_seconds),
+        _ => None,
+    }
+}
+
 /// The body an error is shown to a client with (HTTP and MCP alike): its stable code and a
 /// sentence without broker or database text. An error with a server-side cause (a 5xx status)
 /// is logged here with its source, which goes to the log only.
@@ -70,6 +86,7 @@ pub(crate) fn error_body(e: &BusError) -> ErrorBody {
     ErrorBody {
         code: e.code().to_owned(),
         message: message_for(e),
+        retry_after_seconds: retry_after_seconds(e),
     }
 }
 
@@ -84,9 +101,11 @@ impl IntoResponse for ApiError {
             );
         }
         if self.0.is_retryable() {
+            // A rate limit says how long; every other temporary error says 1 s.
+            let seconds = retry_after_seconds(&self.0).unwrap_or(1).max(1);
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static("1"),
+                axum::http::HeaderValue::from(seconds),
             );
         }
         response
@@ -112,6 +131,12 @@ mod tests {
             (BusError::timeout("x"), 503),
             (BusError::quota_exceeded("x"), 429),
             (
+                BusError::RateLimited {
+                    retry_after_seconds: 3,
+                },
+                429,
+            ),
+            (
                 BusError::InsufficientStorage {
                     extra: 1,
                     per_replica: 1,
@@ -127,5 +152,30 @@ mod tests {
         for (e, status) in cases {
             assert_eq!(status_for(&e).as_u16(), status, "{e:?}");
         }
+    }
+
+    #[test]
+    fn a_rate_limit_answers_429_with_its_wait_in_retry_after_and_the_body() {
+        let response = ApiError(BusError::RateLimited {
+            retry_after_seconds: 7,
+        })
+        .into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            response.headers()[axum::http::header::RETRY_AFTER],
+            "7",
+            "Retry-After carries the wait"
+        );
+        let body = error_body(&BusError::RateLimited {
+            retry_after_seconds: 7,
+        });
+        assert_eq!(body.code, "rate_limited");
+        assert_eq!(body.retry_after_seconds, Some(7));
+        assert_eq!(
+            error_body(&BusError::quota_exceeded("x")).retry_after_seconds,
+            None
+        );
+        let quota = ApiError(BusError::quota_exceeded("x")).into_response();
+        assert_eq!(quota.headers()[axum::http::header::RETRY_AFTER], "1");
     }
 }

@@ -58,6 +58,7 @@ pub async fn method_not_allowed() -> impl IntoResponse {
         Json(super::error::ErrorBody {
             code: e.code().to_owned(),
             message: e.to_string(),
+            retry_after_seconds: None,
         }),
     )
 }

@@ -43,6 +43,7 @@ pub(crate) async fn json_refusals(req: Request, next: Next) -> Response {
         axum::Json(ErrorBody {
             code: code.to_owned(),
             message,
+            retry_after_seconds: None,
         }),
     )
         .into_response();

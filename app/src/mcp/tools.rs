@@ -125,8 +125,9 @@ fn specs() -> Vec<Spec> {
                 call fails or its answer is lost, call it again with the SAME `request_id` and \
                 body: the message is stored once and the original comes back (`created: false`). \
                 Your request_id with another body is a conflict; other members' request ids \
-                never clash with yours. Returns the message as recorded (id, seq, publication \
-                state).",
+                never clash with yours. Over your send rate limit the call is an error with \
+                code `rate_limited` and `retry_after_seconds`: wait that long, then retry. \
+                Returns the message as recorded (id, seq, publication state).",
             effect: Effect::Idempotent,
             input: schema_of::<SendArguments>,
             output: schema_of::<SentView>,

@@ -135,6 +135,8 @@ pub struct BusSettings {
     pub lease_max_ttl: Duration,
     /// The TTL of an acquire that names none (`bus.lease_default_ttl_ms`).
     pub lease_default_ttl: Duration,
+    /// The send rate limits (`[rate_limit]`; set by the composition root): `None` is no limit.
+    pub rate_limits: Option<crate::config::RateLimits>,
 }
 
 /// The console's settings, from `[console]`.
@@ -200,6 +202,7 @@ impl BusSettings {
             attempts_kept: crewbus_domain::DEFAULT_ATTEMPTS_KEPT,
             lease_max_ttl: Duration::from_millis(c.lease_max_ttl_ms),
             lease_default_ttl: Duration::from_millis(c.lease_default_ttl_ms),
+            rate_limits: None,
         }
     }
 }
@@ -251,6 +254,9 @@ pub struct Bus {
     pub(crate) tokens: Arc<TokenCache>,
     /// Agents' calls not yet written as their last activity (see `activity`).
     pub(crate) activity: Arc<ActivityTracker>,
+    /// Each agent's send token bucket in this process (see `send`), created full on the agent's
+    /// first send while `settings.rate_limits` is on. One entry per agent that sent here.
+    pub(crate) buckets: Arc<Mutex<HashMap<Uuid, crewbus_domain::TokenBucket>>>,
     /// The console feed's publisher and viewers (see `feed`).
     pub(crate) feed: Arc<FeedHub>,
     /// What the store wrote (rows per table, group commits), read at scrape time for
@@ -284,6 +290,7 @@ impl Bus {
             activity: Arc::new(ActivityTracker::default()),
             feed: Arc::new(FeedHub::default()),
             store_writes: None,
+            buckets: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 

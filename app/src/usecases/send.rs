@@ -3,7 +3,8 @@
 //! (`send_batch`: one batcher per bus, one `Ledger::send_batch` per batch).
 
 use crewbus_domain::{
-    Agent, BusError, BusResult, FeedEvent, FeedKind, Publication, RunId, SendRequest, Sent, Uuid,
+    Agent, BusError, BusResult, FeedEvent, FeedKind, Publication, RunId, SendRequest, Sent,
+    TokenBucket, Uuid, retry_after_seconds,
 };
 
 use crate::metrics::Metrics;
@@ -14,6 +15,31 @@ use crate::usecases::bus::Bus;
 const CHECK_BACKEND_LIMIT_ABOVE: u64 = 64 * 1024;
 
 impl Bus {
+    /// Takes one token of `sender`'s send bucket when a rate limit is on. Errors: the bucket is
+    /// empty → `RateLimited` (its wait rounded up to whole seconds, at least 1).
+    fn take_send_token(&self, sender: &Agent) -> BusResult<()> {
+        let Some(limits) = &self.settings.rate_limits else {
+            return Ok(());
+        };
+        let limit = limits.for_team(sender.team);
+        let now = self.ports.clock.now().timestamp_millis();
+        let mut buckets = self
+            .buckets
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let bucket = buckets
+            .entry(sender.id)
+            .or_insert_with(|| TokenBucket::full(limit, now));
+        if bucket.limit() != limit {
+            bucket.set_limit(limit);
+        }
+        bucket
+            .try_take(1, now)
+            .map_err(|wait_ms| BusError::RateLimited {
+                retry_after_seconds: retry_after_seconds(wait_ms),
+            })
+    }
+
     /// Refuses a body above the effective maximum of the conversation's body backend (e.g.
     /// JetStream on a server whose `max_payload` is 1 MB) with `TooLarge`, so it never becomes a
     /// failed message. A conversation or backend that cannot be looked up now is left to the
@@ -57,6 +83,10 @@ impl Bus {
     /// `NotFound` conversation, `Forbidden` non-member, `Conflict` same request id with another
     /// body, run rules); the batch's transaction failing → its retryable error
     /// (`Unavailable` / `Timeout`: nothing was written).
+    ///
+    /// With `[rate_limit]` on, each send first takes one token of the sender's bucket in this
+    /// process (a repeat too: it is a request all the same); none left → `RateLimited` with the
+    /// whole seconds until one is, and nothing is recorded.
     pub async fn send(
         &self,
         sender: &Agent,
@@ -65,6 +95,7 @@ impl Bus {
         body: String,
         run: Option<RunId>,
     ) -> BusResult<Sent> {
+        self.take_send_token(sender)?;
         let size = body.len() as u64;
         if size > self.settings.max_body_bytes {
             return Err(BusError::TooLarge {

@@ -38,6 +38,7 @@ impl IntoResponse for OperatorRejection {
                                   printed once by `crewbus operator add NAME`); an agent's token \
                                   is refused here"
                             .to_owned(),
+                        retry_after_seconds: None,
                     }),
                 )
                     .into_response();
