@@ -34,6 +34,7 @@ pub fn leases_behaviours() -> Vec<Behaviour<dyn LedgerFixture>> {
         revocation_ends_the_agents_leases,
         another_teams_leases_are_not_found,
         two_servers_never_grant_conflicting_leases,
+        a_revocation_racing_a_first_acquire_leaves_no_live_lease,
     ]
 }
 
@@ -934,5 +935,40 @@ pub async fn two_servers_never_grant_conflicting_leases<F: LedgerFixture + ?Size
             .release(team, None, grants[0].id, at)
             .await
             .unwrap();
+    }
+}
+
+/// A revocation through one server racing an agent's first acquire through another (the agent
+/// holds nothing yet): whichever commits first, the revoked agent never keeps a live lease —
+/// the acquire is refused (`Forbidden`), or granted and then ended as `revoked`.
+pub async fn a_revocation_racing_a_first_acquire_leaves_no_live_lease<F: LedgerFixture + ?Sized>(
+    fx: &F,
+) {
+    let s = scene(fx, REMOTE).await;
+    let (one, other) = (fx.leases(), fx.other_server_leases());
+    let team = s.team.id;
+    for round in 0..12i64 {
+        let agent = s.agent_of(&s.team, &format!("racer{round}")).await;
+        let at = t(round * 10 + 1);
+        let acquire = {
+            let (other, id) = (Arc::clone(&other), agent.id);
+            let c = claim(&format!("r{round}/**"), LeaseMode::Exclusive);
+            tokio::spawn(async move { other.acquire(team, id, &c, TTL, None, at).await })
+        };
+        s.ledger.revoke_agent(team, agent.id, at).await.unwrap();
+        match acquire.await.expect("task") {
+            Ok(Acquired::Granted(lease)) => {
+                let (now, _) = one.lease(team, lease.id).await.unwrap();
+                let ended = now.ended.expect("a lease granted before the revocation ended with it");
+                assert_eq!(ended.reason, LeaseEnd::Revoked, "round {round}");
+            }
+            Err(BusError::Forbidden { .. }) => {}
+            other => panic!("round {round}: {other:?}"),
+        }
+        let mine = LeaseFilter {
+            agent: Some(agent.id),
+            overlapping: None,
+        };
+        assert!(one.leases(team, &mine, at).await.unwrap().is_empty(), "round {round}");
     }
 }

@@ -21,7 +21,8 @@ use uuid::Uuid;
 ///   lock per team (Postgres: the team's row in `lease_fences`, locked in the acquire
 ///   transaction; SQLite: its one writer; memory: its mutex), so no two servers sharing a store
 ///   ever grant two live, conflicting leases of different agents
-///   ([`crewbus_domain::decide_acquire`]).
+///   ([`crewbus_domain::decide_acquire`]) — given the same `at`: liveness is judged at the
+///   caller's time, so servers whose clocks differ by *d* may see a lease lapse up to *d* apart.
 /// - **Fencing**: each grant takes the next value of one counter per team, bumped in the grant's
 ///   transaction: a later grant in a team carries a greater [`FencingToken`], never a reused one.
 /// - **Liveness**: a lease holds until its `expires_at` (exclusive) unless it ends earlier; a

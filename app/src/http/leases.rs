@@ -313,7 +313,7 @@ pub(crate) fn ms(ms: Option<u64>) -> Option<Duration> {
     responses((status = 200, description = "granted, or not with the conflicting leases", body = AcquireView),
         (status = 400, description = "a bad pattern, TTL, wait or body", body = ErrorBody),
         (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody),
-        (status = 403, description = "the run is another agent's", body = ErrorBody),
+        (status = 403, description = "the run is another agent's, or the caller was revoked (a token still cached for up to bus.token_cache_ms)", body = ErrorBody),
         (status = 404, description = "unknown run", body = ErrorBody),
         (status = 409, description = "the run is sealed, or the caller holds 64 leases already", body = ErrorBody)),
     security(("bearer" = [])))]

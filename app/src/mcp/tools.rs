@@ -265,7 +265,10 @@ fn specs() -> Vec<Spec> {
                 `wait_seconds` it waits that long for the conflicts to be released or expire. \
                 Keep the lease's `id` to renew or release it, and its `fencing_token` to prove \
                 you still hold it (check_lease). Release it when done; it expires by itself \
-                otherwise, and ends when your run is sealed.",
+                otherwise, and ends when the run you passed as `run` is sealed. There is no \
+                request id: if an answer is lost, look at list_leases with `mine: true` \
+                before acquiring again (your own leases never conflict with your claims, so a \
+                retry would take a second lease).",
             effect: Effect::Additive,
             input: schema_of::<AcquireLeaseArguments>,
             output: schema_of::<AcquireView>,

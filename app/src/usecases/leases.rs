@@ -45,6 +45,22 @@ pub(crate) struct LeaseRoom {
     parked: AtomicUsize,
 }
 
+/// Counts an acquire as waiting while it lives.
+struct Parked<'a>(&'a AtomicUsize);
+
+impl<'a> Parked<'a> {
+    fn new(count: &'a AtomicUsize) -> Self {
+        count.fetch_add(1, Ordering::AcqRel);
+        Parked(count)
+    }
+}
+
+impl Drop for Parked<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl LeaseRoom {
     /// A subscription to `team`'s lease ends from now on.
     fn subscribe(&self, team: Uuid) -> watch::Receiver<u64> {
@@ -149,13 +165,13 @@ impl Bus {
                 .unwrap_or(LEASE_RECHECK)
                 + Duration::from_millis(1);
             let pause = left.min(LEASE_RECHECK).min(lapse);
-            self.lease_room.parked.fetch_add(1, Ordering::AcqRel);
+            // Counted while it waits, also when the request is dropped mid-wait.
+            let _parked = Parked::new(&self.lease_room.parked);
             tokio::select! {
                 _ = woken.changed() => {}
                 () = tokio::time::sleep(pause) => {}
                 () = self.shutdown.wait() => {}
             }
-            self.lease_room.parked.fetch_sub(1, Ordering::AcqRel);
         }
     }
 

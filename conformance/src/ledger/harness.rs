@@ -82,10 +82,11 @@ mod tests {
                 + journal_behaviours().len()
                 + operators_behaviours().len()
                 + oversight_behaviours().len()
+                + leases_behaviours().len()
         );
         let names: HashSet<&str> = trials.iter().map(Trial::name).collect();
         assert_eq!(names.len(), trials.len());
-        let ports = ["ledger", "journal", "operators", "oversight"];
+        let ports = ["ledger", "journal", "operators", "oversight", "leases"];
         assert!(
             names
                 .iter()

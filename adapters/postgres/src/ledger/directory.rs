@@ -9,7 +9,7 @@ use crewbus_domain::{
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::leases::{Ending, end_leases};
+use super::leases::{Ending, end_leases, lock_or_create_fence};
 use super::rows::{AGENT_COLUMNS, AgentRow, MemberRow, TEAM_COLUMNS, TeamRow};
 use super::{PostgresLedger, Tx, db};
 use crate::error::bus_error;
@@ -202,8 +202,13 @@ pub(super) async fn revoke_agent(
 ) -> BusResult<Agent> {
     let what = "revoke agent";
     let mut tx = ledger.begin(what).await?;
-    // Its leases end first (their team's fence before the agent's row: the lease lock order),
-    // in the revocation's transaction; an unknown agent rolls it all back.
+    // The team's lease fence first, always (the lease lock order: fence, runs, then the agent's
+    // row): an acquire for this agent either committed before (its lease is ended below) or
+    // reads the agent again after this commits and is refused. Without the lock an agent that
+    // held no lease could be granted one by an acquire racing this revocation.
+    ledger.require_team(&mut tx, team).await?;
+    lock_or_create_fence(&mut tx, team).await.map_err(db(what))?;
+    // Its leases end in the revocation's transaction; an unknown agent rolls it all back.
     end_leases(
         &mut tx,
         &ledger.tenant,

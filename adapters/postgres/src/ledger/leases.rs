@@ -51,7 +51,7 @@ pub(crate) async fn lock_fence(
 }
 
 /// Locks `team`'s fence, inserting it first on the team's first acquire.
-async fn lock_or_create_fence(conn: &mut PgConnection, team: Uuid) -> Result<i64, sqlx::Error> {
+pub(crate) async fn lock_or_create_fence(conn: &mut PgConnection, team: Uuid) -> Result<i64, sqlx::Error> {
     sqlx::query(
         "INSERT INTO lease_fences (team_id, last_token) VALUES ($1, 0) ON CONFLICT DO NOTHING",
     )
@@ -277,7 +277,9 @@ impl Leases for PostgresLedger {
         let last = lock_or_create_fence(&mut tx, team)
             .await
             .map_err(db(what))?;
-        // Read again under the fence: a revocation holds it while it ends the agent's leases.
+        // Read again under the fence: a revocation takes it before it marks the agent revoked
+        // (whether or not the agent holds leases), so this read sees a revocation committed
+        // before the grant, and one after it ends this lease.
         let holder = self.agent_row(&mut tx, team, agent).await?;
         if holder.revoked() {
             return Err(BusError::forbidden(format!("agent {agent} is revoked")));
