@@ -959,7 +959,9 @@ pub async fn a_revocation_racing_a_first_acquire_leaves_no_live_lease<F: LedgerF
         match acquire.await.expect("task") {
             Ok(Acquired::Granted(lease)) => {
                 let (now, _) = one.lease(team, lease.id).await.unwrap();
-                let ended = now.ended.expect("a lease granted before the revocation ended with it");
+                let ended = now
+                    .ended
+                    .expect("a lease granted before the revocation ended with it");
                 assert_eq!(ended.reason, LeaseEnd::Revoked, "round {round}");
             }
             Err(BusError::Forbidden { .. }) => {}
@@ -969,6 +971,9 @@ pub async fn a_revocation_racing_a_first_acquire_leaves_no_live_lease<F: LedgerF
             agent: Some(agent.id),
             overlapping: None,
         };
-        assert!(one.leases(team, &mine, at).await.unwrap().is_empty(), "round {round}");
+        assert!(
+            one.leases(team, &mine, at).await.unwrap().is_empty(),
+            "round {round}"
+        );
     }
 }

@@ -207,7 +207,9 @@ pub(super) async fn revoke_agent(
     // reads the agent again after this commits and is refused. Without the lock an agent that
     // held no lease could be granted one by an acquire racing this revocation.
     ledger.require_team(&mut tx, team).await?;
-    lock_or_create_fence(&mut tx, team).await.map_err(db(what))?;
+    lock_or_create_fence(&mut tx, team)
+        .await
+        .map_err(db(what))?;
     // Its leases end in the revocation's transaction; an unknown agent rolls it all back.
     end_leases(
         &mut tx,

@@ -51,7 +51,10 @@ pub(crate) async fn lock_fence(
 }
 
 /// Locks `team`'s fence, inserting it first on the team's first acquire.
-pub(crate) async fn lock_or_create_fence(conn: &mut PgConnection, team: Uuid) -> Result<i64, sqlx::Error> {
+pub(crate) async fn lock_or_create_fence(
+    conn: &mut PgConnection,
+    team: Uuid,
+) -> Result<i64, sqlx::Error> {
     sqlx::query(
         "INSERT INTO lease_fences (team_id, last_token) VALUES ($1, 0) ON CONFLICT DO NOTHING",
     )
