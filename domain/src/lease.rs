@@ -10,8 +10,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::{BusError, BusResult};
 
-/// Longest accepted pattern or path, in bytes of its UTF-8 text.
-pub const MAX_LEASE_PATTERN_BYTES: usize = 512;
+/// Longest accepted pattern or path, in characters (Unicode scalar values, as JSON Schema's
+/// `maxLength` counts them).
+pub const MAX_LEASE_PATTERN_CHARS: usize = 512;
 
 /// Most `/`-separated segments in a pattern or path.
 pub const MAX_LEASE_SEGMENTS: usize = 32;
@@ -32,7 +33,7 @@ const REFUSED: [char; 6] = ['?', '[', ']', '{', '}', '\\'];
 /// and [`LeasePattern::overlaps`] are exact for every such pattern.
 ///
 /// Refused with [`BusError::Invalid`] by [`LeasePattern::parse`]:
-/// - an empty pattern, or more than [`MAX_LEASE_PATTERN_BYTES`] bytes, or more than
+/// - an empty pattern, or more than [`MAX_LEASE_PATTERN_CHARS`] characters, or more than
 ///   [`MAX_LEASE_SEGMENTS`] segments;
 /// - an empty segment (a leading, trailing or doubled `/`), a `.` or a `..` segment;
 /// - `?`, `[`, `]`, `{`, `}`, `\` or a control character anywhere;
@@ -153,7 +154,7 @@ impl LeasePattern {
     /// `other` covers it.
     ///
     /// Exact, not approximate. The only simplification: the witness path's length is not bounded
-    /// by [`MAX_LEASE_PATTERN_BYTES`] or [`MAX_LEASE_SEGMENTS`], so two patterns whose only
+    /// by [`MAX_LEASE_PATTERN_CHARS`] or [`MAX_LEASE_SEGMENTS`], so two patterns whose only
     /// common paths are longer than a path may be (e.g. `**/a/…/a` and `b/…/b/**` with 31
     /// fixed segments each) still overlap — the conservative answer for a lease.
     ///
@@ -206,7 +207,7 @@ impl LeasePattern {
 }
 
 /// Checks that `path` is a concrete lease path: the [`LeasePattern`] rules (non-empty, at most
-/// [`MAX_LEASE_PATTERN_BYTES`] bytes and [`MAX_LEASE_SEGMENTS`] segments, no empty, `.` or `..`
+/// [`MAX_LEASE_PATTERN_CHARS`] characters and [`MAX_LEASE_SEGMENTS`] segments, no empty, `.` or `..`
 /// segment, no `?`, `[`, `]`, `{`, `}`, `\` or control character) and no `*`.
 ///
 /// Errors: [`BusError::Invalid`] naming the broken rule.
@@ -219,9 +220,9 @@ fn checked_segments<'a>(text: &'a str, what: &str, wildcards: bool) -> BusResult
     if text.is_empty() {
         return Err(BusError::invalid(format!("{what} is empty")));
     }
-    if text.len() > MAX_LEASE_PATTERN_BYTES {
+    if text.chars().count() > MAX_LEASE_PATTERN_CHARS {
         return Err(BusError::invalid(format!(
-            "{what} is longer than {MAX_LEASE_PATTERN_BYTES} bytes"
+            "{what} is longer than {MAX_LEASE_PATTERN_CHARS} characters"
         )));
     }
     if let Some(c) = text
@@ -451,9 +452,9 @@ mod tests {
 
     #[test]
     fn each_malformed_pattern_is_invalid() {
-        let long_ascii = "a".repeat(MAX_LEASE_PATTERN_BYTES + 1);
-        // 257 characters but 514 bytes: the bound is in bytes.
-        let long_utf8 = "é".repeat(257);
+        let long_ascii = "a".repeat(MAX_LEASE_PATTERN_CHARS + 1);
+        // 513 characters (1 026 bytes): the bound is in characters.
+        let long_utf8 = "é".repeat(MAX_LEASE_PATTERN_CHARS + 1);
         let many_segments = vec!["a"; MAX_LEASE_SEGMENTS + 1].join("/");
         let refused = [
             "",
@@ -496,12 +497,12 @@ mod tests {
 
     #[test]
     fn the_bounds_are_inclusive() {
-        let longest = "a".repeat(MAX_LEASE_PATTERN_BYTES);
+        let longest = "a".repeat(MAX_LEASE_PATTERN_CHARS);
         assert!(LeasePattern::parse(&longest).is_ok());
         let most = vec!["*"; MAX_LEASE_SEGMENTS].join("/");
         assert!(LeasePattern::parse(&most).is_ok());
         assert!(validate_lease_path(&vec!["a"; MAX_LEASE_SEGMENTS].join("/")).is_ok());
-        assert!(validate_lease_path(&"é".repeat(MAX_LEASE_PATTERN_BYTES / 2)).is_ok());
+        assert!(validate_lease_path(&"é".repeat(MAX_LEASE_PATTERN_CHARS)).is_ok());
     }
 
     #[test]

@@ -66,7 +66,7 @@ pub use journal::{
     validate_note_text,
 };
 pub use lease::{
-    FencingToken, LeaseClaim, LeaseMode, LeasePattern, MAX_LEASE_PATTERN_BYTES, MAX_LEASE_SEGMENTS,
+    FencingToken, LeaseClaim, LeaseMode, LeasePattern, MAX_LEASE_PATTERN_CHARS, MAX_LEASE_SEGMENTS,
     validate_lease_path,
 };
 pub use lease_grant::{

@@ -19,6 +19,20 @@ use super::auth::Authenticated;
 use super::error::{ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 
+/// The JSON Schema `pattern` of a lease pattern: the domain's rules (`LeasePattern::parse`) as an
+/// ECMA-262 regex — 1 to 32 `/`-separated segments, each `**` or a run of allowed characters and
+/// single `*`s, no `.`/`..` segment, none of `?[]{}\` or a control character (`char::is_control`:
+/// U+0000–U+001F, U+007F–U+009F). With `maxLength` 512 (characters) it admits exactly what the
+/// bus accepts (a lib test checks it against the parser).
+pub(crate) const PATTERN_REGEX: &str = "^(?:\\*\\*|(?!\\.{1,2}(?:/|$))(?:[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]|\\*(?!\\*))+)(?:/(?:\\*\\*|(?!\\.{1,2}(?:/|$))(?:[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]|\\*(?!\\*))+)){0,31}$";
+
+/// The JSON Schema `pattern` of a concrete lease path (`validate_lease_path`): as
+/// [`PATTERN_REGEX`] without `*`.
+pub(crate) const PATH_REGEX: &str = "^(?!\\.{1,2}(?:/|$))[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]+(?:/(?!\\.{1,2}(?:/|$))[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]+){0,31}$";
+
+/// The largest fencing token a ledger stores (`i64::MAX`); a larger one is `invalid`.
+pub(crate) const MAX_FENCING_TOKEN: u64 = i64::MAX as u64;
+
 /// How a lease holds its pattern.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
@@ -132,8 +146,8 @@ pub struct AcquireLease {
     /// The pattern to claim, e.g. `src/auth/**`, `docs/*.md`, `Cargo.toml`: `/`-separated
     /// segments, `*` matches within one segment, a `**` segment any number of segments;
     /// `?`, `[`, `]`, `{`, `}`, `\`, `.`/`..` segments and empty segments are refused. At most
-    /// 512 bytes and 32 segments. Case-sensitive.
-    #[schema(min_length = 1, max_length = 512)]
+    /// 512 characters and 32 segments. Case-sensitive.
+    #[schema(min_length = 1, max_length = 512, pattern = PATTERN_REGEX)]
     pub pattern: String,
     /// `exclusive` (default) or `shared`.
     #[serde(default = "exclusive")]
@@ -203,6 +217,7 @@ pub struct LeasesQuery {
     pub agent: Option<Uuid>,
     /// Only leases whose pattern overlaps this one. Default: all.
     #[serde(default)]
+    #[param(min_length = 1, max_length = 512, pattern = PATTERN_REGEX)]
     pub overlapping: Option<String>,
 }
 
@@ -273,11 +288,12 @@ pub struct LeaseHistoryView {
 #[serde(deny_unknown_fields)]
 pub struct CheckLease {
     /// A concrete path (no `*`), as a pattern would cover it, e.g. `src/auth/token.rs`.
-    #[schema(min_length = 1, max_length = 512)]
+    #[schema(min_length = 1, max_length = 512, pattern = PATH_REGEX)]
     pub path: String,
     /// The fencing token to check: true only if it is the caller's live lease covering `path`.
     /// Default: any live lease of the caller's covering `path`.
     #[serde(default)]
+    #[schema(minimum = 1, maximum = 9223372036854775807_u64)]
     pub fencing_token: Option<u64>,
 }
 
@@ -425,6 +441,15 @@ pub async fn check(
     Authenticated(agent): Authenticated,
     ApiJson(req): ApiJson<CheckLease>,
 ) -> ApiResult<Json<CheckView>> {
+    if req
+        .fencing_token
+        .is_some_and(|t| t == 0 || t > MAX_FENCING_TOKEN)
+    {
+        return Err(crewbus_domain::BusError::invalid(format!(
+            "fencing_token must be between 1 and {MAX_FENCING_TOKEN}"
+        ))
+        .into());
+    }
     let held = state
         .bus
         .check_lease(&agent, req.fencing_token.map(FencingToken), &req.path)

@@ -173,6 +173,23 @@ pub fn document(settings: &BusSettings) -> utoipa::openapi::OpenApi {
         set_maximum(fetch, "wait_ms", max_wait_ms);
         set_maximum(fetch, "max_bytes", settings.max_fetch_bytes);
     }
+    // The lease routes' bounds come from configuration too.
+    let max_wait_ms = usize::try_from(settings.max_wait.as_millis()).unwrap_or(usize::MAX);
+    let max_ttl_ms = usize::try_from(settings.lease_max_ttl.as_millis()).unwrap_or(usize::MAX);
+    for (name, fields) in [
+        ("AcquireLease", &[("wait_ms", max_wait_ms), ("ttl_ms", max_ttl_ms)][..]),
+        ("RenewLease", &[("ttl_ms", max_ttl_ms)][..]),
+    ] {
+        let schema = doc
+            .components
+            .as_mut()
+            .and_then(|c| c.schemas.get_mut(name));
+        if let Some(RefOr::T(Schema::Object(object))) = schema {
+            for (field, maximum) in fields {
+                set_maximum(object, field, *maximum);
+            }
+        }
+    }
     doc
 }
 

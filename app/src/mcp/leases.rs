@@ -25,7 +25,7 @@ pub struct AcquireLeaseArguments {
     /// The paths to claim, e.g. `src/auth/**` (everything under src/auth), `docs/*.md`,
     /// `Cargo.toml`: `/`-separated segments; `*` matches within one segment; a `**` segment
     /// matches any number of segments. `?`, `[`, `]`, `{`, `}`, `\`, `.` and `..` segments are
-    /// refused. Case-sensitive, at most 512 bytes.
+    /// refused. Case-sensitive, at most 512 characters.
     #[schema(min_length = 1, max_length = 512)]
     pub pattern: String,
     /// `exclusive` (nobody else may hold an overlapping pattern; the default) or `shared`
