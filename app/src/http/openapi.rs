@@ -177,7 +177,10 @@ pub fn document(settings: &BusSettings) -> utoipa::openapi::OpenApi {
     let max_wait_ms = usize::try_from(settings.max_wait.as_millis()).unwrap_or(usize::MAX);
     let max_ttl_ms = usize::try_from(settings.lease_max_ttl.as_millis()).unwrap_or(usize::MAX);
     for (name, fields) in [
-        ("AcquireLease", &[("wait_ms", max_wait_ms), ("ttl_ms", max_ttl_ms)][..]),
+        (
+            "AcquireLease",
+            &[("wait_ms", max_wait_ms), ("ttl_ms", max_ttl_ms)][..],
+        ),
         ("RenewLease", &[("ttl_ms", max_ttl_ms)][..]),
     ] {
         let schema = doc
