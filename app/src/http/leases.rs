@@ -19,16 +19,12 @@ use super::auth::Authenticated;
 use super::error::{ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
 
-/// The JSON Schema `pattern` of a lease pattern: the domain's rules (`LeasePattern::parse`) as an
-/// ECMA-262 regex — 1 to 32 `/`-separated segments, each `**` or a run of allowed characters and
-/// single `*`s, no `.`/`..` segment, none of `?[]{}\` or a control character (`char::is_control`:
-/// U+0000–U+001F, U+007F–U+009F). With `maxLength` 512 (characters) it admits exactly what the
-/// bus accepts (a lib test checks it against the parser).
-pub(crate) const PATTERN_REGEX: &str = "^(?:\\*\\*|(?!\\.{1,2}(?:/|$))(?:[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]|\\*(?!\\*))+)(?:/(?:\\*\\*|(?!\\.{1,2}(?:/|$))(?:[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]|\\*(?!\\*))+)){0,31}$";
-
-/// The JSON Schema `pattern` of a concrete lease path (`validate_lease_path`): as
-/// [`PATTERN_REGEX`] without `*`.
-pub(crate) const PATH_REGEX: &str = "^(?!\\.{1,2}(?:/|$))[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]+(?:/(?!\\.{1,2}(?:/|$))[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]+){0,31}$";
+// The lease routes' JSON Schema `pattern`s are the domain's rules (`LeasePattern::parse`,
+// `validate_lease_path`) as ECMA-262 regexes: 1 to 32 `/`-separated segments, each `**` or a run
+// of allowed characters and single `*`s (a path: no `*`), no `.`/`..` segment, none of
+// `?[]{}\` or a control character (`char::is_control`: U+0000–U+001F, U+007F–U+009F). With
+// `maxLength` 512 (characters) they admit exactly what the bus accepts (schemathesis, in
+// scripts/probes, finds any difference).
 
 /// The largest fencing token a ledger stores (`i64::MAX`); a larger one is `invalid`.
 pub(crate) const MAX_FENCING_TOKEN: u64 = i64::MAX as u64;
@@ -147,7 +143,7 @@ pub struct AcquireLease {
     /// segments, `*` matches within one segment, a `**` segment any number of segments;
     /// `?`, `[`, `]`, `{`, `}`, `\`, `.`/`..` segments and empty segments are refused. At most
     /// 512 characters and 32 segments. Case-sensitive.
-    #[schema(min_length = 1, max_length = 512, pattern = PATTERN_REGEX)]
+    #[schema(min_length = 1, max_length = 512, pattern = "^(?:\\*\\*|(?!\\.{1,2}(?:/|$))(?:[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]|\\*(?!\\*))+)(?:/(?:\\*\\*|(?!\\.{1,2}(?:/|$))(?:[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]|\\*(?!\\*))+)){0,31}$")]
     pub pattern: String,
     /// `exclusive` (default) or `shared`.
     #[serde(default = "exclusive")]
@@ -217,7 +213,7 @@ pub struct LeasesQuery {
     pub agent: Option<Uuid>,
     /// Only leases whose pattern overlaps this one. Default: all.
     #[serde(default)]
-    #[param(min_length = 1, max_length = 512, pattern = PATTERN_REGEX)]
+    #[param(min_length = 1, max_length = 512, pattern = "^(?:\\*\\*|(?!\\.{1,2}(?:/|$))(?:[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]|\\*(?!\\*))+)(?:/(?:\\*\\*|(?!\\.{1,2}(?:/|$))(?:[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]|\\*(?!\\*))+)){0,31}$")]
     pub overlapping: Option<String>,
 }
 
@@ -288,7 +284,7 @@ pub struct LeaseHistoryView {
 #[serde(deny_unknown_fields)]
 pub struct CheckLease {
     /// A concrete path (no `*`), as a pattern would cover it, e.g. `src/auth/token.rs`.
-    #[schema(min_length = 1, max_length = 512, pattern = PATH_REGEX)]
+    #[schema(min_length = 1, max_length = 512, pattern = "^(?!\\.{1,2}(?:/|$))[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]+(?:/(?!\\.{1,2}(?:/|$))[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]+){0,31}$")]
     pub path: String,
     /// The fencing token to check: true only if it is the caller's live lease covering `path`.
     /// Default: any live lease of the caller's covering `path`.
