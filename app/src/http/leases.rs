@@ -18,6 +18,7 @@ use super::AppState;
 use super::auth::Authenticated;
 use super::error::{ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
+use super::views::whole;
 
 // The lease routes' JSON Schema `pattern`s are the domain's rules (`LeasePattern::parse`,
 // `validate_lease_path`) as ECMA-262 regexes: 1 to 32 `/`-separated segments, each `**` or a run
@@ -143,19 +144,23 @@ pub struct AcquireLease {
     /// segments, `*` matches within one segment, a `**` segment any number of segments;
     /// `?`, `[`, `]`, `{`, `}`, `\`, `.`/`..` segments and empty segments are refused. At most
     /// 512 characters and 32 segments. Case-sensitive.
-    #[schema(min_length = 1, max_length = 512, pattern = "^(?:\\*\\*|(?!\\.{1,2}(?:/|$))(?:[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]|\\*(?!\\*))+)(?:/(?:\\*\\*|(?!\\.{1,2}(?:/|$))(?:[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]|\\*(?!\\*))+)){0,31}$")]
+    #[schema(
+        min_length = 1,
+        max_length = 512,
+        pattern = "^(?:\\*\\*|(?!\\.{1,2}(?:/|$))(?:[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]|\\*(?!\\*))+)(?:/(?:\\*\\*|(?!\\.{1,2}(?:/|$))(?:[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]|\\*(?!\\*))+)){0,31}$"
+    )]
     pub pattern: String,
     /// `exclusive` (default) or `shared`.
     #[serde(default = "exclusive")]
     pub mode: LeaseModeView,
     /// How long the lease holds unless renewed, ms (1 000 to `bus.lease_max_ttl_ms`, 1 h by
     /// default). Default `bus.lease_default_ttl_ms` (5 min).
-    #[serde(default)]
-    #[schema(minimum = 1000)]
+    #[serde(default, deserialize_with = "whole::some_u64")]
+    #[schema(value_type = u64, minimum = 1000)]
     pub ttl_ms: Option<u64>,
     /// Wait up to this long for conflicting leases to end, ms (0 to `bus.max_wait_ms`).
     /// Default 0: answer at once.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "whole::u64")]
     #[schema(minimum = 0)]
     pub wait_ms: u64,
     /// The caller's open run to record the lease in (grant, renewals, end). Default none.
@@ -198,8 +203,8 @@ impl From<Acquired> for AcquireView {
 pub struct RenewLease {
     /// The new TTL from now, ms (1 000 to `bus.lease_max_ttl_ms`). Default
     /// `bus.lease_default_ttl_ms`.
-    #[serde(default)]
-    #[schema(minimum = 1000)]
+    #[serde(default, deserialize_with = "whole::some_u64")]
+    #[schema(value_type = u64, minimum = 1000)]
     pub ttl_ms: Option<u64>,
 }
 
@@ -213,7 +218,11 @@ pub struct LeasesQuery {
     pub agent: Option<Uuid>,
     /// Only leases whose pattern overlaps this one. Default: all.
     #[serde(default)]
-    #[param(min_length = 1, max_length = 512, pattern = "^(?:\\*\\*|(?!\\.{1,2}(?:/|$))(?:[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]|\\*(?!\\*))+)(?:/(?:\\*\\*|(?!\\.{1,2}(?:/|$))(?:[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]|\\*(?!\\*))+)){0,31}$")]
+    #[param(
+        min_length = 1,
+        max_length = 512,
+        pattern = "^(?:\\*\\*|(?!\\.{1,2}(?:/|$))(?:[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]|\\*(?!\\*))+)(?:/(?:\\*\\*|(?!\\.{1,2}(?:/|$))(?:[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]|\\*(?!\\*))+)){0,31}$"
+    )]
     pub overlapping: Option<String>,
 }
 
@@ -284,12 +293,16 @@ pub struct LeaseHistoryView {
 #[serde(deny_unknown_fields)]
 pub struct CheckLease {
     /// A concrete path (no `*`), as a pattern would cover it, e.g. `src/auth/token.rs`.
-    #[schema(min_length = 1, max_length = 512, pattern = "^(?!\\.{1,2}(?:/|$))[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]+(?:/(?!\\.{1,2}(?:/|$))[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]+){0,31}$")]
+    #[schema(
+        min_length = 1,
+        max_length = 512,
+        pattern = "^(?!\\.{1,2}(?:/|$))[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]+(?:/(?!\\.{1,2}(?:/|$))[^/?\\[\\]{}\\\\*\\u0000-\\u001f\\u007f-\\u009f]+){0,31}$"
+    )]
     pub path: String,
     /// The fencing token to check: true only if it is the caller's live lease covering `path`.
     /// Default: any live lease of the caller's covering `path`.
-    #[serde(default)]
-    #[schema(minimum = 1, maximum = 9223372036854775807_u64)]
+    #[serde(default, deserialize_with = "whole::some_u64")]
+    #[schema(value_type = u64, minimum = 1, maximum = 9223372036854775807_u64)]
     pub fencing_token: Option<u64>,
 }
 

@@ -309,7 +309,7 @@ pub struct FetchRequest {
 /// document's `type: integer` promises), where serde's integer types refuse any JSON number
 /// written with a fraction or an exponent: these take a non-negative number with no fractional
 /// part. Anything else is the usual `400 invalid` ("request body does not fit").
-mod whole {
+pub(crate) mod whole {
     use std::fmt;
 
     use serde::de::{self, Deserializer, Visitor};
@@ -354,6 +354,11 @@ mod whole {
         usize::try_from(v).map_err(|_| {
             <D::Error as de::Error>::invalid_value(de::Unexpected::Unsigned(v), &"a usize")
         })
+    }
+
+    /// A present `u64` (an absent field is `None` by `#[serde(default)]`; `null` is refused).
+    pub fn some_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        u64(d).map(Some)
     }
 
     /// A present `usize` (an absent field is `None` by `#[serde(default)]`; `null` is refused).
