@@ -90,7 +90,7 @@ pub use oversight::{
     ActivityBucket, AgentActivity, ConversationSummary, DeliveryState, MAX_ACTIVITY_BUCKETS,
     RecipientState, StorageUse, bucket_start, fill_buckets, in_asked_order, validate_activity,
 };
-pub use presence::{MAX_STATUS_BYTES, validate_status};
+pub use presence::{MAX_STATUS_CHARS, StatusLine, validate_status};
 pub use published::Published;
 pub use push::{
     AttemptOutcome, DEFAULT_ATTEMPTS_KEPT, DataKey, Destination, PushAttempt, PushAuthentication,
