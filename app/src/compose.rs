@@ -30,7 +30,7 @@ use crewbus_memory::{
 };
 use crewbus_ports::{
     Backends, Clock, Feed, Journal, KeyRing, Leases, Ledger, Operators, Oversight, PushStore,
-    SystemClock, Wakeups,
+    SendAllowance, SystemClock, Wakeups,
 };
 use crewbus_postgres::{
     PostgresBackends, PostgresFeed, PostgresLedger, PostgresPushStore, PostgresSettings,
@@ -197,6 +197,8 @@ pub fn sqlite_with(
         operators: ledger.clone(),
         oversight: ledger.clone(),
         leases: ledger,
+        // One server holds the store: its buckets are exact in process.
+        send_allowance: None,
         registry: Arc::new(registry),
         journal,
         push_store,
@@ -273,7 +275,9 @@ pub async fn postgres_with_pool(
         ledger: ledger.clone(),
         operators: ledger.clone(),
         oversight: ledger.clone(),
-        leases: ledger,
+        leases: ledger.clone(),
+        // Servers share the database: each agent's bucket is one row of it.
+        send_allowance: Some(ledger),
         registry: Arc::new(postgres),
         journal,
         push_store,
@@ -338,6 +342,8 @@ pub fn memory_with_wakeups(
         operators: Arc::new(ledger.clone()),
         oversight: Arc::new(ledger.clone()),
         leases: Arc::new(ledger.clone()),
+        // One process holds a memory store: its buckets are exact in process.
+        send_allowance: None,
         registry: Arc::new(registry.clone()),
         journal,
         push_store,
@@ -375,6 +381,8 @@ struct Stores {
     oversight: Arc<dyn Oversight>,
     /// The ledger's leases (the same store).
     leases: Arc<dyn Leases>,
+    /// Each agent's shared send bucket, when servers share the store (Postgres).
+    send_allowance: Option<Arc<dyn SendAllowance>>,
     /// The console feed: in process for memory and SQLite, `NOTIFY` for Postgres.
     feed: Arc<dyn Feed>,
     /// The registry of the ledger's own body and inbox backend (JetStream is added by team).
@@ -428,6 +436,7 @@ fn finish(
         operators: stores.operators,
         oversight: stores.oversight,
         leases: stores.leases,
+        send_allowance: stores.send_allowance,
         feed: stores.feed,
         // What operators read: the outbox's sealed store when there is one (never ciphertext).
         push_store: push.as_ref().map_or_else(

@@ -98,7 +98,7 @@ pub use push::{
 };
 pub use push_transport::{PushRequest, PushResponse, TransportError};
 pub use quota::{Provisioned, QuotaChange, Quotas, Reservation, StorageAccount, StreamKind};
-pub use rate::{RateLimit, TokenBucket, retry_after_seconds};
+pub use rate::{RateLimit, TokenBucket, retry_after_seconds, take_chunk};
 pub use receipt::Receipt;
 pub use secret::Secret;
 pub use send_rules::{

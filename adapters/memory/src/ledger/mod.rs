@@ -29,6 +29,7 @@ mod references;
 mod relay;
 mod retention;
 mod send;
+mod send_allowance;
 pub(crate) mod state;
 
 /// The in-process [`Ledger`](crewbus_ports::Ledger): one tenant's teams, agents, conversations, messages, receipts,

@@ -76,6 +76,8 @@ pub(crate) struct State {
     pub(crate) leases: HashMap<Uuid, super::leases::LeaseRow>,
     /// team → its fencing counter (the last token granted; 0 before the first grant).
     pub(crate) lease_fences: HashMap<Uuid, u64>,
+    /// agent → its shared send bucket as stored: milli-tokens held, when counted (ms).
+    pub(crate) allowances: HashMap<Uuid, (u64, i64)>,
 }
 
 #[derive(Debug)]

@@ -31,6 +31,7 @@ mod relay;
 mod retention;
 mod rows;
 mod send;
+mod send_allowance;
 mod settle;
 
 /// One tenant's ledger in Postgres.
