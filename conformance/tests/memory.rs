@@ -31,7 +31,7 @@ use crewbus_memory::{
 };
 use crewbus_ports::{
     Backends, Clock, Inbox, Journal, Leases, Ledger, MessagingBackend, Operators, Oversight,
-    StreamAdmin,
+    Search, StreamAdmin,
 };
 use uuid::Uuid;
 
@@ -263,6 +263,9 @@ impl LedgerFixture for MemoryLedgerFixture {
     }
     /// One process holds a memory store: the "other server" is a clone over the same state.
     fn other_server_leases(&self) -> Arc<dyn Leases> {
+        Arc::new(self.0.clone())
+    }
+    fn search(&self) -> Arc<dyn Search> {
         Arc::new(self.0.clone())
     }
 }

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use crewbus_ports::{Journal, Leases, Ledger, Operators, Oversight};
+use crewbus_ports::{Journal, Leases, Ledger, Operators, Oversight, Search};
 
 use crate::FixtureError;
 use crate::trial::Run;
@@ -37,6 +37,9 @@ pub trait LedgerFixture: Send + Sync {
     /// The leases of a second server sharing the store: another ledger value with connections
     /// of its own (Postgres: another pool), for the behaviours that race two servers.
     fn other_server_leases(&self) -> Arc<dyn Leases>;
+
+    /// The search index over the ledger's store and tenant.
+    fn search(&self) -> Arc<dyn Search>;
 }
 
 /// Builds a fresh [`LedgerFixture`] per test for one adapter. Shared resources (a server, an

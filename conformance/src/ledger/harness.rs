@@ -10,7 +10,7 @@ use tokio::runtime::Runtime;
 use crate::trial::{Lack, Source, Suite};
 use crate::{
     FixtureError, LedgerFixture, LedgerFixtureFactory, journal_behaviours, leases_behaviours,
-    ledger_behaviours, operators_behaviours, oversight_behaviours,
+    ledger_behaviours, operators_behaviours, oversight_behaviours, search_behaviours,
 };
 
 /// The ledger fixtures' factory is the source of the ledger, journal, operators and oversight
@@ -50,7 +50,8 @@ pub fn ledger_trials(
             .chain(journal_behaviours())
             .chain(operators_behaviours())
             .chain(oversight_behaviours())
-            .chain(leases_behaviours()),
+            .chain(leases_behaviours())
+            .chain(search_behaviours()),
     )
 }
 
@@ -83,10 +84,18 @@ mod tests {
                 + operators_behaviours().len()
                 + oversight_behaviours().len()
                 + leases_behaviours().len()
+                + search_behaviours().len()
         );
         let names: HashSet<&str> = trials.iter().map(Trial::name).collect();
         assert_eq!(names.len(), trials.len());
-        let ports = ["ledger", "journal", "operators", "oversight", "leases"];
+        let ports = [
+            "ledger",
+            "journal",
+            "operators",
+            "oversight",
+            "leases",
+            "search",
+        ];
         assert!(
             names
                 .iter()

@@ -28,6 +28,7 @@ mod oversight;
 mod references;
 mod relay;
 mod retention;
+mod search;
 mod send;
 pub(crate) mod state;
 

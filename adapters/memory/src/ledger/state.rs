@@ -74,6 +74,8 @@ pub(crate) struct State {
     pub(crate) leases: HashMap<Uuid, super::leases::LeaseRow>,
     /// team → its fencing counter (the last token granted; 0 before the first grant).
     pub(crate) lease_fences: HashMap<Uuid, u64>,
+    /// message → its search document (indexed messages only).
+    pub(crate) search: HashMap<Uuid, super::search::SearchRow>,
 }
 
 #[derive(Debug)]
