@@ -26,7 +26,7 @@ use crewbus_conformance::{
 use crewbus_domain::{BusError, BusResult, TenantId};
 use crewbus_memory::ManualClock;
 use crewbus_ports::{
-    Backends, Clock, Inbox, Journal, Leases, Ledger, MessagingBackend, Operators, Oversight,
+    Backends, Clock, Inbox, Journal, Leases, Ledger, MessagingBackend, Operators, Oversight, Search,
 };
 use crewbus_sqlite::{SqliteBackends, SqliteInbox, SqliteLedger, SqliteSettings};
 use libtest_mimic::Arguments;
@@ -226,6 +226,9 @@ impl LedgerFixture for SqliteLedgerFixture {
             self.ledger.pools().clone(),
             TenantId::default(),
         ))
+    }
+    fn search(&self) -> Arc<dyn Search> {
+        Arc::new(self.ledger.clone())
     }
 }
 

@@ -12,6 +12,7 @@ pub mod counter;
 pub mod journal;
 pub mod leases;
 pub mod rows;
+pub mod search;
 pub mod settle;
 
 pub use counter::{db_i64, from_db};
