@@ -24,7 +24,7 @@ use crewbus_conformance::{
 use crewbus_domain::{BusError, BusResult, TenantId};
 use crewbus_memory::ManualClock;
 use crewbus_ports::{
-    Backends, Clock, Inbox, Journal, Leases, Ledger, MessagingBackend, Operators, Oversight,
+    Backends, Clock, Inbox, Journal, Leases, Ledger, MessagingBackend, Operators, Oversight, Search,
 };
 use crewbus_postgres::{PostgresBackends, PostgresInbox, PostgresLedger, PostgresSettings};
 use libtest_mimic::Arguments;
@@ -238,6 +238,9 @@ impl LedgerFixture for PgLedger {
     }
     fn other_server_leases(&self) -> Arc<dyn Leases> {
         Arc::new(self.other.clone())
+    }
+    fn search(&self) -> Arc<dyn Search> {
+        Arc::new(self.ledger.clone())
     }
 }
 
