@@ -30,7 +30,7 @@ use crewbus_memory::{
 };
 use crewbus_ports::{
     Backends, Clock, Feed, Journal, KeyRing, Leases, Ledger, Operators, Oversight, PushStore,
-    SystemClock, Wakeups,
+    Search, SystemClock, Wakeups,
 };
 use crewbus_postgres::{
     PostgresBackends, PostgresFeed, PostgresLedger, PostgresPushStore, PostgresSettings,
@@ -196,7 +196,8 @@ pub fn sqlite_with(
         ledger: ledger.clone(),
         operators: ledger.clone(),
         oversight: ledger.clone(),
-        leases: ledger,
+        leases: ledger.clone(),
+        search: ledger,
         registry: Arc::new(registry),
         journal,
         push_store,
@@ -273,7 +274,8 @@ pub async fn postgres_with_pool(
         ledger: ledger.clone(),
         operators: ledger.clone(),
         oversight: ledger.clone(),
-        leases: ledger,
+        leases: ledger.clone(),
+        search: ledger,
         registry: Arc::new(postgres),
         journal,
         push_store,
@@ -338,6 +340,7 @@ pub fn memory_with_wakeups(
         operators: Arc::new(ledger.clone()),
         oversight: Arc::new(ledger.clone()),
         leases: Arc::new(ledger.clone()),
+        search: Arc::new(ledger.clone()),
         registry: Arc::new(registry.clone()),
         journal,
         push_store,
@@ -375,6 +378,8 @@ struct Stores {
     oversight: Arc<dyn Oversight>,
     /// The ledger's leases (the same store).
     leases: Arc<dyn Leases>,
+    /// The ledger's search index (the same store).
+    search: Arc<dyn Search>,
     /// The console feed: in process for memory and SQLite, `NOTIFY` for Postgres.
     feed: Arc<dyn Feed>,
     /// The registry of the ledger's own body and inbox backend (JetStream is added by team).
@@ -428,6 +433,7 @@ fn finish(
         operators: stores.operators,
         oversight: stores.oversight,
         leases: stores.leases,
+        search: stores.search,
         feed: stores.feed,
         // What operators read: the outbox's sealed store when there is one (never ciphertext).
         push_store: push.as_ref().map_or_else(

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use crewbus_domain::{Backoff, BusError, BusResult, DateTime, Utc, Uuid};
 use crewbus_ports::{
-    Backends, Clock, Feed, Journal, Leases, Ledger, Operators, Oversight, PushStore, StreamAdmin,
-    Wakeups,
+    Backends, Clock, Feed, Journal, Leases, Ledger, Operators, Oversight, PushStore, Search,
+    StreamAdmin, Wakeups,
 };
 use tokio::sync::Notify;
 
@@ -50,6 +50,9 @@ pub struct Ports {
     pub oversight: Arc<dyn Oversight>,
     /// Leases on path patterns (the ledger's store).
     pub leases: Arc<dyn Leases>,
+    /// The full-text search index over the messages (the ledger's store), kept by the index
+    /// worker (`usecases::search`).
+    pub search: Arc<dyn Search>,
     /// The console event feed (follows the ledger, as the wake-ups do).
     pub feed: Arc<dyn Feed>,
     /// The push registrations and their attempts logs, as operators see them (the outbox's
