@@ -12,12 +12,13 @@
 use std::collections::HashSet;
 
 use crewbus_domain::{
-    Agent, BusError, IndexEntry, IndexPosition, Message, SearchPage, SearchQuery, Uuid,
+    Agent, BusError, IndexEntry, IndexPosition, MAX_SEARCH_DEPTH, Message, SearchPage, SearchQuery,
+    SendRequest, Settlement, SlotOutcome, Uuid,
 };
 use crewbus_ports::Search;
 
 use crate::LedgerFixture;
-use crate::ledger::scene::{REMOTE, Scene, scene};
+use crate::ledger::scene::{LEASE, REMOTE, Scene, locator_for, scene};
 use crate::ledger::time::t;
 use crate::trial::{Behaviour, behaviours};
 
@@ -30,6 +31,7 @@ pub fn search_behaviours() -> Vec<Behaviour<dyn LedgerFixture>> {
         a_title_match_counts_below_a_body_match,
         an_agent_finds_only_its_conversations,
         pages_have_neither_duplicates_nor_gaps,
+        only_the_newest_matches_are_ranked,
         snippets_mark_the_matched_words,
         phrases_and_exclusions_narrow_the_hits,
         retention_removes_what_it_removed_from_the_index,
@@ -361,6 +363,60 @@ pub async fn pages_have_neither_duplicates_nor_gaps<F: LedgerFixture + ?Sized>(f
     let newest_first: Vec<Uuid> = sent.iter().rev().map(|m| m.id).collect();
     assert_eq!(seen, newest_first, "equal ranks: newest first, each once");
     assert_eq!(seen.iter().collect::<HashSet<_>>().len(), 7);
+}
+
+/// A search ranks the newest [`MAX_SEARCH_DEPTH`] matches only: an older message that would
+/// rank first is not among them, and pages end at that depth; a narrower search finds it.
+pub async fn only_the_newest_matches_are_ranked<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let search = fx.search();
+    let oldest = stored(&s, &s.a, "kiwi kiwi kiwi", 1).await;
+    let depth = MAX_SEARCH_DEPTH as usize;
+    let requests: Vec<SendRequest> = (0..depth)
+        .map(|i| s.request(&s.a, &format!("newer-{i}"), "kiwi plum", None))
+        .collect();
+    let sent = s.ledger.send_batch(&requests, t(2)).await.unwrap();
+    let newer: Vec<Uuid> = sent.into_iter().map(|r| r.unwrap().message.id).collect();
+    let slots = s.ledger.lease_slots(t(2), LEASE, depth).await.unwrap();
+    let settlements: Vec<Settlement> = slots
+        .iter()
+        .map(|slot| Settlement {
+            slot: slot.slot,
+            generation: slot.generation,
+            outcome: SlotOutcome::Confirmed {
+                locator: locator_for(slot.envelope.message_id),
+            },
+        })
+        .collect();
+    s.ledger.settle(&settlements, t(2)).await.unwrap();
+    let entries: Vec<IndexEntry> = newer
+        .iter()
+        .map(|id| IndexEntry {
+            message: *id,
+            body: Some("kiwi plum".into()),
+        })
+        .collect();
+    assert_eq!(search.index(&entries, t(3)).await.unwrap(), depth as u64);
+    index(&*search, &[(&oldest, Some("kiwi kiwi kiwi"))], 3).await;
+    let mut seen = HashSet::new();
+    let mut query = SearchQuery {
+        limit: crewbus_domain::MAX_SEARCH_LIMIT,
+        ..SearchQuery::new("kiwi")
+    };
+    loop {
+        let page = search.search(&s.b, &query).await.unwrap();
+        seen.extend(ids(&page));
+        match page.next_offset {
+            Some(next) => query.offset = next,
+            None => break,
+        }
+    }
+    assert_eq!(seen.len(), depth);
+    assert!(
+        !seen.contains(&oldest.id),
+        "older than the newest {depth} matches"
+    );
+    assert_eq!(ids(&find(&*search, &s.b, "kiwi -plum").await), [oldest.id]);
 }
 
 /// A snippet is the body's text around the match, the matched words marked, as plain segments.

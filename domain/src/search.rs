@@ -15,8 +15,10 @@ pub const MAX_SEARCH_TEXT_CHARS: usize = 256;
 pub const DEFAULT_SEARCH_LIMIT: u32 = 20;
 /// The most hits per page.
 pub const MAX_SEARCH_LIMIT: u32 = 100;
-/// How deep a search pages: `offset + limit` is at most this (the best 1,000 hits; a search
-/// wanting more should say more).
+/// How deep a search reaches: the newest 1,000 messages that match are ranked, and pages go
+/// through them (`offset + limit` is at most this). It bounds a search's cost whatever the
+/// words: a word in every other message ranks 1,000 of them, not half the store. A search
+/// wanting older messages should say more (another word, a conversation).
 pub const MAX_SEARCH_DEPTH: u32 = 1000;
 
 /// A search, as an agent asks it.
@@ -99,7 +101,9 @@ pub struct SearchHit {
 /// A page of hits, best first.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchPage {
-    /// Best first: by rank (descending), then newest `sent_at`, then message id (ascending).
+    /// Best first: by rank (descending), then newest `sent_at`, then message id (ascending),
+    /// among the newest [`MAX_SEARCH_DEPTH`] matches (by `sent_at` descending, then id
+    /// ascending).
     pub hits: Vec<SearchHit>,
     /// The offset of the next page; `None` when this one is the last (or
     /// [`MAX_SEARCH_DEPTH`] is reached).

@@ -33,3 +33,6 @@ CREATE TABLE message_search (
 );
 CREATE INDEX message_search_document ON message_search USING gin (document);
 CREATE INDEX message_search_conversation ON message_search (conversation_id);
+-- A search ranks the newest 1,000 matches (crewbus_domain::MAX_SEARCH_DEPTH): for a common
+-- word the planner walks this index newest first and stops after 1,000 matches.
+CREATE INDEX message_search_recent ON message_search (team_id, sent_at DESC, message_id);

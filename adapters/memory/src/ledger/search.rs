@@ -7,8 +7,9 @@ use std::cmp::Ordering;
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, IndexEntry, IndexPosition, Message, Publication, SearchDocument,
-    SearchHit, SearchPage, SearchQuery, indexed_body, snippet, validate_batch, validate_limit,
+    Agent, BusError, BusResult, IndexEntry, IndexPosition, MAX_SEARCH_DEPTH, Message, Publication,
+    SearchDocument, SearchHit, SearchPage, SearchQuery, indexed_body, snippet, validate_batch,
+    validate_limit,
 };
 use crewbus_ports::Search;
 use uuid::Uuid;
@@ -109,6 +110,9 @@ impl Search for MemoryLedger {
                 snippet: snippet(&row.body, &terms),
             });
         }
+        // The newest MAX_SEARCH_DEPTH matches, then ranked.
+        found.sort_by(|a, b| b.sent_at.cmp(&a.sent_at).then(a.message.cmp(&b.message)));
+        found.truncate(MAX_SEARCH_DEPTH as usize);
         found.sort_by(|a, b| {
             b.rank
                 .partial_cmp(&a.rank)

@@ -6,9 +6,9 @@
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, IndexEntry, IndexPosition, Message, Phrase, SearchDocument,
-    SearchPage, SearchQuery, SearchTerms, TITLE_WEIGHT, indexed_body, validate_batch,
-    validate_limit,
+    Agent, BusError, BusResult, IndexEntry, IndexPosition, MAX_SEARCH_DEPTH, Message, Phrase,
+    SearchDocument, SearchPage, SearchQuery, SearchTerms, TITLE_WEIGHT, indexed_body,
+    validate_batch, validate_limit,
 };
 use crewbus_ports::Search;
 use crewbus_sql::search::{HIT_COLUMNS, HitRow, INDEX_TARGET_COLUMNS, IndexTarget};
@@ -134,14 +134,22 @@ impl Search for SqliteLedger {
             member_of(self, &mut tx, agent, c).await?;
         }
         let rows: Vec<HitRow<Ts>> = sqlx::query_as(&format!(
-            "SELECT {HIT_COLUMNS}, -bm25(message_search_fts, ?1, 1.0) AS rank
-             FROM message_search_fts f
-             JOIN message_search s ON s.ord = f.rowid
+            "WITH recent AS (
+                 SELECT s.ord, -bm25(message_search_fts, ?1, 1.0) AS rank
+                 FROM message_search_fts f
+                 JOIN message_search s ON s.ord = f.rowid
+                 WHERE message_search_fts MATCH ?2 AND s.team_id = ?3
+                   AND s.conversation_id IN
+                       (SELECT conversation_id FROM members WHERE agent_id = ?4)
+                   AND (?5 IS NULL OR s.conversation_id = ?5)
+                 ORDER BY s.sent_at DESC, s.message_id
+                 LIMIT ?8
+             )
+             SELECT {HIT_COLUMNS}, r.rank AS rank
+             FROM recent r
+             JOIN message_search s ON s.ord = r.ord
              JOIN conversations c ON c.id = s.conversation_id
-             WHERE message_search_fts MATCH ?2 AND s.team_id = ?3
-               AND s.conversation_id IN (SELECT conversation_id FROM members WHERE agent_id = ?4)
-               AND (?5 IS NULL OR s.conversation_id = ?5)
-             ORDER BY rank DESC, s.sent_at DESC, s.message_id
+             ORDER BY r.rank DESC, s.sent_at DESC, s.message_id
              LIMIT ?6 OFFSET ?7"
         ))
         .bind(TITLE_WEIGHT)
@@ -151,6 +159,7 @@ impl Search for SqliteLedger {
         .bind(query.conversation)
         .bind(i64::from(query.limit) + 1)
         .bind(i64::from(query.offset))
+        .bind(i64::from(MAX_SEARCH_DEPTH))
         .fetch_all(&mut *tx)
         .await
         .map_err(self.db(what))?;
