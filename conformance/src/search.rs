@@ -31,7 +31,7 @@ pub fn search_behaviours() -> Vec<Behaviour<dyn LedgerFixture>> {
         a_title_match_counts_below_a_body_match,
         an_agent_finds_only_its_conversations,
         pages_have_neither_duplicates_nor_gaps,
-        only_the_newest_matches_are_ranked,
+        only_the_matches_indexed_last_are_ranked,
         snippets_mark_the_matched_words,
         phrases_and_exclusions_narrow_the_hits,
         retention_removes_what_it_removed_from_the_index,
@@ -365,19 +365,21 @@ pub async fn pages_have_neither_duplicates_nor_gaps<F: LedgerFixture + ?Sized>(f
     assert_eq!(seen.iter().collect::<HashSet<_>>().len(), 7);
 }
 
-/// A search ranks the newest [`MAX_SEARCH_DEPTH`] matches only: an older message that would
-/// rank first is not among them, and pages end at that depth; a narrower search finds it.
-pub async fn only_the_newest_matches_are_ranked<F: LedgerFixture + ?Sized>(fx: &F) {
+/// A search ranks the [`MAX_SEARCH_DEPTH`] matches indexed last only: a message indexed before
+/// them that would rank first is not among them, even indexed again, and pages end at that
+/// depth; a narrower search finds it.
+pub async fn only_the_matches_indexed_last_are_ranked<F: LedgerFixture + ?Sized>(fx: &F) {
     let s = scene(fx, REMOTE).await;
     let search = fx.search();
     let oldest = stored(&s, &s.a, "kiwi kiwi kiwi", 1).await;
+    index(&*search, &[(&oldest, Some("kiwi kiwi kiwi"))], 2).await;
     let depth = MAX_SEARCH_DEPTH as usize;
     let requests: Vec<SendRequest> = (0..depth)
         .map(|i| s.request(&s.a, &format!("newer-{i}"), "kiwi plum", None))
         .collect();
-    let sent = s.ledger.send_batch(&requests, t(2)).await.unwrap();
+    let sent = s.ledger.send_batch(&requests, t(3)).await.unwrap();
     let newer: Vec<Uuid> = sent.into_iter().map(|r| r.unwrap().message.id).collect();
-    let slots = s.ledger.lease_slots(t(2), LEASE, depth).await.unwrap();
+    let slots = s.ledger.lease_slots(t(3), LEASE, depth).await.unwrap();
     let settlements: Vec<Settlement> = slots
         .iter()
         .map(|slot| Settlement {
@@ -388,7 +390,7 @@ pub async fn only_the_newest_matches_are_ranked<F: LedgerFixture + ?Sized>(fx: &
             },
         })
         .collect();
-    s.ledger.settle(&settlements, t(2)).await.unwrap();
+    s.ledger.settle(&settlements, t(3)).await.unwrap();
     let entries: Vec<IndexEntry> = newer
         .iter()
         .map(|id| IndexEntry {
@@ -396,8 +398,9 @@ pub async fn only_the_newest_matches_are_ranked<F: LedgerFixture + ?Sized>(fx: &
             body: Some("kiwi plum".into()),
         })
         .collect();
-    assert_eq!(search.index(&entries, t(3)).await.unwrap(), depth as u64);
-    index(&*search, &[(&oldest, Some("kiwi kiwi kiwi"))], 3).await;
+    assert_eq!(search.index(&entries, t(4)).await.unwrap(), depth as u64);
+    // Indexed again, it keeps its place.
+    index(&*search, &[(&oldest, Some("kiwi kiwi kiwi"))], 5).await;
     let mut seen = HashSet::new();
     let mut query = SearchQuery {
         limit: crewbus_domain::MAX_SEARCH_LIMIT,
@@ -414,7 +417,7 @@ pub async fn only_the_newest_matches_are_ranked<F: LedgerFixture + ?Sized>(fx: &
     assert_eq!(seen.len(), depth);
     assert!(
         !seen.contains(&oldest.id),
-        "older than the newest {depth} matches"
+        "indexed before the last {depth} matches"
     );
     assert_eq!(ids(&find(&*search, &s.b, "kiwi -plum").await), [oldest.id]);
 }

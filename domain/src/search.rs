@@ -15,10 +15,13 @@ pub const MAX_SEARCH_TEXT_CHARS: usize = 256;
 pub const DEFAULT_SEARCH_LIMIT: u32 = 20;
 /// The most hits per page.
 pub const MAX_SEARCH_LIMIT: u32 = 100;
-/// How deep a search reaches: the newest 1,000 messages that match are ranked, and pages go
-/// through them (`offset + limit` is at most this). It bounds a search's cost whatever the
-/// words: a word in every other message ranks 1,000 of them, not half the store. A search
-/// wanting older messages should say more (another word, a conversation).
+/// How deep a search reaches: of the messages that match, the 1,000 indexed last are ranked,
+/// and pages go through them (`offset + limit` is at most this). The index worker indexes
+/// messages as they are stored, oldest first, so these are the newest matches (a message
+/// indexed again keeps its place). It bounds a search's cost whatever the words: a word in
+/// every other message ranks 1,000 of them, not half the store (each ledger walks its index
+/// newest first and stops). A search wanting older messages should say more (another word, a
+/// conversation).
 pub const MAX_SEARCH_DEPTH: u32 = 1000;
 
 /// A search, as an agent asks it.
@@ -102,8 +105,7 @@ pub struct SearchHit {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SearchPage {
     /// Best first: by rank (descending), then newest `sent_at`, then message id (ascending),
-    /// among the newest [`MAX_SEARCH_DEPTH`] matches (by `sent_at` descending, then id
-    /// ascending).
+    /// among the [`MAX_SEARCH_DEPTH`] matches indexed last.
     pub hits: Vec<SearchHit>,
     /// The offset of the next page; `None` when this one is the last (or
     /// [`MAX_SEARCH_DEPTH`] is reached).

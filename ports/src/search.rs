@@ -49,9 +49,10 @@ pub trait Search: Send + Sync {
     async fn index(&self, entries: &[IndexEntry], at: DateTime<Utc>) -> BusResult<u64>;
 
     /// A page of the indexed messages `agent` may read that match `query` (see
-    /// [`crewbus_domain::SearchTerms`]): of the newest [`crewbus_domain::MAX_SEARCH_DEPTH`]
-    /// matches (by `sent_at` descending, then id ascending), best first — by rank descending,
-    /// then `sent_at` newest first, then message id ascending; `query.offset` hits skipped. Each hit carries
+    /// [`crewbus_domain::SearchTerms`]): of the [`crewbus_domain::MAX_SEARCH_DEPTH`] matches
+    /// indexed last (a message indexed again keeps its place), best first — by rank
+    /// descending, then `sent_at` newest first, then message id ascending; `query.offset` hits
+    /// skipped. Each hit carries
     /// its conversation's title and a snippet of its body with the matched words marked.
     ///
     /// Errors: a bad query ([`SearchQuery::terms`]) → `Invalid`; `query.conversation` unknown,

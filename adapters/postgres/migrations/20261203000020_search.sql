@@ -29,10 +29,12 @@ CREATE TABLE message_search (
     seq              bigint      NOT NULL CHECK (seq >= 1),
     sent_at          timestamptz NOT NULL,
     body             text        NOT NULL,
-    document         tsvector    NOT NULL
+    document         tsvector    NOT NULL,
+    ord              bigint GENERATED ALWAYS AS IDENTITY UNIQUE
 );
 CREATE INDEX message_search_document ON message_search USING gin (document);
 CREATE INDEX message_search_conversation ON message_search (conversation_id);
--- A search ranks the newest 1,000 matches (crewbus_domain::MAX_SEARCH_DEPTH): for a common
--- word the planner walks this index newest first and stops after 1,000 matches.
-CREATE INDEX message_search_recent ON message_search (team_id, sent_at DESC, message_id);
+-- A search ranks the 1,000 matches indexed last (crewbus_domain::MAX_SEARCH_DEPTH; ord grows
+-- with each message first indexed and is kept when it is indexed again): for a common word
+-- the planner walks this index newest first and stops after 1,000 matches.
+CREATE INDEX message_search_recent ON message_search (team_id, ord DESC);

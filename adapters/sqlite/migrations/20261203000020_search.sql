@@ -13,7 +13,8 @@ CREATE INDEX messages_unindexed ON messages (stored_at, id)
 
 -- One row per indexed message: the facts a hit shows (copied: they never change) and the
 -- indexed body (the first 32,000 bytes, U+0000 as spaces), kept for snippets. ord is the FTS5
--- rowid (an INTEGER PRIMARY KEY: VACUUM keeps it). Deleting a message (its team's or its
+-- rowid (an INTEGER PRIMARY KEY: VACUUM keeps it), growing with each message first indexed
+-- (kept when it is indexed again): a search ranks the 1,000 matches of greatest ord. Deleting a message (its team's or its
 -- conversation's deletion) deletes its row; retention deletes it in the transaction that marks
 -- the message retained.
 CREATE TABLE message_search (

@@ -22,6 +22,8 @@ pub(crate) struct SearchRow {
     pub(crate) document: SearchDocument,
     /// The indexed body (for snippets).
     pub(crate) body: String,
+    /// When it was first indexed (the state's insertion counter): the depth rule's order.
+    pub(crate) order: u64,
 }
 
 fn waiting(m: &Message, indexed: bool) -> bool {
@@ -63,11 +65,19 @@ impl Search for MemoryLedger {
                 continue;
             };
             let body = e.body.as_deref().map(indexed_body).unwrap_or_default();
-            let row = SearchRow {
-                document: SearchDocument::new(&c.conversation.title, e.body.as_deref()),
-                body,
+            let document = SearchDocument::new(&c.conversation.title, e.body.as_deref());
+            let order = match st.search.get(&e.message) {
+                Some(row) => row.order,
+                None => st.next_order(),
             };
-            st.search.insert(e.message, row);
+            st.search.insert(
+                e.message,
+                SearchRow {
+                    document,
+                    body,
+                    order,
+                },
+            );
             done += 1;
         }
         Ok(done)
@@ -84,7 +94,7 @@ impl Search for MemoryLedger {
                 return Err(BusError::not_found(format!("conversation {c}")));
             }
         }
-        let mut found: Vec<SearchHit> = Vec::new();
+        let mut found: Vec<(u64, SearchHit)> = Vec::new();
         for (id, row) in &st.search {
             let Some(m) = st.messages.get(id) else {
                 continue;
@@ -99,20 +109,24 @@ impl Search for MemoryLedger {
             {
                 continue;
             }
-            found.push(SearchHit {
-                message: m.id,
-                conversation: m.conversation,
-                conversation_title: c.conversation.title.clone(),
-                seq: m.seq,
-                sender: m.sender,
-                sent_at: m.sent_at,
-                rank: row.document.score(&terms),
-                snippet: snippet(&row.body, &terms),
-            });
+            found.push((
+                row.order,
+                SearchHit {
+                    message: m.id,
+                    conversation: m.conversation,
+                    conversation_title: c.conversation.title.clone(),
+                    seq: m.seq,
+                    sender: m.sender,
+                    sent_at: m.sent_at,
+                    rank: row.document.score(&terms),
+                    snippet: snippet(&row.body, &terms),
+                },
+            ));
         }
-        // The newest MAX_SEARCH_DEPTH matches, then ranked.
-        found.sort_by(|a, b| b.sent_at.cmp(&a.sent_at).then(a.message.cmp(&b.message)));
+        // The MAX_SEARCH_DEPTH matches indexed last, then ranked.
+        found.sort_by_key(|(order, _)| std::cmp::Reverse(*order));
         found.truncate(MAX_SEARCH_DEPTH as usize);
+        let mut found: Vec<SearchHit> = found.into_iter().map(|(_, hit)| hit).collect();
         found.sort_by(|a, b| {
             b.rank
                 .partial_cmp(&a.rank)

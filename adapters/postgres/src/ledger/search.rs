@@ -3,10 +3,11 @@
 //! by `ts_rank_cd` (body weight D = 1.0, title weight A = [`TITLE_WEIGHT`]).
 //!
 //! # Cost
-//! Only the newest [`MAX_SEARCH_DEPTH`] matches are ranked (`recent`), so the planner picks by
-//! the words' frequency (from the `tsvector` statistics): a rare word through the GIN index
-//! (few matches, all read), a common one newest first through `message_search_recent`, stopping
-//! after 1,000 matches — never every match of a word in half the store. Measured on 1,000,000
+//! Only the [`MAX_SEARCH_DEPTH`] matches indexed last are ranked (`recent`, by `ord`), so the
+//! planner picks by the words' frequency (from the `tsvector` statistics): a rare word through
+//! the GIN index (few matches, all read), a common one newest first through
+//! `message_search_recent`, stopping after 1,000 matches — never every match of a word in half
+//! the store. Measured on 1,000,000
 //! seeded messages (20 words each, 5,000-word Zipf-like vocabulary) on 2 cores, 128 MB shared
 //! buffers, warm: 2–10 ms for very common words (newest first), 10–35 ms for rare and
 //! mid-frequency ones (GIN: each match's row read); a cold cache costs 90–160 ms for a word in
@@ -229,7 +230,7 @@ impl Search for PostgresLedger {
                        (SELECT conversation_id FROM members WHERE agent_id = $3)
                    AND ($4::uuid IS NULL OR s.conversation_id = $4)
                    AND EXISTS (SELECT 1 FROM teams t WHERE t.id = $2 AND t.tenant = $7)
-                 ORDER BY s.sent_at DESC, s.message_id
+                 ORDER BY s.ord DESC
                  LIMIT $8
              ), ranked AS (
                  SELECT message_id, sent_at,
