@@ -8,10 +8,11 @@
 //! the GIN index (few matches, all read), a common one newest first through
 //! `message_search_recent`, stopping after 1,000 matches — never every match of a word in half
 //! the store. Measured on 1,000,000
-//! seeded messages (20 words each, 5,000-word Zipf-like vocabulary) on 2 cores, 128 MB shared
-//! buffers, warm: 2–10 ms for very common words (newest first), 10–35 ms for rare and
-//! mid-frequency ones (GIN: each match's row read); a cold cache costs 90–160 ms for a word in
-//! about 1 % of the messages.
+//! seeded messages (20 words each, 5,000-word Zipf-like vocabulary; `message_search` 490 MB)
+//! on 2 cores with 128 MB shared buffers: 3–25 ms for very common and for rare words, 30 ms for
+//! a word in about 1 % of the messages when its pages are in shared buffers, 45–100 ms when
+//! they come from the OS cache (each match's row is read, one page each); shared buffers that
+//! hold the table kept every word measured under 50 ms.
 //!
 //! Both the document and the query are built here from the domain's words
 //! ([`SearchDocument::positions`], [`SearchTerms`]) as `tsvector` / `tsquery` literals, not by
