@@ -30,7 +30,7 @@ use crewbus_memory::{
 };
 use crewbus_ports::{
     Backends, Clock, Feed, Journal, KeyRing, Leases, Ledger, Operators, Oversight, PushStore,
-    SendAllowance, SystemClock, Wakeups,
+    Search, SendAllowance, SystemClock, Wakeups,
 };
 use crewbus_postgres::{
     PostgresBackends, PostgresFeed, PostgresLedger, PostgresPushStore, PostgresSettings,
@@ -196,9 +196,10 @@ pub fn sqlite_with(
         ledger: ledger.clone(),
         operators: ledger.clone(),
         oversight: ledger.clone(),
-        leases: ledger,
+        leases: ledger.clone(),
         // One server holds the store: its buckets are exact in process.
         send_allowance: None,
+        search: ledger,
         registry: Arc::new(registry),
         journal,
         push_store,
@@ -277,7 +278,8 @@ pub async fn postgres_with_pool(
         oversight: ledger.clone(),
         leases: ledger.clone(),
         // Servers share the database: each agent's bucket is one row of it.
-        send_allowance: Some(ledger),
+        send_allowance: Some(ledger.clone()),
+        search: ledger,
         registry: Arc::new(postgres),
         journal,
         push_store,
@@ -344,6 +346,7 @@ pub fn memory_with_wakeups(
         leases: Arc::new(ledger.clone()),
         // One process holds a memory store: its buckets are exact in process.
         send_allowance: None,
+        search: Arc::new(ledger.clone()),
         registry: Arc::new(registry.clone()),
         journal,
         push_store,
@@ -383,6 +386,8 @@ struct Stores {
     leases: Arc<dyn Leases>,
     /// Each agent's shared send bucket, when servers share the store (Postgres).
     send_allowance: Option<Arc<dyn SendAllowance>>,
+    /// The ledger's search index (the same store).
+    search: Arc<dyn Search>,
     /// The console feed: in process for memory and SQLite, `NOTIFY` for Postgres.
     feed: Arc<dyn Feed>,
     /// The registry of the ledger's own body and inbox backend (JetStream is added by team).
@@ -437,6 +442,7 @@ fn finish(
         oversight: stores.oversight,
         leases: stores.leases,
         send_allowance: stores.send_allowance,
+        search: stores.search,
         feed: stores.feed,
         // What operators read: the outbox's sealed store when there is one (never ciphertext).
         push_store: push.as_ref().map_or_else(

@@ -97,6 +97,7 @@ pub mod oversight;
 pub mod postgres;
 pub mod push_store;
 pub mod samples;
+pub mod search;
 pub mod send_allowance;
 pub mod sqlite;
 pub mod stream_admin;
@@ -119,5 +120,6 @@ pub use oversight::oversight_behaviours;
 pub use push_store::{
     PushStoreFactory, PushStoreFixture, push_store_behaviours, push_store_trials,
 };
+pub use search::search_behaviours;
 pub use send_allowance::send_allowance_behaviours;
 pub use trial::runtime;

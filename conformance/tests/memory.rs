@@ -31,7 +31,7 @@ use crewbus_memory::{
 };
 use crewbus_ports::{
     Backends, Clock, Inbox, Journal, Leases, Ledger, MessagingBackend, Operators, Oversight,
-    StreamAdmin,
+    Search, StreamAdmin,
 };
 use uuid::Uuid;
 
@@ -267,6 +267,9 @@ impl LedgerFixture for MemoryLedgerFixture {
     }
     fn send_allowances(&self) -> [Arc<dyn crewbus_ports::SendAllowance>; 2] {
         [Arc::new(self.0.clone()), Arc::new(self.0.clone())]
+    }
+    fn search(&self) -> Arc<dyn Search> {
+        Arc::new(self.0.clone())
     }
 }
 

@@ -24,7 +24,7 @@ use crewbus_conformance::{
 use crewbus_domain::{BusError, BusResult, TenantId};
 use crewbus_memory::ManualClock;
 use crewbus_ports::{
-    Backends, Clock, Inbox, Journal, Leases, Ledger, MessagingBackend, Operators, Oversight,
+    Backends, Clock, Inbox, Journal, Leases, Ledger, MessagingBackend, Operators, Oversight, Search,
 };
 use crewbus_postgres::{PostgresBackends, PostgresInbox, PostgresLedger, PostgresSettings};
 use libtest_mimic::Arguments;
@@ -241,6 +241,9 @@ impl LedgerFixture for PgLedger {
     }
     fn send_allowances(&self) -> [Arc<dyn crewbus_ports::SendAllowance>; 2] {
         [Arc::new(self.ledger.clone()), Arc::new(self.other.clone())]
+    }
+    fn search(&self) -> Arc<dyn Search> {
+        Arc::new(self.ledger.clone())
     }
 }
 

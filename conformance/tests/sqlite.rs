@@ -26,7 +26,7 @@ use crewbus_conformance::{
 use crewbus_domain::{BusError, BusResult, TenantId};
 use crewbus_memory::ManualClock;
 use crewbus_ports::{
-    Backends, Clock, Inbox, Journal, Leases, Ledger, MessagingBackend, Operators, Oversight,
+    Backends, Clock, Inbox, Journal, Leases, Ledger, MessagingBackend, Operators, Oversight, Search,
 };
 use crewbus_sqlite::{SqliteBackends, SqliteInbox, SqliteLedger, SqliteSettings};
 use libtest_mimic::Arguments;
@@ -230,6 +230,9 @@ impl LedgerFixture for SqliteLedgerFixture {
     fn send_allowances(&self) -> [Arc<dyn crewbus_ports::SendAllowance>; 2] {
         let other = SqliteLedger::new(self.ledger.pools().clone(), TenantId::default());
         [Arc::new(self.ledger.clone()), Arc::new(other)]
+    }
+    fn search(&self) -> Arc<dyn Search> {
+        Arc::new(self.ledger.clone())
     }
 }
 

@@ -33,8 +33,11 @@ mod push_transport;
 mod quota;
 mod rate;
 mod receipt;
+mod search;
+mod search_text;
 mod secret;
 mod send_rules;
+mod snippet;
 mod store_error;
 mod team;
 mod wakeup;
@@ -100,10 +103,19 @@ pub use push_transport::{PushRequest, PushResponse, TransportError};
 pub use quota::{Provisioned, QuotaChange, Quotas, Reservation, StorageAccount, StreamKind};
 pub use rate::{RateLimit, TokenBucket, retry_after_seconds, take_chunk};
 pub use receipt::Receipt;
+pub use search::{
+    DEFAULT_SEARCH_LIMIT, IndexEntry, IndexPosition, MAX_SEARCH_DEPTH, MAX_SEARCH_LIMIT,
+    MAX_SEARCH_TEXT_CHARS, SearchHit, SearchPage, SearchQuery,
+};
+pub use search_text::{
+    MAX_INDEXED_BODY_BYTES, MAX_QUERY_WORDS, MAX_TOKEN_BYTES, Phrase, SearchDocument, SearchTerms,
+    TITLE_WEIGHT, Token, indexed_body, tokens, words,
+};
 pub use secret::Secret;
 pub use send_rules::{
     ConversationFacts, RunFacts, SendDecision, SendFacts, answer_sends, plan_sends,
 };
+pub use snippet::{SNIPPET_CHARS, SnippetSegment, snippet};
 pub use store_error::StoreError;
 pub use team::{Agent, AgentKind, MAX_NAME_LEN, Team, TokenHash, recipient_key_for, validate_name};
 pub use wakeup::{Wakeup, WakeupTarget, lease_wakeup_from_payload, lease_wakeup_payload};

@@ -21,6 +21,7 @@ mod operators;
 mod oversight;
 mod push_store;
 mod push_transport;
+mod search;
 mod send_allowance;
 mod stream_admin;
 mod wakeups;
@@ -40,6 +41,7 @@ pub use operators::Operators;
 pub use oversight::Oversight;
 pub use push_store::PushStore;
 pub use push_transport::PushTransport;
+pub use search::Search;
 pub use send_allowance::SendAllowance;
 pub use stream_admin::StreamAdmin;
 pub use wakeups::{WakeupListener, Wakeups};
@@ -70,6 +72,8 @@ pub use oversight::MockOversight;
 pub use push_store::MockPushStore;
 #[cfg(feature = "mock")]
 pub use push_transport::MockPushTransport;
+#[cfg(feature = "mock")]
+pub use search::MockSearch;
 #[cfg(feature = "mock")]
 pub use send_allowance::MockSendAllowance;
 #[cfg(feature = "mock")]

@@ -13,6 +13,7 @@ pub mod journal;
 pub mod leases;
 pub mod presence;
 pub mod rows;
+pub mod search;
 pub mod settle;
 
 pub use counter::{db_i64, from_db};

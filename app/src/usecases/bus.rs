@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use crewbus_domain::{Backoff, BusError, BusResult, DateTime, Utc, Uuid};
 use crewbus_ports::{
-    Backends, Clock, Feed, Journal, Leases, Ledger, Operators, Oversight, PushStore, SendAllowance,
-    StreamAdmin, Wakeups,
+    Backends, Clock, Feed, Journal, Leases, Ledger, Operators, Oversight, PushStore, Search,
+    SendAllowance, StreamAdmin, Wakeups,
 };
 use tokio::sync::Notify;
 
@@ -54,6 +54,9 @@ pub struct Ports {
     /// (Postgres); `None` keeps the buckets in this process (exact for a store one server
     /// holds: SQLite, memory).
     pub send_allowance: Option<Arc<dyn SendAllowance>>,
+    /// The full-text search index over the messages (the ledger's store), kept by the index
+    /// worker (`usecases::search`).
+    pub search: Arc<dyn Search>,
     /// The console event feed (follows the ledger, as the wake-ups do).
     pub feed: Arc<dyn Feed>,
     /// The push registrations and their attempts logs, as operators see them (the outbox's

@@ -22,6 +22,7 @@ pub mod references;
 pub mod relay;
 pub mod retention;
 pub mod runs;
+pub mod search;
 pub mod send;
 pub(crate) mod send_batch;
 pub mod token;

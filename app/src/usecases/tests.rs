@@ -48,6 +48,7 @@ fn bus(ledger: MockLedger, backends: MockBackends) -> Bus {
             oversight: Arc::new(crewbus_ports::MockOversight::new()),
             leases: Arc::new(crewbus_ports::MockLeases::new()),
             send_allowance: None,
+            search: Arc::new(crewbus_ports::MockSearch::new()),
             feed: Arc::new(crewbus_memory::MemoryFeed::new()),
             push_store: Arc::new(crewbus_ports::MockPushStore::new()),
         },
@@ -733,4 +734,5 @@ async fn relay_backs_off_when_the_body_stream_vanished_before_the_publish() {
 
 mod leases;
 mod listeners;
+mod search;
 mod token_cache;

@@ -1,7 +1,7 @@
-//! The background workers: relay, reference worker, push delivery worker and retention job. Each
-//! runs passes until shutdown; a pass in progress completes (in-flight work is drained) unless the
-//! shutdown grace runs out first, then it is abandoned: its leases lapse and another process (or
-//! the next start) retries the work.
+//! The background workers: relay, reference worker, search index worker, push delivery worker
+//! and retention job. Each runs passes until shutdown; a pass in progress completes (in-flight
+//! work is drained) unless the shutdown grace runs out first, then it is abandoned: its leases
+//! lapse and another process (or the next start) retries the work.
 
 use std::future::Future;
 use std::time::Duration;
@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::shutdown::Shutdown;
 use crate::usecases::bus::Bus;
+use crate::usecases::search::INDEX_EVERY;
 
 /// How often expired sign-in codes and idle console sessions are removed (10 minutes).
 const SIGN_IN_PRUNE_EVERY: Duration = Duration::from_secs(600);
@@ -26,8 +27,8 @@ pub struct Workers {
 
 impl Workers {
     /// Starts the relay, the reference worker, the wake-up listener and the waiting fetches'
-    /// sweep, the activity writer, the sign-in pruning, the push delivery worker (when the bus
-    /// has a push outbox) and the retention job.
+    /// sweep, the activity writer, the sign-in pruning, the lease expiry sweep, the search index
+    /// worker, the push delivery worker (when the bus has a push outbox) and the retention job.
     pub fn spawn(bus: &Bus, shutdown: &Shutdown) -> Workers {
         let mut handles = Vec::new();
         {
@@ -116,6 +117,35 @@ impl Workers {
                             Ok(0) => {}
                             Ok(n) => tracing::debug!(expired = n, "lapsed leases recorded"),
                             Err(error) => tracing::info!(code = error.code(), error = ?error, "recording lapsed leases failed; retrying"),
+                        }
+                    }
+                }),
+            ));
+        }
+        {
+            let bus = bus.clone();
+            let s = shutdown.clone();
+            handles.push((
+                "search index",
+                tokio::spawn(async move {
+                    loop {
+                        // At once again after a full batch; else the next look in INDEX_EVERY
+                        // (the lag bound: usecases/search.rs).
+                        let wait = match bus.index_pass().await {
+                            Ok(p) => {
+                                if p.indexed > 0 || p.skipped > 0 {
+                                    tracing::debug!(indexed = p.indexed, skipped = p.skipped, "messages indexed for search");
+                                }
+                                if p.more { Duration::ZERO } else { INDEX_EVERY }
+                            }
+                            Err(error) => {
+                                tracing::info!(code = error.code(), error = ?error, "indexing messages for search failed; retrying");
+                                INDEX_EVERY
+                            }
+                        };
+                        tokio::select! {
+                            () = s.wait() => break,
+                            () = tokio::time::sleep(wait) => {}
                         }
                     }
                 }),

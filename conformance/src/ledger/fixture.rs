@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use crewbus_ports::{Journal, Leases, Ledger, Operators, Oversight, SendAllowance};
+use crewbus_ports::{Journal, Leases, Ledger, Operators, Oversight, Search, SendAllowance};
 
 use crate::FixtureError;
 use crate::trial::Run;
@@ -41,6 +41,9 @@ pub trait LedgerFixture: Send + Sync {
     /// The send allowances over the ledger's store and tenant, and those of a second server
     /// sharing the store (as [`LedgerFixture::other_server_leases`]).
     fn send_allowances(&self) -> [Arc<dyn SendAllowance>; 2];
+
+    /// The search index over the ledger's store and tenant.
+    fn search(&self) -> Arc<dyn Search>;
 }
 
 /// Builds a fresh [`LedgerFixture`] per test for one adapter. Shared resources (a server, an

@@ -10,7 +10,8 @@ use tokio::runtime::Runtime;
 use crate::trial::{Lack, Source, Suite};
 use crate::{
     FixtureError, LedgerFixture, LedgerFixtureFactory, journal_behaviours, leases_behaviours,
-    ledger_behaviours, operators_behaviours, oversight_behaviours, send_allowance_behaviours,
+    ledger_behaviours, operators_behaviours, oversight_behaviours, search_behaviours,
+    send_allowance_behaviours,
 };
 
 /// The ledger fixtures' factory is the source of the ledger, journal, operators and oversight
@@ -51,7 +52,8 @@ pub fn ledger_trials(
             .chain(operators_behaviours())
             .chain(oversight_behaviours())
             .chain(leases_behaviours())
-            .chain(send_allowance_behaviours()),
+            .chain(send_allowance_behaviours())
+            .chain(search_behaviours()),
     )
 }
 
@@ -85,6 +87,7 @@ mod tests {
                 + oversight_behaviours().len()
                 + leases_behaviours().len()
                 + send_allowance_behaviours().len()
+                + search_behaviours().len()
         );
         let names: HashSet<&str> = trials.iter().map(Trial::name).collect();
         assert_eq!(names.len(), trials.len());
@@ -95,6 +98,7 @@ mod tests {
             "oversight",
             "leases",
             "send_allowance",
+            "search",
         ];
         assert!(
             names

@@ -378,6 +378,13 @@ async fn a_database_from_before_request_ids_per_sender_upgrades() -> Result<(), 
     );
     assert_eq!(ledger.receipts(team, m2).await?.len(), 2);
     assert_eq!(ledger.receipts(team, m3).await?.len(), 3);
+    // Search (20261203000020): the messages stored before it are its backlog.
+    let backlog: BTreeSet<Uuid> = crewbus_ports::Search::unindexed(&ledger, None, 10)
+        .await?
+        .iter()
+        .map(|m| m.id)
+        .collect();
+    assert_eq!(backlog, BTreeSet::from([m1, m3]));
 
     // The request id `a` used is free for `b`; `a`'s repeat still answers `a`'s message.
     let send = |sender: Uuid, body: &str| SendRequest {

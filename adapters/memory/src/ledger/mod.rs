@@ -28,6 +28,7 @@ mod oversight;
 mod references;
 mod relay;
 mod retention;
+mod search;
 mod send;
 mod send_allowance;
 pub(crate) mod state;

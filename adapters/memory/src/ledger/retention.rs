@@ -43,7 +43,7 @@ pub(super) fn mark_retained(
 ) -> BusResult<u64> {
     let mut st = ledger.state()?;
     st.team_of(team)?;
-    let mut changed = 0;
+    let mut changed = Vec::new();
     for m in st.messages.values_mut() {
         if m.team == team
             && m.backend == backend
@@ -52,8 +52,10 @@ pub(super) fn mark_retained(
             && m.stored_at.is_some_and(|s| s < before)
         {
             m.retained_at = Some(at);
-            changed += 1;
+            changed.push(m.id);
         }
     }
-    Ok(changed)
+    // Retention removes what it removed from the search index too, in the same "transaction".
+    st.unindex(&changed);
+    Ok(changed.len() as u64)
 }

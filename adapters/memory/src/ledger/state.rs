@@ -78,6 +78,8 @@ pub(crate) struct State {
     pub(crate) lease_fences: HashMap<Uuid, u64>,
     /// agent → its shared send bucket as stored: milli-tokens held, when counted (ms).
     pub(crate) allowances: HashMap<Uuid, (u64, i64)>,
+    /// message → its search document (indexed messages only).
+    pub(crate) search: HashMap<Uuid, super::search::SearchRow>,
 }
 
 #[derive(Debug)]

@@ -30,6 +30,7 @@ mod references;
 mod relay;
 mod retention;
 mod rows;
+mod search;
 mod send;
 mod send_allowance;
 mod settle;

@@ -40,18 +40,24 @@ pub(super) async fn mark_retained(
     let what = "mark retained";
     let mut tx = ledger.begin(what).await?;
     ledger.require_team(&mut tx, team).await?;
-    let done = sqlx::query(
+    let retained: Vec<Uuid> = sqlx::query_scalar(
         "UPDATE messages SET retained_at = $4
          WHERE team_id = $1 AND backend = $2 AND publication = 'stored'
-           AND retained_at IS NULL AND stored_at < $3",
+           AND retained_at IS NULL AND stored_at < $3
+         RETURNING id",
     )
     .bind(team)
     .bind(backend)
     .bind(before)
     .bind(at)
-    .execute(&mut *tx)
+    .fetch_all(&mut *tx)
     .await
     .map_err(db(what))?;
+    // Retention removes what it removed from the search index too, in the same transaction and
+    // in a statement of its own (see `search`: an index write racing this one).
+    super::search::unindex(&mut tx, &retained)
+        .await
+        .map_err(db(what))?;
     PostgresLedger::commit(tx, what).await?;
-    Ok(done.rows_affected())
+    Ok(retained.len() as u64)
 }

@@ -41,18 +41,28 @@ pub(super) async fn mark_retained(
     let what = "mark retained";
     let mut tx = ledger.begin(what).await?;
     ledger.require_team(&mut tx, team).await?;
-    let done = sqlx::query(
+    let retained: Vec<Uuid> = sqlx::query_scalar(
         "UPDATE messages SET retained_at = ?4
          WHERE team_id = ?1 AND backend = ?2 AND publication = 'stored'
-           AND retained_at IS NULL AND stored_at < ?3",
+           AND retained_at IS NULL AND stored_at < ?3
+         RETURNING id",
     )
     .bind(team)
     .bind(backend)
     .bind(Ts(before))
     .bind(Ts(at))
-    .execute(&mut *tx)
+    .fetch_all(&mut *tx)
     .await
     .map_err(ledger.db(what))?;
+    // Retention removes what it removed from the search index too, in the same transaction (the
+    // rows' trigger removes their FTS5 rows).
+    for id in &retained {
+        sqlx::query("DELETE FROM message_search WHERE message_id = ?")
+            .bind(id)
+            .execute(&mut *tx)
+            .await
+            .map_err(ledger.db(what))?;
+    }
     ledger.commit(tx, what).await?;
-    Ok(done.rows_affected())
+    Ok(retained.len() as u64)
 }
