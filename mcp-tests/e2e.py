@@ -83,6 +83,7 @@ TOOLS = {
     "list_leases",
     "check_lease",
     "set_status",
+    "search_messages",
 }
 
 # A wait must end this long after the message was sent at the latest (generous for CI; a wait

@@ -35,7 +35,10 @@ pub mod tools;
 pub mod usecases;
 
 // The paths from before the modules moved into their rooms.
-pub use cli::{commands, dev_team, embedded, lease_commands, mcp_bridge, push_commands, streams};
+pub use cli::{
+    commands, dev_team, embedded, lease_commands, mcp_bridge, push_commands, search_command,
+    streams,
+};
 pub use tools::{client, demo, load};
 pub use usecases::{
     acknowledge, admin, backends, bus, conversations, deliver, health, history, references, relay,

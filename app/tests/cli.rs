@@ -924,3 +924,84 @@ fn load_refuses_a_data_directory_no_server_runs_on_before_creating_anything() {
     );
     stop(child);
 }
+
+/// `crewbus search` beside the running embedded server finds what an agent sent once the
+/// server indexed it (as JSON and as text, the matched word marked), refuses a bad limit, and
+/// an unknown agent.
+#[test]
+fn search_finds_an_agents_messages_beside_a_running_server() {
+    let (child, token, addr, state) = serve_with(&[]);
+    let (status, conv) = post(
+        &addr,
+        "/v1/conversations",
+        &token,
+        &serde_json::json!({ "title": "ops", "members": [] }),
+    );
+    assert_eq!(status, 201, "{conv}");
+    let id = conv["id"].as_str().unwrap();
+    let (status, sent) = post(
+        &addr,
+        &format!("/v1/conversations/{id}/messages"),
+        &token,
+        &serde_json::json!({ "request_id": "r1", "body": "deploy the parser tonight" }),
+    );
+    assert_eq!(status, 201, "{sent}");
+    let search = |extra: &[&str]| {
+        crewbus()
+            .args(["search", "--team", "t", "--agent", "alice"])
+            .args(extra)
+            .arg("--data-dir")
+            .arg(state.path())
+            .output()
+            .unwrap()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let found = loop {
+        let out = crewbus()
+            .args([
+                "--json", "search", "--team", "t", "--agent", "alice", "parser",
+            ])
+            .arg("--data-dir")
+            .arg(state.path())
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let page: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        if !page["hits"].as_array().unwrap().is_empty() {
+            break page;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "never indexed: {page}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    assert_eq!(
+        found["hits"][0]["message"], sent["message"]["id"],
+        "{found}"
+    );
+    let text = search(&["parser"]);
+    assert!(text.status.success(), "{text:?}");
+    let stdout = String::from_utf8_lossy(&text.stdout);
+    assert!(
+        stdout.contains("*parser*") && stdout.contains("1 hit(s)"),
+        "{stdout}"
+    );
+    let bad = search(&["--limit", "0", "parser"]);
+    assert!(!bad.status.success(), "{bad:?}");
+    let stranger = crewbus()
+        .args([
+            "search",
+            "--team",
+            "t",
+            "--agent",
+            "nobody",
+            "parser",
+            "--data-dir",
+        ])
+        .arg(state.path())
+        .output()
+        .unwrap();
+    assert!(!stranger.status.success(), "{stranger:?}");
+    stop(child);
+}

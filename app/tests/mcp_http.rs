@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 const LEGACY: &str = "2025-11-25";
 const MODERN: &str = "2026-07-28";
 
-const TOOLS: [&str; 23] = [
+const TOOLS: [&str; 24] = [
     "whoami",
     "list_agents",
     "create_conversation",
@@ -38,6 +38,7 @@ const TOOLS: [&str; 23] = [
     "release_lease",
     "list_leases",
     "check_lease",
+    "search_messages",
     "set_status",
 ];
 
@@ -418,7 +419,8 @@ async fn both_revisions_initialize_and_list_every_tool_with_object_schemas() {
             let read_only = name.starts_with("list_")
                 || name.starts_with("get_")
                 || name.starts_with("read_")
-                || ["whoami", "inbox_status", "check_lease"].contains(&name.as_str());
+                || ["whoami", "inbox_status", "check_lease", "search_messages"]
+                    .contains(&name.as_str());
             assert_eq!(a["readOnlyHint"], json!(read_only), "{name}: {a}");
             let idempotent = [
                 "send_message",
@@ -659,6 +661,24 @@ async fn two_agents_exchange_through_every_tool_and_each_answer_fits_its_schema(
             &b.call("fetch_inbox", json!({})).await,
         );
         assert_eq!(empty["deliveries"], json!([]));
+
+        // The message bob confirmed is found by its words once indexed (within about 2 s).
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        let found = loop {
+            let found = ok(
+                &tools,
+                c,
+                "search_messages",
+                &b.call("search_messages", json!({"query": "hello bob"}))
+                    .await,
+            );
+            if !found["hits"].as_array().unwrap().is_empty() {
+                break found;
+            }
+            assert!(std::time::Instant::now() < deadline, "never found: {found}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        };
+        assert_eq!(found["hits"][0]["conversation"], conv_id.as_str());
 
         ok(
             &tools,

@@ -103,6 +103,7 @@ async fn run(
         Command::Backup(args) => Ok(crewbus::commands::backup(config, args, json).await?),
         Command::Push(cmd) => Ok(crewbus::push_commands::push(config, cmd, json).await?),
         Command::Lease(cmd) => Ok(crewbus::lease_commands::lease(config, cmd, json).await?),
+        Command::Search(args) => Ok(crewbus::search_command::search(config, args, json).await?),
         Command::Mcp(_) => unreachable!("`crewbus mcp` runs before the configuration is loaded"),
     }
 }

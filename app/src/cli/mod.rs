@@ -20,6 +20,7 @@ pub mod embedded;
 pub mod lease_commands;
 pub mod mcp_bridge;
 pub mod push_commands;
+pub mod search_command;
 pub mod streams;
 
 /// The multi-threaded Tokio runtime a command runs on. Errors: it cannot start — said on stderr
@@ -217,6 +218,10 @@ Examples:
     /// agent's check that it holds paths (over HTTP: a git pre-commit hook's command).
     #[command(subcommand)]
     Lease(lease_commands::LeaseCommand),
+
+    /// Full-text search of a team's messages as one of its agents may read them (its
+    /// conversations), best match first, matched words marked.
+    Search(search_command::SearchArgs),
 }
 
 impl Cli {

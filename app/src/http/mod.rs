@@ -29,6 +29,7 @@ pub mod openapi;
 mod ops;
 pub(crate) mod request_deadline;
 mod runs;
+pub mod search;
 pub mod views;
 
 /// What every handler sees.
@@ -86,6 +87,7 @@ pub fn router(bus: Bus, mounted: Router<AppState>) -> Router {
         .route("/v1/runs/{id}/seal", post(runs::seal))
         .route("/v1/runs/{id}/records", get(runs::records))
         .route("/v1/leases/check", post(leases::check))
+        .route("/v1/search", get(search::search))
         .route("/v1/leases/{id}", get(leases::get))
         .route("/v1/leases/{id}/renew", post(leases::renew))
         .route("/v1/leases/{id}/release", post(leases::release))

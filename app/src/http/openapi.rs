@@ -11,6 +11,7 @@ use super::leases::{
     AcquireLease, AcquireView, CheckLease, CheckView, LeaseEndView, LeaseEventView,
     LeaseHistoryView, LeaseModeView, LeaseView, LeasesView, RenewLease,
 };
+use super::search::{SearchHitView, SearchView, SnippetView};
 use super::views::*;
 use crate::usecases::bus::BusSettings;
 use crate::usecases::health::HealthReport;
@@ -29,6 +30,8 @@ use crate::usecases::health::HealthReport;
         (name = "leases", description = "Fenced, expiring claims on path patterns: take one \
             (exclusive or shared, optionally waiting for conflicts to end), renew, release, list \
             the team's, and check a path with a fencing token (a stale token is refused)."),
+        (name = "search", description = "Full-text search over the bodies and titles of the \
+            caller's conversations, ranked, paged, the matched words marked."),
         (name = "admin", description = "What the people who run the agents see and do: teams, \
             agents with their activity, conversations with every recipient's delivery state, \
             runs, push registrations with their attempts logs, storage; add and revoke agents, \
@@ -60,6 +63,7 @@ use crate::usecases::health::HealthReport;
         super::leases::renew,
         super::leases::release,
         super::leases::check,
+        super::search::search,
         super::ops::health,
         super::ops::metrics,
     ),
@@ -69,7 +73,8 @@ use crate::usecases::health::HealthReport;
         ConfirmRequest, ConfirmItemView, ConfirmView, AcknowledgeRequest, ReceiptView,
         InboxStatusView, HealthReport, RunView, Outcome, SealRequest, RecordView, RecordsView,
         MemberKind, LeaseView, LeaseModeView, LeaseEndView, AcquireLease, AcquireView, RenewLease,
-        LeasesView, LeaseEventView, LeaseHistoryView, CheckLease, CheckView
+        LeasesView, LeaseEventView, LeaseHistoryView, CheckLease, CheckView, SearchView,
+        SearchHitView, SnippetView
     )),
     modifiers(&BearerAuth, &AdminApi, &RequestDeadline)
 )]
@@ -255,8 +260,8 @@ mod tests {
                 "operationId {id} twice ({method} {path})"
             );
         }
-        // 28 of the agents' API and operations, 16 of the admin API.
-        assert_eq!(seen.len(), 44);
+        // 29 of the agents' API and operations, 16 of the admin API.
+        assert_eq!(seen.len(), 45);
     }
 
     #[test]
@@ -316,7 +321,7 @@ mod tests {
             }
         }
         // Every operation but /health and /metrics.
-        assert_eq!(authenticated, 42);
+        assert_eq!(authenticated, 43);
     }
 
     #[test]
@@ -336,7 +341,7 @@ mod tests {
             );
             declared += 1;
         }
-        assert_eq!(declared, 43);
+        assert_eq!(declared, 44);
     }
 
     #[test]
