@@ -82,6 +82,7 @@ TOOLS = {
     "release_lease",
     "list_leases",
     "check_lease",
+    "set_status",
 }
 
 # A wait must end this long after the message was sent at the latest (generous for CI; a wait
@@ -272,6 +273,12 @@ async def check_exchange(bus: harness.Crewbus, mode: str) -> None:
         bob_me = await bob.call("whoami", {})
         agents = await alice.call("list_agents", {})
         expect({"alice", "bob"} <= {a["name"] for a in agents["agents"]}, f"list_agents: {agents}")
+        status = f"reviewing the plan ({mode})"
+        mine = await alice.call("set_status", {"status": status})
+        expect(mine["status"] == status, f"set_status: {mine}")
+        seen = await bob.call("list_agents", {})
+        alice_seen = [a for a in seen["agents"] if a["name"] == "alice"]
+        expect(alice_seen and alice_seen[0]["status"] == status, f"bob's list_agents: {seen}")
 
         conv = await alice.call("create_conversation", {"title": f"mcp e2e {mode}", "members": [bob_me["id"]]})
         conv_id = conv["id"]

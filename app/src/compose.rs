@@ -30,7 +30,7 @@ use crewbus_memory::{
 };
 use crewbus_ports::{
     Backends, Clock, Feed, Journal, KeyRing, Leases, Ledger, Operators, Oversight, PushStore,
-    Search, SystemClock, Wakeups,
+    Search, SendAllowance, SystemClock, Wakeups,
 };
 use crewbus_postgres::{
     PostgresBackends, PostgresFeed, PostgresLedger, PostgresPushStore, PostgresSettings,
@@ -197,6 +197,8 @@ pub fn sqlite_with(
         operators: ledger.clone(),
         oversight: ledger.clone(),
         leases: ledger.clone(),
+        // One server holds the store: its buckets are exact in process.
+        send_allowance: None,
         search: ledger,
         registry: Arc::new(registry),
         journal,
@@ -275,6 +277,8 @@ pub async fn postgres_with_pool(
         operators: ledger.clone(),
         oversight: ledger.clone(),
         leases: ledger.clone(),
+        // Servers share the database: each agent's bucket is one row of it.
+        send_allowance: Some(ledger.clone()),
         search: ledger,
         registry: Arc::new(postgres),
         journal,
@@ -340,6 +344,8 @@ pub fn memory_with_wakeups(
         operators: Arc::new(ledger.clone()),
         oversight: Arc::new(ledger.clone()),
         leases: Arc::new(ledger.clone()),
+        // One process holds a memory store: its buckets are exact in process.
+        send_allowance: None,
         search: Arc::new(ledger.clone()),
         registry: Arc::new(registry.clone()),
         journal,
@@ -378,6 +384,8 @@ struct Stores {
     oversight: Arc<dyn Oversight>,
     /// The ledger's leases (the same store).
     leases: Arc<dyn Leases>,
+    /// Each agent's shared send bucket, when servers share the store (Postgres).
+    send_allowance: Option<Arc<dyn SendAllowance>>,
     /// The ledger's search index (the same store).
     search: Arc<dyn Search>,
     /// The console feed: in process for memory and SQLite, `NOTIFY` for Postgres.
@@ -433,6 +441,7 @@ fn finish(
         operators: stores.operators,
         oversight: stores.oversight,
         leases: stores.leases,
+        send_allowance: stores.send_allowance,
         search: stores.search,
         feed: stores.feed,
         // What operators read: the outbox's sealed store when there is one (never ciphertext).

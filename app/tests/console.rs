@@ -551,6 +551,71 @@ async fn the_live_stream_sends_a_new_message_and_its_receipt_states() {
     app.finish_test().await;
 }
 
+/// The team page shows each agent's status line (as text, never markup) and current run, and
+/// its live stream sends the agents and leases again when a status line is set, a run is
+/// started or a lease is taken — no message needed.
+#[tokio::test]
+async fn the_team_page_shows_status_lines_and_runs_live() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    let alice = &app.agents[0];
+    let mut b = signed_in(&app).await;
+    let page = b.get(&format!("/console/teams/{}", app.team.id)).await;
+    assert_eq!(page.status, StatusCode::OK);
+    let url = page.events_url();
+    assert!(url.starts_with("/console/events?view=team&"), "{url}");
+    let mut stream = open_stream(&b, &url).await;
+    let mut seen = String::new();
+
+    let (status, _) = alice
+        .client
+        .call(
+            reqwest::Method::PUT,
+            "/v1/me/status",
+            Some(serde_json::json!({ "status": "fixing <script>x</script> & co" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    read_until(&mut stream, &mut seen, 10, "alice's status line", |s| {
+        s.contains("event: swap")
+            && s.contains("fixing &#60;script&#62;x&#60;/script&#62; &#38; co")
+    })
+    .await;
+    assert!(
+        !seen.contains("<script>x"),
+        "a live <script> on the team page"
+    );
+
+    let (_, run) = alice
+        .client
+        .call(reqwest::Method::POST, "/v1/runs", None)
+        .await
+        .unwrap();
+    let run = uuid_of(&run["id"]);
+    seen.clear();
+    read_until(&mut stream, &mut seen, 10, "alice's current run", |s| {
+        s.contains(&format!("/console/teams/{}/runs/{run}", app.team.id))
+    })
+    .await;
+
+    let (status, _) = alice
+        .client
+        .call(
+            reqwest::Method::POST,
+            "/v1/leases",
+            Some(serde_json::json!({ "pattern": "docs/**" })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    seen.clear();
+    read_until(&mut stream, &mut seen, 10, "alice's lease", |s| {
+        s.contains("<code>docs/**</code>")
+    })
+    .await;
+    app.finish_test().await;
+}
+
 #[tokio::test]
 async fn revoking_the_operator_ends_its_open_stream_before_it_shows_anything_more() {
     let app = MemoryApp::start(&["alice", "bob"]).await;

@@ -49,6 +49,7 @@ async fn bus_on_a_silent_database(health_timeout: Duration) -> Bus {
         operators: Arc::new(ledger.clone()),
         oversight: Arc::new(ledger.clone()),
         leases: Arc::new(ledger.clone()),
+        send_allowance: None,
         search: Arc::new(ledger.clone()),
         feed: Arc::new(crewbus_memory::MemoryFeed::new()),
         push_store: Arc::new(crewbus_memory::MemoryPushStore::new(Default::default())),

@@ -15,7 +15,7 @@ use serde_json::{Value, json};
 const LEGACY: &str = "2025-11-25";
 const MODERN: &str = "2026-07-28";
 
-const TOOLS: [&str; 22] = [
+const TOOLS: [&str; 23] = [
     "whoami",
     "list_agents",
     "create_conversation",
@@ -38,6 +38,7 @@ const TOOLS: [&str; 22] = [
     "release_lease",
     "list_leases",
     "check_lease",
+    "set_status",
 ];
 
 /// A JSON-RPC client of `/mcp` for one token (or none), in one revision.
@@ -425,6 +426,7 @@ async fn both_revisions_initialize_and_list_every_tool_with_object_schemas() {
                 "acknowledge_message",
                 "renew_lease",
                 "release_lease",
+                "set_status",
             ]
             .contains(&name.as_str());
             if !read_only {
@@ -479,6 +481,39 @@ async fn two_agents_exchange_through_every_tool_and_each_answer_fits_its_schema(
             &a.call("list_agents", json!({})).await,
         );
         assert_eq!(agents["agents"].as_array().unwrap().len(), 2);
+
+        // A status line, seen by the team in list_agents; refused over its bound.
+        let me = ok(
+            &tools,
+            c,
+            "set_status",
+            &a.call(
+                "set_status",
+                json!({"status": format!("planning {revision}")}),
+            )
+            .await,
+        );
+        assert_eq!(me["status"], format!("planning {revision}"));
+        let agents = ok(
+            &tools,
+            c,
+            "list_agents",
+            &b.call("list_agents", json!({})).await,
+        );
+        let alice_listed = agents["agents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|x| x["name"] == "alice")
+            .unwrap();
+        assert_eq!(alice_listed["status"], format!("planning {revision}"));
+        let too_long = a
+            .call("set_status", json!({"status": "x".repeat(201)}))
+            .await;
+        assert_eq!(too_long["isError"], true, "{too_long}");
+        let refusal: Value =
+            serde_json::from_str(too_long["content"][0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(refusal["code"], "invalid", "{too_long}");
 
         // Members by name.
         let conv = ok(

@@ -1,7 +1,8 @@
 //! The send rate limit per agent (`[rate_limit]`) end to end on the memory store over HTTP: a
 //! burst is granted, the next send is `429 rate_limited` with `Retry-After` and nothing recorded,
 //! the bucket refills on the bus clock, a team override and another agent have buckets of their
-//! own, and a rate limit off sends freely.
+//! own, and a rate limit off sends freely; and two servers on one Postgres sharing an agent's
+//! bucket within the stated tolerance (`burst + servers × chunk`).
 
 mod common;
 
@@ -182,4 +183,122 @@ fn the_section_loads_from_toml_with_team_overrides_keyed_by_team_id() {
         Err(crewbus_domain::BusError::Invalid { .. })
     ));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// Two servers on one Postgres share each agent's bucket: each leases `chunk` tokens at a time
+/// from the agent's row. On a stopped clock (no refill), both servers together grant exactly
+/// the burst; after a refill while each server still holds part of a chunk, the window's sends
+/// are `burst` + what the servers held — never more than `burst + servers × chunk`, the stated
+/// tolerance. The agent's bucket is one row of the ledger.
+#[tokio::test]
+async fn two_servers_on_one_postgres_share_an_agents_bucket_within_burst_plus_servers_times_chunk()
+{
+    use std::sync::Arc;
+
+    use crewbus::compose::postgres_with_pool;
+    use crewbus::server::Server;
+    use crewbus::shutdown::Shutdown;
+    use crewbus_conformance::postgres::TestDatabase;
+    use crewbus_memory::ManualClock;
+
+    let (burst, chunk) = (20u32, 4u32);
+    let mut config = test_config();
+    config.rate_limit.enabled = true;
+    config.rate_limit.rate_per_second = 1;
+    config.rate_limit.burst = burst;
+    config.rate_limit.chunk = chunk;
+    let db = TestDatabase::create("rate_limit::two_servers", |pool| async move {
+        crewbus_postgres::migrate(&pool).await
+    })
+    .await;
+    let clock = ManualClock::new(chrono::Utc::now());
+    let mut servers = Vec::new();
+    for _ in 0..2 {
+        let composed = postgres_with_pool(&config, db.pool().clone(), Arc::new(clock.clone()))
+            .await
+            .unwrap();
+        let server = Server::start(composed.bus.clone(), config.listen, Shutdown::new())
+            .await
+            .unwrap();
+        servers.push((composed.bus, server));
+    }
+    let bus = &servers[0].0;
+    let team = bus.add_team("team-r", None, None).await.unwrap();
+    let alice = bus.add_agent(team.id, "alice").await.unwrap();
+    let bob = bus.add_agent(team.id, "bob").await.unwrap();
+    let http = reqwest::Client::new();
+    let conv: Value = http
+        .post(format!("{}/v1/conversations", servers[0].1.url()))
+        .bearer_auth(&alice.token)
+        .json(&json!({"title": "rate", "members": [bob.agent.id]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let conv = uuid_of(&conv["id"]);
+    let mut n = 0;
+    // Sends alternate between the servers until both refuse; returns how many were granted.
+    let until_both_refuse = async |n: &mut usize| {
+        let mut granted = 0u32;
+        let mut refused = [false, false];
+        while !(refused[0] && refused[1]) {
+            for (i, (_, server)) in servers.iter().enumerate() {
+                *n += 1;
+                let r = http
+                    .post(format!("{}/v1/conversations/{conv}/messages", server.url()))
+                    .bearer_auth(&alice.token)
+                    .json(&json!({"request_id": format!("r{n}"), "body": "hi"}))
+                    .send()
+                    .await
+                    .unwrap();
+                match r.status().as_u16() {
+                    201 => {
+                        granted += 1;
+                        refused[i] = false;
+                    }
+                    429 => refused[i] = true,
+                    other => panic!("send answered {other}"),
+                }
+                assert!(granted <= 4 * burst, "no refusal after {granted} sends");
+            }
+        }
+        granted
+    };
+    // A stopped clock: the servers share exactly the burst.
+    assert_eq!(until_both_refuse(&mut n).await, burst);
+    let rows = |db: &TestDatabase| {
+        let pool = db.pool().clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM send_allowances")
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(rows(&db).await, 1, "one bucket row for alice");
+
+    // Each server takes one chunk after a refill and keeps chunk - 1 of it; a further refill to
+    // the full burst, then the window: burst + what the servers still held.
+    clock.advance(Duration::from_secs(u64::from(burst)));
+    for (_, server) in &servers {
+        n += 1;
+        let r = http
+            .post(format!("{}/v1/conversations/{conv}/messages", server.url()))
+            .bearer_auth(&alice.token)
+            .json(&json!({"request_id": format!("r{n}"), "body": "hi"}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 201);
+    }
+    clock.advance(Duration::from_secs(u64::from(burst)));
+    let window = until_both_refuse(&mut n).await;
+    assert_eq!(window, burst + 2 * (chunk - 1));
+    assert!(window <= burst + 2 * chunk);
+    for (_, server) in servers {
+        server.stop().await;
+    }
+    db.passed().await;
 }

@@ -98,6 +98,7 @@ pub mod postgres;
 pub mod push_store;
 pub mod samples;
 pub mod search;
+pub mod send_allowance;
 pub mod sqlite;
 pub mod stream_admin;
 pub mod trial;
@@ -120,4 +121,5 @@ pub use push_store::{
     PushStoreFactory, PushStoreFixture, push_store_behaviours, push_store_trials,
 };
 pub use search::search_behaviours;
+pub use send_allowance::send_allowance_behaviours;
 pub use trial::runtime;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, AgentKind, BusError, DeliveryState, MAX_PAGE, Message, Operator, OperatorScope,
-    WakeupTarget, human_member_name,
+    RunOutcome, WakeupTarget, human_member_name,
 };
 use crewbus_ports::Operators;
 use uuid::Uuid;
@@ -28,6 +28,9 @@ pub fn oversight_behaviours() -> Vec<Behaviour<dyn LedgerFixture>> {
     behaviours!["oversight" =>
         touch_agents_never_moves_back_and_ignores_unknowns,
         agent_activity_counts_pending_deliveries,
+        set_status_replaces_and_clears_the_line,
+        set_status_refuses_revoked_and_strangers,
+        agent_activity_names_the_latest_open_run,
         conversation_summaries_count_messages,
         recipient_states_follow_receipts_and_hand_outs,
         recipient_states_keep_the_order_asked_for,
@@ -160,6 +163,114 @@ pub async fn agent_activity_counts_pending_deliveries<F: LedgerFixture + ?Sized>
         s.oversight.agent_activity(Uuid::new_v4()).await,
         Err(BusError::NotFound { .. })
     ));
+}
+
+/// The status line an agent sets is listed with its time; a later one replaces it (whatever its
+/// time), the empty line clears it (`None`); another agent's line is its own.
+pub async fn set_status_replaces_and_clears_the_line<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let o = &s.oversight;
+    let status = |list: &[crewbus_domain::AgentActivity], id: Uuid| {
+        list.iter()
+            .find(|x| x.agent.id == id)
+            .expect("listed")
+            .status
+            .clone()
+            .map(|l| (l.text, l.set_at))
+    };
+    let listed = o.agent_activity(s.team.id).await.unwrap();
+    assert_eq!(status(&listed, s.a.id), None);
+    o.set_status(&s.a, "reviewing PR 12", t(3)).await.unwrap();
+    o.set_status(&s.b, "idle — waiting for « a »", t(4))
+        .await
+        .unwrap();
+    let listed = o.agent_activity(s.team.id).await.unwrap();
+    assert_eq!(
+        status(&listed, s.a.id),
+        Some(("reviewing PR 12".to_owned(), t(3)))
+    );
+    assert_eq!(
+        status(&listed, s.b.id),
+        Some(("idle — waiting for « a »".to_owned(), t(4)))
+    );
+    o.set_status(&s.a, "merging", t(2)).await.unwrap();
+    let listed = o.agent_activity(s.team.id).await.unwrap();
+    assert_eq!(status(&listed, s.a.id), Some(("merging".to_owned(), t(2))));
+    o.set_status(&s.a, "", t(5)).await.unwrap();
+    let listed = o.agent_activity(s.team.id).await.unwrap();
+    assert_eq!(status(&listed, s.a.id), None);
+    assert_eq!(
+        status(&listed, s.b.id),
+        Some(("idle — waiting for « a »".to_owned(), t(4)))
+    );
+}
+
+/// A revoked agent's line cannot be set (`Forbidden`) and stays as it was; an agent unknown in
+/// the team it names, or named with another team, is `NotFound`.
+pub async fn set_status_refuses_revoked_and_strangers<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let o = &s.oversight;
+    o.set_status(&s.c, "before", t(1)).await.unwrap();
+    s.ledger
+        .revoke_agent(s.team.id, s.c.id, t(2))
+        .await
+        .unwrap();
+    assert!(matches!(
+        o.set_status(&s.c, "after", t(3)).await,
+        Err(BusError::Forbidden { .. })
+    ));
+    let listed = o.agent_activity(s.team.id).await.unwrap();
+    let c = listed.iter().find(|x| x.agent.id == s.c.id).unwrap();
+    assert_eq!(c.status.as_ref().map(|l| l.text.as_str()), Some("before"));
+    let mut stranger = s.a.clone();
+    stranger.id = Uuid::new_v4();
+    assert!(matches!(
+        o.set_status(&stranger, "x", t(3)).await,
+        Err(BusError::NotFound { .. })
+    ));
+    let other = s.other_team().await;
+    let mut elsewhere = s.a.clone();
+    elsewhere.team = other.id;
+    assert!(matches!(
+        o.set_status(&elsewhere, "x", t(3)).await,
+        Err(BusError::NotFound { .. })
+    ));
+}
+
+/// An agent's current run is its latest admitted run not sealed: none before its first run,
+/// the newer of two open runs, the older once the newer is sealed, none once both are.
+pub async fn agent_activity_names_the_latest_open_run<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let current = |list: Vec<crewbus_domain::AgentActivity>, id: Uuid| {
+        list.into_iter()
+            .find(|x| x.agent.id == id)
+            .expect("listed")
+            .current_run
+    };
+    let team = s.team.id;
+    assert_eq!(
+        current(s.oversight.agent_activity(team).await.unwrap(), s.a.id),
+        None
+    );
+    let older = s.journal.admit(team, s.a.id, t(1)).await.unwrap();
+    let newer = s.journal.admit(team, s.a.id, t(2)).await.unwrap();
+    let theirs = s.journal.admit(team, s.b.id, t(3)).await.unwrap();
+    let listed = s.oversight.agent_activity(team).await.unwrap();
+    assert_eq!(current(listed.clone(), s.a.id), Some(newer.0));
+    assert_eq!(current(listed, s.b.id), Some(theirs.0));
+    s.journal
+        .seal(newer, RunOutcome::Succeeded, "done", t(4))
+        .await
+        .unwrap();
+    let listed = s.oversight.agent_activity(team).await.unwrap();
+    assert_eq!(current(listed, s.a.id), Some(older.0));
+    s.journal
+        .seal(older, RunOutcome::Failed, "crashed", t(5))
+        .await
+        .unwrap();
+    let listed = s.oversight.agent_activity(team).await.unwrap();
+    assert_eq!(current(listed.clone(), s.a.id), None);
+    assert_eq!(current(listed, s.b.id), Some(theirs.0));
 }
 
 /// Every conversation of the team, oldest first, with its members, how many messages it holds

@@ -265,6 +265,9 @@ impl LedgerFixture for MemoryLedgerFixture {
     fn other_server_leases(&self) -> Arc<dyn Leases> {
         Arc::new(self.0.clone())
     }
+    fn send_allowances(&self) -> [Arc<dyn crewbus_ports::SendAllowance>; 2] {
+        [Arc::new(self.0.clone()), Arc::new(self.0.clone())]
+    }
     fn search(&self) -> Arc<dyn Search> {
         Arc::new(self.0.clone())
     }

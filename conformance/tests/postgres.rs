@@ -239,6 +239,9 @@ impl LedgerFixture for PgLedger {
     fn other_server_leases(&self) -> Arc<dyn Leases> {
         Arc::new(self.other.clone())
     }
+    fn send_allowances(&self) -> [Arc<dyn crewbus_ports::SendAllowance>; 2] {
+        [Arc::new(self.ledger.clone()), Arc::new(self.other.clone())]
+    }
     fn search(&self) -> Arc<dyn Search> {
         Arc::new(self.ledger.clone())
     }

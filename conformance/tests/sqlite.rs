@@ -227,6 +227,10 @@ impl LedgerFixture for SqliteLedgerFixture {
             TenantId::default(),
         ))
     }
+    fn send_allowances(&self) -> [Arc<dyn crewbus_ports::SendAllowance>; 2] {
+        let other = SqliteLedger::new(self.ledger.pools().clone(), TenantId::default());
+        [Arc::new(self.ledger.clone()), Arc::new(other)]
+    }
     fn search(&self) -> Arc<dyn Search> {
         Arc::new(self.ledger.clone())
     }

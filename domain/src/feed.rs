@@ -35,6 +35,10 @@ pub enum FeedKind {
     RegistrationParked,
     /// A run was admitted, resumed or sealed.
     RunChanged,
+    /// An agent set or cleared its status line.
+    StatusChanged,
+    /// A lease was granted, renewed, released, revoked or recorded as expired.
+    LeaseChanged,
     /// A kind this build does not know (published by a newer server): ignored by pages.
     #[serde(other)]
     Other,
@@ -53,6 +57,8 @@ impl FeedKind {
             FeedKind::AgentRevoked => "agent_revoked",
             FeedKind::RegistrationParked => "registration_parked",
             FeedKind::RunChanged => "run_changed",
+            FeedKind::StatusChanged => "status_changed",
+            FeedKind::LeaseChanged => "lease_changed",
             FeedKind::Other => "other",
         }
     }

@@ -93,7 +93,7 @@ pub use oversight::{
     ActivityBucket, AgentActivity, ConversationSummary, DeliveryState, MAX_ACTIVITY_BUCKETS,
     RecipientState, StorageUse, bucket_start, fill_buckets, in_asked_order, validate_activity,
 };
-pub use presence::{MAX_STATUS_BYTES, validate_status};
+pub use presence::{MAX_STATUS_CHARS, StatusLine, validate_status};
 pub use published::Published;
 pub use push::{
     AttemptOutcome, DEFAULT_ATTEMPTS_KEPT, DataKey, Destination, PushAttempt, PushAuthentication,
@@ -101,7 +101,7 @@ pub use push::{
 };
 pub use push_transport::{PushRequest, PushResponse, TransportError};
 pub use quota::{Provisioned, QuotaChange, Quotas, Reservation, StorageAccount, StreamKind};
-pub use rate::{RateLimit, TokenBucket, retry_after_seconds};
+pub use rate::{RateLimit, TokenBucket, retry_after_seconds, take_chunk};
 pub use receipt::Receipt;
 pub use search::{
     DEFAULT_SEARCH_LIMIT, IndexEntry, IndexPosition, MAX_SEARCH_DEPTH, MAX_SEARCH_LIMIT,

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use crate::conversation::Conversation;
+use crate::presence::StatusLine;
 use crate::receipt::Receipt;
 use crate::team::Agent;
 
@@ -26,6 +27,11 @@ pub struct AgentActivity {
     /// When the oldest of those was stored (`None` when nothing is pending): the age of its
     /// oldest unconfirmed delivery is `now − oldest_pending_at`.
     pub oldest_pending_at: Option<DateTime<Utc>>,
+    /// The status line it set last (`None`: never set, or cleared with an empty line).
+    pub status: Option<StatusLine>,
+    /// Its current run: the latest admitted of its runs not sealed (by admission time, then
+    /// id); `None` when every run of it is sealed, or it never ran one.
+    pub current_run: Option<Uuid>,
 }
 
 /// A conversation with how much it holds.

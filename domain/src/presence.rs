@@ -1,22 +1,37 @@
-//! Presence: the short status line an agent sets ("reviewing PR 12"), crewbus issue 21 item 2.
+//! Presence: the short status line an agent sets ("reviewing PR 12"), shown with its current
+//! run and last activity wherever the team's agents are listed (`GET /v1/agents`, MCP
+//! `list_agents`, the console's team page).
 //!
-//! Only the rule lives here so far: the ledgers, routes, MCP tool and console page that store
-//! and show it are not built yet.
+//! The ledger keeps the line on the agent's row (`Oversight::set_status`) and reads it back
+//! with the agent's activity (`Oversight::agent_activity`, [`crate::AgentActivity`]).
+
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
 
 use crate::{BusError, BusResult};
 
-/// Longest status line, in bytes of UTF-8: a line for a list, not a message body.
-pub const MAX_STATUS_BYTES: usize = 200;
+/// The status line an agent set, and when (time from the bus's clock at the call).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusLine {
+    /// One line of plain text, 1 to [`MAX_STATUS_CHARS`] characters (see [`validate_status`]).
+    pub text: String,
+    /// When the agent set it.
+    pub set_at: DateTime<Utc>,
+}
+
+/// Longest status line, in characters (Unicode scalar values, as JSON Schema's `maxLength`
+/// counts them; at most 800 bytes of UTF-8): a line for a list, not a message body.
+pub const MAX_STATUS_CHARS: usize = 200;
 
 /// Checks a status line. The empty line is allowed (it clears the status).
 ///
-/// Errors (`Invalid`): above [`MAX_STATUS_BYTES`] bytes; any control character (newlines, tabs,
+/// Errors (`Invalid`): above [`MAX_STATUS_CHARS`] characters; any control character (newlines, tabs,
 /// escapes: a status is one line of plain text, shown as text in the console and in listings).
 pub fn validate_status(status: &str) -> BusResult<()> {
-    if status.len() > MAX_STATUS_BYTES {
+    let chars = status.chars().count();
+    if chars > MAX_STATUS_CHARS {
         return Err(BusError::invalid(format!(
-            "a status is at most {MAX_STATUS_BYTES} bytes of UTF-8, this one is {}",
-            status.len()
+            "a status is at most {MAX_STATUS_CHARS} characters, this one has {chars}"
         )));
     }
     if status.chars().any(char::is_control) {
@@ -36,10 +51,11 @@ mod tests {
     fn a_line_up_to_the_bound_passes_and_beyond_or_with_controls_is_invalid() {
         assert!(validate_status("").is_ok());
         assert!(validate_status("reviewing PR 12").is_ok());
-        assert!(validate_status(&"é".repeat(MAX_STATUS_BYTES / 2)).is_ok());
+        assert!(validate_status(&"é".repeat(MAX_STATUS_CHARS)).is_ok());
+        assert!(validate_status(&"🦀".repeat(MAX_STATUS_CHARS)).is_ok());
         for bad in [
-            "x".repeat(MAX_STATUS_BYTES + 1),
-            "é".repeat(MAX_STATUS_BYTES / 2 + 1),
+            "x".repeat(MAX_STATUS_CHARS + 1),
+            "é".repeat(MAX_STATUS_CHARS + 1),
             "two\nlines".to_owned(),
             "tab\there".to_owned(),
             "esc\u{1b}[31m".to_owned(),
@@ -55,8 +71,8 @@ mod tests {
 
     proptest! {
         #[test]
-        fn accepted_lines_are_bounded_and_control_free(s in "\\PC{0,120}|.{0,300}") {
-            let fits = s.len() <= MAX_STATUS_BYTES && !s.chars().any(char::is_control);
+        fn accepted_lines_are_bounded_and_control_free(s in "\\PC{0,220}|.{0,300}") {
+            let fits = s.chars().count() <= MAX_STATUS_CHARS && !s.chars().any(char::is_control);
             match validate_status(&s) {
                 Ok(()) => prop_assert!(fits),
                 Err(e) => {

@@ -57,6 +57,39 @@ impl TokenBucket {
         }
     }
 
+    /// A bucket as a ledger stored it: `milli_tokens` thousandths of a token held at
+    /// `refilled_at_ms` (kept to the limit's burst, so a lowered burst never over-grants).
+    pub fn from_stored(limit: RateLimit, milli_tokens: u64, refilled_at_ms: i64) -> Self {
+        TokenBucket {
+            limit,
+            milli_tokens: milli_tokens.min(u64::from(limit.burst) * MILLI),
+            refilled_at_ms,
+        }
+    }
+
+    /// What a ledger stores of the bucket: milli-tokens held and when they were counted (ms).
+    pub fn stored(&self) -> (u64, i64) {
+        (self.milli_tokens, self.refilled_at_ms)
+    }
+
+    /// Takes as many whole tokens as it holds at `now_ms`, up to `n` (a chunk a server leases
+    /// from a shared bucket). Returns how many were taken (1 to `n`); none held → `Err(wait_ms)`
+    /// until one is (at least 1). `n` of 0 takes nothing (`Ok(0)`).
+    pub fn take_up_to(&mut self, n: u32, now_ms: i64) -> Result<u32, u64> {
+        if n == 0 {
+            return Ok(0);
+        }
+        self.refill(now_ms);
+        let whole = u32::try_from(self.milli_tokens / MILLI).unwrap_or(u32::MAX);
+        if whole == 0 {
+            let rate = u64::from(self.limit.rate_per_second.max(1));
+            return Err((MILLI - self.milli_tokens).div_ceil(rate).max(1));
+        }
+        let taken = whole.min(n);
+        self.milli_tokens -= u64::from(taken) * MILLI;
+        Ok(taken)
+    }
+
     /// The bucket's limit.
     pub fn limit(&self) -> RateLimit {
         self.limit
@@ -104,6 +137,29 @@ impl TokenBucket {
     }
 }
 
+/// One take of a chunk from a bucket a ledger keeps (`SendAllowance::take_tokens`): the bucket
+/// as stored (`None`: never taken from, so full), the chunk wanted, now (ms). Returns how many
+/// tokens were taken and the bucket to store — unchanged but refilled when none could be taken.
+///
+/// Errors: no whole token held → `RateLimited` with the wait until one is, in whole seconds.
+pub fn take_chunk(
+    limit: RateLimit,
+    stored: Option<(u64, i64)>,
+    want: u32,
+    now_ms: i64,
+) -> (BusResult<u32>, (u64, i64)) {
+    let mut bucket = match stored {
+        Some((milli, at)) => TokenBucket::from_stored(limit, milli, at),
+        None => TokenBucket::full(limit, now_ms),
+    };
+    let taken = bucket
+        .take_up_to(want, now_ms)
+        .map_err(|wait_ms| BusError::RateLimited {
+            retry_after_seconds: retry_after_seconds(wait_ms),
+        });
+    (taken, bucket.stored())
+}
+
 /// Whole seconds of a wait in ms, rounded up (what `Retry-After` carries), at least 1.
 pub fn retry_after_seconds(wait_ms: u64) -> u64 {
     wait_ms.div_ceil(1000).max(1)
@@ -140,6 +196,22 @@ mod tests {
         assert_eq!(b.try_take(5, 1_000_000), Ok(()));
         assert_eq!(b.tokens(0), 0);
         assert!(b.try_take(1, 0).is_err());
+    }
+
+    #[test]
+    fn take_up_to_takes_what_is_held_up_to_the_chunk() {
+        let mut b = TokenBucket::full(limit(2, 7), 0);
+        assert_eq!(b.take_up_to(5, 0), Ok(5));
+        assert_eq!(b.take_up_to(5, 0), Ok(2));
+        assert_eq!(b.take_up_to(5, 0), Err(500));
+        assert_eq!(b.take_up_to(5, 250), Err(250));
+        assert_eq!(b.take_up_to(5, 1000), Ok(2));
+        assert_eq!(b.take_up_to(0, 1000), Ok(0));
+        let (milli, at) = b.stored();
+        assert_eq!((milli, at), (0, 1000));
+        // A stored bucket above a lowered burst is cut to it.
+        let mut kept = TokenBucket::from_stored(limit(2, 3), 9_000, 1000);
+        assert_eq!(kept.take_up_to(10, 1000), Ok(3));
     }
 
     #[test]
@@ -194,6 +266,46 @@ mod tests {
                 let bound = u64::from(burst) + u64::from(rate) * (now as u64) / 1000;
                 prop_assert!(granted <= bound, "granted {} > bound {} at {} ms", granted, bound, now);
             }
+        }
+
+        /// Servers sharing one bucket, each leasing `chunk` tokens from it when its own run out
+        /// (how the bus shares an agent's limit across servers): the sends granted in any
+        /// window of `t` ms are at most `burst + servers × chunk + rate × t`, whatever the
+        /// interleaving — the chunks held when the window opens are the only slack.
+        #[test]
+        fn chunked_sends_stay_within_burst_plus_servers_times_chunk(
+            rate in 1u32..50,
+            burst in 1u32..50,
+            chunk in 1u32..10,
+            servers in 1usize..4,
+            steps in proptest::collection::vec((0i64..200, 0usize..4), 1..300),
+            window_start in 0usize..300,
+        ) {
+            let chunk = chunk.min(burst);
+            let mut shared = TokenBucket::full(limit(rate, burst), 0);
+            let mut held = vec![0u32; servers];
+            let mut now = 0i64;
+            let mut sends: Vec<i64> = Vec::new();
+            for (dt, server) in steps {
+                now += dt;
+                let server = server % servers;
+                if held[server] == 0
+                    && let Ok(n) = shared.take_up_to(chunk, now)
+                {
+                    held[server] = n;
+                }
+                if held[server] > 0 {
+                    held[server] -= 1;
+                    sends.push(now);
+                }
+            }
+            let from = sends.get(window_start).copied().unwrap_or(now);
+            let in_window: Vec<&i64> = sends.iter().filter(|t| **t >= from).collect();
+            let t = now - from;
+            let bound = u64::from(burst)
+                + servers as u64 * u64::from(chunk)
+                + u64::from(rate) * (t as u64) / 1000;
+            prop_assert!(in_window.len() as u64 <= bound, "{} sends in {} ms > {}", in_window.len(), t, bound);
         }
     }
 }

@@ -22,6 +22,7 @@ mod oversight;
 mod push_store;
 mod push_transport;
 mod search;
+mod send_allowance;
 mod stream_admin;
 mod wakeups;
 
@@ -41,6 +42,7 @@ pub use oversight::Oversight;
 pub use push_store::PushStore;
 pub use push_transport::PushTransport;
 pub use search::Search;
+pub use send_allowance::SendAllowance;
 pub use stream_admin::StreamAdmin;
 pub use wakeups::{WakeupListener, Wakeups};
 
@@ -72,6 +74,8 @@ pub use push_store::MockPushStore;
 pub use push_transport::MockPushTransport;
 #[cfg(feature = "mock")]
 pub use search::MockSearch;
+#[cfg(feature = "mock")]
+pub use send_allowance::MockSendAllowance;
 #[cfg(feature = "mock")]
 pub use stream_admin::MockStreamAdmin;
 #[cfg(feature = "mock")]

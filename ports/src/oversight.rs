@@ -10,7 +10,7 @@ use crewbus_domain::{
 };
 use uuid::Uuid;
 
-/// The operator's view of one tenant's ledger: agents' last activity and backlog, conversations
+/// The operator's view of one tenant's ledger: agents' last activity, backlog and status lines, conversations
 /// with their size, each recipient's delivery state, sends and deliveries over time, storage use,
 /// and the human members operators post as.
 ///
@@ -28,10 +28,17 @@ pub trait Oversight: Send + Sync {
     /// Errors: more than `MAX_PAGE` targets → `Invalid`.
     async fn touch_agents(&self, seen: &[WakeupTarget], at: DateTime<Utc>) -> BusResult<u64>;
 
-    /// Every agent of `team` (revoked ones and human members included), by name, with its last
-    /// activity, its pending deliveries (receipts of stored messages not yet confirmed) and
-    /// when the oldest of those was stored. Errors: unknown team → `NotFound`.
+    /// Every agent of `team` (revoked ones and human members included), by name (byte order),
+    /// with its last activity, its pending deliveries (receipts of stored messages not yet
+    /// confirmed), when the oldest of those was stored, its status line and its current run
+    /// (the latest admitted unsealed run). Errors: unknown team → `NotFound`.
     async fn agent_activity(&self, team: Uuid) -> BusResult<Vec<AgentActivity>>;
+
+    /// Sets `agent`'s status line to `status` at `at` (the empty line clears it: the agent then
+    /// has none). The line replaces the previous one whatever its time. The caller validates
+    /// the line ([`crewbus_domain::validate_status`]); the ledger stores it as given.
+    /// Errors: the agent unknown in its team → `NotFound`; revoked (as stored) → `Forbidden`.
+    async fn set_status(&self, agent: &Agent, status: &str, at: DateTime<Utc>) -> BusResult<()>;
 
     /// Every conversation of `team`, oldest first, with its members, message count and latest
     /// send time. Errors: unknown team → `NotFound`.

@@ -35,7 +35,6 @@ CREATE TABLE message_search (
     ord              bigint      GENERATED ALWAYS AS IDENTITY
 );
 CREATE INDEX message_search_document ON message_search USING gin (document);
--- A search narrowed to one conversation: a bitmap AND with the GIN index.
 CREATE INDEX message_search_conversation ON message_search (conversation_id);
 -- A search ranks the 1,000 matches indexed last (crewbus_domain::MAX_SEARCH_DEPTH; ord grows
 -- with each message first indexed and is kept when it is indexed again): for a common word

@@ -11,6 +11,7 @@
 pub mod counter;
 pub mod journal;
 pub mod leases;
+pub mod presence;
 pub mod rows;
 pub mod search;
 pub mod settle;

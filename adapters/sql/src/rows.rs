@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, AgentActivity, AgentKind, BusError, BusResult, Envelope, HistoryPage, InboxEvent,
     LeasedSlot, Locator, Member, Message, Operator, OperatorScope, Publication, Receipt,
-    RecipientState, ReferencePayload, RetentionTarget, Team, TokenHash,
+    RecipientState, ReferencePayload, RetentionTarget, StatusLine, Team, TokenHash,
 };
 use uuid::Uuid;
 
@@ -222,6 +222,9 @@ pub struct ActivityRow<T = DateTime<Utc>> {
     last_active_at: Option<T>,
     pending: i64,
     oldest_pending_at: Option<T>,
+    status: Option<String>,
+    status_set_at: Option<T>,
+    current_run: Option<Uuid>,
 }
 
 impl<T: Into<DateTime<Utc>>> TryFrom<ActivityRow<T>> for AgentActivity {
@@ -232,6 +235,14 @@ impl<T: Into<DateTime<Utc>>> TryFrom<ActivityRow<T>> for AgentActivity {
             last_active_at: opt(r.last_active_at),
             pending: from_db(r.pending),
             oldest_pending_at: opt(r.oldest_pending_at),
+            status: match (r.status, r.status_set_at) {
+                (Some(text), Some(set_at)) => Some(StatusLine {
+                    text,
+                    set_at: set_at.into(),
+                }),
+                _ => None,
+            },
+            current_run: r.current_run,
         })
     }
 }

@@ -27,6 +27,7 @@ CREATE TABLE message_search (
     sent_at          INTEGER NOT NULL,
     body             TEXT    NOT NULL
 ) STRICT;
+CREATE INDEX message_search_conversation ON message_search (conversation_id);
 
 -- The FTS5 index, contentless (the text is in message_search; the index holds words only):
 -- each row the domain's words (crewbus_domain::SearchDocument) of the title and the body joined

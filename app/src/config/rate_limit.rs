@@ -6,9 +6,11 @@
 //! `send_message`) takes one token of that agent's bucket; over it the send is refused with
 //! `rate_limited` (HTTP `429` + `Retry-After`) before anything is recorded.
 //!
-//! Scope today: each server process keeps its own buckets, so with N servers on one Postgres an
-//! agent may send up to N × (burst + rate × t). The shared allowance (servers leasing
-//! chunks of tokens from one row per agent, tolerance burst + servers × chunk) is not built yet.
+//! Across servers: on Postgres each agent's bucket is one row of the ledger
+//! (`SendAllowance`), shared by every server; a server leases `chunk` tokens from it at a time
+//! and counts its sends against them, so a send writes nothing more. Tolerance: in any window of
+//! `t` seconds an agent sends at most `burst + servers × chunk + rate × t`. A store one server
+//! holds (SQLite, memory) keeps exact buckets in that server.
 
 use std::collections::BTreeMap;
 
@@ -22,6 +24,7 @@ use serde::Deserialize;
 /// enabled = true
 /// rate_per_second = 20   # tokens (messages) refilled per second, per agent
 /// burst = 40             # most messages sent at once
+/// chunk = 10             # tokens a server leases from the shared bucket at a time (Postgres)
 /// [rate_limit.teams."0b6f…team id…"]
 /// rate_per_second = 200
 /// burst = 400
@@ -35,6 +38,10 @@ pub struct RateLimitConfig {
     pub rate_per_second: u32,
     /// Most tokens an agent's bucket holds: the largest burst of sends. At least 1. Default 100.
     pub burst: u32,
+    /// Tokens a server leases at a time from an agent's bucket in a shared ledger (Postgres;
+    /// cut to a team's burst when larger): the slack per server of the limit across servers
+    /// (see the module docs). 1 to 10 000. Default 10.
+    pub chunk: u32,
     /// Per-team overrides of `rate_per_second` and `burst`, keyed by team id (both keys
     /// required in an override). Only read when `enabled`.
     pub teams: BTreeMap<Uuid, TeamRateLimit>,
@@ -56,6 +63,7 @@ impl Default for RateLimitConfig {
             enabled: false,
             rate_per_second: 50,
             burst: 100,
+            chunk: 10,
             teams: BTreeMap::new(),
         }
     }
@@ -65,6 +73,11 @@ impl RateLimitConfig {
     /// Checks every limit. Errors: a rate or burst of 0 (default or a team's) → `Invalid`.
     pub fn validate(&self) -> BusResult<()> {
         self.default_limit().validate()?;
+        if !(1..=10_000).contains(&self.chunk) {
+            return Err(BusError::invalid(
+                "rate_limit.chunk must be 1 to 10000 tokens",
+            ));
+        }
         for (team, t) in &self.teams {
             RateLimit {
                 rate_per_second: t.rate_per_second,
@@ -87,6 +100,7 @@ impl RateLimitConfig {
     pub fn settings(&self) -> Option<RateLimits> {
         self.enabled.then(|| RateLimits {
             default: self.default_limit(),
+            chunk: self.chunk,
             teams: self
                 .teams
                 .iter()
@@ -111,6 +125,8 @@ pub struct RateLimits {
     pub default: RateLimit,
     /// Overrides by team id.
     pub teams: BTreeMap<Uuid, RateLimit>,
+    /// Tokens leased at a time from a shared bucket (cut to the agent's burst).
+    pub chunk: u32,
 }
 
 impl RateLimits {

@@ -124,7 +124,8 @@ impl Live {
                             | FeedKind::RegistrationParked
                     )
             }
-            // Agents' pending deliveries, conversations' sizes, the agents themselves.
+            // Agents' pending deliveries, status lines and current runs, conversations' sizes,
+            // the agents themselves, the live leases.
             Live::Team(team) => {
                 e.team == *team
                     && matches!(
@@ -134,6 +135,9 @@ impl Live {
                             | FeedKind::Confirmed
                             | FeedKind::AgentAdded
                             | FeedKind::AgentRevoked
+                            | FeedKind::RunChanged
+                            | FeedKind::StatusChanged
+                            | FeedKind::LeaseChanged
                     )
             }
             Live::Conversation {

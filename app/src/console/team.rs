@@ -1,6 +1,6 @@
-//! A team (`GET /console/teams/{team}`): its agents with their last activity, pending
-//! deliveries and the oldest one's age (revoke one; add one, its token shown once), its
-//! conversations, a link to its runs. Live: agents and conversations are rendered again on the
+//! A team (`GET /console/teams/{team}`): its agents with their status line, current run, last
+//! activity, pending deliveries and the oldest one's age (revoke one; add one, its token shown
+//! once), its live leases, its conversations, a link to its runs. Live: agents and conversations are rendered again on the
 //! team's feed events.
 
 use askama::Template;
@@ -14,7 +14,7 @@ use super::events::Live;
 use super::failure::Failed;
 use super::frame::{Chrome, Fields, Section, Signed, html};
 use super::security::see_other;
-use super::views::{Names, Rendered, Stamp, age, oldest};
+use super::views::{Names, Rendered, Stamp, age, oldest, short};
 use crate::usecases::bus::Bus;
 
 /// A path segment that must be an id; anything else is a page that does not exist.
@@ -30,6 +30,10 @@ pub(crate) struct AgentRow {
     pub(crate) name: String,
     /// `active`, `revoked` or `human`.
     pub(crate) status: &'static str,
+    /// The status line it set, and when (as text, never markup).
+    pub(crate) line: Option<(String, Stamp)>,
+    /// Its current run: id, and its first 8 hex digits.
+    pub(crate) run: Option<(Uuid, String)>,
     pub(crate) last_active: Option<Stamp>,
     pub(crate) last_active_age: String,
     pub(crate) pending: u64,
@@ -107,6 +111,11 @@ pub(crate) async fn live_part(
                     (_, true) => "revoked",
                     (_, false) => "active",
                 },
+                line: a
+                    .status
+                    .as_ref()
+                    .map(|l| (l.text.clone(), Stamp::of(l.set_at))),
+                run: a.current_run.map(|r| (r, short(r))),
                 last_active: a.last_active_at.map(Stamp::of),
                 last_active_age: a
                     .last_active_at

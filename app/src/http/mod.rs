@@ -8,7 +8,7 @@ use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use crewbus_domain::BusError;
 
 use crate::usecases::bus::Bus;
@@ -65,6 +65,7 @@ pub fn router(bus: Bus, mounted: Router<AppState>) -> Router {
         ));
     let api = Router::new()
         .route("/v1/me", get(agents::me))
+        .route("/v1/me/status", put(agents::set_status))
         .route("/v1/agents", get(agents::list))
         .route(
             "/v1/conversations",

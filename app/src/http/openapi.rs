@@ -38,6 +38,7 @@ use crate::usecases::health::HealthReport;
     paths(
         super::agents::me,
         super::agents::list,
+        super::agents::set_status,
         super::conversations::create,
         super::conversations::list,
         super::conversations::get,
@@ -63,7 +64,7 @@ use crate::usecases::health::HealthReport;
         super::ops::metrics,
     ),
     components(schemas(
-        ErrorBody, AgentView, CreateConversation, ConversationView, SendMessage, MessageView,
+        ErrorBody, AgentView, TeamAgentView, SetStatus, CreateConversation, ConversationView, SendMessage, MessageView,
         SentView, HistoryItemView, HistoryView, FetchRequest, DeliveryView, FetchView,
         ConfirmRequest, ConfirmItemView, ConfirmView, AcknowledgeRequest, ReceiptView,
         InboxStatusView, HealthReport, RunView, Outcome, SealRequest, RecordView, RecordsView,
@@ -254,8 +255,8 @@ mod tests {
                 "operationId {id} twice ({method} {path})"
             );
         }
-        // 19 of the agents' API and operations, 16 of the admin API.
-        assert_eq!(seen.len(), 43);
+        // 28 of the agents' API and operations, 16 of the admin API.
+        assert_eq!(seen.len(), 44);
     }
 
     #[test]
@@ -315,7 +316,7 @@ mod tests {
             }
         }
         // Every operation but /health and /metrics.
-        assert_eq!(authenticated, 41);
+        assert_eq!(authenticated, 42);
     }
 
     #[test]
@@ -335,7 +336,7 @@ mod tests {
             );
             declared += 1;
         }
-        assert_eq!(declared, 42);
+        assert_eq!(declared, 43);
     }
 
     #[test]
@@ -592,6 +593,24 @@ mod tests {
             assert_eq!(
                 rule.allows(&s),
                 crewbus_domain::validate_name("title", &s).is_ok(),
+                "{s:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_status_schema_is_validate_status() {
+        let doc = default_doc();
+        let status = &component(&doc, "SetStatus")["properties"]["status"];
+        let rule = StringRule::of(status);
+        assert_eq!(rule.max, crewbus_domain::MAX_STATUS_CHARS);
+        for s in samples()
+            .into_iter()
+            .chain(["x".repeat(200), "é".repeat(201), "🦀".repeat(200)])
+        {
+            assert_eq!(
+                rule.allows(&s),
+                crewbus_domain::validate_status(&s).is_ok(),
                 "{s:?}"
             );
         }

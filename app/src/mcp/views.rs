@@ -15,7 +15,7 @@ use crewbus_domain::{RunId, Uuid};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::http::views::{AgentView, ConversationView, Outcome, ReceiptView};
+use crate::http::views::{ConversationView, Outcome, ReceiptView, TeamAgentView};
 
 /// The most a `fetch_inbox` may wait, seconds (the HTTP API's `bus.max_wait_ms` default).
 pub const MAX_WAIT_SECONDS: u64 = 50;
@@ -177,8 +177,9 @@ fn first_seq() -> u64 {
 /// The agents of the caller's team (`GET /v1/agents`, as an object).
 #[derive(Debug, Serialize, ToSchema)]
 pub struct AgentsView {
-    /// Every agent of the team, revoked ones included (with `revoked_at`).
-    pub agents: Vec<AgentView>,
+    /// Every agent of the team by name, revoked ones included (with `revoked_at`), each with its
+    /// status line, current run and last activity.
+    pub agents: Vec<TeamAgentView>,
 }
 
 /// The caller's conversations (`GET /v1/conversations`, as an object).

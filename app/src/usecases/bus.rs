@@ -12,7 +12,7 @@ use std::time::Duration;
 use crewbus_domain::{Backoff, BusError, BusResult, DateTime, Utc, Uuid};
 use crewbus_ports::{
     Backends, Clock, Feed, Journal, Leases, Ledger, Operators, Oversight, PushStore, Search,
-    StreamAdmin, Wakeups,
+    SendAllowance, StreamAdmin, Wakeups,
 };
 use tokio::sync::Notify;
 
@@ -50,6 +50,10 @@ pub struct Ports {
     pub oversight: Arc<dyn Oversight>,
     /// Leases on path patterns (the ledger's store).
     pub leases: Arc<dyn Leases>,
+    /// Each agent's send bucket shared by every server on the ledger, when the ledger is shared
+    /// (Postgres); `None` keeps the buckets in this process (exact for a store one server
+    /// holds: SQLite, memory).
+    pub send_allowance: Option<Arc<dyn SendAllowance>>,
     /// The full-text search index over the messages (the ledger's store), kept by the index
     /// worker (`usecases::search`).
     pub search: Arc<dyn Search>,
@@ -260,6 +264,10 @@ pub struct Bus {
     /// Each agent's send token bucket in this process (see `send`), created full on the agent's
     /// first send while `settings.rate_limits` is on. One entry per agent that sent here.
     pub(crate) buckets: Arc<Mutex<HashMap<Uuid, crewbus_domain::TokenBucket>>>,
+    /// With a shared allowance (`ports.send_allowance`): the tokens this process holds of each
+    /// agent's shared bucket, leased a chunk at a time; its lock serialises one agent's sends'
+    /// takes here, so one empty chunk makes one lease.
+    pub(crate) chunks: Arc<Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<u32>>>>>,
     /// The console feed's publisher and viewers (see `feed`).
     pub(crate) feed: Arc<FeedHub>,
     /// What the store wrote (rows per table, group commits), read at scrape time for
@@ -294,6 +302,7 @@ impl Bus {
             feed: Arc::new(FeedHub::default()),
             store_writes: None,
             buckets: Arc::new(Mutex::new(HashMap::new())),
+            chunks: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 

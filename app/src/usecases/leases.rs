@@ -16,14 +16,14 @@
 //! listener's session lost, a notify that failed): a waiter then asks again within
 //! [`LEASE_RECHECK`], so **a lost wake-up delays a grant by at most 1 s**, never loses it.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crewbus_domain::{
-    Acquired, Agent, BusError, BusResult, FencingToken, Lease, LeaseClaim, LeaseEvent, LeaseFilter,
-    MAX_PAGE, OperatorScope, RunId, Uuid, validate_lease_path,
+    Acquired, Agent, BusError, BusResult, FeedEvent, FeedKind, FencingToken, Lease, LeaseClaim,
+    LeaseEvent, LeaseFilter, MAX_PAGE, OperatorScope, RunId, Uuid, validate_lease_path,
 };
 use tokio::sync::watch;
 
@@ -151,6 +151,7 @@ impl Bus {
                 .acquire(agent.team, agent.id, claim, ttl, run, now)
                 .await?;
             let Acquired::Conflict(conflicts) = &answer else {
+                self.lease_changed(agent.team, agent.id);
                 return Ok(answer);
             };
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
@@ -185,10 +186,13 @@ impl Bus {
         ttl: Option<Duration>,
     ) -> BusResult<Lease> {
         let ttl = self.lease_ttl(ttl)?;
-        self.ports
+        let renewed = self
+            .ports
             .leases
             .renew(agent.team, agent.id, lease, ttl, self.now())
-            .await
+            .await?;
+        self.lease_changed(agent.team, agent.id);
+        Ok(renewed)
     }
 
     /// Releases `agent`'s lease (idempotent) and wakes the team's waiting acquires on every
@@ -269,10 +273,18 @@ impl Bus {
     /// Wakes the waiting acquires of `team`: here at once, elsewhere through the wake-up port
     /// (a failed notify is logged; the waiters' re-check covers it).
     pub(crate) async fn leases_ended(&self, team: Uuid) {
+        self.emit(vec![FeedEvent::new(team, FeedKind::LeaseChanged)]);
         self.lease_room.wake(team);
         if let Err(error) = self.ports.wakeups.notify_leases(&[team]).await {
             tracing::info!(code = error.code(), error = ?error, "lease wake-up not sent; waiters re-check within 1 s");
         }
+    }
+
+    /// Tells the console feed that `agent` was granted or renewed a lease of `team`.
+    fn lease_changed(&self, team: Uuid, agent: Uuid) {
+        self.emit(vec![
+            FeedEvent::new(team, FeedKind::LeaseChanged).agent(agent),
+        ]);
     }
 
     /// An operator's listing of `team`'s live leases. Errors: a team outside `scope`, or
@@ -310,6 +322,13 @@ impl Bus {
         loop {
             let batch = self.ports.leases.expire(self.now(), MAX_PAGE).await?;
             ended += batch.len();
+            let teams: BTreeSet<Uuid> = batch.iter().map(|l| l.team).collect();
+            self.emit(
+                teams
+                    .into_iter()
+                    .map(|team| FeedEvent::new(team, FeedKind::LeaseChanged))
+                    .collect(),
+            );
             if batch.len() < MAX_PAGE {
                 return Ok(ended);
             }

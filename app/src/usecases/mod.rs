@@ -17,6 +17,7 @@ pub mod history;
 pub mod leases;
 pub mod operators;
 pub mod oversight;
+pub mod presence;
 pub mod references;
 pub mod relay;
 pub mod retention;

@@ -2,6 +2,8 @@
 //! the slot the relay publishes from — shared by the concurrent sends of one group commit
 //! (`send_batch`: one batcher per bus, one `Ledger::send_batch` per batch).
 
+use std::sync::Arc;
+
 use crewbus_domain::{
     Agent, BusError, BusResult, FeedEvent, FeedKind, Publication, RunId, SendRequest, Sent,
     TokenBucket, Uuid, retry_after_seconds,
@@ -15,29 +17,53 @@ use crate::usecases::bus::Bus;
 const CHECK_BACKEND_LIMIT_ABOVE: u64 = 64 * 1024;
 
 impl Bus {
-    /// Takes one token of `sender`'s send bucket when a rate limit is on. Errors: the bucket is
-    /// empty → `RateLimited` (its wait rounded up to whole seconds, at least 1).
-    fn take_send_token(&self, sender: &Agent) -> BusResult<()> {
+    /// Takes one token of `sender`'s send bucket when a rate limit is on: this process's own
+    /// bucket, or — with a shared allowance (`ports.send_allowance`) — one of the tokens this
+    /// process holds of the agent's shared bucket, leasing the next chunk (`rate_limit.chunk`
+    /// tokens, at most the burst) from the ledger when they run out: one ledger write per
+    /// chunk, none per send. Errors: the bucket is empty → `RateLimited` (its wait rounded up
+    /// to whole seconds, at least 1); the ledger's, when a chunk cannot be leased.
+    async fn take_send_token(&self, sender: &Agent) -> BusResult<()> {
         let Some(limits) = &self.settings.rate_limits else {
             return Ok(());
         };
         let limit = limits.for_team(sender.team);
-        let now = self.ports.clock.now().timestamp_millis();
-        let mut buckets = self
-            .buckets
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let bucket = buckets
-            .entry(sender.id)
-            .or_insert_with(|| TokenBucket::full(limit, now));
-        if bucket.limit() != limit {
-            bucket.set_limit(limit);
+        let now = self.ports.clock.now();
+        let Some(shared) = &self.ports.send_allowance else {
+            let now = now.timestamp_millis();
+            let mut buckets = self
+                .buckets
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let bucket = buckets
+                .entry(sender.id)
+                .or_insert_with(|| TokenBucket::full(limit, now));
+            if bucket.limit() != limit {
+                bucket.set_limit(limit);
+            }
+            return bucket
+                .try_take(1, now)
+                .map_err(|wait_ms| BusError::RateLimited {
+                    retry_after_seconds: retry_after_seconds(wait_ms),
+                });
+        };
+        let held = Arc::clone(
+            self.chunks
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .entry(sender.id)
+                .or_default(),
+        );
+        let mut held = held.lock().await;
+        if *held == 0 {
+            let chunk = limits.chunk.min(limit.burst);
+            *held = shared
+                .take_tokens(sender.team, sender.id, limit, chunk, now)
+                .await?;
         }
-        bucket
-            .try_take(1, now)
-            .map_err(|wait_ms| BusError::RateLimited {
-                retry_after_seconds: retry_after_seconds(wait_ms),
-            })
+        // `take_tokens` returns at least 1 for a chunk of at least 1, or an error.
+        *held = held.saturating_sub(1);
+        Ok(())
     }
 
     /// Refuses a body above the effective maximum of the conversation's body backend (e.g.
@@ -95,7 +121,7 @@ impl Bus {
         body: String,
         run: Option<RunId>,
     ) -> BusResult<Sent> {
-        self.take_send_token(sender)?;
+        self.take_send_token(sender).await?;
         let size = body.len() as u64;
         if size > self.settings.max_body_bytes {
             return Err(BusError::TooLarge {

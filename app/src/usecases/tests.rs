@@ -47,6 +47,7 @@ fn bus(ledger: MockLedger, backends: MockBackends) -> Bus {
             operators: Arc::new(crewbus_ports::MockOperators::new()),
             oversight: Arc::new(crewbus_ports::MockOversight::new()),
             leases: Arc::new(crewbus_ports::MockLeases::new()),
+            send_allowance: None,
             search: Arc::new(crewbus_ports::MockSearch::new()),
             feed: Arc::new(crewbus_memory::MemoryFeed::new()),
             push_store: Arc::new(crewbus_ports::MockPushStore::new()),

@@ -595,9 +595,22 @@ def every_page(c: Ctx) -> None:
     pattern = f"<b>{rand('lease')}</b>/**"
     lease = alice.ok("POST", "/v1/leases", {"pattern": pattern, "run": run, "ttl_ms": 600_000})
     expect(lease["granted"] is True, f"alice's lease was not granted: {lease}")
+    line = f"<i>{rand('status')}</i> reviewing the plan"
+    alice.ok("PUT", "/v1/me/status", {"status": line})
     s = sign_in_with_code(c)
     visit(c, s, "overview")
     team = open_team(s, c.bus.team)
+    # Alice's status line is text in her row, beside a link to her current run.
+    alice_row = s.page.locator('table#agents tbody tr[data-agent="alice"]')
+    doing = alice_row.locator('td[data-field="doing"]')
+    expect(doing.inner_text() == line, f"alice's status line reads {doing.inner_text()!r}, not {line!r}")
+    expect(s.page.locator("table#agents i").count() == 0, "a status line became markup")
+    run_link = alice_row.locator('td[data-field="run"] a')
+    expect(run_link.count() == 1 and run in (run_link.get_attribute("href") or ""), "alice's row does not link her current run")
+    # A new line shows up live, without a reload.
+    newer = f"{rand('status')} now merging"
+    alice.ok("PUT", "/v1/me/status", {"status": newer})
+    wait_until(lambda: doing.inner_text() == newer, 10, "alice's new status line on the open team page", page=s.page)
     # The lease is listed with its holder, its pattern as text (never markup).
     row = s.page.locator("table#leases tbody tr", has_text=pattern)
     expect(row.count() == 1, f"the team page's table#leases has {row.count()} rows holding {pattern!r}")

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use crewbus_ports::{Journal, Leases, Ledger, Operators, Oversight, Search};
+use crewbus_ports::{Journal, Leases, Ledger, Operators, Oversight, Search, SendAllowance};
 
 use crate::FixtureError;
 use crate::trial::Run;
@@ -37,6 +37,10 @@ pub trait LedgerFixture: Send + Sync {
     /// The leases of a second server sharing the store: another ledger value with connections
     /// of its own (Postgres: another pool), for the behaviours that race two servers.
     fn other_server_leases(&self) -> Arc<dyn Leases>;
+
+    /// The send allowances over the ledger's store and tenant, and those of a second server
+    /// sharing the store (as [`LedgerFixture::other_server_leases`]).
+    fn send_allowances(&self) -> [Arc<dyn SendAllowance>; 2];
 
     /// The search index over the ledger's store and tenant.
     fn search(&self) -> Arc<dyn Search>;

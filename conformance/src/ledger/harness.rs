@@ -11,6 +11,7 @@ use crate::trial::{Lack, Source, Suite};
 use crate::{
     FixtureError, LedgerFixture, LedgerFixtureFactory, journal_behaviours, leases_behaviours,
     ledger_behaviours, operators_behaviours, oversight_behaviours, search_behaviours,
+    send_allowance_behaviours,
 };
 
 /// The ledger fixtures' factory is the source of the ledger, journal, operators and oversight
@@ -51,6 +52,7 @@ pub fn ledger_trials(
             .chain(operators_behaviours())
             .chain(oversight_behaviours())
             .chain(leases_behaviours())
+            .chain(send_allowance_behaviours())
             .chain(search_behaviours()),
     )
 }
@@ -84,6 +86,7 @@ mod tests {
                 + operators_behaviours().len()
                 + oversight_behaviours().len()
                 + leases_behaviours().len()
+                + send_allowance_behaviours().len()
                 + search_behaviours().len()
         );
         let names: HashSet<&str> = trials.iter().map(Trial::name).collect();
@@ -94,6 +97,7 @@ mod tests {
             "operators",
             "oversight",
             "leases",
+            "send_allowance",
             "search",
         ];
         assert!(

@@ -30,6 +30,7 @@ mod relay;
 mod retention;
 mod search;
 mod send;
+mod send_allowance;
 pub(crate) mod state;
 
 /// The in-process [`Ledger`](crewbus_ports::Ledger): one tenant's teams, agents, conversations, messages, receipts,

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     ActivityBucket, Agent, AgentActivity, AgentKind, BusError, BusResult, ConversationSummary,
-    Member, Operator, Publication, RecipientState, StorageUse, TokenHash, WakeupTarget,
+    Member, Operator, Publication, RecipientState, StatusLine, StorageUse, TokenHash, WakeupTarget,
     human_member_name, recipient_key_for, validate_activity, validate_batch,
 };
 use crewbus_ports::Oversight;
@@ -60,14 +60,40 @@ impl Oversight for MemoryLedger {
                     .filter(|r| r.delivered_at.is_none())
                     .filter_map(|r| r.stored_at)
                     .collect();
+                let current_run = st
+                    .runs
+                    .values()
+                    .map(|r| &r.run)
+                    .filter(|r| r.agent == agent.id && r.team == team && !r.is_sealed())
+                    .max_by_key(|r| (r.admitted_at, r.id.0))
+                    .map(|r| r.id.0);
                 AgentActivity {
                     agent: agent.clone(),
                     last_active_at: st.last_active.get(&agent.id).copied(),
                     pending: pending.len() as u64,
                     oldest_pending_at: pending.into_iter().min(),
+                    status: st.statuses.get(&agent.id).cloned(),
+                    current_run,
                 }
             })
             .collect())
+    }
+
+    async fn set_status(&self, agent: &Agent, status: &str, at: DateTime<Utc>) -> BusResult<()> {
+        let mut st = self.state()?;
+        if st.agent_of(agent.team, agent.id)?.revoked() {
+            return Err(BusError::forbidden("the agent is revoked"));
+        }
+        if status.is_empty() {
+            st.statuses.remove(&agent.id);
+        } else {
+            let line = StatusLine {
+                text: status.to_owned(),
+                set_at: at,
+            };
+            st.statuses.insert(agent.id, line);
+        }
+        Ok(())
     }
 
     async fn conversation_summaries(&self, team: Uuid) -> BusResult<Vec<ConversationSummary>> {

@@ -61,6 +61,8 @@ pub(crate) struct State {
     pub(crate) runs: HashMap<RunId, RunRow>,
     /// agent → its last authenticated call the bus recorded (`Oversight::touch_agents`).
     pub(crate) last_active: HashMap<Uuid, DateTime<Utc>>,
+    /// agent → the status line it set (`Oversight::set_status`; absent when none).
+    pub(crate) statuses: HashMap<Uuid, crewbus_domain::StatusLine>,
     /// (team, operator) → the human member the operator posts as in that team.
     pub(crate) humans: HashMap<(Uuid, Uuid), Uuid>,
     pub(crate) operators: HashMap<Uuid, Operator>,
@@ -74,6 +76,8 @@ pub(crate) struct State {
     pub(crate) leases: HashMap<Uuid, super::leases::LeaseRow>,
     /// team → its fencing counter (the last token granted; 0 before the first grant).
     pub(crate) lease_fences: HashMap<Uuid, u64>,
+    /// agent → its shared send bucket as stored: milli-tokens held, when counted (ms).
+    pub(crate) allowances: HashMap<Uuid, (u64, i64)>,
     /// message → its search document (indexed messages only).
     pub(crate) search: HashMap<Uuid, super::search::SearchRow>,
 }

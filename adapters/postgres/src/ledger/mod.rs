@@ -32,6 +32,7 @@ mod retention;
 mod rows;
 mod search;
 mod send;
+mod send_allowance;
 mod settle;
 
 /// One tenant's ledger in Postgres.

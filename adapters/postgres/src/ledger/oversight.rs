@@ -75,7 +75,10 @@ impl Oversight for PostgresLedger {
         self.require_team(&mut conn, team).await?;
         let rows: Vec<ActivityRow> = sqlx::query_as(&format!(
             "SELECT {AGENT_COLUMNS}, a.last_active_at,
-                    coalesce(p.pending, 0) AS pending, p.oldest AS oldest_pending_at
+                    coalesce(p.pending, 0) AS pending, p.oldest AS oldest_pending_at,
+                    a.status, a.status_set_at,
+                    (SELECT r.id FROM runs r WHERE r.agent_id = a.id AND r.sealed_at IS NULL
+                     ORDER BY r.admitted_at DESC, r.id DESC LIMIT 1) AS current_run
              FROM agents a
              LEFT JOIN LATERAL (
                  SELECT count(*) AS pending, min(m.stored_at) AS oldest
@@ -89,6 +92,29 @@ impl Oversight for PostgresLedger {
         .await
         .map_err(db(what))?;
         rows.into_iter().map(AgentActivity::try_from).collect()
+    }
+
+    async fn set_status(&self, agent: &Agent, status: &str, at: DateTime<Utc>) -> BusResult<()> {
+        let what = "set status";
+        let line = (!status.is_empty()).then_some(status);
+        let changed: Option<(bool,)> = sqlx::query_as(
+            "UPDATE agents a
+             SET status = CASE WHEN a.revoked_at IS NULL THEN $3::text ELSE a.status END,
+                 status_set_at = CASE WHEN a.revoked_at IS NOT NULL THEN a.status_set_at
+                                      WHEN $3::text IS NULL THEN NULL ELSE $4::timestamptz END
+             FROM teams t
+             WHERE a.id = $1 AND a.team_id = $2 AND t.id = a.team_id AND t.tenant = $5
+             RETURNING a.revoked_at IS NOT NULL",
+        )
+        .bind(agent.id)
+        .bind(agent.team)
+        .bind(line)
+        .bind(at)
+        .bind(self.tenant.as_str())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db(what))?;
+        crewbus_sql::presence::status_set(changed.map(|(revoked,)| revoked), agent)
     }
 
     async fn conversation_summaries(&self, team: Uuid) -> BusResult<Vec<ConversationSummary>> {

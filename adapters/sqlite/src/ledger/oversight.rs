@@ -64,7 +64,10 @@ impl Oversight for SqliteLedger {
                        AND m.stored_at IS NOT NULL) AS pending,
                     (SELECT min(m.stored_at) FROM receipts r JOIN messages m ON m.id = r.message_id
                      WHERE r.recipient_id = a.id AND r.delivered_at IS NULL
-                       AND m.stored_at IS NOT NULL) AS oldest_pending_at
+                       AND m.stored_at IS NOT NULL) AS oldest_pending_at,
+                    a.status, a.status_set_at,
+                    (SELECT r.id FROM runs r WHERE r.agent_id = a.id AND r.sealed_at IS NULL
+                     ORDER BY r.admitted_at DESC, r.id DESC LIMIT 1) AS current_run
              FROM agents a WHERE a.team_id = ? ORDER BY a.name"
         ))
         .bind(team)
@@ -72,6 +75,31 @@ impl Oversight for SqliteLedger {
         .await
         .map_err(self.db(what))?;
         rows.into_iter().map(AgentActivity::try_from).collect()
+    }
+
+    async fn set_status(&self, agent: &Agent, status: &str, at: DateTime<Utc>) -> BusResult<()> {
+        let what = "set status";
+        let line = (!status.is_empty()).then_some(status);
+        let mut tx = self.begin(what).await?;
+        let revoked: Option<(bool,)> = sqlx::query_as(
+            "UPDATE agents
+             SET status = CASE WHEN revoked_at IS NULL THEN ?1 ELSE status END,
+                 status_set_at = CASE WHEN revoked_at IS NOT NULL THEN status_set_at
+                                      WHEN ?1 IS NULL THEN NULL ELSE ?2 END
+             WHERE id = ?3 AND team_id = ?4
+               AND team_id IN (SELECT id FROM teams WHERE tenant = ?5)
+             RETURNING revoked_at IS NOT NULL",
+        )
+        .bind(line)
+        .bind(Ts(at))
+        .bind(agent.id)
+        .bind(agent.team)
+        .bind(self.tenant.as_str())
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(self.db(what))?;
+        self.commit(tx, what).await?;
+        crewbus_sql::presence::status_set(revoked.map(|(r,)| r), agent)
     }
 
     async fn conversation_summaries(&self, team: Uuid) -> BusResult<Vec<ConversationSummary>> {

@@ -31,6 +31,7 @@ fn server(ledger: &MemoryLedger, wakeups: Arc<dyn Wakeups>) -> Bus {
             operators: Arc::new(ledger.clone()),
             oversight: Arc::new(ledger.clone()),
             leases: Arc::new(ledger.clone()),
+            send_allowance: None,
             search: Arc::new(ledger.clone()),
             feed: Arc::new(MemoryFeed::new()),
             push_store: Arc::new(MemoryPushStore::new(Default::default())),

@@ -30,6 +30,7 @@ fn ports(ledger: &MemoryLedger) -> Ports {
         operators: Arc::new(ledger.clone()),
         oversight: Arc::new(ledger.clone()),
         leases: Arc::new(ledger.clone()),
+        send_allowance: None,
         search: Arc::new(ledger.clone()),
         feed: Arc::new(MemoryFeed::new()),
         push_store: Arc::new(MemoryPushStore::new(Default::default())),

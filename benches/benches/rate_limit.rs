@@ -1,0 +1,187 @@
+//! The send rate limit (issue 21 item 4) on but never hit ÷ off, in one run, on the embedded
+//! store (SQLite: each agent's bucket in the server) and on Postgres (each agent's bucket one
+//! row of the ledger, leased `rate_limit.chunk` = 10 tokens at a time), through the use case
+//! (`Bus::send`) as the HTTP and MCP handlers call it.
+//!
+//! Set-up (untimed), per store and setting: a bus with `[rate_limit]` on (rate and burst of
+//! 10 000 000: never hit) and one with it off. SQLite: two fresh stores of the same shape (one
+//! server holds a store); Postgres: two buses on one fresh database of `DATABASE_URL` (two
+//! servers sharing a ledger, as production runs them; an unreachable server fails the run
+//! loudly), each with a team of 32 agents in one conversation of two members each.
+//!
+//! Measured: 32 agents, each in a task of its own, send 16-byte messages as fast as the store
+//! answers for a window; the windows alternate on, off, on, off… (6 windows each in bench mode),
+//! and the figure is Σ messages ÷ Σ time per setting. Printed: messages/s on and off and on ÷
+//! off (the issue's goal: ≥ 0.97).
+//!
+//! Test mode (`cargo test --bench rate_limit`; `scripts/test` runs every bench so): one 0.3 s
+//! window each, checked to run and to send, not measured. Bench mode: `cargo bench -p
+//! crewbus-benches --bench rate_limit` (3 s windows).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crewbus::bus::Bus;
+use crewbus::compose;
+use crewbus::config::Config;
+use crewbus_conformance::postgres::TestDatabase;
+use crewbus_domain::{Agent, Uuid};
+use crewbus_ports::SystemClock;
+
+mod support;
+
+use support::cpu::load_average;
+use support::measuring;
+
+const AGENTS: usize = 32;
+
+fn config(limited: bool) -> Config {
+    let mut config = Config::default();
+    config.rate_limit.enabled = limited;
+    config.rate_limit.rate_per_second = 10_000_000;
+    config.rate_limit.burst = 10_000_000;
+    config
+}
+
+/// A bus, its 32 agents and each agent's conversation.
+struct Sender {
+    bus: Bus,
+    agents: Vec<(Agent, Uuid)>,
+}
+
+async fn sender(bus: Bus, name: &str) -> Sender {
+    let team = bus.add_team(name, None, None).await.expect("team");
+    let mut added = Vec::new();
+    for i in 0..AGENTS + 1 {
+        added.push(
+            bus.add_agent(team.id, &format!("agent-{i}"))
+                .await
+                .expect("agent")
+                .agent,
+        );
+    }
+    let reader = added.pop().expect("the reader");
+    let mut agents = Vec::new();
+    for agent in added {
+        let conv = bus
+            .create_conversation(&agent, "bench", &[reader.id.to_string()])
+            .await
+            .expect("conversation");
+        agents.push((agent, conv.id));
+    }
+    Sender { bus, agents }
+}
+
+/// Messages sent by the 32 agents of `s` in `window`, and the time taken.
+async fn burst(s: &Sender, window: Duration, round: usize) -> (u64, Duration) {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for (i, (agent, conv)) in s.agents.iter().enumerate() {
+        let (bus, agent, conv) = (s.bus.clone(), agent.clone(), *conv);
+        tasks.push(tokio::spawn(async move {
+            let mut sent = 0u64;
+            while start.elapsed() < window {
+                bus.send(
+                    &agent,
+                    conv,
+                    format!("w{round}-a{i}-{sent}"),
+                    "sixteen bytes!!!".into(),
+                    None,
+                )
+                .await
+                .expect("send (the limit is never hit)");
+                sent += 1;
+            }
+            sent
+        }));
+    }
+    let mut sent = 0;
+    for t in tasks {
+        sent += t.await.expect("task");
+    }
+    (sent, start.elapsed())
+}
+
+struct Figures {
+    store: &'static str,
+    on: f64,
+    off: f64,
+}
+
+async fn measure(store: &'static str, on: Sender, off: Sender, bench: bool) -> Figures {
+    let (windows, window) = if bench {
+        (6, Duration::from_secs(3))
+    } else {
+        (1, Duration::from_millis(300))
+    };
+    let (mut on_sent, mut on_time, mut off_sent, mut off_time) =
+        (0, Duration::ZERO, 0, Duration::ZERO);
+    for round in 0..windows {
+        let (n, t) = burst(&on, window, round).await;
+        on_sent += n;
+        on_time += t;
+        let (n, t) = burst(&off, window, round).await;
+        off_sent += n;
+        off_time += t;
+    }
+    assert!(on_sent > 0 && off_sent > 0, "nothing was sent");
+    Figures {
+        store,
+        on: on_sent as f64 / on_time.as_secs_f64(),
+        off: off_sent as f64 / off_time.as_secs_f64(),
+    }
+}
+
+fn main() {
+    let bench = measuring();
+    eprintln!(
+        "rate limit bench ({}): load average {}",
+        if bench { "bench mode" } else { "test mode" },
+        load_average()
+    );
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let mut all = Vec::new();
+        {
+            let (on, _on_dir) = support::sqlite_bus(&mut config(true)).await;
+            let (off, _off_dir) = support::sqlite_bus(&mut config(false)).await;
+            let (on, off) = (sender(on, "limited").await, sender(off, "free").await);
+            all.push(measure("sqlite", on, off, bench).await);
+        }
+        {
+            let db = TestDatabase::create("rate limit bench", |pool| async move {
+                crewbus_postgres::migrate(&pool).await
+            })
+            .await;
+            let bus = |limited: bool| {
+                let pool = db.pool().clone();
+                async move {
+                    compose::postgres_with_pool(&config(limited), pool, Arc::new(SystemClock))
+                        .await
+                        .expect("compose postgres")
+                        .bus
+                }
+            };
+            let on = sender(bus(true).await, "limited").await;
+            let off = sender(bus(false).await, "free").await;
+            all.push(measure("postgres", on, off, bench).await);
+            db.passed().await;
+        }
+        eprintln!();
+        eprintln!("| store | limit on, not hit (msg/s) | limit off (msg/s) | on ÷ off |");
+        eprintln!("|---|---:|---:|---:|");
+        for f in &all {
+            eprintln!(
+                "| {} | {:.0} | {:.0} | {:.3} |",
+                f.store,
+                f.on,
+                f.off,
+                f.on / f.off
+            );
+        }
+    });
+}
