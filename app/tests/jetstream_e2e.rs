@@ -506,3 +506,57 @@ async fn the_operators_storage_view_shows_the_teams_streams_against_their_quotas
     );
     app.finish_test().await;
 }
+
+/// Bodies kept in JetStream are indexed by the index worker (read back from the streams) and
+/// found by a member, within the stated lag bound (about 2 s; polled up to 20 s under load).
+#[tokio::test]
+async fn bodies_kept_in_jetstream_are_indexed_and_found() {
+    let app = TestApp::postgres_jetstream("js_search", &["alice", "bob", "carol"]).await;
+    let [alice, bob, carol] = &app.agents[..] else {
+        unreachable!()
+    };
+    let conv = crewbus::client::uuid_of(
+        &alice
+            .client
+            .create_conversation("release train", &[bob.id])
+            .await
+            .unwrap()["id"],
+    );
+    let v = alice
+        .client
+        .send(conv, "r1", "the canary rolled back at noon")
+        .await
+        .unwrap();
+    assert_eq!(v["message"]["backend"], "jetstream");
+    let ledger = &app.bus.ports().ledger;
+    let reader = ledger.agent(app.team.id, bob.id).await.unwrap();
+    let outsider = ledger.agent(app.team.id, carol.id).await.unwrap();
+    let query = crewbus_domain::SearchQuery::new("\"rolled back\" canary");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let page = loop {
+        let page = app.bus.search(&reader, &query).await.unwrap();
+        if !page.hits.is_empty() {
+            break page;
+        }
+        assert!(std::time::Instant::now() < deadline, "never indexed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(page.hits.len(), 1);
+    assert_eq!(page.hits[0].conversation_title, "release train");
+    let marked: Vec<&str> = page.hits[0]
+        .snippet
+        .iter()
+        .filter(|s| s.matched)
+        .map(|s| s.text.as_str())
+        .collect();
+    assert_eq!(marked, ["canary", "rolled", "back"]);
+    assert!(
+        app.bus
+            .search(&outsider, &query)
+            .await
+            .unwrap()
+            .hits
+            .is_empty()
+    );
+    app.finish_test().await;
+}
