@@ -1,8 +1,8 @@
 //! Search end to end over HTTP (`GET /v1/search`), on the memory store and on Postgres with
 //! JetStream bodies (the index worker reads them from the broker): messages sent are found once
 //! indexed, best match first with the matched words marked, a member sees only its own
-//! conversations, pages do not overlap, bad parameters are `400 invalid`, and a conversation
-//! the caller is not in is `404`.
+//! conversations, pages do not overlap, bad parameters are `400 invalid` (a text with no word
+//! to find finds nothing), and a conversation the caller is not in is `404`.
 
 mod common;
 
@@ -164,6 +164,19 @@ async fn messages_are_found_ranked_and_scoped(app: TestApp) {
             "{bad}: {refused}"
         );
     }
+    // Text with no word that could be found finds nothing; a page past the depth is cut.
+    let long = "0".repeat(200);
+    for nothing in ["q=%21%21%21", "q=-parser", "q=+++", &format!("q={long}")] {
+        let (status, page) = search(&bob.client, nothing).await;
+        assert_eq!(status, 200, "{nothing}: {page}");
+        assert_eq!(page["hits"], serde_json::json!([]), "{nothing}");
+    }
+    let (status, deep) = search(&bob.client, "q=parser&offset=995&limit=100").await;
+    assert_eq!(
+        (status, deep["hits"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "{deep}"
+    );
     let (status, _) = ApiClient::new(app.server.url(), None)
         .call(Method::GET, "/v1/search?q=parser", None)
         .await

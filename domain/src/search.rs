@@ -49,6 +49,43 @@ impl SearchQuery {
         }
     }
 
+    /// What a search answers before any ledger is asked (what the driving adapters accept is
+    /// what their schemas say: a text of 1 to [`MAX_SEARCH_TEXT_CHARS`] characters, a limit of
+    /// 1 to [`MAX_SEARCH_LIMIT`], an offset below [`MAX_SEARCH_DEPTH`]):
+    /// - `Ok(None)`: the text holds no word that could be found (only spaces or punctuation,
+    ///   only exclusions, or an included word too long to be indexed): the answer is an empty
+    ///   page;
+    /// - `Ok(Some(q))`: the query to run, its limit cut to the depth left after its offset (an
+    ///   offset of 990 with a limit of 20 asks for the last 10).
+    ///
+    /// Errors ([`BusError::Invalid`]): an empty text, one over [`MAX_SEARCH_TEXT_CHARS`]
+    /// characters, a limit of 0 or over [`MAX_SEARCH_LIMIT`], an offset of [`MAX_SEARCH_DEPTH`]
+    /// or more.
+    pub fn prepared(&self) -> BusResult<Option<SearchQuery>> {
+        if self.text.is_empty() {
+            return Err(BusError::invalid("search text is empty"));
+        }
+        if self.offset >= MAX_SEARCH_DEPTH {
+            return Err(BusError::invalid(format!(
+                "a search pages through its best {MAX_SEARCH_DEPTH} hits at most: offset must \
+                 be below {MAX_SEARCH_DEPTH}"
+            )));
+        }
+        let query = SearchQuery {
+            limit: self.limit.min(MAX_SEARCH_DEPTH - self.offset),
+            ..self.clone()
+        };
+        match query.terms() {
+            Ok(_) => Ok(Some(query)),
+            Err(e) if self.limit == 0 || self.limit > MAX_SEARCH_LIMIT => Err(e),
+            Err(_) if self.text.chars().count() > MAX_SEARCH_TEXT_CHARS => Err(BusError::invalid(
+                format!("search text is longer than {MAX_SEARCH_TEXT_CHARS} characters"),
+            )),
+            // What is left is the text's words: nothing in it can be found.
+            Err(_) => Ok(None),
+        }
+    }
+
     /// Checks the query and parses its text. Errors ([`BusError::Invalid`]): text empty or
     /// only whitespace, longer than [`MAX_SEARCH_TEXT_CHARS`], or without a word to find
     /// ([`SearchTerms::parse`]); `limit` outside 1..=[`MAX_SEARCH_LIMIT`]; `offset + limit`
@@ -193,6 +230,48 @@ mod tests {
             offset: u32::MAX,
             ..deep
         }));
+    }
+
+    #[test]
+    fn a_prepared_query_finds_nothing_for_unfindable_text_and_is_cut_to_the_depth() {
+        assert!(SearchQuery::new("kiwi").prepared().unwrap().is_some());
+        for nothing in ["   ", "!!!", "-kiwi", "\"\"", &"0".repeat(200)] {
+            assert_eq!(
+                SearchQuery::new(nothing).prepared().unwrap(),
+                None,
+                "{nothing:?}"
+            );
+        }
+        for bad in [
+            SearchQuery::new(""),
+            SearchQuery::new("k".repeat(MAX_SEARCH_TEXT_CHARS + 1)),
+            SearchQuery::new(" ".repeat(MAX_SEARCH_TEXT_CHARS + 1)),
+            SearchQuery {
+                limit: 0,
+                ..SearchQuery::new("!!!")
+            },
+            SearchQuery {
+                limit: MAX_SEARCH_LIMIT + 1,
+                ..SearchQuery::new("kiwi")
+            },
+            SearchQuery {
+                offset: MAX_SEARCH_DEPTH,
+                ..SearchQuery::new("kiwi")
+            },
+        ] {
+            assert!(
+                matches!(bad.prepared(), Err(BusError::Invalid { .. })),
+                "{bad:?}"
+            );
+        }
+        let deep = SearchQuery {
+            offset: MAX_SEARCH_DEPTH - 10,
+            limit: 20,
+            ..SearchQuery::new("kiwi")
+        };
+        let cut = deep.prepared().unwrap().unwrap();
+        assert_eq!((cut.offset, cut.limit), (MAX_SEARCH_DEPTH - 10, 10));
+        assert!(cut.terms().is_ok());
     }
 
     fn hit(n: u8) -> SearchHit {

@@ -18,8 +18,10 @@ pub const MAX_TOKEN_BYTES: usize = 128;
 /// rest is neither matched nor shown in snippets.
 pub const MAX_INDEXED_BODY_BYTES: usize = 32_000;
 
-/// At most this many words in one query, phrases' words and excluded words included.
-pub const MAX_QUERY_WORDS: usize = 16;
+/// At most this many words in one query, phrases' words and excluded words included: as many
+/// as a text of [`crate::MAX_SEARCH_TEXT_CHARS`] can hold (one-letter words between spaces), so
+/// a query of a valid length never has too many.
+pub const MAX_QUERY_WORDS: usize = 128;
 
 /// One token of a text: a maximal run of alphanumeric characters (`char::is_alphanumeric`),
 /// lowercased (`str::to_lowercase`), with where it stands in the original text.
@@ -114,8 +116,11 @@ pub struct SearchTerms {
 impl SearchTerms {
     /// Parses `text` (see [`SearchTerms`] for the syntax).
     ///
+    /// An excluded phrase holding a word longer than [`MAX_TOKEN_BYTES`] bytes is dropped: such
+    /// a word is never indexed, so it excludes nothing.
+    ///
     /// Errors ([`BusError::Invalid`]): no word to look for (empty, only punctuation, or only
-    /// exclusions); more than [`MAX_QUERY_WORDS`] words; a word longer than
+    /// exclusions); more than [`MAX_QUERY_WORDS`] words; an included word longer than
     /// [`MAX_TOKEN_BYTES`] bytes (it is never indexed, so it could never match).
     pub fn parse(text: &str) -> BusResult<SearchTerms> {
         let mut include: Vec<Phrase> = Vec::new();
@@ -147,6 +152,9 @@ impl SearchTerms {
                 .split(|c: char| !c.is_alphanumeric())
                 .any(|run| !run.is_empty() && run.to_lowercase().len() > MAX_TOKEN_BYTES)
             {
+                if negated {
+                    continue;
+                }
                 return Err(BusError::invalid(format!(
                     "a search word is longer than {MAX_TOKEN_BYTES} bytes"
                 )));
@@ -320,6 +328,10 @@ mod tests {
             Err(BusError::Invalid { .. })
         ));
         assert!(SearchTerms::parse(&vec!["w"; MAX_QUERY_WORDS].join(" ")).is_ok());
+        // An excluded word too long to be indexed excludes nothing: it is dropped.
+        let t = SearchTerms::parse(&format!("kiwi -{long}")).unwrap();
+        assert_eq!(t.included_words(), ["kiwi"]);
+        assert!(t.exclude.is_empty());
     }
 
     #[test]

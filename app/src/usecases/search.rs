@@ -56,11 +56,21 @@ impl Bus {
     /// the syntax): the indexed messages of the conversations it is a member of, best first,
     /// each with its conversation's title and a snippet, matched words marked. A message is
     /// found from about 2 s after its body was stored (the index worker's lag bound, module
-    /// docs). Errors: a bad query → `Invalid`; `query.conversation` unknown, of another team or
+    /// docs). Errors: a bad query (an empty or too long text, a bad limit or offset) → `Invalid`; `query.conversation` unknown, of another team or
     /// not the agent's → `NotFound`; the ledger failing → `Unavailable`/`Timeout`.
+    ///
+    /// A text with no word that could be found (only punctuation or exclusions, a word too
+    /// long to be indexed) answers an empty page at once, and a page reaching past the depth
+    /// is cut to it ([`SearchQuery::prepared`]): what the schemas of `GET /v1/search` and
+    /// `search_messages` accept is answered.
     pub async fn search(&self, agent: &Agent, query: &SearchQuery) -> BusResult<SearchPage> {
-        query.terms()?;
-        self.ports.search.search(agent, query).await
+        let Some(query) = query.prepared()? else {
+            return Ok(SearchPage {
+                hits: Vec::new(),
+                next_offset: None,
+            });
+        };
+        self.ports.search.search(agent, &query).await
     }
 
     /// One pass of the index worker (module docs): up to [`INDEX_PASS_BATCHES`] batches of
