@@ -1,13 +1,24 @@
 //! `crewbus load` (the library function) against the app on the embedded memory adapters: the
-//! whole run — conversations, paced senders, fetching agents, the zero-loss check — in-process.
+//! whole run — conversations, paced senders, fetching agents, the zero-loss check — in-process,
+//! over the HTTP API and over MCP (rmcp's client at `/mcp`: `send_message`, `fetch_inbox`,
+//! `confirm_deliveries`).
 
 mod common;
 
-use crewbus::load::{LoadAgent, LoadPlan, LoadTeam};
+use crewbus::load::{LoadAgent, LoadPlan, LoadTeam, Transport};
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn load_on_memory_delivers_everything_once_and_the_check_agrees() {
+    load_delivers_everything_once(Transport::Http).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_through_mcp_delivers_everything_once_and_the_check_agrees() {
+    load_delivers_everything_once(Transport::Mcp).await;
+}
+
+async fn load_delivers_everything_once(transport: Transport) {
     let app = common::TestApp::start(&["a", "b", "c", "d"]).await;
     let team = LoadTeam {
         name: "team-a".into(),
@@ -32,6 +43,7 @@ async fn load_on_memory_delivers_everything_once_and_the_check_agrees() {
         drain_timeout: Duration::from_secs(30),
         progress: false,
         receive_after_send: false,
+        transport,
     };
     let report = crewbus::load::run(plan, vec![team]).await.unwrap();
     let z = &report.zero_loss;

@@ -177,6 +177,35 @@ async fn messages_are_found_ranked_and_scoped(app: TestApp) {
         (200, Some(0)),
         "{deep}"
     );
+    // Two teams' messages in one index batch: each body is indexed with its own team's
+    // backend (found by a body word, not only by the title).
+    let dora = app.other_team_agent("dora").await;
+    let hers = uuid_of(
+        &dora
+            .client
+            .create_conversation("dora notes", &[])
+            .await
+            .unwrap()["id"],
+    );
+    for i in 0..3 {
+        dora.client
+            .send(hers, &format!("d{i}"), &format!("walrus tusk {i}"))
+            .await
+            .unwrap();
+        alice
+            .client
+            .send(ours, &format!("a{i}"), &format!("pelican beak {i}"))
+            .await
+            .unwrap();
+    }
+    until_found(&dora.client, "tusk", 3).await;
+    until_found(&alice.client, "beak", 3).await;
+    let (_, none) = search(&dora.client, "q=beak").await;
+    assert_eq!(
+        none["hits"],
+        serde_json::json!([]),
+        "another team's messages: {none}"
+    );
     let (status, _) = ApiClient::new(app.server.url(), None)
         .call(Method::GET, "/v1/search?q=parser", None)
         .await

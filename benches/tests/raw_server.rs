@@ -105,6 +105,7 @@ async fn the_raw_server_does_the_same_durable_work_and_loses_nothing() {
         drain_timeout: Duration::from_secs(30),
         progress: false,
         receive_after_send: false,
+        transport: load::Transport::Http,
     };
     let report = load::run(plan, teams.clone()).await.expect("the load run");
     assert!(

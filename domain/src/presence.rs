@@ -23,9 +23,18 @@ pub struct StatusLine {
 /// counts them; at most 800 bytes of UTF-8): a line for a list, not a message body.
 pub const MAX_STATUS_CHARS: usize = 200;
 
+/// Invisible and bidirectional format characters: zero-width spaces and joiners, directional
+/// marks (U+200B–U+200F), embeddings and overrides (U+202A–U+202E), word joiners, invisible
+/// operators and isolates (U+2060–U+206F), the byte-order mark (U+FEFF). In a line shown beside
+/// an agent's name they hide or reorder what a person reads.
+fn is_hidden_format(c: char) -> bool {
+    matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{FEFF}')
+}
+
 /// Checks a status line. The empty line is allowed (it clears the status).
 ///
-/// Errors (`Invalid`): above [`MAX_STATUS_CHARS`] characters; any control character (newlines, tabs,
+/// Errors (`Invalid`): above [`MAX_STATUS_CHARS`] characters; any invisible or bidirectional
+/// format character (U+200B–U+200F, U+202A–U+202E, U+2060–U+206F, U+FEFF); any control character (newlines, tabs,
 /// escapes: a status is one line of plain text, shown as text in the console and in listings).
 pub fn validate_status(status: &str) -> BusResult<()> {
     let chars = status.chars().count();
@@ -34,9 +43,13 @@ pub fn validate_status(status: &str) -> BusResult<()> {
             "a status is at most {MAX_STATUS_CHARS} characters, this one has {chars}"
         )));
     }
-    if status.chars().any(char::is_control) {
+    if status
+        .chars()
+        .any(|c| c.is_control() || is_hidden_format(c))
+    {
         return Err(BusError::invalid(
-            "a status is one line of text: control characters (newlines, tabs, escapes) are refused",
+            "a status is one line of plain text: control characters (newlines, tabs, escapes) \
+             and invisible or bidirectional format characters are refused",
         ));
     }
     Ok(())
@@ -61,6 +74,10 @@ mod tests {
             "esc\u{1b}[31m".to_owned(),
             "nul\0".to_owned(),
             "c1\u{85}".to_owned(),
+            "rlo\u{202e}txt".to_owned(),
+            "zero\u{200b}width".to_owned(),
+            "bom\u{feff}".to_owned(),
+            "isolate\u{2066}".to_owned(),
         ] {
             assert!(
                 matches!(validate_status(&bad), Err(BusError::Invalid { .. })),
@@ -72,7 +89,8 @@ mod tests {
     proptest! {
         #[test]
         fn accepted_lines_are_bounded_and_control_free(s in "\\PC{0,220}|.{0,300}") {
-            let fits = s.chars().count() <= MAX_STATUS_CHARS && !s.chars().any(char::is_control);
+            let fits = s.chars().count() <= MAX_STATUS_CHARS
+                && !s.chars().any(|c| c.is_control() || is_hidden_format(c));
             match validate_status(&s) {
                 Ok(()) => prop_assert!(fits),
                 Err(e) => {

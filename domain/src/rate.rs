@@ -109,8 +109,13 @@ impl TokenBucket {
     }
 
     fn refill(&mut self, now_ms: i64) {
-        // A clock going back refills nothing and moves the mark back, so it never over-grants.
-        let elapsed = u64::try_from(now_ms.saturating_sub(self.refilled_at_ms)).unwrap_or(0);
+        // A clock behind the mark (gone back, or another server's clock, behind: the shared
+        // bucket of `take_chunk`) refills nothing and leaves the mark where it is; moving it
+        // back would let the next take at a later clock credit the difference again.
+        if now_ms <= self.refilled_at_ms {
+            return;
+        }
+        let elapsed = u64::try_from(now_ms - self.refilled_at_ms).unwrap_or(u64::MAX);
         let cap = u64::from(self.limit.burst) * MILLI;
         // rate tokens/s = rate milli-tokens/ms.
         let added = elapsed.saturating_mul(u64::from(self.limit.rate_per_second));
@@ -266,6 +271,32 @@ mod tests {
                 let bound = u64::from(burst) + u64::from(rate) * (now as u64) / 1000;
                 prop_assert!(granted <= bound, "granted {} > bound {} at {} ms", granted, bound, now);
             }
+        }
+
+        /// Servers whose clocks disagree by up to `skew` ms, taking from one shared bucket in
+        /// any order, never get more than `burst + rate × (t + skew)` in all by the latest
+        /// clock's `t`: a clock behind the bucket's mark refills nothing and never moves it
+        /// back (moving it back re-credits the skew on every take).
+        #[test]
+        fn skewed_clocks_never_refill_twice(
+            rate in 1u32..50,
+            burst in 1u32..50,
+            skews in proptest::collection::vec(0i64..1000, 2..4),
+            steps in proptest::collection::vec((0i64..100, 0usize..4, 1u32..10), 1..300),
+        ) {
+            let mut shared = TokenBucket::full(limit(rate, burst), 0);
+            let mut now = 0i64;
+            let mut granted = 0u64;
+            for (dt, server, want) in steps {
+                now += dt;
+                // Server clocks run behind the true time by their skew.
+                let clock = now - skews[server % skews.len()];
+                if let Ok(n) = shared.take_up_to(want, clock) {
+                    granted += u64::from(n);
+                }
+            }
+            let bound = u64::from(burst) + u64::from(rate) * (now.max(0) as u64) / 1000;
+            prop_assert!(granted <= bound, "granted {} > {}", granted, bound);
         }
 
         /// Servers sharing one bucket, each leasing `chunk` tokens from it when its own run out

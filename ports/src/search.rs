@@ -42,7 +42,9 @@ pub trait Search: Send + Sync {
     /// Indexes each entry's message (title and body; `body: None` → title only) and marks it
     /// indexed at `at`, in one transaction. Idempotent: a message indexed again is replaced,
     /// never found twice. Entries naming no stored, unretained message of the tenant are
-    /// skipped. Returns how many messages were (re)indexed.
+    /// skipped, and so are messages another index write holds at the moment (that write
+    /// indexes them; two servers' workers never wait on each other). Returns how many messages
+    /// were (re)indexed.
     ///
     /// Errors: more than [`crewbus_domain::MAX_PAGE`] entries → `Invalid`. An empty batch is
     /// answered with 0.

@@ -43,12 +43,24 @@ pub struct SearchArgs {
     pub query: String,
 }
 
-/// One line of a hit's snippet, matched words between `*`s (the text otherwise as written).
+/// `text` safe for a terminal: agents wrote it, so every control character (escape sequences
+/// that recolour, retitle or rewrite the operator's terminal, newlines) and every bidirectional
+/// or invisible format character (which reorder or hide what is shown) becomes `�`.
+fn terminal_safe(text: &str) -> String {
+    text.chars()
+        .map(|c| {
+            let format = matches!(c, '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{FEFF}');
+            if c.is_control() || format { '\u{FFFD}' } else { c }
+        })
+        .collect()
+}
+
+/// One line of a hit's snippet, matched words between `*`s, [`terminal_safe`].
 fn snippet_line(hit: &SearchHit) -> String {
     hit.snippet
         .iter()
         .map(|s| {
-            let text = s.text.replace(['\n', '\r', '\t'], " ");
+            let text = terminal_safe(&s.text);
             if s.matched { format!("*{text}*") } else { text }
         })
         .collect()
@@ -73,7 +85,11 @@ pub async fn search(config: Config, args: SearchArgs, json: bool) -> BusResult<E
         return Ok(ExitCode::SUCCESS);
     }
     if page.hits.is_empty() {
-        println!("no messages {} may read match {:?}", agent.name, query.text);
+        println!(
+            "no messages {} may read match {:?}",
+            terminal_safe(&agent.name),
+            query.text
+        );
         return Ok(ExitCode::SUCCESS);
     }
     let names = bus.team_agents(&agent).await?;
@@ -87,9 +103,9 @@ pub async fn search(config: Config, args: SearchArgs, json: bool) -> BusResult<E
         println!(
             "{}  {} #{}  {}  (message {})",
             hit.sent_at.format("%Y-%m-%d %H:%M:%S"),
-            hit.conversation_title,
+            terminal_safe(&hit.conversation_title),
             hit.seq,
-            name(hit.sender),
+            terminal_safe(&name(hit.sender)),
             hit.message
         );
         println!("    {}", snippet_line(hit));
@@ -99,4 +115,22 @@ pub async fn search(config: Config, args: SearchArgs, json: bool) -> BusResult<E
         None => println!("{} hit(s)", page.hits.len()),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escapes_and_bidi_controls_never_reach_the_terminal() {
+        let hostile = "zebra \u{1b}[31mRED\u{1b}]0;pwned\u{7}\n\u{202e}evil\u{200b}";
+        let safe = terminal_safe(hostile);
+        assert!(!safe.chars().any(|c| c.is_control()), "{safe:?}");
+        assert!(
+            !safe.contains('\u{202e}') && !safe.contains('\u{200b}'),
+            "{safe:?}"
+        );
+        assert!(safe.starts_with("zebra \u{FFFD}[31mRED"), "{safe:?}");
+        assert_eq!(terminal_safe("café 日本"), "café 日本");
+    }
 }

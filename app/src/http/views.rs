@@ -87,12 +87,13 @@ impl From<AgentActivity> for TeamAgentView {
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SetStatus {
-    /// One line of plain text (at most 200 characters, no control characters) saying what the
+    /// One line of plain text (at most 200 characters, no control characters, no invisible or
+    /// bidirectional format characters) saying what the
     /// agent is doing ("reviewing PR 12"); the empty string clears it.
     #[schema(
         min_length = 0,
         max_length = 200,
-        pattern = r"^[^\x00-\x1F\x7F-\x9F]*$"
+        pattern = r"^[^\x00-\x1F\x7F-\x9F\u200B-\u200F\u202A-\u202E\u2060-\u206F\uFEFF]*$"
     )]
     pub status: String,
 }

@@ -53,6 +53,11 @@ impl ApiClient {
         }
     }
 
+    /// The server's base URL (no trailing `/`).
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
     /// The bearer token this client presents, if any.
     pub fn token(&self) -> Option<&str> {
         self.token.as_deref()

@@ -54,7 +54,7 @@ pub fn topup_interval(topup_after: std::time::Duration) -> std::time::Duration {
 
 /// Body backends looked up during one request, by name (a failed lookup or a backend found
 /// down is kept as its error).
-pub(crate) type BodyBackends = HashMap<String, BusResult<Arc<dyn MessagingBackend>>>;
+pub(crate) type BodyBackends = HashMap<(Uuid, String), BusResult<Arc<dyn MessagingBackend>>>;
 
 /// One message handed to an agent.
 #[derive(Debug, Clone)]
@@ -659,7 +659,8 @@ impl Bus {
 
     /// Reads the bodies of `messages`, concurrently (at most [`BODY_READS`] at a time), one
     /// result per message in order: `Ok(None)` when the message has no locator or the backend
-    /// does not hold the body. Backends are looked up once per name into `backends`; a backend
+    /// does not hold the body. Backends are looked up once per team and name into `backends`
+    /// (a backend serves one team: the index worker reads several teams' bodies at once); a backend
     /// that failed with a retryable error is remembered there as down for the rest of
     /// `backends`' life (one page or one fetch), and reads not yet started get that error, so a
     /// broker outage costs one timeout, not one per message.
@@ -669,12 +670,13 @@ impl Bus {
         backends: &mut BodyBackends,
     ) -> Vec<BusResult<Option<String>>> {
         for m in messages {
-            if m.locator.is_some() && !backends.contains_key(&m.backend) {
+            let key = (m.team, m.backend.clone());
+            if m.locator.is_some() && !backends.contains_key(&key) {
                 let b = self.ports.backends.body_backend(m.team, &m.backend).await;
-                backends.insert(m.backend.clone(), b);
+                backends.insert(key, b);
             }
         }
-        let found_down: std::sync::Mutex<HashMap<String, BusError>> = Default::default();
+        let found_down: std::sync::Mutex<HashMap<(Uuid, String), BusError>> = Default::default();
         let shared: &BodyBackends = backends;
         // Indices, not references, as stream items: a closure over `&&Message` items is not
         // general enough for the `Send` futures axum needs.
@@ -685,11 +687,9 @@ impl Bus {
                     let Some(locator) = m.locator.as_ref() else {
                         return Ok(None);
                     };
-                    let down = found_down
-                        .lock()
-                        .ok()
-                        .and_then(|d| d.get(&m.backend).cloned());
-                    let result = match (down, shared.get(&m.backend)) {
+                    let key = (m.team, m.backend.clone());
+                    let down = found_down.lock().ok().and_then(|d| d.get(&key).cloned());
+                    let result = match (down, shared.get(&key)) {
                         (Some(e), _) => Err(e),
                         (None, Some(Err(e))) => Err(e.clone()),
                         (None, Some(Ok(b))) => b.fetch(locator, m.id).await,
@@ -699,7 +699,7 @@ impl Bus {
                         && e.is_retryable()
                         && let Ok(mut d) = found_down.lock()
                     {
-                        d.entry(m.backend.clone()).or_insert_with(|| e.clone());
+                        d.entry(key).or_insert_with(|| e.clone());
                     }
                     result
                 }
@@ -707,8 +707,8 @@ impl Bus {
             .buffered(BODY_READS)
             .collect()
             .await;
-        for (name, e) in found_down.into_inner().unwrap_or_default() {
-            backends.insert(name, Err(e));
+        for (key, e) in found_down.into_inner().unwrap_or_default() {
+            backends.insert(key, Err(e));
         }
         results
     }

@@ -16,8 +16,9 @@
 //! backend's outage holds up only its own messages. A body gone (`Ok(None)`: retention, a missing
 //! entry) or refused for good is indexed by its conversation's title alone.
 //!
-//! Several servers sharing a ledger each run the worker; they may index the same message twice,
-//! which the port makes harmless (an index write is idempotent).
+//! Several servers sharing a ledger each run the worker; their index writes of overlapping
+//! batches take disjoint messages (Postgres locks them `SKIP LOCKED`; SQLite has one writer),
+//! and a message indexed twice is replaced, never found twice (an index write is idempotent).
 
 use std::time::Duration;
 

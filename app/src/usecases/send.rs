@@ -28,9 +28,8 @@ impl Bus {
             return Ok(());
         };
         let limit = limits.for_team(sender.team);
-        let now = self.ports.clock.now();
         let Some(shared) = &self.ports.send_allowance else {
-            let now = now.timestamp_millis();
+            let now = self.ports.clock.now().timestamp_millis();
             let mut buckets = self
                 .buckets
                 .lock()
@@ -57,6 +56,9 @@ impl Bus {
         let mut held = held.lock().await;
         if *held == 0 {
             let chunk = limits.chunk.min(limit.burst);
+            // The clock read under the lock: a send that waited for another's lease takes
+            // at its own time.
+            let now = self.ports.clock.now();
             *held = shared
                 .take_tokens(sender.team, sender.id, limit, chunk, now)
                 .await?;

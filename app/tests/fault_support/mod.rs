@@ -304,6 +304,7 @@ pub fn load_args(urls: &[String], teams: usize, messages: u64, rate: f64) -> Loa
         drain_timeout: 90,
         quiet: true,
         receive_after_send: false,
+        transport: crewbus::load::Transport::Http,
     }
 }
 

@@ -19,10 +19,15 @@
 //! Postgres' parser (`to_tsvector`, `websearch_to_tsquery`): every ledger then indexes and
 //! matches the same words, and nothing of a user's text is query syntax.
 //!
-//! # Retention and a racing index write
-//! `index` reads its messages `FOR SHARE` and skips retained ones; `mark_retained` updates the
-//! messages, then deletes their index rows in a later statement (a snapshot taken after its row
-//! locks were granted). Whichever commits first, a retained message keeps no index row.
+//! # Retention and racing index writes
+//! `index` locks its messages `FOR NO KEY UPDATE … SKIP LOCKED` (the lock its `indexed_at`
+//! update takes anyway, so it never upgrades one, and fetches' foreign-key checks do not wait
+//! on it) and skips retained ones: two servers' workers indexing overlapping batches take
+//! disjoint rows instead of deadlocking on upgraded share locks (each message is indexed by
+//! whichever locked it; the other skips it). `mark_retained` updates the messages, then deletes
+//! their index rows in a later statement (a snapshot taken after its row locks were granted):
+//! messages are locked before index rows on both sides, and whichever commits first, a
+//! retained message keeps no index row.
 
 use std::fmt::Write;
 
@@ -142,7 +147,7 @@ impl Search for PostgresLedger {
              WHERE m.id = ANY($1) AND t.tenant = $2 AND m.publication = 'stored'
                AND m.retained_at IS NULL
              ORDER BY m.id
-             FOR SHARE OF m"
+             FOR NO KEY UPDATE OF m SKIP LOCKED"
         ))
         .bind(&ids)
         .bind(self.tenant.as_str())

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use super::mcp::Transport;
 use crate::config::BackendChoice;
 
 /// `crewbus load` options.
@@ -75,6 +76,10 @@ pub struct LoadArgs {
     /// Agents start fetching only after every send was answered (a backlog builds up).
     #[arg(long)]
     pub receive_after_send: bool,
+    /// How the agents send, fetch and confirm: `http` (the API) or `mcp` (the tools at `/mcp`,
+    /// through rmcp's client, as an agent host calls them).
+    #[arg(long, value_enum, default_value_t = Transport::Http)]
+    pub transport: Transport,
 }
 
 impl LoadArgs {
@@ -111,6 +116,8 @@ pub struct LoadPlan {
     /// Agents start fetching only once every send was answered (builds a backlog, e.g. to
     /// overflow inboxes).
     pub receive_after_send: bool,
+    /// The interface the agents use.
+    pub transport: Transport,
 }
 
 impl LoadPlan {
@@ -131,6 +138,7 @@ impl LoadPlan {
             drain_timeout: Duration::from_secs(a.drain_timeout),
             progress: !a.quiet,
             receive_after_send: a.receive_after_send,
+            transport: a.transport,
         }
     }
 }

@@ -30,11 +30,13 @@ use crate::config::Config;
 
 mod args;
 mod check;
+mod mcp;
 mod report;
 mod run;
 mod team;
 
 pub use args::{LoadArgs, LoadPlan};
+pub use mcp::Transport;
 pub use report::{LoadProgress, LoadReport, Percentiles, TeamReport, ZeroLoss};
 pub use run::{run, run_with};
 pub use team::{LoadAgent, LoadTeam, create_teams, teams_of_tokens};

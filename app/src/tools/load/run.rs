@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use super::args::*;
 use super::check::*;
+use super::mcp::{McpAgent, Transport};
 use super::report::*;
 use super::team::*;
 use crate::tools::client::{ApiClient, ApiFailure, retry, uuid_of};
@@ -60,9 +61,67 @@ pub(super) struct Shared {
     /// Ledger `stored_at − sent_at` in ms, filled by the check.
     pub(super) stored_latency: Mutex<Vec<f64>>,
     pub(super) stop_receivers: AtomicBool,
+    /// With `--transport mcp`: each agent's MCP session, by agent id.
+    pub(super) mcp: HashMap<Uuid, Arc<McpAgent>>,
 }
 
 impl Shared {
+    /// `agent`'s send of `body` with `request_id` into `conv`: `POST
+    /// /v1/conversations/{id}/messages`, or MCP `send_message`; retried as [`Shared::call`].
+    pub(super) async fn send_message(
+        &self,
+        agent: &LoadAgent,
+        conv: Uuid,
+        request_id: &str,
+        body: String,
+    ) -> Result<Value, ApiFailure> {
+        let Some(m) = self.mcp.get(&agent.id) else {
+            let path = format!("/v1/conversations/{conv}/messages");
+            let body = json!({"request_id": request_id, "body": body});
+            return self
+                .call(&agent.client, Method::POST, &path, Some(body))
+                .await;
+        };
+        let arguments = json!({"conversation_id": conv, "request_id": request_id, "body": body});
+        let until = Instant::now() + self.plan.retry_for;
+        retry(
+            until,
+            |_| {
+                self.progress.retries.fetch_add(1, Ordering::Relaxed);
+            },
+            || m.call("send_message", arguments.clone()),
+        )
+        .await
+    }
+
+    /// One fetch of up to `limit` deliveries for `agent`: `POST /v1/inbox/fetch` or MCP
+    /// `fetch_inbox` (not retried: the receive loop goes round again).
+    async fn fetch(&self, agent: &LoadAgent, limit: usize) -> Result<Value, ApiFailure> {
+        let body = json!({ "limit": limit });
+        match self.mcp.get(&agent.id) {
+            None => {
+                agent
+                    .client
+                    .ok(Method::POST, "/v1/inbox/fetch", Some(body))
+                    .await
+            }
+            Some(m) => m.call("fetch_inbox", body).await,
+        }
+    }
+
+    /// One confirm of `ids` for `agent`: `POST /v1/inbox/confirm` or MCP `confirm_deliveries`.
+    async fn confirm(&self, agent: &LoadAgent, body: &Value) -> Result<Value, ApiFailure> {
+        match self.mcp.get(&agent.id) {
+            None => {
+                agent
+                    .client
+                    .ok(Method::POST, "/v1/inbox/confirm", Some(body.clone()))
+                    .await
+            }
+            Some(m) => m.call("confirm_deliveries", body.clone()).await,
+        }
+    }
+
     /// Calls until a non-transient answer or `retry_for` passes ([`retry`]), counting retries.
     pub(super) async fn call(
         &self,
@@ -102,7 +161,12 @@ pub async fn run_with(
     }
     plan.members = plan.members.min(smallest).max(2);
     let convs = create_conversations(&plan, &teams).await?;
+    let mcp = match plan.transport {
+        Transport::Http => HashMap::new(),
+        Transport::Mcp => connect_mcp(&plan, &teams).await?,
+    };
     let shared = Arc::new(Shared {
+        mcp,
         rejected: Mutex::new(vec![HashMap::new(); teams.len()]),
         team_send_end: Mutex::new(vec![Duration::ZERO; teams.len()]),
         team_delivered: Mutex::new(vec![(0, Duration::ZERO); teams.len()]),
@@ -180,6 +244,34 @@ pub async fn run_with(
     }
     let zero_loss = check(&shared, &logs).await;
     Ok(report(&shared, send_end, total, expected, zero_loss))
+}
+
+/// Every agent's MCP session (initialized; retried as a request is, up to `retry_for`).
+/// Errors: an agent without a token, or a server that never initializes → `Unavailable`.
+async fn connect_mcp(
+    plan: &LoadPlan,
+    teams: &[LoadTeam],
+) -> BusResult<HashMap<Uuid, Arc<McpAgent>>> {
+    let mut sessions = HashMap::new();
+    for agent in teams.iter().flat_map(|t| &t.agents) {
+        let token = agent
+            .client
+            .token()
+            .ok_or_else(|| BusError::invalid("--transport mcp needs every agent's token"))?;
+        let until = Instant::now() + plan.retry_for;
+        let session = loop {
+            match McpAgent::connect(agent.client.base(), token).await {
+                Ok(s) => break s,
+                Err(f) if Instant::now() < until => {
+                    tracing::debug!(message = %f.message, "MCP initialize failed; retrying");
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+                Err(f) => return Err(BusError::unavailable(f.message)),
+            }
+        };
+        sessions.insert(agent.id, session);
+    }
+    Ok(sessions)
 }
 
 pub(super) async fn create_conversations(
@@ -267,15 +359,7 @@ pub(super) async fn send_loop(shared: Arc<Shared>, ti: usize, next: Arc<AtomicU6
             .unwrap()
             .insert(request_id.clone(), Instant::now());
         let body = body_for(k, shared.plan.body_bytes);
-        let path = format!("/v1/conversations/{}/messages", conv.id);
-        let answer = shared
-            .call(
-                &agent.client,
-                Method::POST,
-                &path,
-                Some(json!({"request_id": request_id, "body": body})),
-            )
-            .await;
+        let answer = shared.send_message(agent, conv.id, &request_id, body).await;
         match answer {
             Ok(v) => {
                 shared.accepted.lock().unwrap().insert(
@@ -313,13 +397,8 @@ pub(super) async fn receive(shared: Arc<Shared>, ti: usize, ai: usize, log: Arc<
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let mut idle = Duration::from_millis(2);
-    let fetch = json!({"limit": shared.plan.fetch_limit});
     while !shared.stop_receivers.load(Ordering::SeqCst) {
-        let got = match agent
-            .client
-            .ok(Method::POST, "/v1/inbox/fetch", Some(fetch.clone()))
-            .await
-        {
+        let got = match shared.fetch(agent, shared.plan.fetch_limit).await {
             Ok(v) => v["deliveries"].as_array().cloned().unwrap_or_default(),
             Err(_) => {
                 shared.progress.retries.fetch_add(1, Ordering::Relaxed);
@@ -400,11 +479,7 @@ pub(super) async fn confirm_with_retry(
         |_| {
             shared.progress.retries.fetch_add(1, Ordering::Relaxed);
         },
-        || {
-            agent
-                .client
-                .ok(Method::POST, "/v1/inbox/confirm", Some(body.clone()))
-        },
+        || shared.confirm(agent, &body),
     )
     .await;
     answer.ok()
