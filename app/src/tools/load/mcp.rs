@@ -117,7 +117,8 @@ mod tests {
             code: code.into(),
             message: String::new(),
         };
-        for code in ["unavailable", "timeout", "rate_limited"] {
+        // As over HTTP: a team at its quota (429) is retried, as a rate limit is.
+        for code in ["unavailable", "timeout", "rate_limited", "quota_exceeded"] {
             assert!(transient(&failure(code)), "{code}");
         }
         for code in [
@@ -125,7 +126,7 @@ mod tests {
             "not_found",
             "conflict",
             "forbidden",
-            "quota_exceeded",
+            "insufficient_storage",
         ] {
             assert!(!transient(&failure(code)), "{code}");
         }

@@ -227,10 +227,16 @@ async fn a_bad_query_never_reaches_the_ledger() {
         revoked_at: None,
         kind: crewbus_domain::AgentKind::Agent,
     };
-    for text in ["", "-only", "  "] {
-        assert!(matches!(
-            bus.search(&agent, &q(text)).await,
-            Err(BusError::Invalid { .. })
-        ));
+    assert!(matches!(
+        bus.search(&agent, &q("")).await,
+        Err(BusError::Invalid { .. })
+    ));
+    // Nothing in these can be found: an empty page, and the ledger is not asked either.
+    for text in ["-only", "  ", "!!!"] {
+        let page = bus.search(&agent, &q(text)).await.unwrap();
+        assert!(
+            page.hits.is_empty() && page.next_offset.is_none(),
+            "{text:?}"
+        );
     }
 }
