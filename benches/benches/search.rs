@@ -24,7 +24,7 @@
 //!   `ANALYZE`: the server runs none either). Seeding time is printed.
 //!   Timed: a fixed mix of 18 queries (6 one-word, 6 two-word, 6 phrases, rare to very common),
 //!   each searched by the member agent for a first page of 20 hits, the mix repeated; two passes,
-//!   the first right after seeding (pages from the OS cache or disk), the second warm. Printed:
+//!   the first right after seeding, the second right after it (warm). Printed:
 //!   p50 and p99 per store, pass and query class (the goal: p99 ≤ 50 ms), each query's
 //!   median, and Postgres' `shared_buffers`. Checked: every hit is of a conversation of the
 //!   agent, and the very common word fills its page.
