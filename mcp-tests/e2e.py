@@ -323,6 +323,18 @@ async def check_exchange(bus: harness.Crewbus, mode: str) -> None:
         expect([i["message"]["id"] for i in items] == [message_id], f"read_conversation: {items}")
         expect(items[0]["body"] == body, "read_conversation body differs")
 
+        # The message is found by its words once the index worker has it (about 2 s).
+        deadline = time.monotonic() + 20
+        while True:
+            found = await bob.call("search_messages", {"query": f"hello bob {mode}"})
+            if found["hits"]:
+                break
+            expect(time.monotonic() < deadline, f"search_messages never found the message: {found}")
+            await asyncio.sleep(0.1)
+        expect(found["hits"][0]["message"] == message_id, f"search_messages: {found}")
+        marked = [p["text"].lower() for p in found["hits"][0]["snippet"] if p["matched"]]
+        expect("hello" in marked and "bob" in marked, f"search_messages marks no match: {found}")
+
         status = await bob.call("inbox_status", {})
         expect(isinstance(status, dict), "inbox_status")
         receipts = await alice.call("get_receipts", {"message_id": message_id})

@@ -268,6 +268,10 @@ pub struct Bus {
     /// agent's shared bucket, leased a chunk at a time; its lock serialises one agent's sends'
     /// takes here, so one empty chunk makes one lease.
     pub(crate) chunks: Arc<Mutex<HashMap<Uuid, Arc<tokio::sync::Mutex<u32>>>>>,
+    /// Where the index worker's next pass starts in the backlog (see `search`): after the
+    /// last message a pass listed when it stopped at its batch bound, `None` (the oldest) once
+    /// a pass reached the backlog's end.
+    pub(crate) index_resume: Arc<Mutex<Option<crewbus_domain::IndexPosition>>>,
     /// The console feed's publisher and viewers (see `feed`).
     pub(crate) feed: Arc<FeedHub>,
     /// What the store wrote (rows per table, group commits), read at scrape time for
@@ -303,6 +307,7 @@ impl Bus {
             store_writes: None,
             buckets: Arc::new(Mutex::new(HashMap::new())),
             chunks: Arc::new(Mutex::new(HashMap::new())),
+            index_resume: Arc::new(Mutex::new(None)),
         }
     }
 

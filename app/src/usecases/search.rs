@@ -77,15 +77,27 @@ impl Bus {
     /// One pass of the index worker (module docs): up to [`INDEX_PASS_BATCHES`] batches of
     /// [`INDEX_BATCH`] messages from the backlog, their bodies read and indexed. Errors: the
     /// ledger failing to list or index (the pass stops; what it indexed stays indexed).
+    ///
+    /// A pass that stops at its bound before the backlog's end leaves its position for the
+    /// next one, which goes on from there (and back to the oldest once a pass reaches the
+    /// end): messages skipped for a backend that is down — more than a pass holds — never
+    /// keep the other teams' messages from being reached.
     pub async fn index_pass(&self) -> BusResult<IndexPass> {
         let mut pass = IndexPass::default();
-        let mut after: Option<IndexPosition> = None;
+        let resume = || {
+            self.index_resume
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+        };
+        let mut after: Option<IndexPosition> = resume().take();
         let mut backends = BodyBackends::new();
+        let mut reached_end = false;
         for _ in 0..INDEX_PASS_BATCHES {
             let batch = self.ports.search.unindexed(after, INDEX_BATCH).await?;
             pass.listed += batch.len() as u64;
             let Some(last) = batch.last() else {
-                pass.more = false;
+                pass.more = after.is_some() && pass.listed == 0;
+                reached_end = true;
                 break;
             };
             after = IndexPosition::after(last);
@@ -96,8 +108,12 @@ impl Bus {
             }
             pass.more = batch.len() >= INDEX_BATCH && pass.indexed > 0;
             if batch.len() < INDEX_BATCH || after.is_none() {
+                reached_end = true;
                 break;
             }
+        }
+        if !reached_end {
+            *resume() = after;
         }
         Ok(pass)
     }
