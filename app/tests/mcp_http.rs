@@ -662,15 +662,19 @@ async fn two_agents_exchange_through_every_tool_and_each_answer_fits_its_schema(
         );
         assert_eq!(empty["deliveries"], json!([]));
 
-        // The message bob confirmed is found by its words once indexed (within about 2 s).
+        // The message bob confirmed is found by its words in its conversation once indexed
+        // (within about 2 s; the other revision's round sent the same words elsewhere).
         let deadline = std::time::Instant::now() + Duration::from_secs(20);
         let found = loop {
             let found = ok(
                 &tools,
                 c,
                 "search_messages",
-                &b.call("search_messages", json!({"query": "hello bob"}))
-                    .await,
+                &b.call(
+                    "search_messages",
+                    json!({"query": "hello bob", "conversation_id": conv_id}),
+                )
+                .await,
             );
             if !found["hits"].as_array().unwrap().is_empty() {
                 break found;
