@@ -19,21 +19,18 @@
 //! crewbus-benches --bench rate_limit` (3 s windows).
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use crewbus::bus::Bus;
 use crewbus::compose;
 use crewbus::config::Config;
 use crewbus_conformance::postgres::TestDatabase;
-use crewbus_domain::{Agent, Uuid};
 use crewbus_ports::SystemClock;
 
 mod support;
 
 use support::cpu::load_average;
 use support::measuring;
-
-const AGENTS: usize = 32;
+use support::senders::{Sender, burst, sender};
 
 fn config(limited: bool) -> Config {
     let mut config = Config::default();
@@ -41,65 +38,6 @@ fn config(limited: bool) -> Config {
     config.rate_limit.rate_per_second = 10_000_000;
     config.rate_limit.burst = 10_000_000;
     config
-}
-
-/// A bus, its 32 agents and each agent's conversation.
-struct Sender {
-    bus: Bus,
-    agents: Vec<(Agent, Uuid)>,
-}
-
-async fn sender(bus: Bus, name: &str) -> Sender {
-    let team = bus.add_team(name, None, None).await.expect("team");
-    let mut added = Vec::new();
-    for i in 0..AGENTS + 1 {
-        added.push(
-            bus.add_agent(team.id, &format!("agent-{i}"))
-                .await
-                .expect("agent")
-                .agent,
-        );
-    }
-    let reader = added.pop().expect("the reader");
-    let mut agents = Vec::new();
-    for agent in added {
-        let conv = bus
-            .create_conversation(&agent, "bench", &[reader.id.to_string()])
-            .await
-            .expect("conversation");
-        agents.push((agent, conv.id));
-    }
-    Sender { bus, agents }
-}
-
-/// Messages sent by the 32 agents of `s` in `window`, and the time taken.
-async fn burst(s: &Sender, window: Duration, round: usize) -> (u64, Duration) {
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for (i, (agent, conv)) in s.agents.iter().enumerate() {
-        let (bus, agent, conv) = (s.bus.clone(), agent.clone(), *conv);
-        tasks.push(tokio::spawn(async move {
-            let mut sent = 0u64;
-            while start.elapsed() < window {
-                bus.send(
-                    &agent,
-                    conv,
-                    format!("w{round}-a{i}-{sent}"),
-                    "sixteen bytes!!!".into(),
-                    None,
-                )
-                .await
-                .expect("send (the limit is never hit)");
-                sent += 1;
-            }
-            sent
-        }));
-    }
-    let mut sent = 0;
-    for t in tasks {
-        sent += t.await.expect("task");
-    }
-    (sent, start.elapsed())
 }
 
 struct Figures {

@@ -63,13 +63,13 @@ mod support;
 
 use support::cpu::load_average;
 use support::measuring;
+use support::senders::{Sender, burst, sender};
 
 const VOCABULARY: u32 = 5_000;
 const WORDS_PER_BODY: usize = 20;
 const CONVERSATIONS: usize = 10;
 /// Of the conversations, the searching agent is a member of the first this many.
 const MEMBER_OF: usize = 8;
-const SENDERS: usize = 32;
 
 /// The query mix: (class, text).
 const QUERIES: [(&str, &str); 18] = [
@@ -521,65 +521,6 @@ async fn search_bench(store: Store, bench: bool) -> SearchFigures {
         shared_buffers,
         passes: vec![first, warm],
     }
-}
-
-/// A bus, its 32 agents and each agent's conversation.
-struct Sender {
-    bus: Bus,
-    agents: Vec<(Agent, Uuid)>,
-}
-
-async fn sender(bus: Bus, name: &str) -> Sender {
-    let team = bus.add_team(name, None, None).await.expect("team");
-    let mut added = Vec::new();
-    for i in 0..SENDERS + 1 {
-        added.push(
-            bus.add_agent(team.id, &format!("agent-{i}"))
-                .await
-                .expect("agent")
-                .agent,
-        );
-    }
-    let reader = added.pop().expect("the reader");
-    let mut agents = Vec::new();
-    for agent in added {
-        let conv = bus
-            .create_conversation(&agent, "bench", &[reader.id.to_string()])
-            .await
-            .expect("conversation");
-        agents.push((agent, conv.id));
-    }
-    Sender { bus, agents }
-}
-
-/// Messages sent by the 32 agents of `s` in `window`, and the time taken.
-async fn burst(s: &Sender, window: Duration, round: usize) -> (u64, Duration) {
-    let start = Instant::now();
-    let mut tasks = Vec::new();
-    for (i, (agent, conv)) in s.agents.iter().enumerate() {
-        let (bus, agent, conv) = (s.bus.clone(), agent.clone(), *conv);
-        tasks.push(tokio::spawn(async move {
-            let mut sent = 0u64;
-            while start.elapsed() < window {
-                bus.send(
-                    &agent,
-                    conv,
-                    format!("w{round}-a{i}-{sent}"),
-                    "sixteen bytes!!!".into(),
-                    None,
-                )
-                .await
-                .expect("send");
-                sent += 1;
-            }
-            sent
-        }));
-    }
-    let mut sent = 0;
-    for t in tasks {
-        sent += t.await.expect("task");
-    }
-    (sent, start.elapsed())
 }
 
 /// The index worker's loop (`workers.rs`), until `stop`: messages indexed.

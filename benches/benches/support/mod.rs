@@ -4,6 +4,7 @@
 #![allow(dead_code)]
 
 pub mod cpu;
+pub mod senders;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
