@@ -14,9 +14,13 @@
 //! after the message was handed out again once its hold lapsed (`after_redelivery`: the old id is
 //! `confirmed`, the newer one `already_confirmed`); a message confirmed before the upgrade is
 //! never handed out again, even to the recipient whose reference was never acknowledged; the
-//! failed message stays failed; bodies are the ones sent; receipts keep their times; and a last
-//! fetch with a wait finds nothing. Nothing here names a port or a table of today's schema
-//! beyond the migrations' bookkeeping, so it holds across a redesign of the write path.
+//! failed message stays failed; bodies are the ones sent; receipts keep their times; a last
+//! fetch with a wait finds nothing; the server relayed each outbox slot once and published a
+//! reference for exactly the pairs that had none in the inbox (its `/metrics` counters); and
+//! last, each message's sender sending it again is answered that message, while another member
+//! using its request id gets a message of its own. Nothing here names a port or a table of
+//! today's schema beyond the migrations' bookkeeping, so it holds across a redesign of the write
+//! path.
 //!
 //! A database or store directory is kept (and named) when the test fails, with the server's log
 //! printed.
@@ -516,6 +520,24 @@ async fn confirm(
         .collect()
 }
 
+/// The unlabelled samples of the server's `GET /metrics` (Prometheus text): name → value.
+async fn metrics(client: &reqwest::Client, server: &Serve) -> BTreeMap<String, u64> {
+    let r = client
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+        .expect("GET /metrics");
+    assert_eq!(r.status().as_u16(), 200, "GET /metrics");
+    let text = r.text().await.expect("the metrics text");
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name, value) = l.split_once(' ')?;
+            Some((name.to_owned(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
 /// Drives the upgraded store over HTTP until every delivery of the fixture is completed, and
 /// checks what the module docs say.
 async fn deliver_everything(server: &Serve, fixture: &Fixture) {
@@ -664,10 +686,45 @@ async fn deliver_everything(server: &Serve, fixture: &Fixture) {
         );
     }
 
+    // What this server published, from its /metrics counters: each slot of the fixture once
+    // (its message `pending_publication`), and a reference for exactly the pairs whose
+    // reference was not in the inbox before the upgrade — those the stored message's inbox
+    // events still owed (`reference_pending`: the migrations carry them over, neither lost, which
+    // the ledger's top-up would hide, nor published twice) and those of the slots' messages —
+    // never one again for a pair whose reference was published before.
+    let deliveries = m["deliveries"].as_array().expect("deliveries");
+    let mut owed = 0;
+    for d in deliveries {
+        match d["state"].as_str().expect("state") {
+            "reference_pending" | "slot_pending" | "slot_retried" | "slot_uncertain" => owed += 1,
+            "confirmed"
+            | "confirmed_reference_unacked"
+            | "handed_out"
+            | "handed_out_by_top_up"
+            | "reference_published"
+            | "reference_lost"
+            | "failed" => {}
+            other => panic!("{name}: unknown state {other}"),
+        }
+    }
+    let slots = messages
+        .iter()
+        .filter(|x| x["publication"] == "pending_publication")
+        .count();
+    assert!(owed > 0 && slots > 0, "{name}: nothing to publish");
+    let counters = metrics(&client, server).await;
+    assert_eq!(
+        (
+            counters.get("crewbus_relay_published_total"),
+            counters.get("crewbus_references_published_total")
+        ),
+        (Some(&(slots as u64)), Some(&(owed as u64))),
+        "{name}: slots relayed and references published by the upgraded server"
+    );
+
     // Receipts, as each message's sender: delivered exactly for the deliveries, at the times
     // recorded before the upgrade where there were; the failed message's never.
     let by_id = |id: Uuid| &agents.iter().find(|a| a.id == id).expect("an agent").name;
-    let deliveries = m["deliveries"].as_array().expect("deliveries");
     for x in messages {
         let id = uuid(&x["id"]);
         let sender = agent(x["sender"].as_str().expect("sender"));
@@ -715,7 +772,9 @@ async fn deliver_everything(server: &Serve, fixture: &Fixture) {
         assert_eq!(recipients, wanted, "{name}: the recipients of {id}");
     }
 
-    // History: every message at its seq with its body; the failed one an explained absence.
+    // History: every message at its seq with its body and a request id; the failed one an
+    // explained absence.
+    let mut request_ids: BTreeMap<Uuid, String> = BTreeMap::new();
     for c in m["conversations"].as_array().expect("conversations") {
         let conversation = uuid(&c["id"]);
         let (status, page) = call(
@@ -740,6 +799,9 @@ async fn deliver_everything(server: &Serve, fixture: &Fixture) {
                 (&x["id"], &x["seq"]),
                 "{name}: {item}"
             );
+            let request_id = item["message"]["request_id"].as_str().unwrap_or_default();
+            assert!(!request_id.is_empty(), "{name}: a request id: {item}");
+            request_ids.insert(uuid(&x["id"]), request_id.to_owned());
             if x["publication"] == "failed" {
                 assert_eq!(
                     (&item["absence"], &item["message"]["publication"]),
@@ -750,5 +812,63 @@ async fn deliver_everything(server: &Serve, fixture: &Fixture) {
                 assert_eq!(item["body"], x["body"], "{name}: {item}");
             }
         }
+    }
+
+    // Request ids, last (these sends add messages): each message's sender sending it again
+    // (its request id, its body) is answered that message (`200`, `created: false`), as before
+    // the upgrade; another member sending the same request id and body in the conversation
+    // gets a message of its own (`201`, the conversation's next seq): the idempotency key is
+    // (conversation, sender, request id) once the store is upgraded.
+    let mut next_seq: BTreeMap<Uuid, u64> = BTreeMap::new();
+    for x in messages {
+        let id = uuid(&x["id"]);
+        let conversation = uuid(&x["conversation"]);
+        let seq = x["seq"].as_u64().expect("seq");
+        let next = next_seq.entry(conversation).or_insert(0);
+        *next = (*next).max(seq + 1);
+        let sender = agent(x["sender"].as_str().expect("sender"));
+        let (status, sent) = call(
+            &client,
+            server,
+            sender,
+            "POST",
+            &format!("/v1/conversations/{conversation}/messages"),
+            json!({"request_id": request_ids[&id], "body": bodies[&id]}),
+        )
+        .await;
+        assert_eq!(
+            (status, &sent["created"], &sent["message"]["id"]),
+            (200, &json!(false), &x["id"]),
+            "{name}: {} sending {id} again: {sent}",
+            sender.name
+        );
+    }
+    for c in m["conversations"].as_array().expect("conversations") {
+        let conversation = uuid(&c["id"]);
+        let x = messages
+            .iter()
+            .find(|x| uuid(&x["conversation"]) == conversation && x["publication"] != "failed")
+            .unwrap_or_else(|| panic!("{name}: no message to send again in {conversation}"));
+        let id = uuid(&x["id"]);
+        let other = agents
+            .iter()
+            .find(|a| a.name != x["sender"].as_str().expect("sender"))
+            .expect("another member");
+        let (status, sent) = call(
+            &client,
+            server,
+            other,
+            "POST",
+            &format!("/v1/conversations/{conversation}/messages"),
+            json!({"request_id": request_ids[&id], "body": bodies[&id]}),
+        )
+        .await;
+        assert_eq!(
+            (status, &sent["created"], &sent["message"]["seq"]),
+            (201, &json!(true), &json!(next_seq[&conversation])),
+            "{name}: {} sending {id}'s request id: {sent}",
+            other.name
+        );
+        assert_ne!(sent["message"]["id"], x["id"], "{name}: {sent}");
     }
 }
