@@ -538,6 +538,17 @@ async fn metrics(client: &reqwest::Client, server: &Serve) -> BTreeMap<String, u
         .collect()
 }
 
+/// The server's (slots relayed, references published) counters from `/metrics` (0 when a
+/// counter is not there yet).
+async fn published(client: &reqwest::Client, server: &Serve) -> (u64, u64) {
+    let counters = metrics(client, server).await;
+    let get = |n: &str| counters.get(n).copied().unwrap_or(0);
+    (
+        get("crewbus_relay_published_total"),
+        get("crewbus_references_published_total"),
+    )
+}
+
 /// Drives the upgraded store over HTTP until every delivery of the fixture is completed, and
 /// checks what the module docs say.
 async fn deliver_everything(server: &Serve, fixture: &Fixture) {
@@ -592,6 +603,46 @@ async fn deliver_everything(server: &Serve, fixture: &Fixture) {
         }
     }
     assert!(!expected.is_empty(), "{name}: nothing to deliver");
+
+    // What this server publishes, from its /metrics counters, before any fetch (the ledger's
+    // top-up would otherwise deliver a message whose reference is owed, and the reference of a
+    // delivered pair is never sent): each slot of the fixture once (its message
+    // `pending_publication`), and a reference for exactly the pairs whose reference was not in
+    // the inbox before the upgrade — those the stored message's inbox events still owed
+    // (`reference_pending`: the migrations carry them over, not lost) and those of the slots'
+    // messages. Waited for with a deadline: the relay and the reference worker run on their own.
+    let mut owed = 0;
+    for d in m["deliveries"].as_array().expect("deliveries") {
+        match d["state"].as_str().expect("state") {
+            "reference_pending" | "slot_pending" | "slot_retried" | "slot_uncertain" => owed += 1,
+            "confirmed"
+            | "confirmed_reference_unacked"
+            | "handed_out"
+            | "handed_out_by_top_up"
+            | "reference_published"
+            | "reference_lost"
+            | "failed" => {}
+            other => panic!("{name}: unknown state {other}"),
+        }
+    }
+    let slots = messages
+        .iter()
+        .filter(|x| x["publication"] == "pending_publication")
+        .count() as u64;
+    assert!(owed > 0 && slots > 0, "{name}: nothing to publish");
+    let deadline = Instant::now() + DELIVERIES_DEADLINE;
+    loop {
+        let now = published(&client, server).await;
+        if now == (slots, owed) {
+            break;
+        }
+        assert!(
+            now.0 <= slots && now.1 <= owed && Instant::now() < deadline,
+            "{name}: slots relayed and references published by the upgraded server: {now:?}, \
+             wanted ({slots}, {owed})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // Every token is still its agent's.
     for a in &agents {
@@ -686,45 +737,18 @@ async fn deliver_everything(server: &Serve, fixture: &Fixture) {
         );
     }
 
-    // What this server published, from its /metrics counters: each slot of the fixture once
-    // (its message `pending_publication`), and a reference for exactly the pairs whose
-    // reference was not in the inbox before the upgrade — those the stored message's inbox
-    // events still owed (`reference_pending`: the migrations carry them over, neither lost, which
-    // the ledger's top-up would hide, nor published twice) and those of the slots' messages —
-    // never one again for a pair whose reference was published before.
-    let deliveries = m["deliveries"].as_array().expect("deliveries");
-    let mut owed = 0;
-    for d in deliveries {
-        match d["state"].as_str().expect("state") {
-            "reference_pending" | "slot_pending" | "slot_retried" | "slot_uncertain" => owed += 1,
-            "confirmed"
-            | "confirmed_reference_unacked"
-            | "handed_out"
-            | "handed_out_by_top_up"
-            | "reference_published"
-            | "reference_lost"
-            | "failed" => {}
-            other => panic!("{name}: unknown state {other}"),
-        }
-    }
-    let slots = messages
-        .iter()
-        .filter(|x| x["publication"] == "pending_publication")
-        .count();
-    assert!(owed > 0 && slots > 0, "{name}: nothing to publish");
-    let counters = metrics(&client, server).await;
+    // Nothing more published while the deliveries were completed: no reference again for a
+    // pair whose reference went out before, no slot relayed twice.
     assert_eq!(
-        (
-            counters.get("crewbus_relay_published_total"),
-            counters.get("crewbus_references_published_total")
-        ),
-        (Some(&(slots as u64)), Some(&(owed as u64))),
-        "{name}: slots relayed and references published by the upgraded server"
+        published(&client, server).await,
+        (slots, owed),
+        "{name}: slots relayed and references published once the deliveries were completed"
     );
 
     // Receipts, as each message's sender: delivered exactly for the deliveries, at the times
     // recorded before the upgrade where there were; the failed message's never.
     let by_id = |id: Uuid| &agents.iter().find(|a| a.id == id).expect("an agent").name;
+    let deliveries = m["deliveries"].as_array().expect("deliveries");
     for x in messages {
         let id = uuid(&x["id"]);
         let sender = agent(x["sender"].as_str().expect("sender"));
