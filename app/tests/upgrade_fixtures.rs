@@ -14,9 +14,13 @@
 //! after the message was handed out again once its hold lapsed (`after_redelivery`: the old id is
 //! `confirmed`, the newer one `already_confirmed`); a message confirmed before the upgrade is
 //! never handed out again, even to the recipient whose reference was never acknowledged; the
-//! failed message stays failed; bodies are the ones sent; receipts keep their times; and a last
-//! fetch with a wait finds nothing. Nothing here names a port or a table of today's schema
-//! beyond the migrations' bookkeeping, so it holds across a redesign of the write path.
+//! failed message stays failed; bodies are the ones sent; receipts keep their times; a last
+//! fetch with a wait finds nothing; the server relayed each outbox slot once and published a
+//! reference for exactly the pairs that had none in the inbox (its `/metrics` counters); and
+//! last, each message's sender sending it again is answered that message, while another member
+//! using its request id gets a message of its own. Nothing here names a port or a table of
+//! today's schema beyond the migrations' bookkeeping, so it holds across a redesign of the write
+//! path.
 //!
 //! A database or store directory is kept (and named) when the test fails, with the server's log
 //! printed.
@@ -516,6 +520,35 @@ async fn confirm(
         .collect()
 }
 
+/// The unlabelled samples of the server's `GET /metrics` (Prometheus text): name → value.
+async fn metrics(client: &reqwest::Client, server: &Serve) -> BTreeMap<String, u64> {
+    let r = client
+        .get(format!("{}/metrics", server.url))
+        .send()
+        .await
+        .expect("GET /metrics");
+    assert_eq!(r.status().as_u16(), 200, "GET /metrics");
+    let text = r.text().await.expect("the metrics text");
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let (name, value) = l.split_once(' ')?;
+            Some((name.to_owned(), value.trim().parse().ok()?))
+        })
+        .collect()
+}
+
+/// The server's (slots relayed, references published) counters from `/metrics` (0 when a
+/// counter is not there yet).
+async fn published(client: &reqwest::Client, server: &Serve) -> (u64, u64) {
+    let counters = metrics(client, server).await;
+    let get = |n: &str| counters.get(n).copied().unwrap_or(0);
+    (
+        get("crewbus_relay_published_total"),
+        get("crewbus_references_published_total"),
+    )
+}
+
 /// Drives the upgraded store over HTTP until every delivery of the fixture is completed, and
 /// checks what the module docs say.
 async fn deliver_everything(server: &Serve, fixture: &Fixture) {
@@ -570,6 +603,46 @@ async fn deliver_everything(server: &Serve, fixture: &Fixture) {
         }
     }
     assert!(!expected.is_empty(), "{name}: nothing to deliver");
+
+    // What this server publishes, from its /metrics counters, before any fetch (the ledger's
+    // top-up would otherwise deliver a message whose reference is owed, and the reference of a
+    // delivered pair is never sent): each slot of the fixture once (its message
+    // `pending_publication`), and a reference for exactly the pairs whose reference was not in
+    // the inbox before the upgrade — those the stored message's inbox events still owed
+    // (`reference_pending`: the migrations carry them over, not lost) and those of the slots'
+    // messages. Waited for with a deadline: the relay and the reference worker run on their own.
+    let mut owed = 0;
+    for d in m["deliveries"].as_array().expect("deliveries") {
+        match d["state"].as_str().expect("state") {
+            "reference_pending" | "slot_pending" | "slot_retried" | "slot_uncertain" => owed += 1,
+            "confirmed"
+            | "confirmed_reference_unacked"
+            | "handed_out"
+            | "handed_out_by_top_up"
+            | "reference_published"
+            | "reference_lost"
+            | "failed" => {}
+            other => panic!("{name}: unknown state {other}"),
+        }
+    }
+    let slots = messages
+        .iter()
+        .filter(|x| x["publication"] == "pending_publication")
+        .count() as u64;
+    assert!(owed > 0 && slots > 0, "{name}: nothing to publish");
+    let deadline = Instant::now() + DELIVERIES_DEADLINE;
+    loop {
+        let now = published(&client, server).await;
+        if now == (slots, owed) {
+            break;
+        }
+        assert!(
+            now.0 <= slots && now.1 <= owed && Instant::now() < deadline,
+            "{name}: slots relayed and references published by the upgraded server: {now:?}, \
+             wanted ({slots}, {owed})"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 
     // Every token is still its agent's.
     for a in &agents {
@@ -664,6 +737,14 @@ async fn deliver_everything(server: &Serve, fixture: &Fixture) {
         );
     }
 
+    // Nothing more published while the deliveries were completed: no reference again for a
+    // pair whose reference went out before, no slot relayed twice.
+    assert_eq!(
+        published(&client, server).await,
+        (slots, owed),
+        "{name}: slots relayed and references published once the deliveries were completed"
+    );
+
     // Receipts, as each message's sender: delivered exactly for the deliveries, at the times
     // recorded before the upgrade where there were; the failed message's never.
     let by_id = |id: Uuid| &agents.iter().find(|a| a.id == id).expect("an agent").name;
@@ -715,7 +796,9 @@ async fn deliver_everything(server: &Serve, fixture: &Fixture) {
         assert_eq!(recipients, wanted, "{name}: the recipients of {id}");
     }
 
-    // History: every message at its seq with its body; the failed one an explained absence.
+    // History: every message at its seq with its body and a request id; the failed one an
+    // explained absence.
+    let mut request_ids: BTreeMap<Uuid, String> = BTreeMap::new();
     for c in m["conversations"].as_array().expect("conversations") {
         let conversation = uuid(&c["id"]);
         let (status, page) = call(
@@ -740,6 +823,9 @@ async fn deliver_everything(server: &Serve, fixture: &Fixture) {
                 (&x["id"], &x["seq"]),
                 "{name}: {item}"
             );
+            let request_id = item["message"]["request_id"].as_str().unwrap_or_default();
+            assert!(!request_id.is_empty(), "{name}: a request id: {item}");
+            request_ids.insert(uuid(&x["id"]), request_id.to_owned());
             if x["publication"] == "failed" {
                 assert_eq!(
                     (&item["absence"], &item["message"]["publication"]),
@@ -750,5 +836,63 @@ async fn deliver_everything(server: &Serve, fixture: &Fixture) {
                 assert_eq!(item["body"], x["body"], "{name}: {item}");
             }
         }
+    }
+
+    // Request ids, last (these sends add messages): each message's sender sending it again
+    // (its request id, its body) is answered that message (`200`, `created: false`), as before
+    // the upgrade; another member sending the same request id and body in the conversation
+    // gets a message of its own (`201`, the conversation's next seq): the idempotency key is
+    // (conversation, sender, request id) once the store is upgraded.
+    let mut next_seq: BTreeMap<Uuid, u64> = BTreeMap::new();
+    for x in messages {
+        let id = uuid(&x["id"]);
+        let conversation = uuid(&x["conversation"]);
+        let seq = x["seq"].as_u64().expect("seq");
+        let next = next_seq.entry(conversation).or_insert(0);
+        *next = (*next).max(seq + 1);
+        let sender = agent(x["sender"].as_str().expect("sender"));
+        let (status, sent) = call(
+            &client,
+            server,
+            sender,
+            "POST",
+            &format!("/v1/conversations/{conversation}/messages"),
+            json!({"request_id": request_ids[&id], "body": bodies[&id]}),
+        )
+        .await;
+        assert_eq!(
+            (status, &sent["created"], &sent["message"]["id"]),
+            (200, &json!(false), &x["id"]),
+            "{name}: {} sending {id} again: {sent}",
+            sender.name
+        );
+    }
+    for c in m["conversations"].as_array().expect("conversations") {
+        let conversation = uuid(&c["id"]);
+        let x = messages
+            .iter()
+            .find(|x| uuid(&x["conversation"]) == conversation && x["publication"] != "failed")
+            .unwrap_or_else(|| panic!("{name}: no message to send again in {conversation}"));
+        let id = uuid(&x["id"]);
+        let other = agents
+            .iter()
+            .find(|a| a.name != x["sender"].as_str().expect("sender"))
+            .expect("another member");
+        let (status, sent) = call(
+            &client,
+            server,
+            other,
+            "POST",
+            &format!("/v1/conversations/{conversation}/messages"),
+            json!({"request_id": request_ids[&id], "body": bodies[&id]}),
+        )
+        .await;
+        assert_eq!(
+            (status, &sent["created"], &sent["message"]["seq"]),
+            (201, &json!(true), &json!(next_seq[&conversation])),
+            "{name}: {} sending {id}'s request id: {sent}",
+            other.name
+        );
+        assert_ne!(sent["message"]["id"], x["id"], "{name}: {sent}");
     }
 }
