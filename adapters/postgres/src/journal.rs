@@ -7,13 +7,14 @@ use crewbus_domain::{
     check_appendable, validate_journal_limit, validate_note_text,
 };
 use crewbus_ports::Journal;
-use crewbus_sql::journal::{RUN_COLUMNS, RunRow, kind_text, records, sealing};
-use crewbus_sql::{db_i64, from_db};
-use sqlx::{PgConnection, PgPool};
+use crewbus_sql::db_i64;
+use crewbus_sql::journal::{RUN_COLUMNS, RunRow, append, insert_record, lock_run, records};
+use crewbus_sql::leases::{Ending, end_leases, lock_fence};
+use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::dialect::Pg;
 use crate::error::store_error;
-use crate::ledger::leases::{Ending, end_leases, lock_fence};
 
 /// One tenant's runs and journals in Postgres.
 ///
@@ -36,76 +37,6 @@ impl std::fmt::Debug for PostgresJournal {
     }
 }
 
-/// A run row as locked for an append.
-pub(crate) struct LockedRun {
-    pub(crate) team: Uuid,
-    pub(crate) agent: Uuid,
-    pub(crate) sealed: bool,
-}
-
-/// Locks `run` of `tenant` for an append; `None` when it does not exist.
-pub(crate) async fn lock_run(
-    conn: &mut PgConnection,
-    tenant: &TenantId,
-    run: RunId,
-) -> Result<Option<LockedRun>, sqlx::Error> {
-    let row: Option<(Uuid, Uuid, bool)> = sqlx::query_as(
-        "SELECT team_id, agent_id, sealed_at IS NOT NULL FROM runs
-         WHERE id = $1 AND tenant = $2 FOR NO KEY UPDATE",
-    )
-    .bind(run.0)
-    .bind(tenant.as_str())
-    .fetch_optional(&mut *conn)
-    .await?;
-    Ok(row.map(|(team, agent, sealed)| LockedRun {
-        team,
-        agent,
-        sealed,
-    }))
-}
-
-/// Appends `kind` at `at` to a run locked with [`lock_run`] (and checked open) and returns its
-/// seq. A `RunSealed` record seals the run.
-pub(crate) async fn append(
-    conn: &mut PgConnection,
-    run: RunId,
-    at: DateTime<Utc>,
-    kind: &RecordKind,
-) -> Result<Seq, sqlx::Error> {
-    let (sealed_at, outcome) = sealing(kind, at);
-    let seq: i64 = sqlx::query_scalar(
-        "UPDATE runs SET last_seq = last_seq + 1,
-                         sealed_at = COALESCE($2, sealed_at),
-                         outcome = COALESCE($3, outcome)
-         WHERE id = $1 RETURNING last_seq",
-    )
-    .bind(run.0)
-    .bind(sealed_at)
-    .bind(outcome)
-    .fetch_one(&mut *conn)
-    .await?;
-    insert_record(conn, run, seq, at, kind).await?;
-    Ok(Seq(from_db(seq)))
-}
-
-async fn insert_record(
-    conn: &mut PgConnection,
-    run: RunId,
-    seq: i64,
-    at: DateTime<Utc>,
-    kind: &RecordKind,
-) -> Result<(), sqlx::Error> {
-    let json = kind_text(kind)?;
-    sqlx::query("INSERT INTO journal_records (run_id, seq, at, kind) VALUES ($1, $2, $3, $4)")
-        .bind(run.0)
-        .bind(seq)
-        .bind(at)
-        .bind(json)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
 impl PostgresJournal {
     /// The journal of `tenant` over `pool` (migrated: [`crate::migrate`]).
     pub fn new(pool: PgPool, tenant: TenantId) -> Self {
@@ -121,11 +52,11 @@ impl PostgresJournal {
     ) -> Result<Seq, StoreError> {
         let what = "journal append";
         let mut tx = self.pool.begin().await.map_err(|e| store_error(e, what))?;
-        let locked = lock_run(&mut tx, &self.tenant, run)
+        let locked = lock_run::<Pg>(&mut tx, &self.tenant, run)
             .await
             .map_err(|e| store_error(e, what))?;
         check_appendable(run, locked.map(|r| r.sealed))?;
-        let seq = append(&mut tx, run, at, &kind)
+        let seq = append::<Pg>(&mut tx, run, at, &kind)
             .await
             .map_err(|e| store_error(e, what))?;
         tx.commit().await.map_err(|e| store_error(e, what))?;
@@ -155,7 +86,7 @@ impl Journal for PostgresJournal {
         .execute(&mut *tx)
         .await
         .map_err(|e| store_error(e, what))?;
-        insert_record(
+        insert_record::<Pg>(
             &mut tx,
             run,
             1,
@@ -204,12 +135,14 @@ impl Journal for PostgresJournal {
                 .await
                 .map_err(err)?;
         if let Some(team) = team {
-            lock_fence(&mut tx, team).await.map_err(err)?;
+            lock_fence::<Pg>(&mut tx, team).await.map_err(err)?;
         }
-        let locked = lock_run(&mut tx, &self.tenant, run).await.map_err(err)?;
+        let locked = lock_run::<Pg>(&mut tx, &self.tenant, run)
+            .await
+            .map_err(err)?;
         check_appendable(run, locked.map(|r| r.sealed))?;
         // Its live leases end first, their records before the seal's.
-        end_leases(
+        end_leases::<Pg>(
             &mut tx,
             &self.tenant,
             Ending::Run(run),
@@ -218,7 +151,7 @@ impl Journal for PostgresJournal {
         )
         .await
         .map_err(err)?;
-        let seq = append(&mut tx, run, at, &kind).await.map_err(err)?;
+        let seq = append::<Pg>(&mut tx, run, at, &kind).await.map_err(err)?;
         tx.commit().await.map_err(err)?;
         Ok(seq)
     }

@@ -9,11 +9,26 @@
 #![warn(missing_docs)]
 
 pub mod counter;
+pub mod driver;
 pub mod journal;
 pub mod leases;
+pub mod ledger;
 pub mod presence;
 pub mod rows;
 pub mod search;
 pub mod settle;
 
 pub use counter::{db_i64, from_db};
+
+/// What the expansion of [`impl_leases!`] names, so the adapter need not import it.
+#[doc(hidden)]
+pub mod __private {
+    pub use async_trait::async_trait;
+    pub use chrono::{DateTime, Utc};
+    pub use crewbus_domain::{
+        Acquired, BusResult, FencingToken, Lease, LeaseClaim, LeaseEvent, LeaseFilter, RunId,
+    };
+    pub use crewbus_ports::Leases;
+    pub use std::time::Duration;
+    pub use uuid::Uuid;
+}

@@ -7,13 +7,13 @@ use crewbus_domain::{
     check_appendable, validate_journal_limit, validate_note_text,
 };
 use crewbus_ports::Journal;
-use crewbus_sql::journal::{RUN_COLUMNS, RunRow, kind_text, records, sealing};
-use sqlx::SqliteConnection;
+use crewbus_sql::journal::{RUN_COLUMNS, RunRow, append, insert_record, lock_run, records};
+use crewbus_sql::leases::{Ending, end_leases};
 use uuid::Uuid;
 
-use crate::codec::{Ts, db_i64, from_db};
+use crate::codec::{Ts, db_i64};
 use crate::connect::SqlitePools;
-use crate::ledger::leases::{Ending, end_leases};
+use crate::dialect::Lite;
 
 /// One tenant's runs and journals in SQLite.
 ///
@@ -37,76 +37,6 @@ impl std::fmt::Debug for SqliteJournal {
     }
 }
 
-/// A run row as read for an append (inside a write transaction, so it cannot change before the
-/// append).
-pub(crate) struct RunState {
-    pub(crate) team: Uuid,
-    pub(crate) agent: Uuid,
-    pub(crate) sealed: bool,
-}
-
-/// `run` of `tenant` as it stands; `None` when it does not exist.
-pub(crate) async fn run_state(
-    conn: &mut SqliteConnection,
-    tenant: &TenantId,
-    run: RunId,
-) -> Result<Option<RunState>, sqlx::Error> {
-    let row: Option<(Uuid, Uuid, bool)> = sqlx::query_as(
-        "SELECT team_id, agent_id, sealed_at IS NOT NULL FROM runs WHERE id = ? AND tenant = ?",
-    )
-    .bind(run.0)
-    .bind(tenant.as_str())
-    .fetch_optional(&mut *conn)
-    .await?;
-    Ok(row.map(|(team, agent, sealed)| RunState {
-        team,
-        agent,
-        sealed,
-    }))
-}
-
-/// Appends `kind` at `at` to a run checked open with [`run_state`] in the same write
-/// transaction, and returns its seq. A `RunSealed` record seals the run.
-pub(crate) async fn append(
-    conn: &mut SqliteConnection,
-    run: RunId,
-    at: DateTime<Utc>,
-    kind: &RecordKind,
-) -> Result<Seq, sqlx::Error> {
-    let (sealed_at, outcome) = sealing(kind, at);
-    let seq: i64 = sqlx::query_scalar(
-        "UPDATE runs SET last_seq = last_seq + 1,
-                         sealed_at = COALESCE(?2, sealed_at),
-                         outcome = COALESCE(?3, outcome)
-         WHERE id = ?1 RETURNING last_seq",
-    )
-    .bind(run.0)
-    .bind(sealed_at.map(Ts))
-    .bind(outcome)
-    .fetch_one(&mut *conn)
-    .await?;
-    insert_record(conn, run, seq, at, kind).await?;
-    Ok(Seq(from_db(seq)))
-}
-
-async fn insert_record(
-    conn: &mut SqliteConnection,
-    run: RunId,
-    seq: i64,
-    at: DateTime<Utc>,
-    kind: &RecordKind,
-) -> Result<(), sqlx::Error> {
-    let json = kind_text(kind)?;
-    sqlx::query("INSERT INTO journal_records (run_id, seq, at, kind) VALUES (?, ?, ?, ?)")
-        .bind(run.0)
-        .bind(seq)
-        .bind(Ts(at))
-        .bind(json)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
 impl SqliteJournal {
     /// The journal of `tenant` over `pools` (migrated: [`crate::migrate`]).
     pub fn new(pools: SqlitePools, tenant: TenantId) -> Self {
@@ -122,11 +52,11 @@ impl SqliteJournal {
     ) -> Result<Seq, StoreError> {
         let what = "journal append";
         let mut tx = self.pools.begin_store(what).await?;
-        let state = run_state(&mut tx, &self.tenant, run)
+        let state = lock_run::<Lite>(&mut tx, &self.tenant, run)
             .await
             .map_err(self.pools.st(what))?;
         check_appendable(run, state.map(|r| r.sealed))?;
-        let seq = append(&mut tx, run, at, &kind)
+        let seq = append::<Lite>(&mut tx, run, at, &kind)
             .await
             .map_err(self.pools.st(what))?;
         tx.commit().await.map_err(self.pools.st(what))?;
@@ -156,7 +86,7 @@ impl Journal for SqliteJournal {
         .execute(&mut *tx)
         .await
         .map_err(self.pools.st(what))?;
-        insert_record(
+        insert_record::<Lite>(
             &mut tx,
             run,
             1,
@@ -195,12 +125,12 @@ impl Journal for SqliteJournal {
         };
         let what = "journal seal";
         let mut tx = self.pools.begin_store(what).await?;
-        let state = run_state(&mut tx, &self.tenant, run)
+        let state = lock_run::<Lite>(&mut tx, &self.tenant, run)
             .await
             .map_err(self.pools.st(what))?;
         check_appendable(run, state.map(|r| r.sealed))?;
         // Its live leases end first, their records before the seal's.
-        end_leases(
+        end_leases::<Lite>(
             &mut tx,
             &self.tenant,
             Ending::Run(run),
@@ -209,7 +139,7 @@ impl Journal for SqliteJournal {
         )
         .await
         .map_err(self.pools.st(what))?;
-        let seq = append(&mut tx, run, at, &kind)
+        let seq = append::<Lite>(&mut tx, run, at, &kind)
             .await
             .map_err(self.pools.st(what))?;
         tx.commit().await.map_err(self.pools.st(what))?;

@@ -9,6 +9,7 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{BusError, BusResult, RateLimit, take_chunk};
 use crewbus_ports::SendAllowance;
 use crewbus_sql::db_i64;
+use crewbus_sql::ledger::SqlLedger;
 use uuid::Uuid;
 
 use super::{PostgresLedger, Tx, db};
