@@ -22,6 +22,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Type};
 use uuid::Uuid;
 
+use crate::journal::RunRow;
 use crate::leases::LeaseRow;
 use crate::rows::AgentRow;
 
@@ -229,7 +230,9 @@ pub trait Dialect: Send + Sync + 'static {
         + Reads<(Uuid,)>
         + Reads<(Uuid, Uuid, bool)>
         + Reads<(i32, Self::Time, String)>
+        + Reads<(Option<i64>, Option<Self::Time>, Option<String>)>
         + Reads<LeaseRow<Self::Time>>
+        + Reads<RunRow<Self::Time>>
         + Reads<AgentRow<Self::Time>>;
 
     /// How a time is stored: Postgres binds a `DateTime<Utc>` (`timestamptz`), SQLite its

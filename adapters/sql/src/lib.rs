@@ -20,15 +20,16 @@ pub mod settle;
 
 pub use counter::{db_i64, from_db};
 
-/// What the expansion of [`impl_leases!`] names, so the adapter need not import it.
+/// What the expansions of [`impl_leases!`] and [`impl_journal!`] name, so the adapter need not import it.
 #[doc(hidden)]
 pub mod __private {
     pub use async_trait::async_trait;
     pub use chrono::{DateTime, Utc};
     pub use crewbus_domain::{
-        Acquired, BusResult, FencingToken, Lease, LeaseClaim, LeaseEvent, LeaseFilter, RunId,
+        Acquired, BusResult, FencingToken, Lease, LeaseClaim, LeaseEvent, LeaseFilter, Record, Run,
+        RunId, RunOutcome, Seq, StoreError, TenantId,
     };
-    pub use crewbus_ports::Leases;
+    pub use crewbus_ports::{Journal, Leases};
     pub use std::time::Duration;
     pub use uuid::Uuid;
 }
