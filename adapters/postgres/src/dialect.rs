@@ -21,6 +21,6 @@ impl Dialect for Pg {
     }
 
     fn bind_ids<'q>(q: Stmt<'q, Postgres>, ids: &[Uuid]) -> Stmt<'q, Postgres> {
-        q.bind(ids.to_vec())
+        q.arg(ids.to_vec())
     }
 }

@@ -1,5 +1,5 @@
 //! How this crate runs statements on either driver without naming one: the [`Dialect`] an
-//! adapter implements on a marker type, and the statement helpers ([`StmtExt`]) the shared
+//! adapter implements on a marker type, and the statements ([`Stmt`]) the shared
 //! functions build their queries with.
 //!
 //! # Why a dialect trait with capability traits
@@ -26,12 +26,12 @@ use crate::journal::RunRow;
 use crate::leases::LeaseRow;
 use crate::rows::AgentRow;
 
-/// A statement being built: `sqlx::query(sql)` on the dialect's database.
-pub type Stmt<'q, DB> = sqlx::query::Query<'q, DB, <DB as Database>::Arguments<'q>>;
+/// sqlx's statement on `DB` with its own argument buffer.
+type Query<'q, DB> = sqlx::query::Query<'q, DB, <DB as Database>::Arguments<'q>>;
 
 /// `sqlx::query(sql)` on the database of dialect `D`.
 pub fn stmt<D: Dialect>(sql: &str) -> Stmt<'_, D::Db> {
-    sqlx::query(sql)
+    Stmt(sqlx::query(sql))
 }
 
 /// The connection of dialect `D` (`PgConnection`, `SqliteConnection`).
@@ -40,7 +40,7 @@ pub type Conn<D> = <<D as Dialect>::Db as Database>::Connection;
 /// A database that can bind a `T` as a statement's argument.
 pub trait Binds<T>: Database {
     /// `q` with `v` bound as its next argument (an encoding error surfaces when it runs).
-    fn bind<'q>(q: Stmt<'q, Self>, v: T) -> Stmt<'q, Self>
+    fn bind<'q>(q: Query<'q, Self>, v: T) -> Query<'q, Self>
     where
         T: 'q;
 }
@@ -49,7 +49,7 @@ impl<DB: Database, T> Binds<T> for DB
 where
     T: for<'q> Encode<'q, DB> + Type<DB>,
 {
-    fn bind<'q>(q: Stmt<'q, DB>, v: T) -> Stmt<'q, DB>
+    fn bind<'q>(q: Query<'q, DB>, v: T) -> Query<'q, DB>
     where
         T: 'q,
     {
@@ -61,13 +61,13 @@ where
 pub trait Runs: Database {
     /// Runs `q` on `conn` (what it affected is the driver's: not read here).
     fn run<'c, 'q: 'c>(
-        q: Stmt<'q, Self>,
+        q: Query<'q, Self>,
         conn: &'c mut Self::Connection,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c;
 
     /// Runs `q` on `conn`; returns its rows.
     fn rows<'c, 'q: 'c>(
-        q: Stmt<'q, Self>,
+        q: Query<'q, Self>,
         conn: &'c mut Self::Connection,
     ) -> impl Future<Output = Result<Vec<Self::Row>, sqlx::Error>> + Send + 'c;
 }
@@ -78,7 +78,7 @@ where
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
 {
     fn run<'c, 'q: 'c>(
-        q: Stmt<'q, DB>,
+        q: Query<'q, DB>,
         conn: &'c mut DB::Connection,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c {
         async move {
@@ -88,7 +88,7 @@ where
     }
 
     fn rows<'c, 'q: 'c>(
-        q: Stmt<'q, DB>,
+        q: Query<'q, DB>,
         conn: &'c mut DB::Connection,
     ) -> impl Future<Output = Result<Vec<DB::Row>, sqlx::Error>> + Send + 'c {
         q.fetch_all(conn)
@@ -110,60 +110,22 @@ where
     }
 }
 
-/// The builder and runners of a [`Stmt`] generic code uses (`bind` itself needs the encode
-/// bounds; `arg` needs only the database's [`Binds`]).
-pub trait StmtExt<'q, DB: Database>: Sized {
+/// A statement being built on database `DB` (`sqlx::query(sql)` underneath), with the binder
+/// and runners generic code uses: `arg` needs only the database's [`Binds`] (sqlx's `bind`
+/// needs the encode bounds themselves), the runners its [`Runs`] and [`Reads`].
+pub struct Stmt<'q, DB: Database>(Query<'q, DB>);
+
+impl<'q, DB: Database> Stmt<'q, DB> {
     /// Binds `v` as the next argument.
-    fn arg<T: 'q>(self, v: T) -> Self
-    where
-        DB: Binds<T>;
-
-    /// Runs the statement.
-    fn run<'c>(
-        self,
-        conn: &'c mut DB::Connection,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c
-    where
-        DB: Runs,
-        'q: 'c;
-
-    /// Every row, as `R`.
-    fn all<'c, R: Send + 'c>(
-        self,
-        conn: &'c mut DB::Connection,
-    ) -> impl Future<Output = Result<Vec<R>, sqlx::Error>> + Send + 'c
-    where
-        DB: Reads<R>,
-        'q: 'c;
-
-    /// The first row as `R`, `None` without one.
-    fn optional<'c, R: Send + 'c>(
-        self,
-        conn: &'c mut DB::Connection,
-    ) -> impl Future<Output = Result<Option<R>, sqlx::Error>> + Send + 'c
-    where
-        DB: Reads<R>,
-        'q: 'c;
-
-    /// The first row as `R`. Errors: no row → `sqlx::Error::RowNotFound`.
-    fn one<'c, R: Send + 'c>(
-        self,
-        conn: &'c mut DB::Connection,
-    ) -> impl Future<Output = Result<R, sqlx::Error>> + Send + 'c
-    where
-        DB: Reads<R>,
-        'q: 'c;
-}
-
-impl<'q, DB: Database> StmtExt<'q, DB> for Stmt<'q, DB> {
-    fn arg<T: 'q>(self, v: T) -> Self
+    pub fn arg<T: 'q>(self, v: T) -> Self
     where
         DB: Binds<T>,
     {
-        DB::bind(self, v)
+        Stmt(DB::bind(self.0, v))
     }
 
-    fn run<'c>(
+    /// Runs the statement.
+    pub fn run<'c>(
         self,
         conn: &'c mut DB::Connection,
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c
@@ -171,10 +133,11 @@ impl<'q, DB: Database> StmtExt<'q, DB> for Stmt<'q, DB> {
         DB: Runs,
         'q: 'c,
     {
-        <DB as Runs>::run(self, conn)
+        <DB as Runs>::run(self.0, conn)
     }
 
-    fn all<'c, R: Send + 'c>(
+    /// Every row, as `R`.
+    pub fn all<'c, R: Send + 'c>(
         self,
         conn: &'c mut DB::Connection,
     ) -> impl Future<Output = Result<Vec<R>, sqlx::Error>> + Send + 'c
@@ -182,11 +145,12 @@ impl<'q, DB: Database> StmtExt<'q, DB> for Stmt<'q, DB> {
         DB: Reads<R>,
         'q: 'c,
     {
-        let rows = DB::rows(self, conn);
+        let rows = DB::rows(self.0, conn);
         async move { rows.await?.iter().map(DB::decode).collect() }
     }
 
-    fn optional<'c, R: Send + 'c>(
+    /// The first row as `R`, `None` without one.
+    pub fn optional<'c, R: Send + 'c>(
         self,
         conn: &'c mut DB::Connection,
     ) -> impl Future<Output = Result<Option<R>, sqlx::Error>> + Send + 'c
@@ -194,11 +158,12 @@ impl<'q, DB: Database> StmtExt<'q, DB> for Stmt<'q, DB> {
         DB: Reads<R>,
         'q: 'c,
     {
-        let rows = DB::rows(self, conn);
+        let rows = DB::rows(self.0, conn);
         async move { rows.await?.first().map(DB::decode).transpose() }
     }
 
-    fn one<'c, R: Send + 'c>(
+    /// The first row as `R`. Errors: no row → `sqlx::Error::RowNotFound`.
+    pub fn one<'c, R: Send + 'c>(
         self,
         conn: &'c mut DB::Connection,
     ) -> impl Future<Output = Result<R, sqlx::Error>> + Send + 'c

@@ -13,7 +13,7 @@ use crewbus_domain::{
 use uuid::Uuid;
 
 use crate::counter::{db_i64, from_db};
-use crate::driver::{Conn, Dialect, StmtExt, stmt};
+use crate::driver::{Conn, Dialect, stmt};
 use crate::leases::{Ending, end_leases, lock_fence};
 
 /// The columns of a [`RunRow`], read from `runs`.

@@ -7,7 +7,7 @@ use std::ops::DerefMut;
 use crewbus_domain::{Agent, BusError, BusResult, RunId, TenantId};
 use uuid::Uuid;
 
-use crate::driver::{Conn, Dialect, StmtExt, stmt};
+use crate::driver::{Conn, Dialect, stmt};
 use crate::journal::lock_run;
 use crate::rows::{AGENT_COLUMNS, AgentRow};
 

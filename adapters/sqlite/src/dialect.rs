@@ -24,6 +24,6 @@ impl Dialect for Lite {
     }
 
     fn bind_ids<'q>(q: Stmt<'q, Sqlite>, ids: &[Uuid]) -> Stmt<'q, Sqlite> {
-        ids.iter().fold(q, |q, id| q.bind(*id))
+        ids.iter().fold(q, |q, id| q.arg(*id))
     }
 }
