@@ -195,6 +195,7 @@ pub trait Dialect: Send + Sync + 'static {
         + Reads<(Uuid,)>
         + Reads<(Uuid, Uuid, bool)>
         + Reads<(i32, Self::Time, String)>
+        + Reads<(i64, Self::Time)>
         + Reads<(Option<i64>, Option<Self::Time>, Option<String>)>
         + Reads<LeaseRow<Self::Time>>
         + Reads<RunRow<Self::Time>>

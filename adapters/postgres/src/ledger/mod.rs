@@ -34,7 +34,6 @@ mod retention;
 mod rows;
 mod search;
 mod send;
-mod send_allowance;
 mod settle;
 
 /// One tenant's ledger in Postgres.
@@ -238,6 +237,7 @@ impl SqlLedger for PostgresLedger {
 }
 
 crewbus_sql::impl_leases!(PostgresLedger);
+crewbus_sql::impl_send_allowance!(PostgresLedger);
 
 crewbus_ports::impl_ledger_by_sections! {
     PostgresLedger { tenant: tenant, local_backend: Some(SCHEME), sections: async }

@@ -33,7 +33,6 @@ mod retention;
 mod rows;
 mod search;
 mod send;
-mod send_allowance;
 mod settle;
 
 /// One tenant's ledger in SQLite.
@@ -195,6 +194,7 @@ impl SqlLedger for SqliteLedger {
 }
 
 crewbus_sql::impl_leases!(SqliteLedger);
+crewbus_sql::impl_send_allowance!(SqliteLedger);
 
 crewbus_ports::impl_ledger_by_sections! {
     SqliteLedger { tenant: tenant, local_backend: Some(SCHEME), sections: async }
