@@ -22,7 +22,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Type};
 use uuid::Uuid;
 
-use crate::journal::RunRow;
+use crate::journal::{RecordRow, RunRow};
 use crate::leases::LeaseRow;
 use crate::rows::AgentRow;
 
@@ -77,14 +77,12 @@ where
     for<'c> &'c mut DB::Connection: Executor<'c, Database = DB>,
     for<'q> DB::Arguments<'q>: IntoArguments<'q, DB>,
 {
-    fn run<'c, 'q: 'c>(
+    async fn run<'c, 'q: 'c>(
         q: Query<'q, DB>,
         conn: &'c mut DB::Connection,
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send + 'c {
-        async move {
-            q.execute(&mut *conn).await?;
-            Ok(())
-        }
+    ) -> Result<(), sqlx::Error> {
+        q.execute(&mut *conn).await?;
+        Ok(())
     }
 
     fn rows<'c, 'q: 'c>(
@@ -196,7 +194,7 @@ pub trait Dialect: Send + Sync + 'static {
         + Reads<(Uuid, Uuid, bool)>
         + Reads<(i32, Self::Time, String)>
         + Reads<(i64, Self::Time)>
-        + Reads<(Option<i64>, Option<Self::Time>, Option<String>)>
+        + Reads<RecordRow<Self::Time>>
         + Reads<LeaseRow<Self::Time>>
         + Reads<RunRow<Self::Time>>
         + Reads<AgentRow<Self::Time>>;

@@ -64,13 +64,17 @@ pub fn kind_text(kind: &RecordKind) -> Result<String, sqlx::Error> {
     serde_json::to_string(kind).map_err(|e| sqlx::Error::Encode(Box::new(e)))
 }
 
+/// A row of a run's records as [`records`] reads it: `(seq, at, kind)`, all `NULL` for a run
+/// with none left; `T` is how the adapter stores a time.
+pub type RecordRow<T> = (Option<i64>, Option<T>, Option<String>);
+
 /// The records of `run` from the rows of one statement that joins the run to its records from
 /// the requested seq on: `(seq, at, kind)`, all `NULL` for a run with none left. No row at all →
 /// the run is unknown (`StoreError::NotFound`); a stored kind that does not parse →
 /// `StoreError::Backend`.
 pub fn records<T: Into<DateTime<Utc>>>(
     run: RunId,
-    rows: Vec<(Option<i64>, Option<T>, Option<String>)>,
+    rows: Vec<RecordRow<T>>,
 ) -> Result<Vec<Record>, StoreError> {
     if rows.is_empty() {
         return Err(StoreError::not_found(format!("run {run}")));
@@ -351,15 +355,14 @@ pub async fn read<J: SqlJournal>(
     validate_journal_limit(limit)?;
     let what = "journal read";
     let mut conn = journal.reader(what).await?;
-    let rows: Vec<(Option<i64>, Option<<J::D as Dialect>::Time>, Option<String>)> =
-        stmt::<J::D>(J::READ_RECORDS)
-            .arg(run.0)
-            .arg(journal.tenant().as_str().to_owned())
-            .arg(db_i64(from_seq.0))
-            .arg(limit as i64)
-            .all(&mut conn)
-            .await
-            .map_err(journal.st(what))?;
+    let rows: Vec<RecordRow<<J::D as Dialect>::Time>> = stmt::<J::D>(J::READ_RECORDS)
+        .arg(run.0)
+        .arg(journal.tenant().as_str().to_owned())
+        .arg(db_i64(from_seq.0))
+        .arg(limit as i64)
+        .all(&mut conn)
+        .await
+        .map_err(journal.st(what))?;
     records(run, rows)
 }
 
