@@ -1,19 +1,12 @@
 //! `PostgresJournal`: runs and their records in `runs` and `journal_records`.
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use crewbus_domain::{
-    LeaseEnd, Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
-    check_appendable, validate_journal_limit, validate_note_text,
-};
-use crewbus_ports::Journal;
-use crewbus_sql::journal::{RUN_COLUMNS, RunRow, kind_text, records, sealing};
-use crewbus_sql::{db_i64, from_db};
-use sqlx::{PgConnection, PgPool};
-use uuid::Uuid;
+use crewbus_domain::{StoreError, TenantId};
+use crewbus_sql::journal::SqlJournal;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres, Transaction};
 
+use crate::dialect::Pg;
 use crate::error::store_error;
-use crate::ledger::leases::{Ending, end_leases, lock_fence};
 
 /// One tenant's runs and journals in Postgres.
 ///
@@ -36,254 +29,45 @@ impl std::fmt::Debug for PostgresJournal {
     }
 }
 
-/// A run row as locked for an append.
-pub(crate) struct LockedRun {
-    pub(crate) team: Uuid,
-    pub(crate) agent: Uuid,
-    pub(crate) sealed: bool,
-}
-
-/// Locks `run` of `tenant` for an append; `None` when it does not exist.
-pub(crate) async fn lock_run(
-    conn: &mut PgConnection,
-    tenant: &TenantId,
-    run: RunId,
-) -> Result<Option<LockedRun>, sqlx::Error> {
-    let row: Option<(Uuid, Uuid, bool)> = sqlx::query_as(
-        "SELECT team_id, agent_id, sealed_at IS NOT NULL FROM runs
-         WHERE id = $1 AND tenant = $2 FOR NO KEY UPDATE",
-    )
-    .bind(run.0)
-    .bind(tenant.as_str())
-    .fetch_optional(&mut *conn)
-    .await?;
-    Ok(row.map(|(team, agent, sealed)| LockedRun {
-        team,
-        agent,
-        sealed,
-    }))
-}
-
-/// Appends `kind` at `at` to a run locked with [`lock_run`] (and checked open) and returns its
-/// seq. A `RunSealed` record seals the run.
-pub(crate) async fn append(
-    conn: &mut PgConnection,
-    run: RunId,
-    at: DateTime<Utc>,
-    kind: &RecordKind,
-) -> Result<Seq, sqlx::Error> {
-    let (sealed_at, outcome) = sealing(kind, at);
-    let seq: i64 = sqlx::query_scalar(
-        "UPDATE runs SET last_seq = last_seq + 1,
-                         sealed_at = COALESCE($2, sealed_at),
-                         outcome = COALESCE($3, outcome)
-         WHERE id = $1 RETURNING last_seq",
-    )
-    .bind(run.0)
-    .bind(sealed_at)
-    .bind(outcome)
-    .fetch_one(&mut *conn)
-    .await?;
-    insert_record(conn, run, seq, at, kind).await?;
-    Ok(Seq(from_db(seq)))
-}
-
-async fn insert_record(
-    conn: &mut PgConnection,
-    run: RunId,
-    seq: i64,
-    at: DateTime<Utc>,
-    kind: &RecordKind,
-) -> Result<(), sqlx::Error> {
-    let json = kind_text(kind)?;
-    sqlx::query("INSERT INTO journal_records (run_id, seq, at, kind) VALUES ($1, $2, $3, $4)")
-        .bind(run.0)
-        .bind(seq)
-        .bind(at)
-        .bind(json)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
 impl PostgresJournal {
     /// The journal of `tenant` over `pool` (migrated: [`crate::migrate`]).
     pub fn new(pool: PgPool, tenant: TenantId) -> Self {
         PostgresJournal { pool, tenant }
     }
-
-    /// Appends to an open run in one transaction.
-    async fn append_open(
-        &self,
-        run: RunId,
-        at: DateTime<Utc>,
-        kind: RecordKind,
-    ) -> Result<Seq, StoreError> {
-        let what = "journal append";
-        let mut tx = self.pool.begin().await.map_err(|e| store_error(e, what))?;
-        let locked = lock_run(&mut tx, &self.tenant, run)
-            .await
-            .map_err(|e| store_error(e, what))?;
-        check_appendable(run, locked.map(|r| r.sealed))?;
-        let seq = append(&mut tx, run, at, &kind)
-            .await
-            .map_err(|e| store_error(e, what))?;
-        tx.commit().await.map_err(|e| store_error(e, what))?;
-        Ok(seq)
-    }
 }
 
-#[async_trait]
-impl Journal for PostgresJournal {
+impl SqlJournal for PostgresJournal {
+    type D = Pg;
+    type Tx = Transaction<'static, Postgres>;
+    type Reader = PoolConnection<Postgres>;
+
+    const READ_RECORDS: &'static str = "SELECT j.seq, j.at, j.kind
+         FROM runs r LEFT JOIN LATERAL (
+             SELECT seq, at, kind FROM journal_records
+             WHERE run_id = r.id AND seq >= $3
+             ORDER BY seq LIMIT $4) j ON true
+         WHERE r.id = $1 AND r.tenant = $2
+         ORDER BY j.seq";
+
     fn tenant(&self) -> &TenantId {
         &self.tenant
     }
 
-    async fn admit(&self, team: Uuid, agent: Uuid, at: DateTime<Utc>) -> Result<RunId, StoreError> {
-        let what = "journal admit";
-        let run = RunId::new();
-        let mut tx = self.pool.begin().await.map_err(|e| store_error(e, what))?;
-        sqlx::query(
-            "INSERT INTO runs (id, tenant, team_id, agent_id, admitted_at, last_seq)
-             VALUES ($1, $2, $3, $4, $5, 1)",
-        )
-        .bind(run.0)
-        .bind(self.tenant.as_str())
-        .bind(team)
-        .bind(agent)
-        .bind(at)
-        .execute(&mut *tx)
-        .await
-        .map_err(|e| store_error(e, what))?;
-        insert_record(
-            &mut tx,
-            run,
-            1,
-            at,
-            &RecordKind::RunAdmitted { team, agent },
-        )
-        .await
-        .map_err(|e| store_error(e, what))?;
-        tx.commit().await.map_err(|e| store_error(e, what))?;
-        Ok(run)
+    fn store_error(&self, err: sqlx::Error, what: &str) -> StoreError {
+        store_error(err, what)
     }
 
-    async fn resume(&self, run: RunId, at: DateTime<Utc>) -> Result<Seq, StoreError> {
-        self.append_open(run, at, RecordKind::RunResumed).await
+    async fn begin(&self, what: &'static str) -> Result<Self::Tx, StoreError> {
+        self.pool.begin().await.map_err(|e| store_error(e, what))
     }
 
-    async fn note(&self, run: RunId, text: &str, at: DateTime<Utc>) -> Result<Seq, StoreError> {
-        validate_note_text("note", text)?;
-        let kind = RecordKind::Note {
-            text: text.to_owned(),
-        };
-        self.append_open(run, at, kind).await
+    async fn commit(&self, tx: Self::Tx, what: &'static str) -> Result<(), StoreError> {
+        tx.commit().await.map_err(|e| store_error(e, what))
     }
 
-    async fn seal(
-        &self,
-        run: RunId,
-        outcome: RunOutcome,
-        reason: &str,
-        at: DateTime<Utc>,
-    ) -> Result<Seq, StoreError> {
-        validate_note_text("reason", reason)?;
-        let kind = RecordKind::RunSealed {
-            outcome,
-            reason: reason.to_owned(),
-        };
-        let what = "journal seal";
-        let err = |e| store_error(e, what);
-        let mut tx = self.pool.begin().await.map_err(err)?;
-        // The lease lock order: the team's fence before the run (see the ledger's leases).
-        let team: Option<Uuid> =
-            sqlx::query_scalar("SELECT team_id FROM runs WHERE id = $1 AND tenant = $2")
-                .bind(run.0)
-                .bind(self.tenant.as_str())
-                .fetch_optional(&mut *tx)
-                .await
-                .map_err(err)?;
-        if let Some(team) = team {
-            lock_fence(&mut tx, team).await.map_err(err)?;
-        }
-        let locked = lock_run(&mut tx, &self.tenant, run).await.map_err(err)?;
-        check_appendable(run, locked.map(|r| r.sealed))?;
-        // Its live leases end first, their records before the seal's.
-        end_leases(
-            &mut tx,
-            &self.tenant,
-            Ending::Run(run),
-            LeaseEnd::RunSealed,
-            at,
-        )
-        .await
-        .map_err(err)?;
-        let seq = append(&mut tx, run, at, &kind).await.map_err(err)?;
-        tx.commit().await.map_err(err)?;
-        Ok(seq)
-    }
-
-    async fn read(
-        &self,
-        run: RunId,
-        from_seq: Seq,
-        limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
-        validate_journal_limit(limit)?;
-        let what = "journal read";
-        // One statement, one snapshot: the run's existence and its records agree.
-        let rows: Vec<(Option<i64>, Option<DateTime<Utc>>, Option<String>)> = sqlx::query_as(
-            "SELECT j.seq, j.at, j.kind
-             FROM runs r LEFT JOIN LATERAL (
-                 SELECT seq, at, kind FROM journal_records
-                 WHERE run_id = r.id AND seq >= $3
-                 ORDER BY seq LIMIT $4) j ON true
-             WHERE r.id = $1 AND r.tenant = $2
-             ORDER BY j.seq",
-        )
-        .bind(run.0)
-        .bind(self.tenant.as_str())
-        .bind(db_i64(from_seq.0))
-        .bind(limit as i64)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| store_error(e, what))?;
-        records(run, rows)
-    }
-
-    async fn run(&self, run: RunId) -> Result<Run, StoreError> {
-        let row: Option<RunRow> = sqlx::query_as(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE id = $1 AND tenant = $2"
-        ))
-        .bind(run.0)
-        .bind(self.tenant.as_str())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(|e| store_error(e, "journal run"))?;
-        row.map(Run::from)
-            .ok_or_else(|| StoreError::not_found(format!("run {run}")))
-    }
-
-    async fn runs(
-        &self,
-        team: Uuid,
-        before: Option<DateTime<Utc>>,
-        limit: usize,
-    ) -> Result<Vec<Run>, StoreError> {
-        validate_journal_limit(limit)?;
-        let rows: Vec<RunRow> = sqlx::query_as(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs
-             WHERE tenant = $1 AND team_id = $2
-               AND ($3::timestamptz IS NULL OR admitted_at < $3)
-             ORDER BY admitted_at DESC, id DESC LIMIT $4"
-        ))
-        .bind(self.tenant.as_str())
-        .bind(team)
-        .bind(before)
-        .bind(limit as i64)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| store_error(e, "journal runs"))?;
-        Ok(rows.into_iter().map(Run::from).collect())
+    async fn reader(&self, what: &'static str) -> Result<Self::Reader, StoreError> {
+        self.pool.acquire().await.map_err(|e| store_error(e, what))
     }
 }
+
+crewbus_sql::impl_journal!(PostgresJournal);

@@ -12,6 +12,7 @@
 
 mod body;
 mod connect;
+mod dialect;
 mod error;
 mod feed;
 mod inbox;

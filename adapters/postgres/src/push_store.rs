@@ -88,6 +88,19 @@ impl PostgresPushStore {
         PostgresPushStore { pool, tenant }
     }
 
+    /// Every registration row of `run` (this tenant's), by id (bytewise).
+    async fn run_rows(&self, run: RunId, what: &str) -> Result<Vec<PgRow>, StoreError> {
+        sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM push_registrations
+             WHERE tenant = $1 AND run_id = $2 ORDER BY id COLLATE \"C\""
+        ))
+        .bind(self.tenant.as_str())
+        .bind(run.0)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(|e| store_error(e, what))
+    }
+
     async fn execute(
         &self,
         what: &str,
@@ -156,15 +169,7 @@ impl PushStore for PostgresPushStore {
     }
 
     async fn list(&self, run: RunId) -> Result<Vec<PushConfig>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM push_registrations
-             WHERE tenant = $1 AND run_id = $2 ORDER BY id COLLATE \"C\""
-        ))
-        .bind(self.tenant.as_str())
-        .bind(run.0)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| store_error(e, "push store list"))?;
+        let rows = self.run_rows(run, "push store list").await?;
         rows.iter().map(config_of).collect()
     }
 
@@ -318,15 +323,7 @@ impl PushStore for PostgresPushStore {
     }
 
     async fn registrations(&self, run: RunId) -> Result<Vec<PushRegistration>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM push_registrations
-             WHERE tenant = $1 AND run_id = $2 ORDER BY id COLLATE \"C\""
-        ))
-        .bind(self.tenant.as_str())
-        .bind(run.0)
-        .fetch_all(&self.pool)
-        .await
-        .map_err(|e| store_error(e, "push store registrations"))?;
+        let rows = self.run_rows(run, "push store registrations").await?;
         rows.iter()
             .map(|row| registration_of(row, "next_attempt_at"))
             .collect()

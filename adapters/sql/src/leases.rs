@@ -5,15 +5,37 @@
 //! the token as a `BIGINT`, the end as `ended_at` and `end_reason` (both `NULL` while it has not
 //! ended); each history entry (`lease_events`) is `(lease_id, seq, at, kind)` with `kind` as
 //! serde's JSON of [`LeaseEventKind`].
+//!
+//! The port's operations are here too, once for both stores ([`impl_leases!`]), over
+//! [`SqlLedger`] and the statements below.
+//!
+//! # Locks
+//! Where writers lock rows ([`Dialect::ROW_LOCKS`]: Postgres), every change to a team's leases
+//! first locks the team's row of `lease_fences` (`SELECT … FOR UPDATE`; an acquire inserts it
+//! on the team's first grant), then the runs it writes records into, in id order
+//! ([`lock_run`]). So the overlap check and the grant are serialised per team across every
+//! server on the database, lease rows need no locks of their own (only fence holders change
+//! them), and nothing takes a run before a fence: a seal locks its team's fence before its run.
+//! On SQLite every change runs in a write transaction (`BEGIN IMMEDIATE` on the one write
+//! connection), so what it read stays as read until it commits, and the one server a SQLite
+//! store has is the only one granting; the same statements run without the locks and without
+//! reading again under them. Tokens come from the fence's counter, bumped with the grant.
+
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    BusError, FencingToken, Lease, LeaseClaim, LeaseEnd, LeaseEnding, LeaseEvent, LeaseEventKind,
-    LeaseMode, LeasePattern, RecordKind, RunId, StoreError,
+    Acquired, BusError, BusResult, FencingToken, Lease, LeaseClaim, LeaseEnd, LeaseEnding,
+    LeaseEvent, LeaseEventKind, LeaseFilter, LeaseMode, LeasePattern, MAX_LEASE_LIST, RecordKind,
+    RunId, StoreError, TenantId, check_lease_change, decide_acquire, release_ending,
+    validate_lease_path, validate_lease_ttl, validate_limit,
 };
 use uuid::Uuid;
 
-use crate::counter::from_db;
+use crate::counter::{db_i64, from_db};
+use crate::driver::{Conn, Dialect, Stmt, stmt};
+use crate::journal::{append, lock_run};
+use crate::ledger::SqlLedger;
 
 /// The columns of a [`LeaseRow`], read from `leases l JOIN agents a ON a.id = l.agent_id`.
 pub const LEASE_COLUMNS: &str = "l.id, l.team_id, l.agent_id, a.name AS agent_name, l.pattern, \
@@ -144,4 +166,625 @@ pub fn ending(lease: &Lease, reason: LeaseEnd, at: DateTime<Utc>) -> LeaseEnding
             reason: LeaseEnd::Expired,
         }
     }
+}
+
+/// Which not-yet-ended leases [`end_leases`] ends.
+pub enum Ending<'a> {
+    /// Those a run took.
+    Run(RunId),
+    /// An agent's.
+    Agent(Uuid),
+    /// These ids, if they lapsed at or before the time given (the expiry sweep).
+    Due(&'a [Uuid]),
+}
+
+/// Locks `team`'s fence where writers lock rows (reads it on SQLite); its last token, `None`
+/// when the team never had a lease.
+pub async fn lock_fence<D: Dialect>(
+    conn: &mut Conn<D>,
+    team: Uuid,
+) -> Result<Option<i64>, sqlx::Error> {
+    let sql = format!(
+        "SELECT last_token FROM lease_fences WHERE team_id = $1{}",
+        D::FOR_UPDATE
+    );
+    let last: Option<(i64,)> = stmt::<D>(&sql).arg(team).optional(conn).await?;
+    Ok(last.map(|(t,)| t))
+}
+
+/// Inserts `team`'s fence (last token 0) unless it has one.
+pub async fn create_fence<D: Dialect>(conn: &mut Conn<D>, team: Uuid) -> Result<(), sqlx::Error> {
+    stmt::<D>(
+        "INSERT INTO lease_fences (team_id, last_token) VALUES ($1, 0) ON CONFLICT DO NOTHING",
+    )
+    .arg(team)
+    .run(conn)
+    .await?;
+    Ok(())
+}
+
+/// Locks `team`'s fence, inserting it first on the team's first acquire (Postgres: a revocation
+/// takes it before it marks the agent revoked).
+pub async fn lock_or_create_fence<D: Dialect>(
+    conn: &mut Conn<D>,
+    team: Uuid,
+) -> Result<i64, sqlx::Error> {
+    create_fence::<D>(conn, team).await?;
+    Ok(lock_fence::<D>(conn, team).await?.unwrap_or(0))
+}
+
+/// The leases of `tenant` selected by `filter` (an SQL condition on `l`, its parameters from
+/// `$2` on bound by `bind`), by team then token.
+async fn select<D: Dialect>(
+    conn: &mut Conn<D>,
+    tenant: &TenantId,
+    filter: &str,
+    bind: impl for<'q> FnOnce(Stmt<'q, D::Db>) -> Stmt<'q, D::Db>,
+) -> Result<Vec<LeaseRow<D::Time>>, sqlx::Error> {
+    let sql = format!(
+        "SELECT {LEASE_COLUMNS} FROM leases l
+         JOIN agents a ON a.id = l.agent_id
+         JOIN teams t ON t.id = l.team_id AND t.tenant = $1
+         WHERE {filter} ORDER BY l.team_id, l.token"
+    );
+    bind(stmt::<D>(&sql).arg(tenant.as_str().to_owned()))
+        .all(conn)
+        .await
+}
+
+/// Writes a history entry of `lease` and bumps its `last_event`.
+async fn event<D: Dialect>(
+    conn: &mut Conn<D>,
+    lease: Uuid,
+    at: DateTime<Utc>,
+    kind: &LeaseEventKind,
+) -> Result<(), sqlx::Error> {
+    let (seq,): (i32,) = stmt::<D>(
+        "UPDATE leases SET last_event = last_event + 1 WHERE id = $1 RETURNING last_event",
+    )
+    .arg(lease)
+    .one(&mut *conn)
+    .await?;
+    insert_event::<D>(conn, lease, seq, at, kind).await
+}
+
+async fn insert_event<D: Dialect>(
+    conn: &mut Conn<D>,
+    lease: Uuid,
+    seq: i32,
+    at: DateTime<Utc>,
+    kind: &LeaseEventKind,
+) -> Result<(), sqlx::Error> {
+    stmt::<D>("INSERT INTO lease_events (lease_id, seq, at, kind) VALUES ($1, $2, $3, $4)")
+        .arg(lease)
+        .arg(seq)
+        .arg(D::time(at))
+        .arg(event_text(kind)?)
+        .run(conn)
+        .await?;
+    Ok(())
+}
+
+/// Appends `kind` to `run` when there is one and it is open (locked by the caller's fence
+/// order where writers lock rows: this locks it, in the same transaction).
+async fn run_record<D: Dialect>(
+    conn: &mut Conn<D>,
+    tenant: &TenantId,
+    run: Option<RunId>,
+    at: DateTime<Utc>,
+    kind: &RecordKind,
+) -> Result<(), sqlx::Error> {
+    let Some(run) = run else { return Ok(()) };
+    if let Some(state) = lock_run::<D>(conn, tenant, run).await?
+        && !state.sealed
+    {
+        append::<D>(conn, run, at, kind).await?;
+    }
+    Ok(())
+}
+
+/// Ends `lease` (not ended; its fence locked) at `at` for `reason` (a lapsed one as expired),
+/// with its history entry and run record. Returns it ended.
+async fn finish<D: Dialect>(
+    conn: &mut Conn<D>,
+    tenant: &TenantId,
+    mut lease: Lease,
+    reason: LeaseEnd,
+    at: DateTime<Utc>,
+) -> Result<Lease, sqlx::Error> {
+    let end = ending(&lease, reason, at);
+    stmt::<D>("UPDATE leases SET ended_at = $2, end_reason = $3 WHERE id = $1")
+        .arg(lease.id)
+        .arg(D::time(end.at))
+        .arg(end.reason.as_str().to_owned())
+        .run(&mut *conn)
+        .await?;
+    event::<D>(
+        conn,
+        lease.id,
+        at,
+        &LeaseEventKind::Ended { reason: end.reason },
+    )
+    .await?;
+    let record = RecordKind::LeaseEnded {
+        lease: lease.id,
+        reason: end.reason,
+    };
+    run_record::<D>(conn, tenant, lease.run, at, &record).await?;
+    lease.ended = Some(end);
+    Ok(lease)
+}
+
+/// The not-yet-ended leases `which` selects.
+async fn pick<D: Dialect>(
+    conn: &mut Conn<D>,
+    tenant: &TenantId,
+    which: &Ending<'_>,
+    at: DateTime<Utc>,
+) -> Result<Vec<Lease>, sqlx::Error> {
+    let rows = match *which {
+        Ending::Run(run) => {
+            select::<D>(conn, tenant, "l.ended_at IS NULL AND l.run_id = $2", |q| {
+                q.arg(run.0)
+            })
+            .await?
+        }
+        Ending::Agent(agent) => {
+            select::<D>(
+                conn,
+                tenant,
+                "l.ended_at IS NULL AND l.agent_id = $2",
+                |q| q.arg(agent),
+            )
+            .await?
+        }
+        Ending::Due([]) => Vec::new(),
+        Ending::Due(ids) => {
+            let filter = format!(
+                "l.ended_at IS NULL AND l.expires_at <= $2 AND {}",
+                D::any_id("l.id", 3, ids.len())
+            );
+            select::<D>(conn, tenant, &filter, |q| {
+                D::bind_ids(q.arg(D::time(at)), ids)
+            })
+            .await?
+        }
+    };
+    leases(rows).map_err(|e| sqlx::Error::Decode(Box::new(e)))
+}
+
+/// Ends the not-yet-ended leases `which` selects, in the caller's write transaction. Where
+/// writers lock rows, first locks their teams' fences (team order), reads them again under the
+/// fences, then locks their runs (id order). Then ends each ([`finish`]). Returns them ended,
+/// by team then token.
+pub async fn end_leases<D: Dialect>(
+    conn: &mut Conn<D>,
+    tenant: &TenantId,
+    which: Ending<'_>,
+    reason: LeaseEnd,
+    at: DateTime<Utc>,
+) -> Result<Vec<Lease>, sqlx::Error> {
+    let mut found = pick::<D>(conn, tenant, &which, at).await?;
+    if D::ROW_LOCKS && !found.is_empty() {
+        let mut teams: Vec<Uuid> = found.iter().map(|l| l.team).collect();
+        teams.sort_unstable();
+        teams.dedup();
+        for team in &teams {
+            lock_fence::<D>(conn, *team).await?;
+        }
+        // Under the fences nothing changes them any more: read them again.
+        found = pick::<D>(conn, tenant, &which, at).await?;
+        let mut runs: Vec<RunId> = found.iter().filter_map(|l| l.run).collect();
+        runs.sort_unstable_by_key(|r| r.0);
+        runs.dedup();
+        for run in runs {
+            lock_run::<D>(conn, tenant, run).await?;
+        }
+    }
+    let mut ended = Vec::with_capacity(found.len());
+    for lease in found {
+        ended.push(finish::<D>(conn, tenant, lease, reason, at).await?);
+    }
+    Ok(ended)
+}
+
+/// One lease of `team` (this tenant's). Errors: unknown → `NotFound`.
+async fn lease_row<L: SqlLedger>(
+    ledger: &L,
+    conn: &mut Conn<L::D>,
+    team: Uuid,
+    lease: Uuid,
+) -> BusResult<Lease> {
+    let rows = select::<L::D>(conn, ledger.tenant(), "l.id = $2 AND l.team_id = $3", |q| {
+        q.arg(lease).arg(team)
+    })
+    .await
+    .map_err(ledger.db("lease lookup"))?;
+    leases(rows)?
+        .pop()
+        .ok_or_else(|| BusError::not_found(format!("lease {lease}")))
+}
+
+/// `Leases::acquire`: checks the holder (known, not revoked; its run its own and open) and the
+/// overlap with the team's live leases, then grants the next token of the team's fence. Errors:
+/// as the port states.
+pub async fn acquire<L: SqlLedger>(
+    ledger: &L,
+    team: Uuid,
+    agent: Uuid,
+    claim: &LeaseClaim,
+    ttl: Duration,
+    run: Option<RunId>,
+    at: DateTime<Utc>,
+) -> BusResult<Acquired> {
+    validate_lease_ttl(ttl)?;
+    let what = "acquire lease";
+    let mut tx = ledger.begin(what).await?;
+    let last = if L::D::ROW_LOCKS {
+        ledger.agent_row(&mut tx, team, agent).await?;
+        lock_or_create_fence::<L::D>(&mut tx, team)
+            .await
+            .map_err(ledger.db(what))?
+    } else {
+        0
+    };
+    // Read (again) under the fence: a revocation takes it before it marks the agent revoked
+    // (whether or not the agent holds leases), so this read sees a revocation committed before
+    // the grant, and one after it ends this lease.
+    let holder = ledger.agent_row(&mut tx, team, agent).await?;
+    if holder.revoked() {
+        return Err(BusError::forbidden(format!("agent {agent} is revoked")));
+    }
+    if ledger.check_run_owner(&mut tx, run, team, agent).await? {
+        return Err(BusError::conflict(format!(
+            "run {} is sealed",
+            run.map(|r| r.to_string()).unwrap_or_default()
+        )));
+    }
+    let live = select::<L::D>(
+        &mut tx,
+        ledger.tenant(),
+        "l.team_id = $2 AND l.ended_at IS NULL AND l.expires_at > $3",
+        |q| q.arg(team).arg(L::D::time(at)),
+    )
+    .await
+    .map_err(ledger.db(what))?;
+    if let Err(conflicts) = decide_acquire(agent, claim, &leases(live)?, at)? {
+        return Ok(Acquired::Conflict(conflicts));
+    }
+    let last = if L::D::ROW_LOCKS {
+        last
+    } else {
+        lock_fence::<L::D>(&mut tx, team)
+            .await
+            .map_err(ledger.db(what))?
+            .unwrap_or(0)
+    };
+    let token = FencingToken(from_db(last))
+        .next()
+        .ok_or_else(|| BusError::conflict("the team's fencing counter is exhausted"))?;
+    let lease = Lease {
+        id: Uuid::new_v4(),
+        team,
+        agent,
+        agent_name: holder.name.clone(),
+        claim: claim.clone(),
+        token,
+        run,
+        acquired_at: at,
+        expires_at: at + ttl,
+        ended: None,
+    };
+    stmt::<L::D>(
+        "INSERT INTO lease_fences (team_id, last_token) VALUES ($1, $2)
+         ON CONFLICT (team_id) DO UPDATE SET last_token = $2",
+    )
+    .arg(team)
+    .arg(db_i64(token.0))
+    .run(&mut tx)
+    .await
+    .map_err(ledger.db(what))?;
+    stmt::<L::D>(
+        "INSERT INTO leases (id, team_id, agent_id, pattern, mode, token, run_id,
+                             acquired_at, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+    )
+    .arg(lease.id)
+    .arg(team)
+    .arg(agent)
+    .arg(claim.pattern.as_str().to_owned())
+    .arg(mode_name(claim.mode).to_owned())
+    .arg(db_i64(token.0))
+    .arg(run.map(|r| r.0))
+    .arg(L::D::time(at))
+    .arg(L::D::time(lease.expires_at))
+    .run(&mut tx)
+    .await
+    .map_err(ledger.db(what))?;
+    let (entry, record) = grant_entries(&lease);
+    insert_event::<L::D>(&mut tx, lease.id, 1, at, &entry)
+        .await
+        .map_err(ledger.db(what))?;
+    if let Some(run) = run {
+        append::<L::D>(&mut tx, run, at, &record)
+            .await
+            .map_err(ledger.db(what))?;
+    }
+    ledger.commit(tx, what).await?;
+    Ok(Acquired::Granted(lease))
+}
+
+/// The lease `lease` of `team` to change: where writers lock rows, read once, its fence
+/// locked, and read again under it.
+async fn locked_lease<L: SqlLedger>(
+    ledger: &L,
+    tx: &mut Conn<L::D>,
+    team: Uuid,
+    lease: Uuid,
+    what: &'static str,
+) -> BusResult<Lease> {
+    if L::D::ROW_LOCKS {
+        lease_row(ledger, tx, team, lease).await?;
+        lock_fence::<L::D>(tx, team)
+            .await
+            .map_err(ledger.db(what))?;
+    }
+    lease_row(ledger, tx, team, lease).await
+}
+
+/// `Leases::renew`: the holder's live lease expires `ttl` after `at`. Errors: as the port
+/// states.
+pub async fn renew<L: SqlLedger>(
+    ledger: &L,
+    team: Uuid,
+    agent: Uuid,
+    lease: Uuid,
+    ttl: Duration,
+    at: DateTime<Utc>,
+) -> BusResult<Lease> {
+    validate_lease_ttl(ttl)?;
+    let what = "renew lease";
+    let mut tx = ledger.begin(what).await?;
+    let mut found = locked_lease(ledger, &mut tx, team, lease, what).await?;
+    check_lease_change(&found, Some(agent), true, at)?;
+    found.expires_at = at + ttl;
+    stmt::<L::D>("UPDATE leases SET expires_at = $2 WHERE id = $1")
+        .arg(lease)
+        .arg(L::D::time(found.expires_at))
+        .run(&mut tx)
+        .await
+        .map_err(ledger.db(what))?;
+    let expires_at = found.expires_at;
+    event::<L::D>(&mut tx, lease, at, &LeaseEventKind::Renewed { expires_at })
+        .await
+        .map_err(ledger.db(what))?;
+    let record = RecordKind::LeaseRenewed { lease, expires_at };
+    run_record::<L::D>(&mut tx, ledger.tenant(), found.run, at, &record)
+        .await
+        .map_err(ledger.db(what))?;
+    ledger.commit(tx, what).await?;
+    Ok(found)
+}
+
+/// `Leases::release`: ends the lease (by its holder, or anyone when `agent` is `None`); an
+/// ended one is returned as it is. Errors: as the port states.
+pub async fn release<L: SqlLedger>(
+    ledger: &L,
+    team: Uuid,
+    agent: Option<Uuid>,
+    lease: Uuid,
+    at: DateTime<Utc>,
+) -> BusResult<Lease> {
+    let what = "release lease";
+    let mut tx = ledger.begin(what).await?;
+    let found = locked_lease(ledger, &mut tx, team, lease, what).await?;
+    check_lease_change(&found, agent, false, at)?;
+    let Some(end) = release_ending(&found, at) else {
+        return Ok(found);
+    };
+    let ended = finish::<L::D>(&mut tx, ledger.tenant(), found, end.reason, at)
+        .await
+        .map_err(ledger.db(what))?;
+    ledger.commit(tx, what).await?;
+    Ok(ended)
+}
+
+/// `Leases::leases`: the team's live leases `filter` admits, by token, at most
+/// `MAX_LEASE_LIST`. Errors: unknown team → `NotFound`.
+pub async fn list<L: SqlLedger>(
+    ledger: &L,
+    team: Uuid,
+    filter: &LeaseFilter,
+    at: DateTime<Utc>,
+) -> BusResult<Vec<Lease>> {
+    let what = "list leases";
+    let mut conn = ledger.reader(what).await?;
+    ledger.require_team(&mut conn, team).await?;
+    let rows = select::<L::D>(
+        &mut conn,
+        ledger.tenant(),
+        "l.team_id = $2 AND l.ended_at IS NULL AND l.expires_at > $3
+         AND ($4 IS NULL OR l.agent_id = $4)",
+        |q| q.arg(team).arg(L::D::time(at)).arg(filter.agent),
+    )
+    .await
+    .map_err(ledger.db(what))?;
+    let mut out: Vec<Lease> = leases(rows)?
+        .into_iter()
+        .filter(|l| filter.admits(l))
+        .collect();
+    out.truncate(MAX_LEASE_LIST);
+    Ok(out)
+}
+
+/// `Leases::lease`: one lease with its history, from one snapshot. Errors: unknown →
+/// `NotFound`.
+pub async fn history<L: SqlLedger>(
+    ledger: &L,
+    team: Uuid,
+    lease: Uuid,
+) -> BusResult<(Lease, Vec<LeaseEvent>)> {
+    let what = "lease history";
+    let mut snapshot = ledger.snapshot(what).await?;
+    let found = lease_row(ledger, &mut snapshot, team, lease).await?;
+    let rows: Vec<(i32, <L::D as Dialect>::Time, String)> =
+        stmt::<L::D>("SELECT seq, at, kind FROM lease_events WHERE lease_id = $1 ORDER BY seq")
+            .arg(lease)
+            .all(&mut snapshot)
+            .await
+            .map_err(ledger.db(what))?;
+    ledger.end_snapshot(snapshot, what).await?;
+    let rows = rows
+        .into_iter()
+        .map(|(seq, at, kind)| (i64::from(seq), at, kind))
+        .collect();
+    Ok((found, events(lease, rows)?))
+}
+
+/// `Leases::check`: whether `agent` holds a live lease with `token` covering `path` at `at`.
+pub async fn check<L: SqlLedger>(
+    ledger: &L,
+    team: Uuid,
+    agent: Uuid,
+    token: FencingToken,
+    path: &str,
+    at: DateTime<Utc>,
+) -> BusResult<bool> {
+    validate_lease_path(path)?;
+    let what = "check lease";
+    let mut conn = ledger.reader(what).await?;
+    let rows = select::<L::D>(
+        &mut conn,
+        ledger.tenant(),
+        "l.team_id = $2 AND l.agent_id = $3 AND l.token = $4",
+        |q| q.arg(team).arg(agent).arg(db_i64(token.0)),
+    )
+    .await
+    .map_err(ledger.db(what))?;
+    Ok(leases(rows)?
+        .iter()
+        .any(|l| l.fences(agent, token, path, at)))
+}
+
+/// `Leases::expire`: ends at most `limit` of this tenant's leases lapsed at `at`, the earliest
+/// first; returns them by expiry then id.
+pub async fn expire<L: SqlLedger>(
+    ledger: &L,
+    at: DateTime<Utc>,
+    limit: usize,
+) -> BusResult<Vec<Lease>> {
+    validate_limit(limit)?;
+    let what = "expire leases";
+    let mut tx = ledger.begin(what).await?;
+    let due: Vec<(Uuid,)> = stmt::<L::D>(
+        "SELECT l.id FROM leases l JOIN teams t ON t.id = l.team_id AND t.tenant = $1
+         WHERE l.ended_at IS NULL AND l.expires_at <= $2
+         ORDER BY l.expires_at, l.id LIMIT $3",
+    )
+    .arg(ledger.tenant().as_str().to_owned())
+    .arg(L::D::time(at))
+    .arg(limit as i64)
+    .all(&mut tx)
+    .await
+    .map_err(ledger.db(what))?;
+    let due: Vec<Uuid> = due.into_iter().map(|(id,)| id).collect();
+    let mut ended = end_leases::<L::D>(
+        &mut tx,
+        ledger.tenant(),
+        Ending::Due(&due),
+        LeaseEnd::Expired,
+        at,
+    )
+    .await
+    .map_err(ledger.db(what))?;
+    ledger.commit(tx, what).await?;
+    ended.sort_by_key(|l| (l.expires_at, l.id));
+    Ok(ended)
+}
+
+/// Implements `crewbus_ports::Leases` for an [`SqlLedger`] type by delegating every method to
+/// this module's function of the same operation, so that neither adapter restates the trait.
+///
+/// ```ignore
+/// crewbus_sql::impl_leases!(MyLedger);
+/// ```
+#[macro_export]
+macro_rules! impl_leases {
+    ($ty:ty) => {
+        const _: () = {
+            use $crate::__private::{
+                Acquired, BusResult, DateTime, Duration, FencingToken, Lease, LeaseClaim,
+                LeaseEvent, LeaseFilter, Leases, RunId, Utc, Uuid, async_trait,
+            };
+            use $crate::leases as sql;
+
+            #[async_trait]
+            impl Leases for $ty {
+                async fn acquire(
+                    &self,
+                    team: Uuid,
+                    agent: Uuid,
+                    claim: &LeaseClaim,
+                    ttl: Duration,
+                    run: Option<RunId>,
+                    at: DateTime<Utc>,
+                ) -> BusResult<Acquired> {
+                    sql::acquire(self, team, agent, claim, ttl, run, at).await
+                }
+
+                async fn renew(
+                    &self,
+                    team: Uuid,
+                    agent: Uuid,
+                    lease: Uuid,
+                    ttl: Duration,
+                    at: DateTime<Utc>,
+                ) -> BusResult<Lease> {
+                    sql::renew(self, team, agent, lease, ttl, at).await
+                }
+
+                async fn release(
+                    &self,
+                    team: Uuid,
+                    agent: Option<Uuid>,
+                    lease: Uuid,
+                    at: DateTime<Utc>,
+                ) -> BusResult<Lease> {
+                    sql::release(self, team, agent, lease, at).await
+                }
+
+                async fn leases(
+                    &self,
+                    team: Uuid,
+                    filter: &LeaseFilter,
+                    at: DateTime<Utc>,
+                ) -> BusResult<Vec<Lease>> {
+                    sql::list(self, team, filter, at).await
+                }
+
+                async fn lease(
+                    &self,
+                    team: Uuid,
+                    lease: Uuid,
+                ) -> BusResult<(Lease, Vec<LeaseEvent>)> {
+                    sql::history(self, team, lease).await
+                }
+
+                async fn check(
+                    &self,
+                    team: Uuid,
+                    agent: Uuid,
+                    token: FencingToken,
+                    path: &str,
+                    at: DateTime<Utc>,
+                ) -> BusResult<bool> {
+                    sql::check(self, team, agent, token, path, at).await
+                }
+
+                async fn expire(&self, at: DateTime<Utc>, limit: usize) -> BusResult<Vec<Lease>> {
+                    sql::expire(self, at, limit).await
+                }
+            }
+        };
+    };
 }

@@ -12,12 +12,18 @@ use sqlx::sqlite::SqliteTypeInfo;
 /// `i64`; a stored value outside chrono's range fails to decode (never clamped silently).
 /// Times read back are the caller's truncated to the microsecond.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) struct Ts(pub(crate) DateTime<Utc>);
+pub struct Ts(pub(crate) DateTime<Utc>);
 
 impl Ts {
     /// The stored form: microseconds since the epoch.
     pub(crate) fn micros(self) -> i64 {
         self.0.timestamp_micros()
+    }
+}
+
+impl From<DateTime<Utc>> for Ts {
+    fn from(t: DateTime<Utc>) -> Self {
+        Ts(t)
     }
 }
 

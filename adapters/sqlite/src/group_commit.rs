@@ -79,7 +79,7 @@ pub(crate) struct GroupCommit {
 
 /// One part of the shared write transaction: derefs to the write connection, inside the part's
 /// savepoint. [`WriteTx::commit`] keeps its writes; dropping it rolls them back.
-pub(crate) struct WriteTx {
+pub struct WriteTx {
     guard: Option<OwnedMutexGuard<Writer>>,
     inner: Arc<Inner>,
 }

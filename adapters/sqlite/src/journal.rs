@@ -1,19 +1,12 @@
 //! `SqliteJournal`: runs and their records in `runs` and `journal_records`.
 
-use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use crewbus_domain::{
-    LeaseEnd, Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
-    check_appendable, validate_journal_limit, validate_note_text,
-};
-use crewbus_ports::Journal;
-use crewbus_sql::journal::{RUN_COLUMNS, RunRow, kind_text, records, sealing};
-use sqlx::SqliteConnection;
-use uuid::Uuid;
+use crewbus_domain::{StoreError, TenantId};
+use crewbus_sql::journal::SqlJournal;
+use sqlx::Sqlite;
+use sqlx::pool::PoolConnection;
 
-use crate::codec::{Ts, db_i64, from_db};
-use crate::connect::SqlitePools;
-use crate::ledger::leases::{Ending, end_leases};
+use crate::connect::{SqlitePools, WriteTx};
+use crate::dialect::Lite;
 
 /// One tenant's runs and journals in SQLite.
 ///
@@ -37,243 +30,47 @@ impl std::fmt::Debug for SqliteJournal {
     }
 }
 
-/// A run row as read for an append (inside a write transaction, so it cannot change before the
-/// append).
-pub(crate) struct RunState {
-    pub(crate) team: Uuid,
-    pub(crate) agent: Uuid,
-    pub(crate) sealed: bool,
-}
-
-/// `run` of `tenant` as it stands; `None` when it does not exist.
-pub(crate) async fn run_state(
-    conn: &mut SqliteConnection,
-    tenant: &TenantId,
-    run: RunId,
-) -> Result<Option<RunState>, sqlx::Error> {
-    let row: Option<(Uuid, Uuid, bool)> = sqlx::query_as(
-        "SELECT team_id, agent_id, sealed_at IS NOT NULL FROM runs WHERE id = ? AND tenant = ?",
-    )
-    .bind(run.0)
-    .bind(tenant.as_str())
-    .fetch_optional(&mut *conn)
-    .await?;
-    Ok(row.map(|(team, agent, sealed)| RunState {
-        team,
-        agent,
-        sealed,
-    }))
-}
-
-/// Appends `kind` at `at` to a run checked open with [`run_state`] in the same write
-/// transaction, and returns its seq. A `RunSealed` record seals the run.
-pub(crate) async fn append(
-    conn: &mut SqliteConnection,
-    run: RunId,
-    at: DateTime<Utc>,
-    kind: &RecordKind,
-) -> Result<Seq, sqlx::Error> {
-    let (sealed_at, outcome) = sealing(kind, at);
-    let seq: i64 = sqlx::query_scalar(
-        "UPDATE runs SET last_seq = last_seq + 1,
-                         sealed_at = COALESCE(?2, sealed_at),
-                         outcome = COALESCE(?3, outcome)
-         WHERE id = ?1 RETURNING last_seq",
-    )
-    .bind(run.0)
-    .bind(sealed_at.map(Ts))
-    .bind(outcome)
-    .fetch_one(&mut *conn)
-    .await?;
-    insert_record(conn, run, seq, at, kind).await?;
-    Ok(Seq(from_db(seq)))
-}
-
-async fn insert_record(
-    conn: &mut SqliteConnection,
-    run: RunId,
-    seq: i64,
-    at: DateTime<Utc>,
-    kind: &RecordKind,
-) -> Result<(), sqlx::Error> {
-    let json = kind_text(kind)?;
-    sqlx::query("INSERT INTO journal_records (run_id, seq, at, kind) VALUES (?, ?, ?, ?)")
-        .bind(run.0)
-        .bind(seq)
-        .bind(Ts(at))
-        .bind(json)
-        .execute(&mut *conn)
-        .await?;
-    Ok(())
-}
-
 impl SqliteJournal {
     /// The journal of `tenant` over `pools` (migrated: [`crate::migrate`]).
     pub fn new(pools: SqlitePools, tenant: TenantId) -> Self {
         SqliteJournal { pools, tenant }
     }
-
-    /// Appends to an open run in one transaction.
-    async fn append_open(
-        &self,
-        run: RunId,
-        at: DateTime<Utc>,
-        kind: RecordKind,
-    ) -> Result<Seq, StoreError> {
-        let what = "journal append";
-        let mut tx = self.pools.begin_store(what).await?;
-        let state = run_state(&mut tx, &self.tenant, run)
-            .await
-            .map_err(self.pools.st(what))?;
-        check_appendable(run, state.map(|r| r.sealed))?;
-        let seq = append(&mut tx, run, at, &kind)
-            .await
-            .map_err(self.pools.st(what))?;
-        tx.commit().await.map_err(self.pools.st(what))?;
-        Ok(seq)
-    }
 }
 
-#[async_trait]
-impl Journal for SqliteJournal {
+impl SqlJournal for SqliteJournal {
+    type D = Lite;
+    type Tx = WriteTx;
+    type Reader = PoolConnection<Sqlite>;
+
+    // A run without records from `$3` on is one row of NULLs.
+    const READ_RECORDS: &'static str = "SELECT j.seq, j.at, j.kind
+         FROM runs r LEFT JOIN journal_records j ON j.run_id = r.id AND j.seq >= $3
+         WHERE r.id = $1 AND r.tenant = $2
+         ORDER BY j.seq LIMIT $4";
+
     fn tenant(&self) -> &TenantId {
         &self.tenant
     }
 
-    async fn admit(&self, team: Uuid, agent: Uuid, at: DateTime<Utc>) -> Result<RunId, StoreError> {
-        let what = "journal admit";
-        let run = RunId::new();
-        let mut tx = self.pools.begin_store(what).await?;
-        sqlx::query(
-            "INSERT INTO runs (id, tenant, team_id, agent_id, admitted_at, last_seq)
-             VALUES (?, ?, ?, ?, ?, 1)",
-        )
-        .bind(run.0)
-        .bind(self.tenant.as_str())
-        .bind(team)
-        .bind(agent)
-        .bind(Ts(at))
-        .execute(&mut *tx)
-        .await
-        .map_err(self.pools.st(what))?;
-        insert_record(
-            &mut tx,
-            run,
-            1,
-            at,
-            &RecordKind::RunAdmitted { team, agent },
-        )
-        .await
-        .map_err(self.pools.st(what))?;
-        tx.commit().await.map_err(self.pools.st(what))?;
-        Ok(run)
+    fn store_error(&self, err: sqlx::Error, what: &str) -> StoreError {
+        self.pools.store_error(err, what)
     }
 
-    async fn resume(&self, run: RunId, at: DateTime<Utc>) -> Result<Seq, StoreError> {
-        self.append_open(run, at, RecordKind::RunResumed).await
+    async fn begin(&self, what: &'static str) -> Result<WriteTx, StoreError> {
+        self.pools.begin_store(what).await
     }
 
-    async fn note(&self, run: RunId, text: &str, at: DateTime<Utc>) -> Result<Seq, StoreError> {
-        validate_note_text("note", text)?;
-        let kind = RecordKind::Note {
-            text: text.to_owned(),
-        };
-        self.append_open(run, at, kind).await
+    async fn commit(&self, tx: WriteTx, what: &'static str) -> Result<(), StoreError> {
+        tx.commit().await.map_err(self.pools.st(what))
     }
 
-    async fn seal(
-        &self,
-        run: RunId,
-        outcome: RunOutcome,
-        reason: &str,
-        at: DateTime<Utc>,
-    ) -> Result<Seq, StoreError> {
-        validate_note_text("reason", reason)?;
-        let kind = RecordKind::RunSealed {
-            outcome,
-            reason: reason.to_owned(),
-        };
-        let what = "journal seal";
-        let mut tx = self.pools.begin_store(what).await?;
-        let state = run_state(&mut tx, &self.tenant, run)
+    async fn reader(&self, what: &'static str) -> Result<Self::Reader, StoreError> {
+        self.pools
+            .reader()
+            .acquire()
             .await
-            .map_err(self.pools.st(what))?;
-        check_appendable(run, state.map(|r| r.sealed))?;
-        // Its live leases end first, their records before the seal's.
-        end_leases(
-            &mut tx,
-            &self.tenant,
-            Ending::Run(run),
-            LeaseEnd::RunSealed,
-            at,
-        )
-        .await
-        .map_err(self.pools.st(what))?;
-        let seq = append(&mut tx, run, at, &kind)
-            .await
-            .map_err(self.pools.st(what))?;
-        tx.commit().await.map_err(self.pools.st(what))?;
-        Ok(seq)
-    }
-
-    async fn read(
-        &self,
-        run: RunId,
-        from_seq: Seq,
-        limit: usize,
-    ) -> Result<Vec<Record>, StoreError> {
-        validate_journal_limit(limit)?;
-        let what = "journal read";
-        // One statement, one snapshot: the run's existence and its records agree (a run without
-        // records from `from_seq` on is one row of NULLs).
-        let rows: Vec<(Option<i64>, Option<Ts>, Option<String>)> = sqlx::query_as(
-            "SELECT j.seq, j.at, j.kind
-             FROM runs r LEFT JOIN journal_records j ON j.run_id = r.id AND j.seq >= ?3
-             WHERE r.id = ?1 AND r.tenant = ?2
-             ORDER BY j.seq LIMIT ?4",
-        )
-        .bind(run.0)
-        .bind(self.tenant.as_str())
-        .bind(db_i64(from_seq.0))
-        .bind(limit as i64)
-        .fetch_all(self.pools.reader())
-        .await
-        .map_err(self.pools.st(what))?;
-        records(run, rows)
-    }
-
-    async fn run(&self, run: RunId) -> Result<Run, StoreError> {
-        let row: Option<RunRow<Ts>> = sqlx::query_as(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs WHERE id = ? AND tenant = ?"
-        ))
-        .bind(run.0)
-        .bind(self.tenant.as_str())
-        .fetch_optional(self.pools.reader())
-        .await
-        .map_err(self.pools.st("journal run"))?;
-        row.map(Run::from)
-            .ok_or_else(|| StoreError::not_found(format!("run {run}")))
-    }
-
-    async fn runs(
-        &self,
-        team: Uuid,
-        before: Option<DateTime<Utc>>,
-        limit: usize,
-    ) -> Result<Vec<Run>, StoreError> {
-        validate_journal_limit(limit)?;
-        let rows: Vec<RunRow<Ts>> = sqlx::query_as(&format!(
-            "SELECT {RUN_COLUMNS} FROM runs
-             WHERE tenant = ?1 AND team_id = ?2 AND (?3 IS NULL OR admitted_at < ?3)
-             ORDER BY admitted_at DESC, id DESC LIMIT ?4"
-        ))
-        .bind(self.tenant.as_str())
-        .bind(team)
-        .bind(before.map(Ts))
-        .bind(limit as i64)
-        .fetch_all(self.pools.reader())
-        .await
-        .map_err(self.pools.st("journal runs"))?;
-        Ok(rows.into_iter().map(Run::from).collect())
+            .map_err(self.pools.st(what))
     }
 }
+
+crewbus_sql::impl_journal!(SqliteJournal);

@@ -42,6 +42,7 @@
 mod body;
 mod codec;
 mod connect;
+mod dialect;
 mod error;
 mod group_commit;
 mod inbox;

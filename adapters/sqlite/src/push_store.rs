@@ -88,6 +88,19 @@ impl SqlitePushStore {
         })
     }
 
+    /// Every registration row of `run` (this tenant's), by id (bytewise).
+    async fn run_rows(&self, run: RunId, what: &str) -> Result<Vec<SqliteRow>, StoreError> {
+        sqlx::query(&format!(
+            "SELECT {COLUMNS} FROM push_registrations
+             WHERE tenant = ? AND run_id = ? ORDER BY id"
+        ))
+        .bind(self.tenant.as_str())
+        .bind(run.0)
+        .fetch_all(self.pools.reader())
+        .await
+        .map_err(self.pools.st(what))
+    }
+
     /// Runs one writing statement in its own write transaction; returns the rows it changed.
     async fn execute(&self, what: &str, query: Query<'_>) -> Result<u64, StoreError> {
         let mut tx = self.pools.begin_store(what).await?;
@@ -151,15 +164,7 @@ impl PushStore for SqlitePushStore {
     }
 
     async fn list(&self, run: RunId) -> Result<Vec<PushConfig>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM push_registrations
-             WHERE tenant = ? AND run_id = ? ORDER BY id"
-        ))
-        .bind(self.tenant.as_str())
-        .bind(run.0)
-        .fetch_all(self.pools.reader())
-        .await
-        .map_err(self.pools.st("push store list"))?;
+        let rows = self.run_rows(run, "push store list").await?;
         rows.iter().map(|r| self.config_of(r)).collect()
     }
 
@@ -314,15 +319,7 @@ impl PushStore for SqlitePushStore {
     }
 
     async fn registrations(&self, run: RunId) -> Result<Vec<PushRegistration>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {COLUMNS} FROM push_registrations
-             WHERE tenant = ? AND run_id = ? ORDER BY id"
-        ))
-        .bind(self.tenant.as_str())
-        .bind(run.0)
-        .fetch_all(self.pools.reader())
-        .await
-        .map_err(self.pools.st("push store registrations"))?;
+        let rows = self.run_rows(run, "push store registrations").await?;
         rows.iter().map(|row| self.registration_of(row)).collect()
     }
 

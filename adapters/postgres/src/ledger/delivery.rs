@@ -9,6 +9,7 @@ use crewbus_domain::{
     HandOutRequest, InboxAck, IssuedHandOut, LiveHandOut, Message, Receipt, RecordKind, RunId,
     WakeupTarget, decide_confirms, plan_hand_outs,
 };
+use crewbus_sql::ledger::SqlLedger;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
@@ -16,7 +17,8 @@ use super::rows::{
     MESSAGE_COLUMNS, MessageRow, RECEIPT_COLUMNS, RECEIPTS, ReceiptRow, db_i64, from_db,
 };
 use super::{PostgresLedger, db};
-use crate::journal::append;
+use crate::dialect::Pg;
+use crewbus_sql::journal::append;
 
 /// A candidate of one `hand_out` call as the ledger knows it: the message's place and whether
 /// the recipient's receipt is delivered (read under the receipt's row lock).
@@ -483,7 +485,9 @@ pub(super) async fn confirm(
     }
     if let Some(run) = run {
         for kind in &records {
-            append(&mut tx, run, at, kind).await.map_err(db(what))?;
+            append::<Pg>(&mut tx, run, at, kind)
+                .await
+                .map_err(db(what))?;
         }
     }
     PostgresLedger::commit(tx, what).await?;
@@ -554,7 +558,9 @@ pub(super) async fn acknowledge(
             conversation,
             message,
         };
-        append(&mut tx, run, at, &kind).await.map_err(db(what))?;
+        append::<Pg>(&mut tx, run, at, &kind)
+            .await
+            .map_err(db(what))?;
     }
     PostgresLedger::commit(tx, what).await?;
     Ok(Receipt {

@@ -6,13 +6,15 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, Conversation, LeaseEnd, Member, Team, TokenHash, recipient_key_for,
 };
+use crewbus_sql::ledger::SqlLedger;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::leases::{Ending, end_leases, lock_or_create_fence};
 use super::rows::{AGENT_COLUMNS, AgentRow, MemberRow, TEAM_COLUMNS, TeamRow};
 use super::{PostgresLedger, Tx, db};
+use crate::dialect::Pg;
 use crate::error::bus_error;
+use crewbus_sql::leases::{Ending, end_leases, lock_or_create_fence};
 
 impl PostgresLedger {
     async fn members_of(
@@ -207,11 +209,11 @@ pub(super) async fn revoke_agent(
     // reads the agent again after this commits and is refused. Without the lock an agent that
     // held no lease could be granted one by an acquire racing this revocation.
     ledger.require_team(&mut tx, team).await?;
-    lock_or_create_fence(&mut tx, team)
+    lock_or_create_fence::<Pg>(&mut tx, team)
         .await
         .map_err(db(what))?;
     // Its leases end in the revocation's transaction; an unknown agent rolls it all back.
-    end_leases(
+    end_leases::<Pg>(
         &mut tx,
         &ledger.tenant,
         Ending::Agent(agent),

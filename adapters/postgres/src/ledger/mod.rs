@@ -10,20 +10,22 @@
 //! lookups and run checks the sections share are here.
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{Agent, BusError, BusResult, Message, RunId, Team, TenantId};
+use crewbus_domain::{BusError, BusResult, Message, Team, TenantId};
+use crewbus_sql::ledger::SqlLedger;
+use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::body::SCHEME;
+use crate::dialect::Pg;
 use crate::error::bus_error;
-use crate::journal::{PostgresJournal, lock_run};
-use rows::{AGENT_COLUMNS, AgentRow, MESSAGE_COLUMNS, MessageRow, TEAM_COLUMNS, TeamRow};
+use crate::journal::PostgresJournal;
+use rows::{MESSAGE_COLUMNS, MessageRow, TEAM_COLUMNS, TeamRow};
 
 mod counts;
 mod delivery;
 mod directory;
 mod history;
-pub(crate) mod leases;
 mod operators;
 mod oversight;
 mod references;
@@ -32,7 +34,6 @@ mod retention;
 mod rows;
 mod search;
 mod send;
-mod send_allowance;
 mod settle;
 
 /// One tenant's ledger in Postgres.
@@ -114,20 +115,6 @@ impl PostgresLedger {
         tx.commit().await.map_err(db(what))
     }
 
-    /// `NotFound` unless `team` is a team of this tenant.
-    async fn require_team(&self, conn: &mut PgConnection, team: Uuid) -> BusResult<()> {
-        let found: Option<i32> =
-            sqlx::query_scalar("SELECT 1 FROM teams WHERE id = $1 AND tenant = $2")
-                .bind(team)
-                .bind(self.tenant.as_str())
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(db("team lookup"))?;
-        found
-            .map(|_| ())
-            .ok_or_else(|| BusError::not_found(format!("team {team}")))
-    }
-
     async fn team_row(&self, conn: &mut PgConnection, team: Uuid) -> BusResult<Team> {
         let row: Option<TeamRow> = sqlx::query_as(&format!(
             "SELECT {TEAM_COLUMNS} FROM teams WHERE id = $1 AND tenant = $2"
@@ -139,26 +126,6 @@ impl PostgresLedger {
         .map_err(db("team lookup"))?;
         row.map(Team::from)
             .ok_or_else(|| BusError::not_found(format!("team {team}")))
-    }
-
-    async fn agent_row(
-        &self,
-        conn: &mut PgConnection,
-        team: Uuid,
-        agent: Uuid,
-    ) -> BusResult<Agent> {
-        let row: Option<AgentRow> = sqlx::query_as(&format!(
-            "SELECT {AGENT_COLUMNS} FROM agents a JOIN teams t ON t.id = a.team_id
-             WHERE a.id = $1 AND a.team_id = $2 AND t.tenant = $3"
-        ))
-        .bind(agent)
-        .bind(team)
-        .bind(self.tenant.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(db("agent lookup"))?;
-        row.ok_or_else(|| BusError::not_found(format!("agent {agent}")))?
-            .try_into()
     }
 
     async fn message_row(
@@ -226,32 +193,51 @@ impl PostgresLedger {
             .await
             .map_err(db(what))
     }
+}
 
-    /// The run rules without the seal, for `agent` of `team`: unknown or of another team →
-    /// `NotFound` (another team's run ids are never confirmed to exist), another agent's of
-    /// this team → `Forbidden`. Locks the run row; returns whether it is sealed (`false`
-    /// without a run).
-    async fn check_run_owner(
-        &self,
-        conn: &mut PgConnection,
-        run: Option<RunId>,
-        team: Uuid,
-        agent: Uuid,
-    ) -> BusResult<bool> {
-        let Some(run) = run else { return Ok(false) };
-        let locked = lock_run(conn, &self.tenant, run)
+impl SqlLedger for PostgresLedger {
+    type D = Pg;
+    type Tx = Tx;
+    type Reader = PoolConnection<Postgres>;
+    type Snapshot = Tx;
+
+    fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    fn bus_error(&self, err: sqlx::Error, what: &str) -> BusError {
+        bus_error(err, what)
+    }
+
+    async fn begin(&self, what: &'static str) -> BusResult<Tx> {
+        PostgresLedger::begin(self, what).await
+    }
+
+    async fn commit(&self, tx: Tx, what: &'static str) -> BusResult<()> {
+        PostgresLedger::commit(tx, what).await
+    }
+
+    async fn reader(&self, what: &'static str) -> BusResult<PoolConnection<Postgres>> {
+        self.pool.acquire().await.map_err(db(what))
+    }
+
+    /// A repeatable-read, read-only transaction.
+    async fn snapshot(&self, what: &'static str) -> BusResult<Tx> {
+        let mut tx = PostgresLedger::begin(self, what).await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
             .await
-            .map_err(db("run lookup"))?
-            .filter(|locked| locked.team == team)
-            .ok_or_else(|| BusError::not_found(format!("run {run}")))?;
-        if locked.agent != agent {
-            return Err(BusError::forbidden(format!(
-                "run {run} belongs to another agent"
-            )));
-        }
-        Ok(locked.sealed)
+            .map_err(db(what))?;
+        Ok(tx)
+    }
+
+    async fn end_snapshot(&self, snapshot: Tx, what: &'static str) -> BusResult<()> {
+        PostgresLedger::commit(snapshot, what).await
     }
 }
+
+crewbus_sql::impl_leases!(PostgresLedger);
+crewbus_sql::impl_send_allowance!(PostgresLedger);
 
 crewbus_ports::impl_ledger_by_sections! {
     PostgresLedger { tenant: tenant, local_backend: Some(SCHEME), sections: async }

@@ -19,6 +19,7 @@ use crewbus_domain::{
     in_asked_order, recipient_key_for, validate_activity, validate_batch,
 };
 use crewbus_ports::Oversight;
+use crewbus_sql::ledger::SqlLedger;
 use uuid::Uuid;
 
 use super::rows::{AGENT_COLUMNS, ActivityRow, AgentRow, RecipientRow, from_db};

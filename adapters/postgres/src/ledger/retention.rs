@@ -2,6 +2,7 @@
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, RetentionTarget};
+use crewbus_sql::ledger::SqlLedger;
 use crewbus_sql::rows::retention_target;
 use uuid::Uuid;
 

@@ -13,13 +13,15 @@ use crewbus_domain::{
     HandOutRequest, InboxAck, LiveHandOut, Message, Receipt, RecordKind, RunId, WakeupTarget,
     decide_confirms, plan_hand_outs,
 };
+use crewbus_sql::ledger::SqlLedger;
 use sqlx::SqliteConnection;
 use uuid::Uuid;
 
 use super::SqliteLedger;
 use super::rows::{MESSAGE_COLUMNS, MessageRow, RECEIPT_COLUMNS, RECEIPTS, ReceiptRow};
 use crate::codec::{Ts, db_i64, from_db, marks};
-use crate::journal::append;
+use crate::dialect::Lite;
+use crewbus_sql::journal::append;
 
 /// A candidate of one `hand_out` call as the ledger knows it: the message's place and whether
 /// the recipient's receipt is delivered.
@@ -431,7 +433,7 @@ pub(super) async fn confirm(
                 conversation: found[&delivery.0].2,
                 message: *message,
             };
-            append(&mut tx, run, at, &kind).await.map_err(&db)?;
+            append::<Lite>(&mut tx, run, at, &kind).await.map_err(&db)?;
         }
     }
     ledger.commit(tx, what).await?;
@@ -494,7 +496,7 @@ pub(super) async fn acknowledge(
             conversation,
             message,
         };
-        append(&mut tx, run, at, &kind)
+        append::<Lite>(&mut tx, run, at, &kind)
             .await
             .map_err(ledger.db(what))?;
     }

@@ -6,13 +6,15 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, Conversation, LeaseEnd, Member, Team, TokenHash, recipient_key_for,
 };
+use crewbus_sql::ledger::SqlLedger;
 use sqlx::SqliteConnection;
 use uuid::Uuid;
 
 use super::SqliteLedger;
-use super::leases::{Ending, end_leases};
 use super::rows::{AGENT_COLUMNS, AgentRow, MemberRow, TEAM_COLUMNS, TeamRow};
 use crate::codec::{Ts, marks};
+use crate::dialect::Lite;
+use crewbus_sql::leases::{Ending, end_leases};
 
 /// A conversation row without its members: id, title, backend, created at.
 type ConversationRow = (Uuid, String, String, Ts);
@@ -230,7 +232,7 @@ pub(super) async fn revoke_agent(
     // The lookup checks team and tenant; the update keeps the first revocation time.
     ledger.agent_row(&mut tx, team, agent).await?;
     // Its leases end in the revocation's transaction.
-    end_leases(
+    end_leases::<Lite>(
         &mut tx,
         &ledger.tenant,
         Ending::Agent(agent),

@@ -9,20 +9,22 @@
 //! `impl Operators`) and answers the console's reads (`oversight`: `impl Oversight`). The
 //! lookups and run checks the sections share are here.
 
-use crewbus_domain::{Agent, BusError, BusResult, Message, RunId, Team, TenantId};
-use sqlx::SqliteConnection;
+use crewbus_domain::{BusError, BusResult, Message, Team, TenantId};
+use crewbus_sql::ledger::SqlLedger;
+use sqlx::pool::PoolConnection;
+use sqlx::{Sqlite, SqliteConnection, Transaction};
 use uuid::Uuid;
 
 use crate::body::SCHEME;
 use crate::connect::{SqlitePools, WriteTx};
-use crate::journal::{SqliteJournal, run_state};
-use rows::{AGENT_COLUMNS, AgentRow, MESSAGE_COLUMNS, MessageRow, TEAM_COLUMNS, TeamRow};
+use crate::dialect::Lite;
+use crate::journal::SqliteJournal;
+use rows::{MESSAGE_COLUMNS, MessageRow, TEAM_COLUMNS, TeamRow};
 
 mod counts;
 mod delivery;
 mod directory;
 mod history;
-pub(crate) mod leases;
 mod operators;
 mod oversight;
 mod references;
@@ -31,7 +33,6 @@ mod retention;
 mod rows;
 mod search;
 mod send;
-mod send_allowance;
 mod settle;
 
 /// One tenant's ledger in SQLite.
@@ -109,30 +110,13 @@ impl SqliteLedger {
     }
 
     /// A read-only transaction on the read pool: one snapshot for several statements.
-    async fn read(&self, what: &str) -> BusResult<sqlx::Transaction<'static, sqlx::Sqlite>> {
+    async fn read(&self, what: &str) -> BusResult<Transaction<'static, Sqlite>> {
         self.pools.reader().begin().await.map_err(self.db(what))
     }
 
     /// A connection of the read pool, for reads that need no snapshot across statements.
-    async fn read_connection(
-        &self,
-        what: &str,
-    ) -> BusResult<sqlx::pool::PoolConnection<sqlx::Sqlite>> {
+    async fn read_connection(&self, what: &str) -> BusResult<PoolConnection<Sqlite>> {
         self.pools.reader().acquire().await.map_err(self.db(what))
-    }
-
-    /// `NotFound` unless `team` is a team of this tenant.
-    async fn require_team(&self, conn: &mut SqliteConnection, team: Uuid) -> BusResult<()> {
-        let found: Option<i64> =
-            sqlx::query_scalar("SELECT 1 FROM teams WHERE id = ? AND tenant = ?")
-                .bind(team)
-                .bind(self.tenant.as_str())
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(self.db("team lookup"))?;
-        found
-            .map(|_| ())
-            .ok_or_else(|| BusError::not_found(format!("team {team}")))
     }
 
     async fn team_row(&self, conn: &mut SqliteConnection, team: Uuid) -> BusResult<Team> {
@@ -146,26 +130,6 @@ impl SqliteLedger {
         .map_err(self.db("team lookup"))?;
         row.map(Team::from)
             .ok_or_else(|| BusError::not_found(format!("team {team}")))
-    }
-
-    async fn agent_row(
-        &self,
-        conn: &mut SqliteConnection,
-        team: Uuid,
-        agent: Uuid,
-    ) -> BusResult<Agent> {
-        let row: Option<AgentRow> = sqlx::query_as(&format!(
-            "SELECT {AGENT_COLUMNS} FROM agents a JOIN teams t ON t.id = a.team_id
-             WHERE a.id = ? AND a.team_id = ? AND t.tenant = ?"
-        ))
-        .bind(agent)
-        .bind(team)
-        .bind(self.tenant.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(self.db("agent lookup"))?;
-        row.ok_or_else(|| BusError::not_found(format!("agent {agent}")))?
-            .try_into()
     }
 
     async fn message_row(
@@ -187,32 +151,50 @@ impl SqliteLedger {
         row.ok_or_else(|| BusError::not_found(format!("message {message}")))?
             .try_into()
     }
+}
 
-    /// The run rules without the seal, for `agent` of `team`: unknown or of another team →
-    /// `NotFound` (another team's run ids are never confirmed to exist), another agent's of
-    /// this team → `Forbidden`. Returns whether it is sealed (`false` without a run); inside a
-    /// write transaction the answer holds until the commit.
-    async fn check_run_owner(
+impl SqlLedger for SqliteLedger {
+    type D = Lite;
+    type Tx = WriteTx;
+    type Reader = PoolConnection<Sqlite>;
+    type Snapshot = Transaction<'static, Sqlite>;
+
+    fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    fn bus_error(&self, err: sqlx::Error, what: &str) -> BusError {
+        self.pools.bus_error(err, what)
+    }
+
+    async fn begin(&self, what: &'static str) -> BusResult<WriteTx> {
+        SqliteLedger::begin(self, what).await
+    }
+
+    async fn commit(&self, tx: WriteTx, what: &'static str) -> BusResult<()> {
+        SqliteLedger::commit(self, tx, what).await
+    }
+
+    async fn reader(&self, what: &'static str) -> BusResult<PoolConnection<Sqlite>> {
+        self.read_connection(what).await
+    }
+
+    async fn snapshot(&self, what: &'static str) -> BusResult<Transaction<'static, Sqlite>> {
+        self.read(what).await
+    }
+
+    /// Drops the read transaction (it wrote nothing).
+    async fn end_snapshot(
         &self,
-        conn: &mut SqliteConnection,
-        run: Option<RunId>,
-        team: Uuid,
-        agent: Uuid,
-    ) -> BusResult<bool> {
-        let Some(run) = run else { return Ok(false) };
-        let state = run_state(conn, &self.tenant, run)
-            .await
-            .map_err(self.db("run lookup"))?
-            .filter(|state| state.team == team)
-            .ok_or_else(|| BusError::not_found(format!("run {run}")))?;
-        if state.agent != agent {
-            return Err(BusError::forbidden(format!(
-                "run {run} belongs to another agent"
-            )));
-        }
-        Ok(state.sealed)
+        _snapshot: Transaction<'static, Sqlite>,
+        _what: &'static str,
+    ) -> BusResult<()> {
+        Ok(())
     }
 }
+
+crewbus_sql::impl_leases!(SqliteLedger);
+crewbus_sql::impl_send_allowance!(SqliteLedger);
 
 crewbus_ports::impl_ledger_by_sections! {
     SqliteLedger { tenant: tenant, local_backend: Some(SCHEME), sections: async }

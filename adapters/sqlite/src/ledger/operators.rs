@@ -17,6 +17,7 @@ use crewbus_domain::{
     validate_operator_name,
 };
 use crewbus_ports::Operators;
+use crewbus_sql::ledger::SqlLedger;
 use sqlx::SqliteConnection;
 use uuid::Uuid;
 

@@ -23,7 +23,8 @@ use super::SqliteLedger;
 use super::rows::{MESSAGE_COLUMNS, MessageRow};
 use crate::body::{SCHEME, locator_for, store_body};
 use crate::codec::{Ts, db_i64, from_db};
-use crate::journal::{append, run_state};
+use crate::dialect::Lite;
+use crewbus_sql::journal::{append, lock_run};
 
 impl SqliteLedger {
     /// Inserts the message (with its sender's kind, which it takes on), bumps the conversation's
@@ -229,7 +230,7 @@ impl SqliteLedger {
             }
             if let Some(run) = request.run
                 && !facts.runs.contains_key(&run)
-                && let Some(state) = run_state(conn, &self.tenant, run)
+                && let Some(state) = lock_run::<Lite>(conn, &self.tenant, run)
                     .await
                     .map_err(self.db("run lookup"))?
             {
@@ -322,7 +323,9 @@ impl SqliteLedger {
                 message: id,
                 seq,
             };
-            append(conn, run, at, &kind).await.map_err(self.db(what))?;
+            append::<Lite>(conn, run, at, &kind)
+                .await
+                .map_err(self.db(what))?;
         }
         Ok(message)
     }
