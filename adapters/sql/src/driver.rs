@@ -13,8 +13,12 @@
 //! [`Dialect::Db`], where the compiler does carry them. Each generic function is instantiated
 //! twice (once per adapter), as the copies it replaces were compiled twice.
 //!
-//! Statements are written with numbered placeholders (`$1`, `$2`, …), which both drivers accept
-//! (SQLite reads `$N` as the N-th argument, as Postgres does); a placeholder may repeat.
+//! Statements are written with numbered placeholders (`$1`, `$2`, …), which both drivers accept;
+//! a placeholder may repeat. On Postgres the server numbers them. On SQLite, `$N` is a named
+//! parameter to SQLite itself, and it is sqlx-sqlite that binds it to the N-th argument: a
+//! statement naming a higher `$N` than the arguments bound gets NULL there (and in every later
+//! placeholder) rather than an error, where Postgres refuses it. Bind as many arguments as the
+//! highest placeholder; the conformance suites run every shared statement on both stores.
 
 use std::future::Future;
 
