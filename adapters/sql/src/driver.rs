@@ -74,6 +74,13 @@ pub trait Runs: Database {
         q: Query<'q, Self>,
         conn: &'c mut Self::Connection,
     ) -> impl Future<Output = Result<Vec<Self::Row>, sqlx::Error>> + Send + 'c;
+
+    /// Runs `q` on `conn`; returns its first row, `None` without one (the driver stops reading
+    /// after that row: sqlx's `fetch_optional`).
+    fn row<'c, 'q: 'c>(
+        q: Query<'q, Self>,
+        conn: &'c mut Self::Connection,
+    ) -> impl Future<Output = Result<Option<Self::Row>, sqlx::Error>> + Send + 'c;
 }
 
 impl<DB: Database> Runs for DB
@@ -94,6 +101,13 @@ where
         conn: &'c mut DB::Connection,
     ) -> impl Future<Output = Result<Vec<DB::Row>, sqlx::Error>> + Send + 'c {
         q.fetch_all(conn)
+    }
+
+    fn row<'c, 'q: 'c>(
+        q: Query<'q, DB>,
+        conn: &'c mut DB::Connection,
+    ) -> impl Future<Output = Result<Option<DB::Row>, sqlx::Error>> + Send + 'c {
+        q.fetch_optional(conn)
     }
 }
 
@@ -151,7 +165,7 @@ impl<'q, DB: Database> Stmt<'q, DB> {
         async move { rows.await?.iter().map(DB::decode).collect() }
     }
 
-    /// The first row as `R`, `None` without one.
+    /// The first row as `R`, `None` without one (the rows after it are not read).
     pub fn optional<'c, R: Send + 'c>(
         self,
         conn: &'c mut DB::Connection,
@@ -160,8 +174,8 @@ impl<'q, DB: Database> Stmt<'q, DB> {
         DB: Reads<R>,
         'q: 'c,
     {
-        let rows = DB::rows(self.0, conn);
-        async move { rows.await?.first().map(DB::decode).transpose() }
+        let row = DB::row(self.0, conn);
+        async move { row.await?.as_ref().map(DB::decode).transpose() }
     }
 
     /// The first row as `R`. Errors: no row → `sqlx::Error::RowNotFound`.

@@ -34,6 +34,7 @@ pub mod ledger;
 pub mod presence;
 pub mod rows;
 pub mod search;
+pub mod send;
 pub mod send_allowance;
 pub mod settle;
 

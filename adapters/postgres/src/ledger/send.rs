@@ -112,10 +112,7 @@ pub(super) async fn send(
     request: SendRequest,
     at: DateTime<Utc>,
 ) -> BusResult<Sent> {
-    send_batch(ledger, std::slice::from_ref(&request), at)
-        .await?
-        .pop()
-        .expect("one outcome per request")
+    crewbus_sql::send::one(send_batch(ledger, std::slice::from_ref(&request), at)).await
 }
 
 pub(super) async fn send_batch(

@@ -18,7 +18,7 @@
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusError, BusResult, SettleOutcome, Settlement, SlotOutcome, TenantId};
-use crewbus_sql::settle::{LiveSlot, fence};
+use crewbus_sql::settle::{LiveSlot, SlotWrite, fence};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
@@ -52,31 +52,27 @@ struct Plan {
 
 impl Plan {
     fn add(&mut self, slot: &LiveSlot, outcome: &SlotOutcome) {
-        match outcome {
-            SlotOutcome::Confirmed { locator } => {
+        match SlotWrite::from(outcome) {
+            SlotWrite::Stored { locator } => {
                 self.confirmed_slots.push(slot.id);
                 self.confirmed_messages.push(slot.message_id);
                 self.confirmed_teams.push(slot.team_id);
                 self.confirmed_locators.push(locator.as_str().to_owned());
             }
-            SlotOutcome::Retryable {
-                error,
+            SlotWrite::Retry {
+                uncertain,
                 next_attempt_at,
-            }
-            | SlotOutcome::Uncertain {
-                error,
-                next_attempt_at,
+                code,
             } => {
                 self.retry_slots.push(slot.id);
-                self.retry_uncertain
-                    .push(matches!(outcome, SlotOutcome::Uncertain { .. }));
-                self.retry_next.push(*next_attempt_at);
-                self.retry_codes.push(error.code());
+                self.retry_uncertain.push(uncertain);
+                self.retry_next.push(next_attempt_at);
+                self.retry_codes.push(code);
             }
-            SlotOutcome::Fatal { error } => {
+            SlotWrite::Failed { code } => {
                 self.fatal_slots.push(slot.id);
                 self.fatal_messages.push(slot.message_id);
-                self.fatal_codes.push(error.code());
+                self.fatal_codes.push(code);
             }
         }
     }

@@ -14,7 +14,7 @@
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, SettleOutcome, Settlement, SlotOutcome};
-use crewbus_sql::settle::{LiveSlot, fence};
+use crewbus_sql::settle::{LiveSlot, SlotWrite, fence};
 use sqlx::SqliteConnection;
 use uuid::Uuid;
 
@@ -33,8 +33,8 @@ impl SqliteLedger {
         at: DateTime<Utc>,
     ) -> BusResult<()> {
         let db = self.db(WHAT);
-        match outcome {
-            SlotOutcome::Confirmed { locator } => {
+        match SlotWrite::from(outcome) {
+            SlotWrite::Stored { locator } => {
                 sqlx::query(
                     "UPDATE messages SET publication = 'stored', locator = ?, stored_at = ?
                      WHERE id = ?",
@@ -53,13 +53,10 @@ impl SqliteLedger {
                 self.mark_references_due(conn, slot.team_id, slot.message_id, at)
                     .await?;
             }
-            SlotOutcome::Retryable {
-                error,
+            SlotWrite::Retry {
+                uncertain,
                 next_attempt_at,
-            }
-            | SlotOutcome::Uncertain {
-                error,
-                next_attempt_at,
+                code,
             } => {
                 sqlx::query(
                     "UPDATE outbox_slots
@@ -67,26 +64,26 @@ impl SqliteLedger {
                          next_attempt_at = ?, leased_until = NULL, last_error = ?
                      WHERE id = ?",
                 )
-                .bind(matches!(outcome, SlotOutcome::Uncertain { .. }))
-                .bind(Ts(*next_attempt_at))
-                .bind(error.code())
+                .bind(uncertain)
+                .bind(Ts(next_attempt_at))
+                .bind(code)
                 .bind(slot.id)
                 .execute(&mut *conn)
                 .await
                 .map_err(&db)?;
             }
-            SlotOutcome::Fatal { error } => {
+            SlotWrite::Failed { code } => {
                 sqlx::query(
                     "UPDATE outbox_slots SET failed = 1, leased_until = NULL, last_error = ?
                      WHERE id = ?",
                 )
-                .bind(error.code())
+                .bind(code)
                 .bind(slot.id)
                 .execute(&mut *conn)
                 .await
                 .map_err(&db)?;
                 sqlx::query("UPDATE messages SET publication = 'failed', failure = ? WHERE id = ?")
-                    .bind(error.code())
+                    .bind(code)
                     .bind(slot.message_id)
                     .execute(&mut *conn)
                     .await
