@@ -18,7 +18,9 @@ trap run_exit_hooks EXIT
 # The Postgres tests need DATABASE_URL (one fresh database per test is created on it) and
 # initdb/pg_ctl (restart tests start private clusters). With no DATABASE_URL, a throwaway
 # cluster is started on a free port and stopped at exit. initdb and postgres refuse to run as
-# root: as root they run as PG_RUN_USER (default: postgres) through runuser.
+# root: as root they run as PG_RUN_USER (default: postgres) through runuser. PG_STAT_STATEMENTS=1
+# (off by default) starts that throwaway cluster with pg_stat_statements loaded
+# (`pg_stat_statements.track = all`); it does nothing to the server of a given DATABASE_URL.
 pg_bin_dir() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
 
 setup_postgres() {
@@ -57,10 +59,14 @@ setup_postgres() {
   fi
   on_exit "rm -rf '$dir'"
   "${run[@]}" "$PG_BIN_DIR/initdb" -D "$dir/data" -U postgres -A trust -E UTF8 --locale=C --no-sync >/dev/null
+  local extra=""
+  if [ "${PG_STAT_STATEMENTS:-0}" != 0 ]; then
+    extra=" -c shared_preload_libraries=pg_stat_statements -c pg_stat_statements.track=all -c pg_stat_statements.max=10000"
+  fi
   for attempt in 1 2 3 4 5; do
     port=$(( 20000 + RANDOM % 40000 ))
     if "${run[@]}" "$PG_BIN_DIR/pg_ctl" -D "$dir/data" -l "$dir/postgres.log" -w -t 60 \
-        -o "-p $port -h 127.0.0.1 -k $dir" start >/dev/null; then
+        -o "-p $port -h 127.0.0.1 -k $dir$extra" start >/dev/null; then
       on_exit "$(printf '%q ' "${run[@]}" "$PG_BIN_DIR/pg_ctl" -D "$dir/data" -m immediate -w stop) >/dev/null"
       export DATABASE_URL="postgres://postgres@127.0.0.1:$port/postgres"
       echo "postgres: started a throwaway cluster on 127.0.0.1:$port (stopped at exit)"
@@ -123,7 +129,9 @@ setup_nats() {
 
 # Starts a standalone nats-server ($1: the binary) with JetStream on a free port of 127.0.0.1,
 # file storage in a temp dir, `max_payload: 2MB` (a 1 MiB body plus headers) and no
-# authentication; stopped at exit. Sets NATS_URL and NATS_PID.
+# authentication; stopped at exit. Sets NATS_URL and NATS_PID. NATS_MONITOR=1 (off by default)
+# also opens its monitoring endpoint on a free port of 127.0.0.1 (`/varz`, `/connz`) and sets
+# NATS_MONITOR_URL.
 start_nats_server() {
   local bin="$1" dir port attempt
   if [ ! -x "$bin" ]; then
@@ -139,6 +147,11 @@ listen: "127.0.0.1:$port"
 max_payload: 2MB
 jetstream { store_dir: "$dir/store", max_file_store: 64GB }
 CONF
+    local monitor=""
+    if [ "${NATS_MONITOR:-0}" != 0 ]; then
+      monitor="$(free_port)"
+      echo "http: \"127.0.0.1:$monitor\"" >> "$dir/server.conf"
+    fi
     "$bin" -c "$dir/server.conf" -l "$dir/server.log" &
     local pid=$!
     on_exit "kill $pid 2>/dev/null; wait $pid 2>/dev/null"
@@ -146,6 +159,7 @@ CONF
     while [ "$waited" -lt 100 ]; do
       if grep -q "Server is ready" "$dir/server.log" 2>/dev/null; then
         export NATS_URL="nats://127.0.0.1:$port" NATS_PID="$pid"
+        if [ -n "$monitor" ]; then export NATS_MONITOR_URL="http://127.0.0.1:$monitor"; fi
         echo "nats: started $("$bin" --version | awk '{print $NF}') on 127.0.0.1:$port (stopped at exit)"
         return
       fi
