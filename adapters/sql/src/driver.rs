@@ -215,7 +215,11 @@ pub trait Dialect: Send + Sync + 'static {
         + Reads<RecordRow<Self::Time>>
         + Reads<LeaseRow<Self::Time>>
         + Reads<RunRow<Self::Time>>
-        + Reads<AgentRow<Self::Time>>;
+        + Reads<AgentRow<Self::Time>>
+        + Reads<crate::rows::MessageRow<Self::Time>>
+        + Reads<crate::rows::ReceiptRow<Self::Time>>
+        + Reads<(Uuid, Uuid)>
+        + Reads<(Uuid, Uuid, Uuid, Option<String>, Option<String>, bool)>;
 
     /// How a time is stored: Postgres binds a `DateTime<Utc>` (`timestamptz`), SQLite its
     /// microsecond integer codec.
