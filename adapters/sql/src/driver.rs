@@ -215,7 +215,11 @@ pub trait Dialect: Send + Sync + 'static {
         + Reads<RecordRow<Self::Time>>
         + Reads<LeaseRow<Self::Time>>
         + Reads<RunRow<Self::Time>>
-        + Reads<AgentRow<Self::Time>>;
+        + Reads<AgentRow<Self::Time>>
+        + Binds<Vec<u8>>
+        + Binds<bool>
+        + Reads<(bool,)>
+        + Reads<(Uuid, Self::Time, Self::Time)>;
 
     /// How a time is stored: Postgres binds a `DateTime<Utc>` (`timestamptz`), SQLite its
     /// microsecond integer codec.

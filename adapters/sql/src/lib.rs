@@ -2,8 +2,9 @@
 //! ledger's, journal's and push store's tables with their conversions into domain types, how
 //! counters are stored, the pure steps around the queries, and the operations that are the same
 //! on both stores — the leases ([`leases`], [`impl_leases!`]), the journal ([`journal`],
-//! [`impl_journal!`]), the send allowances ([`send_allowance`], [`impl_send_allowance!`]) and
-//! the ledger's shared lookups ([`ledger::SqlLedger`]). The pools, transactions and error
+//! [`impl_journal!`]), the send allowances ([`send_allowance`], [`impl_send_allowance!`]), the
+//! operators ([`operators`], [`impl_operators!`]) and the ledger's shared lookups
+//! ([`ledger::SqlLedger`]). The pools, transactions and error
 //! mapping stay in each adapter, as does the SQL text that differs by dialect.
 //!
 //! No driver here: the row structs derive `sqlx::FromRow` generic over the row type, and are
@@ -31,6 +32,7 @@ pub mod driver;
 pub mod journal;
 pub mod leases;
 pub mod ledger;
+pub mod operators;
 pub mod presence;
 pub mod rows;
 pub mod search;
@@ -40,8 +42,8 @@ pub mod settle;
 
 pub use counter::{db_i64, from_db};
 
-/// What the expansions of [`impl_leases!`], [`impl_journal!`] and [`impl_send_allowance!`]
-/// name, so the adapter need not import it.
+/// What the expansions of [`impl_leases!`], [`impl_journal!`], [`impl_send_allowance!`] and
+/// [`impl_operators!`] name, so the adapter need not import it.
 #[doc(hidden)]
 pub mod __private {
     pub use async_trait::async_trait;
@@ -50,6 +52,8 @@ pub mod __private {
         Acquired, BusResult, FencingToken, Lease, LeaseClaim, LeaseEvent, LeaseFilter, RateLimit,
         Record, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
     };
+    pub use crewbus_domain::{Operator, OperatorScope, OperatorSession, TokenHash};
+    pub use crewbus_ports::Operators;
     pub use crewbus_ports::{Journal, Leases, SendAllowance};
     pub use std::time::Duration;
     pub use uuid::Uuid;
