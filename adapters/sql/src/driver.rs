@@ -28,6 +28,7 @@ use uuid::Uuid;
 
 use crate::journal::{RecordRow, RunRow};
 use crate::leases::LeaseRow;
+use crate::push_store::{AttemptRow, PushRow};
 use crate::rows::AgentRow;
 
 /// sqlx's statement on `DB` with its own argument buffer.
@@ -140,6 +141,12 @@ impl<'q, DB: Database> Stmt<'q, DB> {
         Stmt(DB::bind(self.0, v))
     }
 
+    /// The sqlx statement underneath, for a runner only the adapter has (one reading its
+    /// driver's `rows_affected`, say).
+    pub fn into_query(self) -> sqlx::query::Query<'q, DB, <DB as Database>::Arguments<'q>> {
+        self.0
+    }
+
     /// Runs the statement.
     pub fn run<'c>(
         self,
@@ -219,7 +226,14 @@ pub trait Dialect: Send + Sync + 'static {
         + Reads<crate::rows::MessageRow<Self::Time>>
         + Reads<crate::rows::ReceiptRow<Self::Time>>
         + Reads<(Uuid, Uuid)>
-        + Reads<(Uuid, Uuid, Uuid, Option<String>, Option<String>, bool)>;
+        + Reads<(Uuid, Uuid, Uuid, Option<String>, Option<String>, bool)>
+        + Binds<Vec<u8>>
+        + Binds<bool>
+        + Reads<(bool,)>
+        + Reads<(Uuid, Self::Time, Self::Time)>
+        + Binds<Option<i64>>
+        + Reads<PushRow<Self::Time>>
+        + Reads<AttemptRow<Self::Time>>;
 
     /// How a time is stored: Postgres binds a `DateTime<Utc>` (`timestamptz`), SQLite its
     /// microsecond integer codec.

@@ -18,7 +18,7 @@ pub(crate) const OPERATOR_COLUMNS: &str = "o.id, o.name, o.token_hash, o.all_tea
 /// An operator with the teams of its scope (`teams`, aggregated in the query: ignored for every
 /// team).
 #[derive(sqlx::FromRow)]
-pub(crate) struct OperatorRow {
+pub struct OperatorRow {
     #[sqlx(flatten)]
     operator: crewbus_sql::rows::OperatorRow,
     teams: Vec<Uuid>,

@@ -15,6 +15,3 @@ pub(crate) type ActivityRow = crewbus_sql::rows::ActivityRow<Ts>;
 pub(crate) type RecipientRow = crewbus_sql::rows::RecipientRow<Ts>;
 pub(crate) type SlotRow = crewbus_sql::rows::SlotRow<Ts, i64>;
 pub(crate) type ReferenceRow = crewbus_sql::rows::ReferenceRow<Ts>;
-
-pub(crate) const OPERATOR_COLUMNS: &str =
-    "o.id, o.name, o.token_hash, o.all_teams, o.created_at, o.revoked_at";
