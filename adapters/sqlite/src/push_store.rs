@@ -17,11 +17,11 @@ use crate::dialect::Lite;
 ///
 /// - Every statement is scoped by `tenant = ?1`: one tenant never reads, claims or changes
 ///   another's rows.
-/// - `due` claims in one statement (`UPDATE … WHERE (run, id) IN (SELECT … LIMIT ?) RETURNING`,
-///   in a write transaction: write transactions are serialised, so concurrent workers never get
-///   the same row before the lease runs out), reading through the partial index of rows not
-///   parked, ordered `next_attempt_at, run, id` (bytewise), and returns the rows longest-due
-///   first with their `next_attempt_at` as it was before the claim.
+/// - `due` claims in one write transaction: a select of the due rows, then one
+///   `UPDATE … RETURNING` per row (write transactions are serialised, so concurrent workers
+///   never get the same row before the lease runs out). The select reads through the partial
+///   index of rows not parked, ordered `next_attempt_at, run, id` (bytewise); the rows are
+///   returned longest-due first with their `next_attempt_at` as it was before the claim.
 /// - `advance` takes `max(stored, new)`: a cursor never moves back.
 /// - Cursors above `i64::MAX` are refused with `Invalid` (INTEGER column); CHECKs keep every
 ///   stored counter non-negative, and a value that still does not fit is a `Backend` error.
