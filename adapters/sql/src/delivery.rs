@@ -15,8 +15,8 @@
 //! # Locks
 //! Where writers lock rows ([`Dialect::ROW_LOCKS`]: Postgres), `hand_out`, `confirm` and
 //! `acknowledge` lock the recipient's receipt rows (`FOR NO KEY UPDATE OF r`) before they decide,
-//! in message id order (deterministic, so concurrent calls cannot deadlock), and after the run
-//! they write to ([`SqlLedger::check_run_owner`]): concurrent calls serialise per (message,
+//! in message id order (deterministic, so concurrent calls cannot deadlock), and, in `confirm`
+//! and `acknowledge`, after the run they write to ([`SqlLedger::check_run_owner`]): concurrent calls serialise per (message,
 //! recipient), and what they read next (a later statement, a fresh snapshot) includes the other
 //! call's writes. On SQLite every write runs in a write transaction on the one write connection
 //! (a part of its group commit), so what it read stays as read until it commits; the same
@@ -52,7 +52,7 @@ pub struct Candidate {
 }
 
 /// The hand-outs of one (message, recipient) recorded before a `hand_out` call, as
-/// [`SqlDelivery::prior_hand_outs`] answers them: the live one (unconfirmed, `held_until > at`;
+/// [`SqlDelivery::prior_hand_outs`] answers them: the live one (`held_until > at`;
 /// the latest by `ord` if several), `None` when every earlier one has lapsed.
 pub type Prior = Option<LiveHandOut<DeliveryId>>;
 

@@ -1,6 +1,6 @@
 //! The journal's rows and records, for both SQL adapters: how a record is stored (`kind` as
 //! serde's JSON text, the seal written on the run row) and how runs and records are read back;
-//! and the port's operations, once for both stores ([`impl_journal!`]), over [`SqlJournal`].
+//! and the port's operations, once for both stores ([`impl_journal!`](crate::impl_journal)), over [`SqlJournal`].
 
 use std::future::Future;
 use std::ops::DerefMut;

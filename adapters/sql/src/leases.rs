@@ -6,7 +6,7 @@
 //! ended); each history entry (`lease_events`) is `(lease_id, seq, at, kind)` with `kind` as
 //! serde's JSON of [`LeaseEventKind`].
 //!
-//! The port's operations are here too, once for both stores ([`impl_leases!`]), over
+//! The port's operations are here too, once for both stores ([`impl_leases!`](crate::impl_leases)), over
 //! [`SqlLedger`] and the statements below.
 //!
 //! # Locks
@@ -355,7 +355,7 @@ async fn pick<D: Dialect>(
 
 /// Ends the not-yet-ended leases `which` selects, in the caller's write transaction. Where
 /// writers lock rows, first locks their teams' fences (team order), reads them again under the
-/// fences, then locks their runs (id order). Then ends each ([`finish`]). Returns them ended,
+/// fences, then locks their runs (id order). Then ends each (`finish`). Returns them ended,
 /// by team then token.
 pub async fn end_leases<D: Dialect>(
     conn: &mut Conn<D>,

@@ -1,5 +1,5 @@
 //! The operators (schema: `20261201000003_console.sql`: `operators` and `operator_teams`,
-//! `sign_in_codes` and `operator_sessions`), once for both stores ([`impl_operators!`]), over
+//! `sign_in_codes` and `operator_sessions`), once for both stores ([`impl_operators!`](crate::impl_operators)), over
 //! [`SqlOperators`]: an [`SqlLedger`] with what only the adapter knows of operators.
 //!
 //! - A token hash is an agent's or an operator's, never both: the creations check the other
@@ -15,7 +15,10 @@
 //! - Where writers lock rows ([`Dialect::ROW_LOCKS`]), the checks lock what they decide on:
 //!   the scope's teams and an operator about to get a code or session `FOR SHARE` (a concurrent
 //!   revoke waits), a session being touched `FOR NO KEY UPDATE`.
-//! - Every statement is scoped to the ledger's tenant through `operators.tenant`.
+//! - Every read of operators is scoped to the ledger's tenant through `operators.tenant`; a
+//!   session's writes follow a check of its operator's tenant in the same transaction. The
+//!   token-hash checks ([`operator_holds`], the agents' hashes) are store-wide on purpose: a
+//!   hash is unique across tenants.
 //! - Tokens, codes and session secrets are only ever bound as their hashes, never logged.
 
 use std::future::Future;

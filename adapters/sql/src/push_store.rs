@@ -1,10 +1,11 @@
 //! The push store (schema: each adapter's `…_push.sql`: `push_registrations`, `push_attempts`),
-//! once for both stores ([`impl_push_store!`]), over [`SqlPushStore`]: what only the adapter
+//! once for both stores ([`impl_push_store!`](crate::impl_push_store)), over [`SqlPushStore`]: what only the adapter
 //! knows (its connections, how it runs a write on its own, its error mapping, the claim of due
 //! rows and the attempts log's insert-and-trim, and the SQL words that differ).
 //!
-//! - Every statement is scoped by `tenant = $1`: one tenant never reads, claims or changes
-//!   another's rows.
+//! - Every statement that reads or changes rows is scoped by `tenant = $1`: one tenant never
+//!   reads, claims or changes another's rows (SQLite's park order is the largest in use across
+//!   tenants plus one: an order, not a row of another tenant).
 //! - A write outside `due` and `record_attempt` is one statement ([`SqlPushStore::write`]:
 //!   Postgres on the pool, SQLite in a write transaction of its own).
 //! - `advance` keeps the larger cursor ([`SqlPushStore::GREATEST`]): a cursor never moves back,

@@ -102,7 +102,9 @@ pub trait SqlSearch: SqlLedger {
     /// `index`'s writes, in the caller's write transaction: each entry's message, if it is a
     /// stored, unretained message of this tenant (and, where writers lock rows, not held by
     /// another index write), indexed (title and body) and marked indexed at `at`. `entries` is
-    /// not empty. Returns how many were (re)indexed.
+    /// not empty. Returns how many were (re)indexed: Postgres counts each message once (the last
+    /// entry for it wins), SQLite each entry in order (a message repeated in the batch counts
+    /// again).
     fn write_index(
         &self,
         conn: &mut Conn<Self::D>,

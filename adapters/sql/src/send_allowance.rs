@@ -1,5 +1,5 @@
 //! The send allowances (schema: `20261203000012_send_allowances.sql`), once for both stores
-//! ([`impl_send_allowance!`]).
+//! ([`impl_send_allowance!`](crate::impl_send_allowance)).
 //!
 //! One transaction per take: the agent's row of `send_allowances` read (where writers lock rows,
 //! locked `FOR UPDATE`, so takes of one agent are serialised across servers; on SQLite the one
