@@ -3,7 +3,8 @@
 //! counters are stored, the pure steps around the queries, and the operations that are the same
 //! on both stores — the leases ([`leases`], [`impl_leases!`]), the journal ([`journal`],
 //! [`impl_journal!`]), the send allowances ([`send_allowance`], [`impl_send_allowance!`]) and
-//! the ledger's shared lookups ([`ledger::SqlLedger`]). The pools, transactions and error
+//! the ledger's shared lookups ([`ledger::SqlLedger`]), and the body backend ([`body`],
+//! [`impl_body_backend!`], over a [`store::SqlStore`]). The pools, transactions and error
 //! mapping stay in each adapter, as does the SQL text that differs by dialect.
 //!
 //! No driver here: the row structs derive `sqlx::FromRow` generic over the row type, and are
@@ -26,6 +27,7 @@
 //! how the sqlx bounds are carried without restating them on every function.
 #![warn(missing_docs)]
 
+pub mod body;
 pub mod counter;
 pub mod driver;
 pub mod journal;
@@ -37,6 +39,7 @@ pub mod search;
 pub mod send;
 pub mod send_allowance;
 pub mod settle;
+pub mod store;
 
 pub use counter::{db_i64, from_db};
 
@@ -50,6 +53,8 @@ pub mod __private {
         Acquired, BusResult, FencingToken, Lease, LeaseClaim, LeaseEvent, LeaseFilter, RateLimit,
         Record, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
     };
+    pub use crewbus_domain::{Envelope, Locator, Published};
+    pub use crewbus_ports::MessagingBackend;
     pub use crewbus_ports::{Journal, Leases, SendAllowance};
     pub use std::time::Duration;
     pub use uuid::Uuid;
