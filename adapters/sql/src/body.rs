@@ -19,7 +19,7 @@ use crewbus_ports::Clock;
 use uuid::Uuid;
 
 use crate::driver::{Conn, Dialect, stmt};
-use crate::store::SqlStore;
+use crate::store::{SqlStore, finish};
 
 /// One team's bodies on the SQL store `S`: what the adapter's backend type wraps (a tuple
 /// struct of one `SqlBodies`, see [`impl_body_backend!`](crate::impl_body_backend)).
@@ -182,7 +182,7 @@ pub async fn retain<S: SqlStore>(b: &SqlBodies<S>, before: DateTime<Utc>) -> Bus
         .execute(&mut write)
         .await
         .map_err(b.store.db(what))?;
-    b.store.end_write(write).await.map_err(b.store.db(what))?;
+    finish(&b.store, write, what).await?;
     Ok(S::D::rows_affected(&done))
 }
 

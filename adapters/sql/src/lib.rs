@@ -4,7 +4,8 @@
 //! on both stores — the leases ([`leases`], [`impl_leases!`]), the journal ([`journal`],
 //! [`impl_journal!`]), the send allowances ([`send_allowance`], [`impl_send_allowance!`]) and
 //! the ledger's shared lookups ([`ledger::SqlLedger`]), and the body backend ([`body`],
-//! [`impl_body_backend!`], over a [`store::SqlStore`]). The pools, transactions and error
+//! [`impl_body_backend!`], over a [`store::SqlStore`]) and the inbox ([`inbox`],
+//! [`impl_inbox!`]). The pools, transactions and error
 //! mapping stay in each adapter, as does the SQL text that differs by dialect.
 //!
 //! No driver here: the row structs derive `sqlx::FromRow` generic over the row type, and are
@@ -30,6 +31,7 @@
 pub mod body;
 pub mod counter;
 pub mod driver;
+pub mod inbox;
 pub mod journal;
 pub mod leases;
 pub mod ledger;
@@ -54,6 +56,8 @@ pub mod __private {
         Record, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
     };
     pub use crewbus_domain::{Envelope, Locator, Published};
+    pub use crewbus_domain::{InboxRef, InboxStatus};
+    pub use crewbus_ports::Inbox;
     pub use crewbus_ports::MessagingBackend;
     pub use crewbus_ports::{Journal, Leases, SendAllowance};
     pub use std::time::Duration;

@@ -62,3 +62,8 @@ pub trait SqlStore: Send + Sync {
         move |e| self.bus_error(e, what)
     }
 }
+
+/// Ends `write` ([`SqlStore::end_write`]), its error as the bus's for `what`.
+pub async fn finish<S: SqlStore>(store: &S, write: S::Write, what: &str) -> BusResult<()> {
+    store.end_write(write).await.map_err(store.db(what))
+}
