@@ -245,7 +245,8 @@ pub trait Dialect: Send + Sync + 'static {
         + Binds<Vec<u8>>
         + Reads<(Uuid, Vec<u8>)>
         + Reads<(Uuid, Uuid, Uuid)>
-        + Reads<(bool, i64, i64, i64)>;
+        + Reads<(bool, i64, i64, i64)>
+        + Reads<(Uuid, String, i64)>;
 
     /// How a time is stored: Postgres binds a `DateTime<Utc>` (`timestamptz`), SQLite its
     /// microsecond integer codec.

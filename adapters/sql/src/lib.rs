@@ -5,7 +5,7 @@
 //! [`impl_journal!`]), the send allowances ([`send_allowance`], [`impl_send_allowance!`]) and
 //! the ledger's shared lookups ([`ledger::SqlLedger`]), and the body backend ([`body`],
 //! [`impl_body_backend!`], over a [`store::SqlStore`]) and the inbox ([`inbox`],
-//! [`impl_inbox!`]). The pools, transactions and error
+//! [`impl_inbox!`]), and the ledger's retention section ([`retention`]). The pools, transactions and error
 //! mapping stay in each adapter, as does the SQL text that differs by dialect.
 //!
 //! No driver here: the row structs derive `sqlx::FromRow` generic over the row type, and are
@@ -36,6 +36,7 @@ pub mod journal;
 pub mod leases;
 pub mod ledger;
 pub mod presence;
+pub mod retention;
 pub mod rows;
 pub mod search;
 pub mod send;
