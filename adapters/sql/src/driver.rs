@@ -28,6 +28,7 @@ use uuid::Uuid;
 
 use crate::journal::{RecordRow, RunRow};
 use crate::leases::LeaseRow;
+use crate::push_store::{AttemptRow, PushRow};
 use crate::rows::AgentRow;
 
 /// sqlx's statement on `DB` with its own argument buffer.
@@ -154,6 +155,12 @@ impl<'q, DB: Database> Stmt<'q, DB> {
         Stmt(DB::bind(self.0, v))
     }
 
+    /// The sqlx statement underneath, for a runner only the adapter has (one reading its
+    /// driver's `rows_affected`, say).
+    pub fn into_query(self) -> sqlx::query::Query<'q, DB, <DB as Database>::Arguments<'q>> {
+        self.0
+    }
+
     /// Runs the statement.
     pub fn run<'c>(
         self,
@@ -242,7 +249,17 @@ pub trait Dialect: Send + Sync + 'static {
         + Reads<LeaseRow<Self::Time>>
         + Reads<RunRow<Self::Time>>
         + Reads<AgentRow<Self::Time>>
+        + Reads<crate::rows::MessageRow<Self::Time>>
+        + Reads<crate::rows::ReceiptRow<Self::Time>>
+        + Reads<(Uuid, Uuid)>
+        + Reads<(Uuid, Uuid, Uuid, Option<String>, Option<String>, bool)>
         + Binds<Vec<u8>>
+        + Binds<bool>
+        + Reads<(bool,)>
+        + Reads<(Uuid, Self::Time, Self::Time)>
+        + Binds<Option<i64>>
+        + Reads<PushRow<Self::Time>>
+        + Reads<AttemptRow<Self::Time>>
         + Reads<(Uuid, Vec<u8>)>
         + Reads<(Uuid, Uuid, Uuid)>
         + Reads<(bool, i64, i64, i64)>

@@ -2,11 +2,14 @@
 //! ledger's, journal's and push store's tables with their conversions into domain types, how
 //! counters are stored, the pure steps around the queries, and the operations that are the same
 //! on both stores — the leases ([`leases`], [`impl_leases!`]), the journal ([`journal`],
-//! [`impl_journal!`]), the send allowances ([`send_allowance`], [`impl_send_allowance!`]) and
-//! the ledger's shared lookups ([`ledger::SqlLedger`]), and the body backend ([`body`],
-//! [`impl_body_backend!`], over a [`store::SqlStore`]) and the inbox ([`inbox`],
-//! [`impl_inbox!`]), and the ledger's retention section ([`retention`]). The pools, transactions and error
-//! mapping stay in each adapter, as does the SQL text that differs by dialect.
+//! [`impl_journal!`]), the send allowances ([`send_allowance`], [`impl_send_allowance!`]), the
+//! operators ([`operators`], [`impl_operators!`]), the push store ([`push_store`],
+//! [`impl_push_store!`]), the ledger's delivery section ([`delivery`], over
+//! [`delivery::SqlDelivery`]), the search index ([`search`], [`impl_search!`]) and the ledger's
+//! shared lookups ([`ledger::SqlLedger`]), the body backend ([`body`], [`impl_body_backend!`],
+//! over a [`store::SqlStore`]), the inbox ([`inbox`], [`impl_inbox!`]) and the ledger's
+//! retention section ([`retention`]). The pools, transactions and error mapping stay in
+//! each adapter, as does the SQL text that differs by dialect.
 //!
 //! No driver here: the row structs derive `sqlx::FromRow` generic over the row type, and are
 //! generic over how a time is stored (`T`: `DateTime<Utc>` for a `timestamptz`, the SQLite
@@ -30,12 +33,15 @@
 
 pub mod body;
 pub mod counter;
+pub mod delivery;
 pub mod driver;
 pub mod inbox;
 pub mod journal;
 pub mod leases;
 pub mod ledger;
+pub mod operators;
 pub mod presence;
+pub mod push_store;
 pub mod retention;
 pub mod rows;
 pub mod search;
@@ -46,8 +52,9 @@ pub mod store;
 
 pub use counter::{db_i64, from_db};
 
-/// What the expansions of [`impl_leases!`], [`impl_journal!`] and [`impl_send_allowance!`]
-/// name, so the adapter need not import it.
+/// What the expansions of [`impl_leases!`], [`impl_journal!`], [`impl_send_allowance!`],
+/// [`impl_operators!`], [`impl_push_store!`] and [`impl_search!`] name, so the adapter need
+/// not import it.
 #[doc(hidden)]
 pub mod __private {
     pub use async_trait::async_trait;
@@ -56,11 +63,16 @@ pub mod __private {
         Acquired, BusResult, FencingToken, Lease, LeaseClaim, LeaseEvent, LeaseFilter, RateLimit,
         Record, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
     };
+    pub use crewbus_domain::{Agent, IndexEntry, IndexPosition, Message, SearchPage, SearchQuery};
     pub use crewbus_domain::{Envelope, Locator, Published};
     pub use crewbus_domain::{InboxRef, InboxStatus};
+    pub use crewbus_domain::{Operator, OperatorScope, OperatorSession, TokenHash};
+    pub use crewbus_domain::{PushAttempt, PushConfig, PushRegistration};
     pub use crewbus_ports::Inbox;
     pub use crewbus_ports::MessagingBackend;
+    pub use crewbus_ports::Search;
     pub use crewbus_ports::{Journal, Leases, SendAllowance};
+    pub use crewbus_ports::{Operators, PushStore};
     pub use std::time::Duration;
     pub use uuid::Uuid;
 }

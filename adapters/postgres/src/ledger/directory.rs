@@ -136,7 +136,7 @@ pub(super) async fn create_agent(
     let mut tx = ledger.begin(what).await?;
     ledger.require_team(&mut tx, team).await?;
     let taken = || BusError::conflict("the agent name or token hash is already in use");
-    if ledger.operator_holds(&mut tx, &token_hash).await? {
+    if crewbus_sql::operators::operator_holds(ledger, &mut tx, &token_hash).await? {
         return Err(taken());
     }
     let id = Uuid::new_v4();

@@ -10,7 +10,7 @@
 //! lookups and run checks the sections share are here.
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusError, BusResult, Message, Team, TenantId};
+use crewbus_domain::{BusError, BusResult, Team, TenantId};
 use crewbus_sql::ledger::SqlLedger;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
@@ -20,7 +20,7 @@ use crate::body::SCHEME;
 use crate::dialect::Pg;
 use crate::error::bus_error;
 use crate::journal::PostgresJournal;
-use rows::{MESSAGE_COLUMNS, MessageRow, TEAM_COLUMNS, TeamRow};
+use rows::{TEAM_COLUMNS, TeamRow};
 
 mod counts;
 mod delivery;
@@ -126,26 +126,6 @@ impl PostgresLedger {
         .map_err(db("team lookup"))?;
         row.map(Team::from)
             .ok_or_else(|| BusError::not_found(format!("team {team}")))
-    }
-
-    async fn message_row(
-        &self,
-        conn: &mut PgConnection,
-        team: Uuid,
-        message: Uuid,
-    ) -> BusResult<Message> {
-        let row: Option<MessageRow> = sqlx::query_as(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages m JOIN teams t ON t.id = m.team_id
-             WHERE m.id = $1 AND m.team_id = $2 AND t.tenant = $3"
-        ))
-        .bind(message)
-        .bind(team)
-        .bind(self.tenant.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(db("message lookup"))?;
-        row.ok_or_else(|| BusError::not_found(format!("message {message}")))?
-            .try_into()
     }
 
     /// A conversation of `team`: its title, backend and creation time. Errors: unknown or another

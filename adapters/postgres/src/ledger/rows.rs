@@ -6,8 +6,8 @@ use crewbus_domain::{BusError, BusResult, Operator};
 use uuid::Uuid;
 
 pub(crate) use crewbus_sql::rows::{
-    AGENT_COLUMNS, ActivityRow, AgentRow, MESSAGE_COLUMNS, MemberRow, MessageRow, RECEIPT_COLUMNS,
-    RECEIPTS, ReceiptRow, RecipientRow, ReferenceRow, SlotRow, TEAM_COLUMNS, TeamRow,
+    AGENT_COLUMNS, ActivityRow, AgentRow, MESSAGE_COLUMNS, MemberRow, MessageRow, RecipientRow,
+    ReferenceRow, SlotRow, TEAM_COLUMNS, TeamRow,
 };
 pub(crate) use crewbus_sql::{db_i64, from_db};
 
@@ -18,7 +18,7 @@ pub(crate) const OPERATOR_COLUMNS: &str = "o.id, o.name, o.token_hash, o.all_tea
 /// An operator with the teams of its scope (`teams`, aggregated in the query: ignored for every
 /// team).
 #[derive(sqlx::FromRow)]
-pub(crate) struct OperatorRow {
+pub struct OperatorRow {
     #[sqlx(flatten)]
     operator: crewbus_sql::rows::OperatorRow,
     teams: Vec<Uuid>,

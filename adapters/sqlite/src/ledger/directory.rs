@@ -154,7 +154,7 @@ pub(super) async fn create_agent(
     let what = "create agent";
     let mut tx = ledger.begin(what).await?;
     ledger.require_team(&mut tx, team).await?;
-    if ledger.operator_holds(&mut tx, &token_hash).await? {
+    if crewbus_sql::operators::operator_holds(ledger, &mut tx, &token_hash).await? {
         return Err(BusError::conflict(
             "the agent name or token hash is already in use",
         ));

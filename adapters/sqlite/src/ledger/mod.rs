@@ -9,7 +9,7 @@
 //! `impl Operators`) and answers the console's reads (`oversight`: `impl Oversight`). The
 //! lookups and run checks the sections share are here.
 
-use crewbus_domain::{BusError, BusResult, Message, Team, TenantId};
+use crewbus_domain::{BusError, BusResult, Team, TenantId};
 use crewbus_sql::ledger::SqlLedger;
 use sqlx::pool::PoolConnection;
 use sqlx::{Sqlite, SqliteConnection, Transaction};
@@ -19,7 +19,7 @@ use crate::body::SCHEME;
 use crate::connect::{SqlitePools, WriteTx};
 use crate::dialect::Lite;
 use crate::journal::SqliteJournal;
-use rows::{MESSAGE_COLUMNS, MessageRow, TEAM_COLUMNS, TeamRow};
+use rows::{TEAM_COLUMNS, TeamRow};
 
 mod counts;
 mod delivery;
@@ -130,26 +130,6 @@ impl SqliteLedger {
         .map_err(self.db("team lookup"))?;
         row.map(Team::from)
             .ok_or_else(|| BusError::not_found(format!("team {team}")))
-    }
-
-    async fn message_row(
-        &self,
-        conn: &mut SqliteConnection,
-        team: Uuid,
-        message: Uuid,
-    ) -> BusResult<Message> {
-        let row: Option<MessageRow> = sqlx::query_as(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages m JOIN teams t ON t.id = m.team_id
-             WHERE m.id = ? AND m.team_id = ? AND t.tenant = ?"
-        ))
-        .bind(message)
-        .bind(team)
-        .bind(self.tenant.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(self.db("message lookup"))?;
-        row.ok_or_else(|| BusError::not_found(format!("message {message}")))?
-            .try_into()
     }
 }
 

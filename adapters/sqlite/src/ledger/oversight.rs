@@ -276,8 +276,7 @@ impl Oversight for SqliteLedger {
         if known.is_none() {
             return Err(BusError::not_found(format!("conversation {conversation}")));
         }
-        let stored = self
-            .operator_row(&mut tx, operator.id)
+        let stored = crewbus_sql::operators::operator_row(self, &mut tx, operator.id)
             .await?
             .filter(|o| !o.revoked() && !operator.revoked())
             .ok_or_else(|| BusError::forbidden("the operator is revoked"))?;
