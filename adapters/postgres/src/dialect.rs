@@ -23,4 +23,8 @@ impl Dialect for Pg {
     fn bind_ids<'q>(q: Stmt<'q, Postgres>, ids: &[Uuid]) -> Stmt<'q, Postgres> {
         q.arg(ids.to_vec())
     }
+
+    fn rows_affected(done: &sqlx::postgres::PgQueryResult) -> u64 {
+        done.rows_affected()
+    }
 }

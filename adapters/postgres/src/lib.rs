@@ -21,6 +21,7 @@ mod ledger;
 mod push_store;
 mod registry;
 mod settings;
+mod store;
 mod wakeups;
 
 pub use body::PostgresBackend;

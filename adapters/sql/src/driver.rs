@@ -82,6 +82,13 @@ pub trait Runs: Database {
         q: Query<'q, Self>,
         conn: &'c mut Self::Connection,
     ) -> impl Future<Output = Result<Option<Self::Row>, sqlx::Error>> + Send + 'c;
+
+    /// Runs `q` on `conn`; returns the driver's result (how many rows it changed:
+    /// [`Dialect::rows_affected`]).
+    fn execute<'c, 'q: 'c>(
+        q: Query<'q, Self>,
+        conn: &'c mut Self::Connection,
+    ) -> impl Future<Output = Result<Self::QueryResult, sqlx::Error>> + Send + 'c;
 }
 
 impl<DB: Database> Runs for DB
@@ -109,6 +116,13 @@ where
         conn: &'c mut DB::Connection,
     ) -> impl Future<Output = Result<Option<DB::Row>, sqlx::Error>> + Send + 'c {
         q.fetch_optional(conn)
+    }
+
+    fn execute<'c, 'q: 'c>(
+        q: Query<'q, DB>,
+        conn: &'c mut DB::Connection,
+    ) -> impl Future<Output = Result<DB::QueryResult, sqlx::Error>> + Send + 'c {
+        q.execute(conn)
     }
 }
 
@@ -197,6 +211,18 @@ impl<'q, DB: Database> Stmt<'q, DB> {
         let row = self.optional(conn);
         async move { row.await?.ok_or(sqlx::Error::RowNotFound) }
     }
+
+    /// Runs the statement; returns the driver's result, read with [`Dialect::rows_affected`].
+    pub fn execute<'c>(
+        self,
+        conn: &'c mut DB::Connection,
+    ) -> impl Future<Output = Result<DB::QueryResult, sqlx::Error>> + Send + 'c
+    where
+        DB: Runs,
+        'q: 'c,
+    {
+        <DB as Runs>::execute(self.0, conn)
+    }
 }
 
 /// One SQL dialect: what the shared functions need to know of a driver. Implemented by each
@@ -233,7 +259,11 @@ pub trait Dialect: Send + Sync + 'static {
         + Reads<(Uuid, Self::Time, Self::Time)>
         + Binds<Option<i64>>
         + Reads<PushRow<Self::Time>>
-        + Reads<AttemptRow<Self::Time>>;
+        + Reads<AttemptRow<Self::Time>>
+        + Reads<(Uuid, Vec<u8>)>
+        + Reads<(Uuid, Uuid, Uuid)>
+        + Reads<(bool, i64, i64, i64)>
+        + Reads<(Uuid, String, i64)>;
 
     /// How a time is stored: Postgres binds a `DateTime<Utc>` (`timestamptz`), SQLite its
     /// microsecond integer codec.
@@ -265,4 +295,9 @@ pub trait Dialect: Send + Sync + 'static {
     fn time(at: DateTime<Utc>) -> Self::Time {
         Self::Time::from(at)
     }
+
+    /// How many rows a statement run with [`Stmt::execute`] inserted, updated or deleted (sqlx
+    /// has no driver-generic accessor: `PgQueryResult::rows_affected`,
+    /// `SqliteQueryResult::rows_affected`).
+    fn rows_affected(done: &<Self::Db as Database>::QueryResult) -> u64;
 }

@@ -6,7 +6,9 @@
 //! operators ([`operators`], [`impl_operators!`]), the push store ([`push_store`],
 //! [`impl_push_store!`]), the ledger's delivery section ([`delivery`], over
 //! [`delivery::SqlDelivery`]), the search index ([`search`], [`impl_search!`]) and the ledger's
-//! shared lookups ([`ledger::SqlLedger`]). The pools, transactions and error mapping stay in
+//! shared lookups ([`ledger::SqlLedger`]), the body backend ([`body`], [`impl_body_backend!`],
+//! over a [`store::SqlStore`]), the inbox ([`inbox`], [`impl_inbox!`]) and the ledger's
+//! retention section ([`retention`]). The pools, transactions and error mapping stay in
 //! each adapter, as does the SQL text that differs by dialect.
 //!
 //! No driver here: the row structs derive `sqlx::FromRow` generic over the row type, and are
@@ -29,20 +31,24 @@
 //! how the sqlx bounds are carried without restating them on every function.
 #![warn(missing_docs)]
 
+pub mod body;
 pub mod counter;
 pub mod delivery;
 pub mod driver;
+pub mod inbox;
 pub mod journal;
 pub mod leases;
 pub mod ledger;
 pub mod operators;
 pub mod presence;
 pub mod push_store;
+pub mod retention;
 pub mod rows;
 pub mod search;
 pub mod send;
 pub mod send_allowance;
 pub mod settle;
+pub mod store;
 
 pub use counter::{db_i64, from_db};
 
@@ -58,8 +64,12 @@ pub mod __private {
         Record, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
     };
     pub use crewbus_domain::{Agent, IndexEntry, IndexPosition, Message, SearchPage, SearchQuery};
+    pub use crewbus_domain::{Envelope, Locator, Published};
+    pub use crewbus_domain::{InboxRef, InboxStatus};
     pub use crewbus_domain::{Operator, OperatorScope, OperatorSession, TokenHash};
     pub use crewbus_domain::{PushAttempt, PushConfig, PushRegistration};
+    pub use crewbus_ports::Inbox;
+    pub use crewbus_ports::MessagingBackend;
     pub use crewbus_ports::Search;
     pub use crewbus_ports::{Journal, Leases, SendAllowance};
     pub use crewbus_ports::{Operators, PushStore};

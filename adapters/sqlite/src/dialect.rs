@@ -26,4 +26,8 @@ impl Dialect for Lite {
     fn bind_ids<'q>(q: Stmt<'q, Sqlite>, ids: &[Uuid]) -> Stmt<'q, Sqlite> {
         ids.iter().fold(q, |q, id| q.arg(*id))
     }
+
+    fn rows_affected(done: &sqlx::sqlite::SqliteQueryResult) -> u64 {
+        done.rows_affected()
+    }
 }

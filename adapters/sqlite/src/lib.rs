@@ -51,6 +51,7 @@ mod ledger;
 mod push_store;
 mod registry;
 mod settings;
+mod store;
 mod write_counts;
 
 pub use body::SqliteBackend;

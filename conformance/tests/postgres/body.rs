@@ -23,6 +23,7 @@ pub(crate) const TESTS: &[(&str, TestFn)] = tests![
     body_reconcile_finds_or_publishes,
     body_concurrent_duplicates_store_one_row,
     registry_answers_for_postgres_only,
+    body_max_is_the_configured_limit_through_the_port,
 ];
 
 fn backend(pool: &sqlx::PgPool, team: Uuid, clock: Arc<ManualClock>) -> PostgresBackend {
@@ -321,6 +322,40 @@ async fn registry_answers_for_postgres_only() -> Result<(), Failed> {
         &body,
         &reg.body_backend(team, "postgres").await?
     ));
+    db.passed().await;
+    Ok(())
+}
+
+/// A lower configured limit is what the port's `max_body_bytes` answers (the application refuses
+/// larger bodies with it before they reach the outbox), not the bus's 1 MiB, and what `publish`
+/// refuses above.
+async fn body_max_is_the_configured_limit_through_the_port() -> Result<(), Failed> {
+    let db = database("body_max_is_the_configured_limit_through_the_port").await;
+    let limit = 64 * 1024;
+    let reg = PostgresBackends::new(
+        db.pool().clone(),
+        ManualClock::new(),
+        PostgresSettings {
+            max_body_bytes: limit,
+            ..PostgresSettings::default()
+        },
+    );
+    let team = Uuid::new_v4();
+    let body: Arc<dyn MessagingBackend> = reg.body_backend(team, "postgres").await?;
+    assert_eq!(body.max_body_bytes(), limit);
+    let p = body
+        .publish(envelope(team, &"x".repeat(limit as usize + 1)))
+        .await;
+    assert!(
+        matches!(p, Published::Fatal(BusError::TooLarge { size, limit: l })
+            if size == limit + 1 && l == limit),
+        "{p:?}"
+    );
+    assert!(
+        body.publish(envelope(team, &"x".repeat(limit as usize)))
+            .await
+            .is_confirmed()
+    );
     db.passed().await;
     Ok(())
 }

@@ -1,69 +1,38 @@
-//! The SQLite ledger's retention: what is due, and marking it retained.
+//! The SQLite ledger's retention: the section is [`crewbus_sql::retention`]; here is what
+//! differs (the read of what is due, and the search index's removal).
 
-use chrono::{DateTime, Utc};
-use crewbus_domain::{BusResult, RetentionTarget};
-use crewbus_sql::ledger::SqlLedger;
-use crewbus_sql::rows::retention_target;
+use crewbus_sql::retention::SqlRetention;
+use sqlx::SqliteConnection;
 use uuid::Uuid;
 
 use super::SqliteLedger;
-use crate::codec::Ts;
 
-pub(super) async fn retention_due(
-    ledger: &SqliteLedger,
-    before: DateTime<Utc>,
-    limit: usize,
-) -> BusResult<Vec<RetentionTarget>> {
-    let rows: Vec<(Uuid, String, i64)> = sqlx::query_as(
-        "SELECT m.team_id, m.backend, count(*) FROM messages m INDEXED BY messages_retention
+pub(super) use crewbus_sql::retention::{mark_retained, retention_due};
+
+impl SqlRetention for SqliteLedger {
+    /// Read through the retention index (`INDEXED BY messages_retention`).
+    const RETENTION_DUE: &'static str = "SELECT m.team_id, m.backend, count(*)
+         FROM messages m INDEXED BY messages_retention
          JOIN teams t ON t.id = m.team_id
          WHERE t.tenant = ? AND m.publication = 'stored' AND m.retained_at IS NULL
            AND m.stored_at < ?
          GROUP BY m.team_id, m.backend
          ORDER BY m.team_id, m.backend
-         LIMIT ?",
-    )
-    .bind(ledger.tenant.as_str())
-    .bind(Ts(before))
-    .bind(limit as i64)
-    .fetch_all(ledger.pools.reader())
-    .await
-    .map_err(ledger.db("retention due"))?;
-    Ok(rows.into_iter().map(retention_target).collect())
-}
+         LIMIT ?";
 
-pub(super) async fn mark_retained(
-    ledger: &SqliteLedger,
-    team: Uuid,
-    backend: &str,
-    before: DateTime<Utc>,
-    at: DateTime<Utc>,
-) -> BusResult<u64> {
-    let what = "mark retained";
-    let mut tx = ledger.begin(what).await?;
-    ledger.require_team(&mut tx, team).await?;
-    let retained: Vec<Uuid> = sqlx::query_scalar(
-        "UPDATE messages SET retained_at = ?4
-         WHERE team_id = ?1 AND backend = ?2 AND publication = 'stored'
-           AND retained_at IS NULL AND stored_at < ?3
-         RETURNING id",
-    )
-    .bind(team)
-    .bind(backend)
-    .bind(Ts(before))
-    .bind(Ts(at))
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(ledger.db(what))?;
-    // Retention removes what it removed from the search index too, in the same transaction (the
-    // rows' trigger removes their FTS5 rows).
-    for id in &retained {
-        sqlx::query("DELETE FROM message_search WHERE message_id = ?")
-            .bind(id)
-            .execute(&mut *tx)
-            .await
-            .map_err(ledger.db(what))?;
+    /// One statement per message (the rows' trigger removes their FTS5 rows), so no list of
+    /// host parameters grows with the batch.
+    async fn unindex(
+        &self,
+        conn: &mut SqliteConnection,
+        messages: &[Uuid],
+    ) -> Result<(), sqlx::Error> {
+        for id in messages {
+            sqlx::query("DELETE FROM message_search WHERE message_id = ?")
+                .bind(id)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(())
     }
-    ledger.commit(tx, what).await?;
-    Ok(retained.len() as u64)
 }

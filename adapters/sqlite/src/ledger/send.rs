@@ -21,9 +21,10 @@ use uuid::Uuid;
 
 use super::SqliteLedger;
 use super::rows::{MESSAGE_COLUMNS, MessageRow};
-use crate::body::{SCHEME, locator_for, store_body};
+use crate::body::{SCHEME, locator_for};
 use crate::codec::{Ts, db_i64, from_db};
 use crate::dialect::Lite;
+use crewbus_sql::body::store_body;
 use crewbus_sql::journal::{append, lock_run};
 
 impl SqliteLedger {
@@ -285,7 +286,7 @@ impl SqliteLedger {
             if !recipients.is_empty() {
                 self.mark_references_due(conn, request.team, id, at).await?;
             }
-            match store_body(conn, &envelope, at).await {
+            match store_body::<Lite>(conn, &envelope, at).await {
                 Ok(_) => {}
                 Err(Ok(refused)) => {
                     return Err(BusError::unavailable(format!(
