@@ -28,7 +28,7 @@ use uuid::Uuid;
 
 use crate::journal::{RecordRow, RunRow};
 use crate::leases::LeaseRow;
-use crate::rows::AgentRow;
+use crate::rows::{AgentRow, MemberRow, MessageRow, TeamRow};
 
 /// sqlx's statement on `DB` with its own argument buffer.
 type Query<'q, DB> = sqlx::query::Query<'q, DB, <DB as Database>::Arguments<'q>>;
@@ -215,7 +215,13 @@ pub trait Dialect: Send + Sync + 'static {
         + Reads<RecordRow<Self::Time>>
         + Reads<LeaseRow<Self::Time>>
         + Reads<RunRow<Self::Time>>
-        + Reads<AgentRow<Self::Time>>;
+        + Reads<AgentRow<Self::Time>>
+        + Binds<Vec<u8>>
+        + Reads<(Uuid, String)>
+        + Reads<(Uuid, String, String, Self::Time)>
+        + Reads<TeamRow<Self::Time>>
+        + Reads<MemberRow<Self::Time>>
+        + Reads<MessageRow<Self::Time>>;
 
     /// How a time is stored: Postgres binds a `DateTime<Utc>` (`timestamptz`), SQLite its
     /// microsecond integer codec.

@@ -2,8 +2,8 @@
 //! ledger's, journal's and push store's tables with their conversions into domain types, how
 //! counters are stored, the pure steps around the queries, and the operations that are the same
 //! on both stores — the leases ([`leases`], [`impl_leases!`]), the journal ([`journal`],
-//! [`impl_journal!`]), the send allowances ([`send_allowance`], [`impl_send_allowance!`]) and
-//! the ledger's shared lookups ([`ledger::SqlLedger`]). The pools, transactions and error
+//! [`impl_journal!`]), the send allowances ([`send_allowance`], [`impl_send_allowance!`]), the
+//! directory section ([`directory`]) and the ledger's shared lookups ([`ledger::SqlLedger`]). The pools, transactions and error
 //! mapping stay in each adapter, as does the SQL text that differs by dialect.
 //!
 //! No driver here: the row structs derive `sqlx::FromRow` generic over the row type, and are
@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 
 pub mod counter;
+pub mod directory;
 pub mod driver;
 pub mod journal;
 pub mod leases;

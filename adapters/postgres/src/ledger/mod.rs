@@ -10,7 +10,7 @@
 //! lookups and run checks the sections share are here.
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusError, BusResult, Message, Team, TenantId};
+use crewbus_domain::{BusError, BusResult, Message, TenantId};
 use crewbus_sql::ledger::SqlLedger;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
@@ -20,7 +20,7 @@ use crate::body::SCHEME;
 use crate::dialect::Pg;
 use crate::error::bus_error;
 use crate::journal::PostgresJournal;
-use rows::{MESSAGE_COLUMNS, MessageRow, TEAM_COLUMNS, TeamRow};
+use rows::{MESSAGE_COLUMNS, MessageRow};
 
 mod counts;
 mod delivery;
@@ -113,19 +113,6 @@ impl PostgresLedger {
 
     async fn commit(tx: Tx, what: &'static str) -> BusResult<()> {
         tx.commit().await.map_err(db(what))
-    }
-
-    async fn team_row(&self, conn: &mut PgConnection, team: Uuid) -> BusResult<Team> {
-        let row: Option<TeamRow> = sqlx::query_as(&format!(
-            "SELECT {TEAM_COLUMNS} FROM teams WHERE id = $1 AND tenant = $2"
-        ))
-        .bind(team)
-        .bind(self.tenant.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(db("team lookup"))?;
-        row.map(Team::from)
-            .ok_or_else(|| BusError::not_found(format!("team {team}")))
     }
 
     async fn message_row(

@@ -19,6 +19,7 @@ use crewbus_domain::{
     in_asked_order, recipient_key_for, validate_activity, validate_batch,
 };
 use crewbus_ports::Oversight;
+use crewbus_sql::directory::with_members;
 use crewbus_sql::ledger::SqlLedger;
 use uuid::Uuid;
 
@@ -141,12 +142,14 @@ impl Oversight for PostgresLedger {
         .await
         .map_err(db(what))?;
         let sizes: Vec<(i64, Option<DateTime<Utc>>)> = rows.iter().map(|r| (r.4, r.5)).collect();
-        let conversations = PostgresLedger::conversations_with_members(
-            tx,
+        let conversations = with_members(
+            self,
+            &mut tx,
             team,
             rows.into_iter().map(|r| (r.0, r.1, r.2, r.3)).collect(),
         )
         .await?;
+        PostgresLedger::commit(tx, "conversations").await?;
         Ok(conversations
             .into_iter()
             .zip(sizes)

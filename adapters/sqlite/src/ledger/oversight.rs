@@ -16,6 +16,7 @@ use crewbus_domain::{
     in_asked_order, recipient_key_for, validate_activity, validate_batch,
 };
 use crewbus_ports::Oversight;
+use crewbus_sql::directory::with_members;
 use crewbus_sql::ledger::SqlLedger;
 use uuid::Uuid;
 
@@ -119,13 +120,13 @@ impl Oversight for SqliteLedger {
         .await
         .map_err(self.db(what))?;
         let sizes: Vec<(i64, Option<Ts>)> = rows.iter().map(|r| (r.4, r.5)).collect();
-        let conversations = self
-            .with_members(
-                &mut tx,
-                team,
-                rows.into_iter().map(|r| (r.0, r.1, r.2, r.3)).collect(),
-            )
-            .await?;
+        let conversations = with_members(
+            self,
+            &mut tx,
+            team,
+            rows.into_iter().map(|r| (r.0, r.1, r.2, r.3)).collect(),
+        )
+        .await?;
         Ok(conversations
             .into_iter()
             .zip(sizes)

@@ -3,13 +3,9 @@
 
 use crate::codec::Ts;
 
-pub(crate) use crewbus_sql::rows::{
-    AGENT_COLUMNS, MESSAGE_COLUMNS, RECEIPT_COLUMNS, RECEIPTS, TEAM_COLUMNS,
-};
+pub(crate) use crewbus_sql::rows::{AGENT_COLUMNS, MESSAGE_COLUMNS, RECEIPT_COLUMNS, RECEIPTS};
 
-pub(crate) type TeamRow = crewbus_sql::rows::TeamRow<Ts>;
 pub(crate) type AgentRow = crewbus_sql::rows::AgentRow<Ts>;
-pub(crate) type MemberRow = crewbus_sql::rows::MemberRow<Ts>;
 pub(crate) type MessageRow = crewbus_sql::rows::MessageRow<Ts>;
 pub(crate) type ReceiptRow = crewbus_sql::rows::ReceiptRow<Ts>;
 /// An operator without the teams of its scope (read from `operator_teams` separately).
