@@ -4,8 +4,8 @@
 //! differ.
 //!
 //! # What differs, and stays different
-//! - **How reads hold the store** ([`Via`]). Postgres runs `team`, `agent`, `agents` and
-//!   `conversation` on a pool connection (each statement its own read-committed
+//! - **How reads hold the store** ([`Via`]). Postgres runs `team`, `agent`, `agents`,
+//!   `conversation` and `history` ([`crate::history`]) on a pool connection (each statement its own read-committed
 //!   snapshot) and `conversations`, `conversations_for` (and the oversight summaries) in a
 //!   read-committed transaction; SQLite runs every read of more than one statement in one read
 //!   transaction of the read pool (one WAL snapshot). [`SqlDirectory::LOOKUPS`] and
@@ -113,7 +113,7 @@ pub trait SqlDirectory: SqlLedger {
     /// How `create_team` and `set_team_backends` (one statement each) write: Postgres
     /// [`Via::Connection`], SQLite [`Via::Transaction`].
     const ONE_WRITE: Via;
-    /// How `agents` and `conversation` read: Postgres [`Via::Connection`], SQLite
+    /// How `agents`, `conversation` and `history` read: Postgres [`Via::Connection`], SQLite
     /// [`Via::Snapshot`].
     const LOOKUPS: Via;
     /// How `conversations`, `conversations_for` and the oversight's conversation summaries
@@ -539,14 +539,15 @@ pub async fn create_conversation<L: SqlDirectory>(
     })
 }
 
-/// `Ledger::conversation`, with its members. Errors: unknown or another team's → `NotFound`.
-pub async fn conversation<L: SqlDirectory>(
+/// The conversation `conversation` of `team` (this tenant's) without its members. Errors:
+/// unknown or another team's → `NotFound`.
+pub async fn conversation_row<L: SqlLedger>(
     ledger: &L,
+    conn: &mut Conn<L::D>,
     team: Uuid,
     conversation: Uuid,
-) -> BusResult<Conversation> {
-    let what = "conversation";
-    let mut held = hold(ledger, L::LOOKUPS, what).await?;
+    what: &str,
+) -> BusResult<ConversationRow<<L::D as Dialect>::Time>> {
     let row: Option<ConversationRow<<L::D as Dialect>::Time>> = stmt::<L::D>(
         "SELECT c.id, c.title, c.backend, c.created_at FROM conversations c
          JOIN teams t ON t.id = c.team_id
@@ -555,10 +556,21 @@ pub async fn conversation<L: SqlDirectory>(
     .arg(conversation)
     .arg(team)
     .arg(ledger.tenant().as_str().to_owned())
-    .optional(&mut held)
+    .optional(conn)
     .await
     .map_err(ledger.db(what))?;
-    let row = row.ok_or_else(|| BusError::not_found(format!("conversation {conversation}")))?;
+    row.ok_or_else(|| BusError::not_found(format!("conversation {conversation}")))
+}
+
+/// `Ledger::conversation`, with its members. Errors: unknown or another team's → `NotFound`.
+pub async fn conversation<L: SqlDirectory>(
+    ledger: &L,
+    team: Uuid,
+    conversation: Uuid,
+) -> BusResult<Conversation> {
+    let what = "conversation";
+    let mut held = hold(ledger, L::LOOKUPS, what).await?;
+    let row = conversation_row(ledger, &mut held, team, conversation, what).await?;
     let mut found = with_members(ledger, &mut held, team, vec![row]).await?;
     release(ledger, held, what).await?;
     Ok(found.remove(0))

@@ -28,7 +28,7 @@ use uuid::Uuid;
 
 use crate::journal::{RecordRow, RunRow};
 use crate::leases::LeaseRow;
-use crate::rows::{AgentRow, MemberRow, MessageRow, TeamRow};
+use crate::rows::{ActivityRow, AgentRow, MemberRow, MessageRow, RecipientRow, TeamRow};
 
 /// sqlx's statement on `DB` with its own argument buffer.
 type Query<'q, DB> = sqlx::query::Query<'q, DB, <DB as Database>::Arguments<'q>>;
@@ -221,7 +221,13 @@ pub trait Dialect: Send + Sync + 'static {
         + Reads<(Uuid, String, String, Self::Time)>
         + Reads<TeamRow<Self::Time>>
         + Reads<MemberRow<Self::Time>>
-        + Reads<MessageRow<Self::Time>>;
+        + Reads<MessageRow<Self::Time>>
+        + Reads<(bool,)>
+        + Reads<(i64, i64, i64)>
+        + Reads<(String, i64, i64, i64)>
+        + Reads<(Uuid, String, String, Self::Time, i64, Option<Self::Time>)>
+        + Reads<ActivityRow<Self::Time>>
+        + Reads<RecipientRow<Self::Time>>;
 
     /// How a time is stored: Postgres binds a `DateTime<Utc>` (`timestamptz`), SQLite its
     /// microsecond integer codec.

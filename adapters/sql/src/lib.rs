@@ -3,7 +3,8 @@
 //! counters are stored, the pure steps around the queries, and the operations that are the same
 //! on both stores — the leases ([`leases`], [`impl_leases!`]), the journal ([`journal`],
 //! [`impl_journal!`]), the send allowances ([`send_allowance`], [`impl_send_allowance!`]), the
-//! directory section ([`directory`]) and the ledger's shared lookups ([`ledger::SqlLedger`]). The pools, transactions and error
+//! directory section ([`directory`]), history pages ([`history`]), the oversight
+//! ([`oversight`], [`impl_oversight!`]) and the ledger's shared lookups ([`ledger::SqlLedger`]). The pools, transactions and error
 //! mapping stay in each adapter, as does the SQL text that differs by dialect.
 //!
 //! No driver here: the row structs derive `sqlx::FromRow` generic over the row type, and are
@@ -29,9 +30,11 @@
 pub mod counter;
 pub mod directory;
 pub mod driver;
+pub mod history;
 pub mod journal;
 pub mod leases;
 pub mod ledger;
+pub mod oversight;
 pub mod presence;
 pub mod rows;
 pub mod search;
@@ -41,8 +44,8 @@ pub mod settle;
 
 pub use counter::{db_i64, from_db};
 
-/// What the expansions of [`impl_leases!`], [`impl_journal!`] and [`impl_send_allowance!`]
-/// name, so the adapter need not import it.
+/// What the expansions of [`impl_leases!`], [`impl_journal!`], [`impl_send_allowance!`] and
+/// [`impl_oversight!`] name, so the adapter need not import it.
 #[doc(hidden)]
 pub mod __private {
     pub use async_trait::async_trait;
@@ -51,6 +54,11 @@ pub mod __private {
         Acquired, BusResult, FencingToken, Lease, LeaseClaim, LeaseEvent, LeaseFilter, RateLimit,
         Record, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
     };
+    pub use crewbus_domain::{
+        ActivityBucket, Agent, AgentActivity, ConversationSummary, Operator, RecipientState,
+        StorageUse, WakeupTarget,
+    };
+    pub use crewbus_ports::Oversight;
     pub use crewbus_ports::{Journal, Leases, SendAllowance};
     pub use std::time::Duration;
     pub use uuid::Uuid;

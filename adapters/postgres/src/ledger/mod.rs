@@ -135,29 +135,6 @@ impl PostgresLedger {
             .try_into()
     }
 
-    /// A conversation of `team`: its title, backend and creation time. Errors: unknown or another
-    /// team's → `NotFound`.
-    async fn conversation_row(
-        &self,
-        conn: &mut PgConnection,
-        team: Uuid,
-        conversation: Uuid,
-        what: &'static str,
-    ) -> BusResult<(String, String, DateTime<Utc>)> {
-        let row: Option<(String, String, DateTime<Utc>)> = sqlx::query_as(
-            "SELECT c.title, c.backend, c.created_at FROM conversations c
-             JOIN teams t ON t.id = c.team_id
-             WHERE c.id = $1 AND c.team_id = $2 AND t.tenant = $3",
-        )
-        .bind(conversation)
-        .bind(team)
-        .bind(self.tenant.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(db(what))?;
-        row.ok_or_else(|| BusError::not_found(format!("conversation {conversation}")))
-    }
-
     /// Runs a lease statement of this tenant's due rows — `$1` the tenant, `$2` the time `at`,
     /// `$3` at most `limit` rows, `$4` the lease's end `until` — and returns the leased rows.
     async fn lease_rows<R>(

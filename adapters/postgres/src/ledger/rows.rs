@@ -6,8 +6,8 @@ use crewbus_domain::{BusError, BusResult, Operator};
 use uuid::Uuid;
 
 pub(crate) use crewbus_sql::rows::{
-    AGENT_COLUMNS, ActivityRow, AgentRow, MESSAGE_COLUMNS, MessageRow, RECEIPT_COLUMNS, RECEIPTS,
-    ReceiptRow, RecipientRow, ReferenceRow, SlotRow,
+    AGENT_COLUMNS, MESSAGE_COLUMNS, MessageRow, RECEIPT_COLUMNS, RECEIPTS, ReceiptRow,
+    ReferenceRow, SlotRow,
 };
 pub(crate) use crewbus_sql::{db_i64, from_db};
 

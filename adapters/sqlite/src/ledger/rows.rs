@@ -5,13 +5,10 @@ use crate::codec::Ts;
 
 pub(crate) use crewbus_sql::rows::{AGENT_COLUMNS, MESSAGE_COLUMNS, RECEIPT_COLUMNS, RECEIPTS};
 
-pub(crate) type AgentRow = crewbus_sql::rows::AgentRow<Ts>;
 pub(crate) type MessageRow = crewbus_sql::rows::MessageRow<Ts>;
 pub(crate) type ReceiptRow = crewbus_sql::rows::ReceiptRow<Ts>;
 /// An operator without the teams of its scope (read from `operator_teams` separately).
 pub(crate) type OperatorRow = crewbus_sql::rows::OperatorRow<Ts>;
-pub(crate) type ActivityRow = crewbus_sql::rows::ActivityRow<Ts>;
-pub(crate) type RecipientRow = crewbus_sql::rows::RecipientRow<Ts>;
 pub(crate) type SlotRow = crewbus_sql::rows::SlotRow<Ts, i64>;
 pub(crate) type ReferenceRow = crewbus_sql::rows::ReferenceRow<Ts>;
 
