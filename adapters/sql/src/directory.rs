@@ -39,7 +39,7 @@ use crewbus_domain::{
 };
 use uuid::Uuid;
 
-use crate::driver::{Conn, Dialect, stmt};
+use crate::driver::{Conn, Dialect, Reads, Stmt, stmt};
 use crate::leases::{Ending, end_leases, lock_or_create_fence};
 use crate::ledger::SqlLedger;
 use crate::rows::{AGENT_COLUMNS, AgentRow, MemberRow, TEAM_COLUMNS, TeamRow};
@@ -105,6 +105,26 @@ pub async fn release<L: SqlLedger>(ledger: &L, held: Held<L>, what: &'static str
         Held::Transaction(tx) => ledger.commit(tx, what).await,
         Held::Snapshot(s) => ledger.end_snapshot(s, what).await,
     }
+}
+
+/// The rows of `select` after checking that `team` is this tenant's, both held `via` (on one
+/// snapshot where `via` is one). Errors: unknown team → `NotFound`; the statement's, as the
+/// error of `what`.
+pub async fn team_rows<L: SqlLedger, R: Send>(
+    ledger: &L,
+    via: Via,
+    team: Uuid,
+    what: &'static str,
+    select: Stmt<'_, <L::D as Dialect>::Db>,
+) -> BusResult<Vec<R>>
+where
+    <L::D as Dialect>::Db: Reads<R>,
+{
+    let mut held = hold(ledger, via, what).await?;
+    ledger.require_team(&mut held, team).await?;
+    let rows = select.all(&mut held).await.map_err(ledger.db(what))?;
+    release(ledger, held, what).await?;
+    Ok(rows)
 }
 
 /// What the shared directory needs of an SQL ledger beyond [`SqlLedger`]: where the two stores
@@ -331,34 +351,57 @@ pub async fn create_agent<L: SqlDirectory>(
         return Err(taken());
     }
     let id = Uuid::new_v4();
-    let insert =
+    let sql = agent_insert::<L>(
         "INSERT INTO agents AS a (id, team_id, name, recipient_key, token_hash, created_at)
-         VALUES ($1, $2, $3, $4, $5, $6)";
-    let returning = format!("{insert} RETURNING {AGENT_COLUMNS}");
-    let q = stmt::<L::D>(if L::QUALIFIED_RETURNING {
-        returning.as_str()
-    } else {
-        insert
-    })
-    .arg(id)
-    .arg(team)
-    .arg(name.to_owned())
-    .arg(recipient_key_for(id))
-    .arg(token_hash.0.to_vec())
-    .arg(L::D::time(at));
-    let conflict = |e| match ledger.bus_error(e, what) {
+         VALUES ($1, $2, $3, $4, $5, $6)",
+    );
+    let insert = stmt::<L::D>(&sql)
+        .arg(id)
+        .arg(team)
+        .arg(name.to_owned())
+        .arg(recipient_key_for(id))
+        .arg(token_hash.0.to_vec())
+        .arg(L::D::time(at));
+    let agent = inserted_agent(ledger, &mut tx, team, id, insert, what, |e| match e {
         BusError::Conflict { .. } => taken(),
         other => other,
-    };
+    })
+    .await?;
+    ledger.commit(tx, what).await?;
+    Ok(agent)
+}
+
+/// The statement of `insert` (an `INSERT INTO agents AS a …` of one agent) as
+/// [`inserted_agent`] runs it: returning the row ([`AGENT_COLUMNS`]) where
+/// [`SqlDirectory::QUALIFIED_RETURNING`], as it is otherwise.
+pub fn agent_insert<L: SqlDirectory>(insert: &str) -> String {
     if L::QUALIFIED_RETURNING {
-        let row: AgentRow<<L::D as Dialect>::Time> = q.one(&mut tx).await.map_err(conflict)?;
-        ledger.commit(tx, what).await?;
+        format!("{insert} RETURNING {AGENT_COLUMNS}")
+    } else {
+        insert.to_owned()
+    }
+}
+
+/// Runs `insert` (the statement of [`agent_insert`] of the agent `id` of `team`, its arguments
+/// bound) on `conn` and returns the agent: the row it returned, or else the row read back on
+/// `conn`. Errors: the statement's as the error of `what`, passed through `refine` (a unique
+/// violation is `Conflict`).
+pub async fn inserted_agent<L: SqlDirectory>(
+    ledger: &L,
+    conn: &mut Conn<L::D>,
+    team: Uuid,
+    id: Uuid,
+    insert: Stmt<'_, <L::D as Dialect>::Db>,
+    what: &str,
+    refine: impl Fn(BusError) -> BusError + Send,
+) -> BusResult<Agent> {
+    let failed = |e| refine(ledger.bus_error(e, what));
+    if L::QUALIFIED_RETURNING {
+        let row: AgentRow<<L::D as Dialect>::Time> = insert.one(conn).await.map_err(failed)?;
         row.try_into()
     } else {
-        q.run(&mut tx).await.map_err(conflict)?;
-        let agent = ledger.agent_row(&mut tx, team, id).await?;
-        ledger.commit(tx, what).await?;
-        Ok(agent)
+        insert.run(conn).await.map_err(failed)?;
+        ledger.agent_row(conn, team, id).await
     }
 }
 
@@ -391,18 +434,18 @@ pub async fn agent_by_token<L: SqlDirectory>(
 /// `Ledger::agents`: the team's agents by name (byte order). Errors: unknown team →
 /// `NotFound`.
 pub async fn agents<L: SqlDirectory>(ledger: &L, team: Uuid) -> BusResult<Vec<Agent>> {
-    let what = "agents";
-    let mut held = hold(ledger, L::LOOKUPS, what).await?;
-    ledger.require_team(&mut held, team).await?;
-    let rows: Vec<AgentRow<<L::D as Dialect>::Time>> = stmt::<L::D>(&format!(
+    let sql = format!(
         "SELECT {AGENT_COLUMNS} FROM agents a WHERE a.team_id = $1 ORDER BY a.name{}",
         L::BYTE_ORDER
-    ))
-    .arg(team)
-    .all(&mut held)
-    .await
-    .map_err(ledger.db(what))?;
-    release(ledger, held, what).await?;
+    );
+    let rows: Vec<AgentRow<<L::D as Dialect>::Time>> = team_rows(
+        ledger,
+        L::LOOKUPS,
+        team,
+        "agents",
+        stmt::<L::D>(&sql).arg(team),
+    )
+    .await?;
     rows.into_iter().map(Agent::try_from).collect()
 }
 

@@ -31,7 +31,9 @@ use crewbus_domain::{
 use uuid::Uuid;
 
 use crate::counter::from_db;
-use crate::directory::{SqlDirectory, hold, release, with_members};
+use crate::directory::{
+    SqlDirectory, agent_insert, hold, inserted_agent, release, team_rows, with_members,
+};
 use crate::driver::{Conn, Dialect, stmt};
 use crate::rows::{AGENT_COLUMNS, ActivityRow, AgentRow, RecipientRow};
 
@@ -101,15 +103,10 @@ pub async fn agent_activity<L: SqlOversight>(
     ledger: &L,
     team: Uuid,
 ) -> BusResult<Vec<AgentActivity>> {
-    let what = "agent activity";
-    let mut held = hold(ledger, L::LOOKUPS, what).await?;
-    ledger.require_team(&mut held, team).await?;
-    let rows: Vec<ActivityRow<<L::D as Dialect>::Time>> = stmt::<L::D>(&L::agent_activity_sql())
-        .arg(team)
-        .all(&mut held)
-        .await
-        .map_err(ledger.db(what))?;
-    release(ledger, held, what).await?;
+    let sql = L::agent_activity_sql();
+    let select = stmt::<L::D>(&sql).arg(team);
+    let rows: Vec<ActivityRow<<L::D as Dialect>::Time>> =
+        team_rows(ledger, L::LOOKUPS, team, "agent activity", select).await?;
     rows.into_iter().map(AgentActivity::try_from).collect()
 }
 
@@ -226,18 +223,13 @@ pub async fn activity<L: SqlOversight>(
     bucket: Duration,
 ) -> BusResult<Vec<ActivityBucket>> {
     let step = validate_activity(since, until, bucket)?;
-    let what = "activity";
-    let mut held = hold(ledger, L::LOOKUPS, what).await?;
-    ledger.require_team(&mut held, team).await?;
-    let rows: Vec<(i64, i64, i64)> = stmt::<L::D>(L::ACTIVITY)
+    let select = stmt::<L::D>(L::ACTIVITY)
         .arg(step)
         .arg(team)
         .arg(L::D::time(since))
-        .arg(L::D::time(until))
-        .all(&mut held)
-        .await
-        .map_err(ledger.db(what))?;
-    release(ledger, held, what).await?;
+        .arg(L::D::time(until));
+    let rows: Vec<(i64, i64, i64)> =
+        team_rows(ledger, L::LOOKUPS, team, "activity", select).await?;
     Ok(rows
         .into_iter()
         .map(|(start, sent, delivered)| ActivityBucket {
@@ -251,15 +243,9 @@ pub async fn activity<L: SqlOversight>(
 /// `Oversight::storage_use`: the team's stored and pending messages by backend. Errors: unknown
 /// team → `NotFound`.
 pub async fn storage_use<L: SqlOversight>(ledger: &L, team: Uuid) -> BusResult<Vec<StorageUse>> {
-    let what = "storage use";
-    let mut held = hold(ledger, L::LOOKUPS, what).await?;
-    ledger.require_team(&mut held, team).await?;
-    let rows: Vec<(String, i64, i64, i64)> = stmt::<L::D>(L::STORAGE_USE)
-        .arg(team)
-        .all(&mut held)
-        .await
-        .map_err(ledger.db(what))?;
-    release(ledger, held, what).await?;
+    let select = stmt::<L::D>(L::STORAGE_USE).arg(team);
+    let rows: Vec<(String, i64, i64, i64)> =
+        team_rows(ledger, L::LOOKUPS, team, "storage use", select).await?;
     Ok(rows
         .into_iter()
         .map(|(backend, messages, bytes, pending)| StorageUse {
@@ -328,37 +314,27 @@ pub async fn human_member<L: SqlOversight>(
         None => {
             let id = Uuid::new_v4();
             let name = human_member_name(&stored.name);
-            let insert = "INSERT INTO agents AS a
+            let sql = agent_insert::<L>(
+                "INSERT INTO agents AS a
                      (id, team_id, name, recipient_key, token_hash, created_at, kind, operator_id)
-                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)";
-            let returning = format!("{insert} RETURNING {AGENT_COLUMNS}");
-            let q = stmt::<L::D>(if L::QUALIFIED_RETURNING {
-                returning.as_str()
-            } else {
-                insert
-            })
-            .arg(id)
-            .arg(team)
-            .arg(name.clone())
-            .arg(recipient_key_for(id))
-            .arg(TokenHash::held_by_nobody().0.to_vec())
-            .arg(L::D::time(at))
-            .arg(AgentKind::Human.as_str().to_owned())
-            .arg(stored.id);
-            let conflict = |e| match ledger.bus_error(e, what) {
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+            );
+            let insert = stmt::<L::D>(&sql)
+                .arg(id)
+                .arg(team)
+                .arg(name.clone())
+                .arg(recipient_key_for(id))
+                .arg(TokenHash::held_by_nobody().0.to_vec())
+                .arg(L::D::time(at))
+                .arg(AgentKind::Human.as_str().to_owned())
+                .arg(stored.id);
+            inserted_agent(ledger, &mut tx, team, id, insert, what, |e| match e {
                 BusError::Conflict { .. } => {
                     BusError::conflict(format!("agent name {name:?} is taken"))
                 }
                 other => other,
-            };
-            if L::QUALIFIED_RETURNING {
-                let row: AgentRow<<L::D as Dialect>::Time> =
-                    q.one(&mut tx).await.map_err(conflict)?;
-                row.try_into()?
-            } else {
-                q.run(&mut tx).await.map_err(conflict)?;
-                ledger.agent_row(&mut tx, team, id).await?
-            }
+            })
+            .await?
         }
     };
     if agent.revoked() {
