@@ -86,7 +86,7 @@ pub use message::{
 };
 pub use operator::{
     Operator, OperatorScope, OperatorSession, SIGN_IN_CODE_TTL_SECS, human_member_name,
-    validate_operator_name,
+    new_operator_teams, validate_operator_name,
 };
 pub use outbox::{LeasedSlot, SettleOutcome, Settlement, SlotOutcome};
 pub use oversight::{

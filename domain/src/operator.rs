@@ -101,6 +101,21 @@ pub fn validate_operator_name(name: &str) -> BusResult<()> {
         .map_err(|_| BusError::invalid("an operator name is 1 to 128 letters, digits, `_` and `-`"))
 }
 
+/// The input check of `Operators::create_operator`, the same on every store: `name` by
+/// [`validate_operator_name`], a scope of named teams with at least one. Returns the teams to
+/// record for the scope (empty for [`OperatorScope::Everything`]), in id order, each once; the
+/// store then checks each is a team of its tenant. Errors: [`BusError::Invalid`].
+pub fn new_operator_teams(name: &str, scope: &OperatorScope) -> BusResult<Vec<Uuid>> {
+    validate_operator_name(name)?;
+    match scope {
+        OperatorScope::Everything => Ok(Vec::new()),
+        OperatorScope::Teams(teams) if teams.is_empty() => Err(BusError::invalid(
+            "an operator scoped to teams needs at least one team",
+        )),
+        OperatorScope::Teams(teams) => Ok(teams.iter().copied().collect()),
+    }
+}
+
 /// The name of the human member `operator` posts as in a team: `<operator name> (human)`.
 /// Unique in the team as long as no agent was given that name (operator names hold no space, so
 /// an agent named by the agent-name rule never has it).

@@ -26,8 +26,8 @@
 //!   on Postgres; SQLite's default `BINARY` collation is byte order already).
 //! - **The members' insert** ([`SqlDirectory::insert_members`]): one row per statement unless
 //!   the store writes them in one (Postgres: `unnest`).
-//! - **The token-hash check** against operators ([`SqlDirectory::operator_holds_hash`]: the
-//!   adapter's operators section; Postgres takes an advisory lock on the hash first).
+//! - **The token-hash check** against operators is the shared operators' ([`operator_holds`]:
+//!   Postgres takes an advisory lock on the hash first).
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -42,6 +42,7 @@ use uuid::Uuid;
 use crate::driver::{Conn, Dialect, Reads, Stmt, stmt};
 use crate::leases::{Ending, end_leases, lock_or_create_fence};
 use crate::ledger::SqlLedger;
+use crate::operators::{SqlOperators, operator_holds};
 use crate::rows::{AGENT_COLUMNS, AgentRow, MemberRow, TEAM_COLUMNS, TeamRow};
 
 /// How an operation holds the store.
@@ -127,9 +128,10 @@ where
     Ok(rows)
 }
 
-/// What the shared directory needs of an SQL ledger beyond [`SqlLedger`]: where the two stores
+/// What the shared directory needs of an SQL ledger beyond [`SqlLedger`] and its operators
+/// ([`SqlOperators`]: a new agent's token hash is checked against theirs): where the two stores
 /// differ (see the module docs).
-pub trait SqlDirectory: SqlLedger {
+pub trait SqlDirectory: SqlOperators {
     /// How `create_team` and `set_team_backends` (one statement each) write: Postgres
     /// [`Via::Connection`], SQLite [`Via::Transaction`].
     const ONE_WRITE: Via;
@@ -145,15 +147,6 @@ pub trait SqlDirectory: SqlLedger {
     /// Whether `RETURNING` may name alias-qualified columns ([`AGENT_COLUMNS`]): Postgres yes;
     /// SQLite no (the row is read back with [`SqlLedger::agent_row`]).
     const QUALIFIED_RETURNING: bool;
-
-    /// Whether an operator (of any tenant: token hashes are unique store-wide) holds `hash`, in
-    /// the transaction on `conn` (the adapter's operators section; Postgres locks the hash for
-    /// the rest of the transaction first).
-    fn operator_holds_hash(
-        &self,
-        conn: &mut Conn<Self::D>,
-        hash: &TokenHash,
-    ) -> impl Future<Output = BusResult<bool>> + Send;
 
     /// Inserts the members `(agent, recipient key)` of the new `conversation`, joined at `at`.
     /// By default one statement per member; a store may write them in one.
@@ -347,7 +340,7 @@ pub async fn create_agent<L: SqlDirectory>(
     let mut tx = ledger.begin(what).await?;
     ledger.require_team(&mut tx, team).await?;
     let taken = || BusError::conflict("the agent name or token hash is already in use");
-    if ledger.operator_holds_hash(&mut tx, &token_hash).await? {
+    if operator_holds(ledger, &mut tx, &token_hash).await? {
         return Err(taken());
     }
     let id = Uuid::new_v4();

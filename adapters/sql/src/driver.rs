@@ -28,6 +28,7 @@ use uuid::Uuid;
 
 use crate::journal::{RecordRow, RunRow};
 use crate::leases::LeaseRow;
+use crate::push_store::{AttemptRow, PushRow};
 use crate::rows::{ActivityRow, AgentRow, MemberRow, MessageRow, RecipientRow, TeamRow};
 
 /// sqlx's statement on `DB` with its own argument buffer.
@@ -140,6 +141,12 @@ impl<'q, DB: Database> Stmt<'q, DB> {
         Stmt(DB::bind(self.0, v))
     }
 
+    /// The sqlx statement underneath, for a runner only the adapter has (one reading its
+    /// driver's `rows_affected`, say).
+    pub fn into_query(self) -> sqlx::query::Query<'q, DB, <DB as Database>::Arguments<'q>> {
+        self.0
+    }
+
     /// Runs the statement.
     pub fn run<'c>(
         self,
@@ -216,13 +223,21 @@ pub trait Dialect: Send + Sync + 'static {
         + Reads<LeaseRow<Self::Time>>
         + Reads<RunRow<Self::Time>>
         + Reads<AgentRow<Self::Time>>
+        + Reads<MessageRow<Self::Time>>
+        + Reads<crate::rows::ReceiptRow<Self::Time>>
+        + Reads<(Uuid, Uuid)>
+        + Reads<(Uuid, Uuid, Uuid, Option<String>, Option<String>, bool)>
         + Binds<Vec<u8>>
+        + Binds<bool>
+        + Reads<(bool,)>
+        + Reads<(Uuid, Self::Time, Self::Time)>
+        + Binds<Option<i64>>
+        + Reads<PushRow<Self::Time>>
+        + Reads<AttemptRow<Self::Time>>
         + Reads<(Uuid, String)>
         + Reads<(Uuid, String, String, Self::Time)>
         + Reads<TeamRow<Self::Time>>
         + Reads<MemberRow<Self::Time>>
-        + Reads<MessageRow<Self::Time>>
-        + Reads<(bool,)>
         + Reads<(i64, i64, i64)>
         + Reads<(String, i64, i64, i64)>
         + Reads<(Uuid, String, String, Self::Time, i64, Option<Self::Time>)>

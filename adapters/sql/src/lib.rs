@@ -3,9 +3,13 @@
 //! counters are stored, the pure steps around the queries, and the operations that are the same
 //! on both stores — the leases ([`leases`], [`impl_leases!`]), the journal ([`journal`],
 //! [`impl_journal!`]), the send allowances ([`send_allowance`], [`impl_send_allowance!`]), the
-//! directory section ([`directory`]), history pages ([`history`]), the oversight
-//! ([`oversight`], [`impl_oversight!`]) and the ledger's shared lookups ([`ledger::SqlLedger`]). The pools, transactions and error
-//! mapping stay in each adapter, as does the SQL text that differs by dialect.
+//! operators ([`operators`], [`impl_operators!`]), the push store ([`push_store`],
+//! [`impl_push_store!`]), the ledger's delivery section ([`delivery`], over
+//! [`delivery::SqlDelivery`]), the search index ([`search`], [`impl_search!`]), the
+//! directory section ([`directory`]), history pages ([`history`]), the oversight ([`oversight`],
+//! [`impl_oversight!`]) and the ledger's shared lookups ([`ledger::SqlLedger`]). The pools,
+//! transactions and error mapping stay in each adapter, as does the SQL text that differs by
+//! dialect.
 //!
 //! No driver here: the row structs derive `sqlx::FromRow` generic over the row type, and are
 //! generic over how a time is stored (`T`: `DateTime<Utc>` for a `timestamptz`, the SQLite
@@ -28,14 +32,17 @@
 #![warn(missing_docs)]
 
 pub mod counter;
+pub mod delivery;
 pub mod directory;
 pub mod driver;
 pub mod history;
 pub mod journal;
 pub mod leases;
 pub mod ledger;
+pub mod operators;
 pub mod oversight;
 pub mod presence;
+pub mod push_store;
 pub mod rows;
 pub mod search;
 pub mod send;
@@ -44,8 +51,9 @@ pub mod settle;
 
 pub use counter::{db_i64, from_db};
 
-/// What the expansions of [`impl_leases!`], [`impl_journal!`], [`impl_send_allowance!`] and
-/// [`impl_oversight!`] name, so the adapter need not import it.
+/// What the expansions of [`impl_leases!`], [`impl_journal!`], [`impl_send_allowance!`],
+/// [`impl_operators!`], [`impl_push_store!`], [`impl_search!`] and [`impl_oversight!`] name, so
+/// the adapter need not import it.
 #[doc(hidden)]
 pub mod __private {
     pub use async_trait::async_trait;
@@ -55,11 +63,16 @@ pub mod __private {
         Record, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
     };
     pub use crewbus_domain::{
-        ActivityBucket, Agent, AgentActivity, ConversationSummary, Operator, RecipientState,
-        StorageUse, WakeupTarget,
+        ActivityBucket, AgentActivity, ConversationSummary, RecipientState, StorageUse,
+        WakeupTarget,
     };
+    pub use crewbus_domain::{Agent, IndexEntry, IndexPosition, Message, SearchPage, SearchQuery};
+    pub use crewbus_domain::{Operator, OperatorScope, OperatorSession, TokenHash};
+    pub use crewbus_domain::{PushAttempt, PushConfig, PushRegistration};
     pub use crewbus_ports::Oversight;
+    pub use crewbus_ports::Search;
     pub use crewbus_ports::{Journal, Leases, SendAllowance};
+    pub use crewbus_ports::{Operators, PushStore};
     pub use std::time::Duration;
     pub use uuid::Uuid;
 }

@@ -34,13 +34,14 @@ use crate::counter::from_db;
 use crate::directory::{
     SqlDirectory, agent_insert, hold, inserted_agent, release, team_rows, with_members,
 };
-use crate::driver::{Conn, Dialect, stmt};
+use crate::driver::{Dialect, stmt};
+use crate::operators::operator_row;
 use crate::rows::{AGENT_COLUMNS, ActivityRow, AgentRow, RecipientRow};
 
 /// What the shared oversight needs of an SQL ledger beyond [`SqlDirectory`]: the statements
 /// whose text differs by dialect (Postgres `LATERAL` joins and `FILTER`, SQLite subqueries and
-/// sums of conditions), each with its placeholders as documented, and the adapter's own
-/// lookups.
+/// sums of conditions), each with its placeholders as documented, and how `touch_agents`
+/// writes.
 pub trait SqlOversight: SqlDirectory {
     /// `agent_activity`'s select of [`ActivityRow`]s: the agents of team `$1` by name (byte
     /// order), each with its last activity, its undelivered stored receipts (count and oldest
@@ -73,14 +74,6 @@ pub trait SqlOversight: SqlDirectory {
         seen: &[WakeupTarget],
         at: DateTime<Utc>,
     ) -> impl Future<Output = BusResult<u64>> + Send;
-
-    /// The operator `id` of this tenant, if any, with its scope, read on `conn` (the adapter's
-    /// operators section).
-    fn operator_of(
-        &self,
-        conn: &mut Conn<Self::D>,
-        id: Uuid,
-    ) -> impl Future<Output = BusResult<Option<Operator>>> + Send;
 }
 
 /// `Oversight::touch_agents`. Errors: a batch over `MAX_PAGE` → `Invalid`.
@@ -294,8 +287,7 @@ pub async fn human_member<L: SqlOversight>(
     if known.is_none() {
         return Err(BusError::not_found(format!("conversation {conversation}")));
     }
-    let stored = ledger
-        .operator_of(&mut tx, operator.id)
+    let stored = operator_row(ledger, &mut tx, operator.id)
         .await?
         .filter(|o| !o.revoked() && !operator.revoked())
         .ok_or_else(|| BusError::forbidden("the operator is revoked"))?;

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     BusError, BusResult, Operator, OperatorScope, OperatorSession, TenantId, TokenHash,
-    validate_operator_name,
+    new_operator_teams,
 };
 use crewbus_ports::Operators;
 use uuid::Uuid;
@@ -47,17 +47,10 @@ impl Operators for MemoryLedger {
         token_hash: TokenHash,
         at: DateTime<Utc>,
     ) -> BusResult<Operator> {
-        validate_operator_name(name)?;
+        let teams = new_operator_teams(name, scope)?;
         let mut st = self.state()?;
-        if let OperatorScope::Teams(teams) = scope {
-            if teams.is_empty() {
-                return Err(BusError::invalid(
-                    "an operator scoped to teams needs at least one team",
-                ));
-            }
-            for team in teams {
-                st.team_of(*team)?;
-            }
+        for team in teams {
+            st.team_of(team)?;
         }
         if st.operators.values().any(|o| o.name == name) {
             return Err(BusError::conflict(format!(

@@ -5,7 +5,7 @@
 //! new conversation are one `unnest` insert.
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusResult, TokenHash};
+use crewbus_domain::BusResult;
 use crewbus_sql::directory::{SqlDirectory, Via};
 use sqlx::PgConnection;
 use uuid::Uuid;
@@ -23,14 +23,6 @@ impl SqlDirectory for PostgresLedger {
     const LISTS: Via = Via::Transaction;
     const BYTE_ORDER: &'static str = " COLLATE \"C\"";
     const QUALIFIED_RETURNING: bool = true;
-
-    async fn operator_holds_hash(
-        &self,
-        conn: &mut PgConnection,
-        hash: &TokenHash,
-    ) -> BusResult<bool> {
-        self.operator_holds(conn, hash).await
-    }
 
     /// One statement for every member (`unnest`).
     async fn insert_members(

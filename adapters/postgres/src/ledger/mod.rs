@@ -10,17 +10,15 @@
 //! lookups and run checks the sections share are here.
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusError, BusResult, Message, TenantId};
+use crewbus_domain::{BusError, BusResult, TenantId};
 use crewbus_sql::ledger::SqlLedger;
 use sqlx::pool::PoolConnection;
-use sqlx::{PgConnection, PgPool, Postgres, Transaction};
-use uuid::Uuid;
+use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::body::SCHEME;
 use crate::dialect::Pg;
 use crate::error::bus_error;
 use crate::journal::PostgresJournal;
-use rows::{MESSAGE_COLUMNS, MessageRow};
 
 mod counts;
 mod delivery;
@@ -113,26 +111,6 @@ impl PostgresLedger {
 
     async fn commit(tx: Tx, what: &'static str) -> BusResult<()> {
         tx.commit().await.map_err(db(what))
-    }
-
-    async fn message_row(
-        &self,
-        conn: &mut PgConnection,
-        team: Uuid,
-        message: Uuid,
-    ) -> BusResult<Message> {
-        let row: Option<MessageRow> = sqlx::query_as(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages m JOIN teams t ON t.id = m.team_id
-             WHERE m.id = $1 AND m.team_id = $2 AND t.tenant = $3"
-        ))
-        .bind(message)
-        .bind(team)
-        .bind(self.tenant.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(db("message lookup"))?;
-        row.ok_or_else(|| BusError::not_found(format!("message {message}")))?
-            .try_into()
     }
 
     /// Runs a lease statement of this tenant's due rows — `$1` the tenant, `$2` the time `at`,

@@ -5,9 +5,8 @@
 //! microseconds since the epoch (`extract(epoch …)`).
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusResult, Operator, WakeupTarget};
+use crewbus_domain::{BusResult, WakeupTarget};
 use crewbus_sql::oversight::SqlOversight;
-use sqlx::PgConnection;
 use uuid::Uuid;
 
 use super::rows::AGENT_COLUMNS;
@@ -110,10 +109,6 @@ impl SqlOversight for PostgresLedger {
         .await
         .map_err(db("touch agents"))?;
         Ok(changed.rows_affected())
-    }
-
-    async fn operator_of(&self, conn: &mut PgConnection, id: Uuid) -> BusResult<Option<Operator>> {
-        self.operator_row(conn, id).await
     }
 }
 

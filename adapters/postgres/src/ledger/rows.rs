@@ -6,8 +6,7 @@ use crewbus_domain::{BusError, BusResult, Operator};
 use uuid::Uuid;
 
 pub(crate) use crewbus_sql::rows::{
-    AGENT_COLUMNS, MESSAGE_COLUMNS, MessageRow, RECEIPT_COLUMNS, RECEIPTS, ReceiptRow,
-    ReferenceRow, SlotRow,
+    AGENT_COLUMNS, MESSAGE_COLUMNS, MessageRow, ReferenceRow, SlotRow,
 };
 pub(crate) use crewbus_sql::{db_i64, from_db};
 
@@ -18,7 +17,7 @@ pub(crate) const OPERATOR_COLUMNS: &str = "o.id, o.name, o.token_hash, o.all_tea
 /// An operator with the teams of its scope (`teams`, aggregated in the query: ignored for every
 /// team).
 #[derive(sqlx::FromRow)]
-pub(crate) struct OperatorRow {
+pub struct OperatorRow {
     #[sqlx(flatten)]
     operator: crewbus_sql::rows::OperatorRow,
     teams: Vec<Uuid>,

@@ -2,6 +2,9 @@
 //! message under a GIN index, matched with a `tsquery` built from the domain's terms and ranked
 //! by `ts_rank_cd` (body weight D = 1.0, title weight A = [`TITLE_WEIGHT`]).
 //!
+//! The port is `crewbus_sql::search`'s ([`crewbus_sql::impl_search!`]); this module holds the
+//! index writes and the match query ([`SqlSearch`]).
+//!
 //! # Cost
 //! Only the [`MAX_SEARCH_DEPTH`] matches indexed last are ranked (`recent`, by `ord`), so the
 //! planner picks by the words' frequency (from the `tsvector` statistics): a rare word through
@@ -31,18 +34,16 @@
 
 use std::fmt::Write;
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, IndexEntry, IndexPosition, MAX_SEARCH_DEPTH, Message, Phrase,
-    SearchDocument, SearchPage, SearchQuery, SearchTerms, TITLE_WEIGHT, indexed_body,
-    validate_batch, validate_limit,
+    Agent, BusResult, IndexEntry, MAX_SEARCH_DEPTH, Phrase, SearchDocument, SearchQuery,
+    SearchTerms, TITLE_WEIGHT, indexed_body,
 };
-use crewbus_ports::Search;
-use crewbus_sql::search::{HIT_COLUMNS, HitRow, INDEX_TARGET_COLUMNS, IndexTarget};
+use crewbus_sql::search::{HIT_COLUMNS, HitRow, INDEX_TARGET_COLUMNS, IndexTarget, SqlSearch};
+use sqlx::pool::PoolConnection;
+use sqlx::{PgConnection, Postgres};
 use uuid::Uuid;
 
-use super::rows::{MESSAGE_COLUMNS, MessageRow};
 use super::{PostgresLedger, db};
 
 /// The greatest position a `tsvector` keeps (positions are 1..=16383).
@@ -94,52 +95,25 @@ fn tsquery(terms: &SearchTerms) -> String {
     parts.join(" & ")
 }
 
-#[async_trait]
-impl Search for PostgresLedger {
-    async fn unindexed(
-        &self,
-        after: Option<IndexPosition>,
-        limit: usize,
-    ) -> BusResult<Vec<Message>> {
-        validate_limit(limit)?;
-        let backlog = "FROM messages m JOIN teams t ON t.id = m.team_id
-             WHERE m.publication = 'stored' AND m.retained_at IS NULL AND m.indexed_at IS NULL
-               AND t.tenant = $1";
-        let rows: Vec<MessageRow> = match after {
-            None => {
-                sqlx::query_as(&format!(
-                    "SELECT {MESSAGE_COLUMNS} {backlog} ORDER BY m.stored_at, m.id LIMIT $2"
-                ))
-                .bind(self.tenant.as_str())
-                .bind(limit as i64)
-                .fetch_all(&self.pool)
-                .await
-            }
-            Some(p) => {
-                sqlx::query_as(&format!(
-                    "SELECT {MESSAGE_COLUMNS} {backlog} AND (m.stored_at, m.id) > ($2, $3)
-                     ORDER BY m.stored_at, m.id LIMIT $4"
-                ))
-                .bind(self.tenant.as_str())
-                .bind(p.stored_at)
-                .bind(p.message)
-                .bind(limit as i64)
-                .fetch_all(&self.pool)
-                .await
-            }
-        }
-        .map_err(db("unindexed messages"))?;
-        rows.into_iter().map(Message::try_from).collect()
+impl SqlSearch for PostgresLedger {
+    type SearchRead = PoolConnection<Postgres>;
+    const BACKLOG: &'static str = "messages m";
+
+    async fn search_read(&self, what: &'static str) -> BusResult<PoolConnection<Postgres>> {
+        self.pool.acquire().await.map_err(db(what))
     }
 
-    async fn index(&self, entries: &[IndexEntry], at: DateTime<Utc>) -> BusResult<u64> {
-        validate_batch(entries.len())?;
-        if entries.is_empty() {
-            return Ok(0);
-        }
+    /// Locks the entries' messages `FOR NO KEY UPDATE … SKIP LOCKED` in id order (see the
+    /// module's doc), then writes their index rows (the last entry for a message wins; each
+    /// message counted once) and marks them indexed: one statement each.
+    async fn write_index(
+        &self,
+        conn: &mut PgConnection,
+        entries: &[IndexEntry],
+        at: DateTime<Utc>,
+    ) -> BusResult<u64> {
         let what = "index messages";
         let ids: Vec<Uuid> = entries.iter().map(|e| e.message).collect();
-        let mut tx = self.begin(what).await?;
         let targets: Vec<IndexTarget> = sqlx::query_as(&format!(
             "SELECT {INDEX_TARGET_COLUMNS} FROM messages m
              JOIN conversations c ON c.id = m.conversation_id
@@ -151,7 +125,7 @@ impl Search for PostgresLedger {
         ))
         .bind(&ids)
         .bind(self.tenant.as_str())
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await
         .map_err(db(what))?;
         let mut rows = IndexRows::default();
@@ -172,7 +146,6 @@ impl Search for PostgresLedger {
             rows.document.push(tsvector(&document));
         }
         if rows.id.is_empty() {
-            PostgresLedger::commit(tx, what).await?;
             return Ok(0);
         }
         sqlx::query(
@@ -193,42 +166,26 @@ impl Search for PostgresLedger {
         .bind(&rows.sent_at)
         .bind(&rows.body)
         .bind(&rows.document)
-        .execute(&mut *tx)
+        .execute(&mut *conn)
         .await
         .map_err(db(what))?;
         sqlx::query("UPDATE messages SET indexed_at = $2 WHERE id = ANY($1)")
             .bind(&rows.id)
             .bind(at)
-            .execute(&mut *tx)
+            .execute(&mut *conn)
             .await
             .map_err(db(what))?;
-        PostgresLedger::commit(tx, what).await?;
         Ok(rows.id.len() as u64)
     }
 
-    async fn search(&self, agent: &Agent, query: &SearchQuery) -> BusResult<SearchPage> {
-        let terms = query.terms()?;
-        let what = "search";
-        if let Some(c) = query.conversation {
-            let found: Option<i32> = sqlx::query_scalar(
-                "SELECT 1 FROM members mb
-                 JOIN conversations c ON c.id = mb.conversation_id
-                 JOIN teams t ON t.id = c.team_id
-                 WHERE mb.conversation_id = $1 AND mb.agent_id = $2 AND c.team_id = $3
-                   AND t.tenant = $4",
-            )
-            .bind(c)
-            .bind(agent.id)
-            .bind(agent.team)
-            .bind(self.tenant.as_str())
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db(what))?;
-            if found.is_none() {
-                return Err(BusError::not_found(format!("conversation {c}")));
-            }
-        }
-        let rows: Vec<HitRow> = sqlx::query_as(&format!(
+    async fn hits(
+        &self,
+        conn: &mut PgConnection,
+        agent: &Agent,
+        query: &SearchQuery,
+        terms: &SearchTerms,
+    ) -> BusResult<Vec<HitRow>> {
+        sqlx::query_as(&format!(
             "WITH recent AS (
                  SELECT s.message_id, s.sent_at, s.document FROM message_search s
                  WHERE s.document @@ $1::tsquery AND s.team_id = $2
@@ -257,7 +214,7 @@ impl Search for PostgresLedger {
         // agent's conversations instead of walking the newest matches (2.3 s instead of 2.7 ms
         // for a common word over 1,000,000 messages; BENCHMARKS.md, the search section).
         .persistent(false)
-        .bind(tsquery(&terms))
+        .bind(tsquery(terms))
         .bind(agent.team)
         .bind(agent.id)
         .bind(query.conversation)
@@ -265,13 +222,13 @@ impl Search for PostgresLedger {
         .bind(i64::from(query.offset))
         .bind(self.tenant.as_str())
         .bind(i64::from(MAX_SEARCH_DEPTH))
-        .fetch_all(&self.pool)
+        .fetch_all(&mut *conn)
         .await
-        .map_err(db(what))?;
-        let found = rows.into_iter().map(|r| r.into_hit(&terms)).collect();
-        Ok(SearchPage::from_found(query, found))
+        .map_err(db("search"))
     }
 }
+
+crewbus_sql::impl_search!(PostgresLedger);
 
 /// The columns of one index write, as arrays for `unnest`.
 #[derive(Default)]

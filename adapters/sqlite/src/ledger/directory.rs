@@ -3,9 +3,7 @@
 //! transaction of the read pool (one snapshot); writes in a write transaction, which also keeps
 //! a conversation's members from being revoked before they are inserted (one statement each).
 
-use crewbus_domain::{BusResult, TokenHash};
 use crewbus_sql::directory::{SqlDirectory, Via};
-use sqlx::SqliteConnection;
 
 use super::SqliteLedger;
 
@@ -20,12 +18,4 @@ impl SqlDirectory for SqliteLedger {
     const LISTS: Via = Via::Snapshot;
     const BYTE_ORDER: &'static str = "";
     const QUALIFIED_RETURNING: bool = false;
-
-    async fn operator_holds_hash(
-        &self,
-        conn: &mut SqliteConnection,
-        hash: &TokenHash,
-    ) -> BusResult<bool> {
-        self.operator_holds(conn, hash).await
-    }
 }

@@ -9,17 +9,15 @@
 //! `impl Operators`) and answers the console's reads (`oversight`: `impl Oversight`). The
 //! lookups and run checks the sections share are here.
 
-use crewbus_domain::{BusError, BusResult, Message, TenantId};
+use crewbus_domain::{BusError, BusResult, TenantId};
 use crewbus_sql::ledger::SqlLedger;
 use sqlx::pool::PoolConnection;
-use sqlx::{Sqlite, SqliteConnection, Transaction};
-use uuid::Uuid;
+use sqlx::{Sqlite, Transaction};
 
 use crate::body::SCHEME;
 use crate::connect::{SqlitePools, WriteTx};
 use crate::dialect::Lite;
 use crate::journal::SqliteJournal;
-use rows::{MESSAGE_COLUMNS, MessageRow};
 
 mod counts;
 mod delivery;
@@ -117,26 +115,6 @@ impl SqliteLedger {
     /// A connection of the read pool, for reads that need no snapshot across statements.
     async fn read_connection(&self, what: &str) -> BusResult<PoolConnection<Sqlite>> {
         self.pools.reader().acquire().await.map_err(self.db(what))
-    }
-
-    async fn message_row(
-        &self,
-        conn: &mut SqliteConnection,
-        team: Uuid,
-        message: Uuid,
-    ) -> BusResult<Message> {
-        let row: Option<MessageRow> = sqlx::query_as(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages m JOIN teams t ON t.id = m.team_id
-             WHERE m.id = ? AND m.team_id = ? AND t.tenant = ?"
-        ))
-        .bind(message)
-        .bind(team)
-        .bind(self.tenant.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(self.db("message lookup"))?;
-        row.ok_or_else(|| BusError::not_found(format!("message {message}")))?
-            .try_into()
     }
 }
 

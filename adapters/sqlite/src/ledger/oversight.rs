@@ -4,10 +4,8 @@
 //! update per agent. Bucket starts are computed on the stored microseconds.
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusResult, Operator, WakeupTarget};
+use crewbus_domain::{BusResult, WakeupTarget};
 use crewbus_sql::oversight::SqlOversight;
-use sqlx::SqliteConnection;
-use uuid::Uuid;
 
 use super::SqliteLedger;
 use super::rows::AGENT_COLUMNS;
@@ -98,14 +96,6 @@ impl SqlOversight for SqliteLedger {
         }
         self.commit(tx, what).await?;
         Ok(changed)
-    }
-
-    async fn operator_of(
-        &self,
-        conn: &mut SqliteConnection,
-        id: Uuid,
-    ) -> BusResult<Option<Operator>> {
-        self.operator_row(conn, id).await
     }
 }
 

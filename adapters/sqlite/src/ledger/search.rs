@@ -9,20 +9,19 @@
 //! word's matches newest first and stops after 1,000 — never every match of a common word. On
 //! 1,000,000 rows (20 words each, a 5,000-word Zipf-like vocabulary), warm: 4–25 ms for any
 //! single word (sorting every match by time instead took 0.8 s for a word in 70 % of them).
+//!
+//! The port is `crewbus_sql::search`'s ([`crewbus_sql::impl_search!`]); this module holds the
+//! index writes and the match query ([`SqlSearch`]).
 
-use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, IndexEntry, IndexPosition, MAX_SEARCH_DEPTH, Message, Phrase,
-    SearchDocument, SearchPage, SearchQuery, SearchTerms, TITLE_WEIGHT, indexed_body,
-    validate_batch, validate_limit,
+    Agent, BusResult, IndexEntry, MAX_SEARCH_DEPTH, Phrase, SearchDocument, SearchQuery,
+    SearchTerms, TITLE_WEIGHT, indexed_body,
 };
-use crewbus_ports::Search;
-use crewbus_sql::search::{HIT_COLUMNS, HitRow, INDEX_TARGET_COLUMNS, IndexTarget};
-use uuid::Uuid;
+use crewbus_sql::search::{HIT_COLUMNS, HitRow, INDEX_TARGET_COLUMNS, IndexTarget, SqlSearch};
+use sqlx::{Sqlite, SqliteConnection, Transaction};
 
 use super::SqliteLedger;
-use super::rows::{MESSAGE_COLUMNS, MessageRow};
 use crate::codec::Ts;
 
 /// `terms` as an FTS5 query: every phrase quoted (its words are letters and digits only, so
@@ -38,42 +37,24 @@ fn fts_query(terms: &SearchTerms) -> String {
     q
 }
 
-#[async_trait]
-impl Search for SqliteLedger {
-    async fn unindexed(
-        &self,
-        after: Option<IndexPosition>,
-        limit: usize,
-    ) -> BusResult<Vec<Message>> {
-        validate_limit(limit)?;
-        let (at, id) = match after {
-            Some(p) => (Some(Ts(p.stored_at)), Some(p.message)),
-            None => (None, None),
-        };
-        let rows: Vec<MessageRow> = sqlx::query_as(&format!(
-            "SELECT {MESSAGE_COLUMNS} FROM messages m INDEXED BY messages_unindexed
-             JOIN teams t ON t.id = m.team_id
-             WHERE m.publication = 'stored' AND m.retained_at IS NULL AND m.indexed_at IS NULL
-               AND t.tenant = ?1 AND (?2 IS NULL OR (m.stored_at, m.id) > (?2, ?3))
-             ORDER BY m.stored_at, m.id LIMIT ?4"
-        ))
-        .bind(self.tenant.as_str())
-        .bind(at)
-        .bind(id)
-        .bind(limit as i64)
-        .fetch_all(self.pools.reader())
-        .await
-        .map_err(self.db("unindexed messages"))?;
-        rows.into_iter().map(Message::try_from).collect()
+impl SqlSearch for SqliteLedger {
+    type SearchRead = Transaction<'static, Sqlite>;
+    const BACKLOG: &'static str = "messages m INDEXED BY messages_unindexed";
+
+    async fn search_read(&self, what: &'static str) -> BusResult<Transaction<'static, Sqlite>> {
+        self.read(what).await
     }
 
-    async fn index(&self, entries: &[IndexEntry], at: DateTime<Utc>) -> BusResult<u64> {
-        validate_batch(entries.len())?;
-        if entries.is_empty() {
-            return Ok(0);
-        }
+    /// Each entry in order, its message read and, if it is one to index, written: its row of
+    /// `message_search` (keeping its `ord`), its FTS5 row replaced, its `indexed_at` (an entry
+    /// repeated in the batch is written, and counted, again).
+    async fn write_index(
+        &self,
+        conn: &mut SqliteConnection,
+        entries: &[IndexEntry],
+        at: DateTime<Utc>,
+    ) -> BusResult<u64> {
         let what = "index messages";
-        let mut tx = self.begin(what).await?;
         let mut done = 0;
         for e in entries {
             let target: Option<IndexTarget<Ts>> = sqlx::query_as(&format!(
@@ -85,7 +66,7 @@ impl Search for SqliteLedger {
             ))
             .bind(e.message)
             .bind(self.tenant.as_str())
-            .fetch_optional(&mut *tx)
+            .fetch_optional(&mut *conn)
             .await
             .map_err(self.db(what))?;
             let Some(m) = target else {
@@ -109,41 +90,40 @@ impl Search for SqliteLedger {
             .bind(m.seq)
             .bind(m.sent_at)
             .bind(body)
-            .fetch_one(&mut *tx)
+            .fetch_one(&mut *conn)
             .await
             .map_err(self.db(what))?;
             sqlx::query("DELETE FROM message_search_fts WHERE rowid = ?")
                 .bind(ord)
-                .execute(&mut *tx)
+                .execute(&mut *conn)
                 .await
                 .map_err(self.db(what))?;
             sqlx::query("INSERT INTO message_search_fts (rowid, title, body) VALUES (?, ?, ?)")
                 .bind(ord)
                 .bind(document.title.join(" "))
                 .bind(document.body.join(" "))
-                .execute(&mut *tx)
+                .execute(&mut *conn)
                 .await
                 .map_err(self.db(what))?;
             sqlx::query("UPDATE messages SET indexed_at = ? WHERE id = ?")
                 .bind(Ts(at))
                 .bind(m.id)
-                .execute(&mut *tx)
+                .execute(&mut *conn)
                 .await
                 .map_err(self.db(what))?;
             done += 1;
         }
-        self.commit(tx, what).await?;
         Ok(done)
     }
 
-    async fn search(&self, agent: &Agent, query: &SearchQuery) -> BusResult<SearchPage> {
-        let terms = query.terms()?;
-        let what = "search";
-        let mut tx = self.read(what).await?;
-        if let Some(c) = query.conversation {
-            member_of(self, &mut tx, agent, c).await?;
-        }
-        let rows: Vec<HitRow<Ts>> = sqlx::query_as(&format!(
+    async fn hits(
+        &self,
+        conn: &mut SqliteConnection,
+        agent: &Agent,
+        query: &SearchQuery,
+        terms: &SearchTerms,
+    ) -> BusResult<Vec<HitRow<Ts>>> {
+        sqlx::query_as(&format!(
             "WITH recent AS (
                  SELECT s.ord, -bm25(message_search_fts, ?1, 1.0) AS rank
                  FROM message_search_fts f
@@ -163,46 +143,20 @@ impl Search for SqliteLedger {
              LIMIT ?6 OFFSET ?7"
         ))
         .bind(TITLE_WEIGHT)
-        .bind(fts_query(&terms))
+        .bind(fts_query(terms))
         .bind(agent.team)
         .bind(agent.id)
         .bind(query.conversation)
         .bind(i64::from(query.limit) + 1)
         .bind(i64::from(query.offset))
         .bind(i64::from(MAX_SEARCH_DEPTH))
-        .fetch_all(&mut *tx)
+        .fetch_all(&mut *conn)
         .await
-        .map_err(self.db(what))?;
-        let found = rows.into_iter().map(|r| r.into_hit(&terms)).collect();
-        Ok(SearchPage::from_found(query, found))
+        .map_err(self.db("search"))
     }
 }
 
-/// `NotFound` unless `conversation` is one of `agent`'s team of this tenant with `agent` a
-/// member.
-async fn member_of(
-    ledger: &SqliteLedger,
-    conn: &mut sqlx::SqliteConnection,
-    agent: &Agent,
-    conversation: Uuid,
-) -> BusResult<()> {
-    let found: Option<i64> = sqlx::query_scalar(
-        "SELECT 1 FROM members mb
-         JOIN conversations c ON c.id = mb.conversation_id
-         JOIN teams t ON t.id = c.team_id
-         WHERE mb.conversation_id = ? AND mb.agent_id = ? AND c.team_id = ? AND t.tenant = ?",
-    )
-    .bind(conversation)
-    .bind(agent.id)
-    .bind(agent.team)
-    .bind(ledger.tenant.as_str())
-    .fetch_optional(&mut *conn)
-    .await
-    .map_err(ledger.db("search"))?;
-    found
-        .map(|_| ())
-        .ok_or_else(|| BusError::not_found(format!("conversation {conversation}")))
-}
+crewbus_sql::impl_search!(SqliteLedger);
 
 #[cfg(test)]
 mod tests {
