@@ -29,7 +29,7 @@ use uuid::Uuid;
 use crate::journal::{RecordRow, RunRow};
 use crate::leases::LeaseRow;
 use crate::push_store::{AttemptRow, PushRow};
-use crate::rows::AgentRow;
+use crate::rows::{ActivityRow, AgentRow, MemberRow, MessageRow, RecipientRow, TeamRow};
 
 /// sqlx's statement on `DB` with its own argument buffer.
 type Query<'q, DB> = sqlx::query::Query<'q, DB, <DB as Database>::Arguments<'q>>;
@@ -249,7 +249,7 @@ pub trait Dialect: Send + Sync + 'static {
         + Reads<LeaseRow<Self::Time>>
         + Reads<RunRow<Self::Time>>
         + Reads<AgentRow<Self::Time>>
-        + Reads<crate::rows::MessageRow<Self::Time>>
+        + Reads<MessageRow<Self::Time>>
         + Reads<crate::rows::ReceiptRow<Self::Time>>
         + Reads<(Uuid, Uuid)>
         + Reads<(Uuid, Uuid, Uuid, Option<String>, Option<String>, bool)>
@@ -263,7 +263,16 @@ pub trait Dialect: Send + Sync + 'static {
         + Reads<(Uuid, Vec<u8>)>
         + Reads<(Uuid, Uuid, Uuid)>
         + Reads<(bool, i64, i64, i64)>
-        + Reads<(Uuid, String, i64)>;
+        + Reads<(Uuid, String, i64)>
+        + Reads<(Uuid, String)>
+        + Reads<(Uuid, String, String, Self::Time)>
+        + Reads<TeamRow<Self::Time>>
+        + Reads<MemberRow<Self::Time>>
+        + Reads<(i64, i64, i64)>
+        + Reads<(String, i64, i64, i64)>
+        + Reads<(Uuid, String, String, Self::Time, i64, Option<Self::Time>)>
+        + Reads<ActivityRow<Self::Time>>
+        + Reads<RecipientRow<Self::Time>>;
 
     /// How a time is stored: Postgres binds a `DateTime<Utc>` (`timestamptz`), SQLite its
     /// microsecond integer codec.

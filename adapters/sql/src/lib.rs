@@ -5,11 +5,13 @@
 //! [`impl_journal!`]), the send allowances ([`send_allowance`], [`impl_send_allowance!`]), the
 //! operators ([`operators`], [`impl_operators!`]), the push store ([`push_store`],
 //! [`impl_push_store!`]), the ledger's delivery section ([`delivery`], over
-//! [`delivery::SqlDelivery`]), the search index ([`search`], [`impl_search!`]) and the ledger's
-//! shared lookups ([`ledger::SqlLedger`]), the body backend ([`body`], [`impl_body_backend!`],
-//! over a [`store::SqlStore`]), the inbox ([`inbox`], [`impl_inbox!`]) and the ledger's
-//! retention section ([`retention`]). The pools, transactions and error mapping stay in
-//! each adapter, as does the SQL text that differs by dialect.
+//! [`delivery::SqlDelivery`]), the search index ([`search`], [`impl_search!`]), the
+//! directory section ([`directory`]), history pages ([`history`]), the oversight ([`oversight`],
+//! [`impl_oversight!`]), the body backend ([`body`], [`impl_body_backend!`], over a
+//! [`store::SqlStore`]), the inbox ([`inbox`], [`impl_inbox!`]), the ledger's retention section
+//! ([`retention`]) and the ledger's shared lookups ([`ledger::SqlLedger`]). The pools,
+//! transactions and error mapping stay in each adapter, as does the SQL text that differs by
+//! dialect.
 //!
 //! No driver here: the row structs derive `sqlx::FromRow` generic over the row type, and are
 //! generic over how a time is stored (`T`: `DateTime<Utc>` for a `timestamptz`, the SQLite
@@ -34,12 +36,15 @@
 pub mod body;
 pub mod counter;
 pub mod delivery;
+pub mod directory;
 pub mod driver;
+pub mod history;
 pub mod inbox;
 pub mod journal;
 pub mod leases;
 pub mod ledger;
 pub mod operators;
+pub mod oversight;
 pub mod presence;
 pub mod push_store;
 pub mod retention;
@@ -52,9 +57,10 @@ pub mod store;
 
 pub use counter::{db_i64, from_db};
 
-/// What the expansions of [`impl_leases!`], [`impl_journal!`], [`impl_send_allowance!`],
-/// [`impl_operators!`], [`impl_push_store!`] and [`impl_search!`] name, so the adapter need
-/// not import it.
+/// What the expansions of the `impl_*!` macros ([`impl_leases!`], [`impl_journal!`],
+/// [`impl_send_allowance!`], [`impl_operators!`], [`impl_push_store!`], [`impl_search!`],
+/// [`impl_oversight!`], [`impl_body_backend!`], [`impl_inbox!`]) name, so the adapter need not
+/// import it.
 #[doc(hidden)]
 pub mod __private {
     pub use async_trait::async_trait;
@@ -63,6 +69,10 @@ pub mod __private {
         Acquired, BusResult, FencingToken, Lease, LeaseClaim, LeaseEvent, LeaseFilter, RateLimit,
         Record, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
     };
+    pub use crewbus_domain::{
+        ActivityBucket, AgentActivity, ConversationSummary, RecipientState, StorageUse,
+        WakeupTarget,
+    };
     pub use crewbus_domain::{Agent, IndexEntry, IndexPosition, Message, SearchPage, SearchQuery};
     pub use crewbus_domain::{Envelope, Locator, Published};
     pub use crewbus_domain::{InboxRef, InboxStatus};
@@ -70,6 +80,7 @@ pub mod __private {
     pub use crewbus_domain::{PushAttempt, PushConfig, PushRegistration};
     pub use crewbus_ports::Inbox;
     pub use crewbus_ports::MessagingBackend;
+    pub use crewbus_ports::Oversight;
     pub use crewbus_ports::Search;
     pub use crewbus_ports::{Journal, Leases, SendAllowance};
     pub use crewbus_ports::{Operators, PushStore};

@@ -10,17 +10,15 @@
 //! lookups and run checks the sections share are here.
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusError, BusResult, Team, TenantId};
+use crewbus_domain::{BusError, BusResult, TenantId};
 use crewbus_sql::ledger::SqlLedger;
 use sqlx::pool::PoolConnection;
-use sqlx::{PgConnection, PgPool, Postgres, Transaction};
-use uuid::Uuid;
+use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::body::SCHEME;
 use crate::dialect::Pg;
 use crate::error::bus_error;
 use crate::journal::PostgresJournal;
-use rows::{TEAM_COLUMNS, TeamRow};
 
 mod counts;
 mod delivery;
@@ -113,42 +111,6 @@ impl PostgresLedger {
 
     async fn commit(tx: Tx, what: &'static str) -> BusResult<()> {
         tx.commit().await.map_err(db(what))
-    }
-
-    async fn team_row(&self, conn: &mut PgConnection, team: Uuid) -> BusResult<Team> {
-        let row: Option<TeamRow> = sqlx::query_as(&format!(
-            "SELECT {TEAM_COLUMNS} FROM teams WHERE id = $1 AND tenant = $2"
-        ))
-        .bind(team)
-        .bind(self.tenant.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(db("team lookup"))?;
-        row.map(Team::from)
-            .ok_or_else(|| BusError::not_found(format!("team {team}")))
-    }
-
-    /// A conversation of `team`: its title, backend and creation time. Errors: unknown or another
-    /// team's → `NotFound`.
-    async fn conversation_row(
-        &self,
-        conn: &mut PgConnection,
-        team: Uuid,
-        conversation: Uuid,
-        what: &'static str,
-    ) -> BusResult<(String, String, DateTime<Utc>)> {
-        let row: Option<(String, String, DateTime<Utc>)> = sqlx::query_as(
-            "SELECT c.title, c.backend, c.created_at FROM conversations c
-             JOIN teams t ON t.id = c.team_id
-             WHERE c.id = $1 AND c.team_id = $2 AND t.tenant = $3",
-        )
-        .bind(conversation)
-        .bind(team)
-        .bind(self.tenant.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(db(what))?;
-        row.ok_or_else(|| BusError::not_found(format!("conversation {conversation}")))
     }
 
     /// Runs a lease statement of this tenant's due rows — `$1` the tenant, `$2` the time `at`,

@@ -6,8 +6,7 @@ use crewbus_domain::{BusError, BusResult, Operator};
 use uuid::Uuid;
 
 pub(crate) use crewbus_sql::rows::{
-    AGENT_COLUMNS, ActivityRow, AgentRow, MESSAGE_COLUMNS, MemberRow, MessageRow, RecipientRow,
-    ReferenceRow, SlotRow, TEAM_COLUMNS, TeamRow,
+    AGENT_COLUMNS, MESSAGE_COLUMNS, MessageRow, ReferenceRow, SlotRow,
 };
 pub(crate) use crewbus_sql::{db_i64, from_db};
 

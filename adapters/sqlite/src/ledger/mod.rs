@@ -9,17 +9,15 @@
 //! `impl Operators`) and answers the console's reads (`oversight`: `impl Oversight`). The
 //! lookups and run checks the sections share are here.
 
-use crewbus_domain::{BusError, BusResult, Team, TenantId};
+use crewbus_domain::{BusError, BusResult, TenantId};
 use crewbus_sql::ledger::SqlLedger;
 use sqlx::pool::PoolConnection;
-use sqlx::{Sqlite, SqliteConnection, Transaction};
-use uuid::Uuid;
+use sqlx::{Sqlite, Transaction};
 
 use crate::body::SCHEME;
 use crate::connect::{SqlitePools, WriteTx};
 use crate::dialect::Lite;
 use crate::journal::SqliteJournal;
-use rows::{TEAM_COLUMNS, TeamRow};
 
 mod counts;
 mod delivery;
@@ -117,19 +115,6 @@ impl SqliteLedger {
     /// A connection of the read pool, for reads that need no snapshot across statements.
     async fn read_connection(&self, what: &str) -> BusResult<PoolConnection<Sqlite>> {
         self.pools.reader().acquire().await.map_err(self.db(what))
-    }
-
-    async fn team_row(&self, conn: &mut SqliteConnection, team: Uuid) -> BusResult<Team> {
-        let row: Option<TeamRow> = sqlx::query_as(&format!(
-            "SELECT {TEAM_COLUMNS} FROM teams WHERE id = ? AND tenant = ?"
-        ))
-        .bind(team)
-        .bind(self.tenant.as_str())
-        .fetch_optional(&mut *conn)
-        .await
-        .map_err(self.db("team lookup"))?;
-        row.map(Team::from)
-            .ok_or_else(|| BusError::not_found(format!("team {team}")))
     }
 }
 

@@ -3,15 +3,10 @@
 
 use crate::codec::Ts;
 
-pub(crate) use crewbus_sql::rows::{AGENT_COLUMNS, MESSAGE_COLUMNS, TEAM_COLUMNS};
+pub(crate) use crewbus_sql::rows::{AGENT_COLUMNS, MESSAGE_COLUMNS};
 
-pub(crate) type TeamRow = crewbus_sql::rows::TeamRow<Ts>;
-pub(crate) type AgentRow = crewbus_sql::rows::AgentRow<Ts>;
-pub(crate) type MemberRow = crewbus_sql::rows::MemberRow<Ts>;
 pub(crate) type MessageRow = crewbus_sql::rows::MessageRow<Ts>;
 /// An operator without the teams of its scope (read from `operator_teams` separately).
 pub(crate) type OperatorRow = crewbus_sql::rows::OperatorRow<Ts>;
-pub(crate) type ActivityRow = crewbus_sql::rows::ActivityRow<Ts>;
-pub(crate) type RecipientRow = crewbus_sql::rows::RecipientRow<Ts>;
 pub(crate) type SlotRow = crewbus_sql::rows::SlotRow<Ts, i64>;
 pub(crate) type ReferenceRow = crewbus_sql::rows::ReferenceRow<Ts>;
