@@ -1,5 +1,5 @@
 //! The oversight port (`crewbus_ports::Oversight`: what the console reads, and the operators'
-//! human members), once for both SQL stores ([`impl_oversight!`]), over [`SqlOversight`]: the
+//! human members), once for both SQL stores ([`impl_oversight!`](crate::impl_oversight)), over [`SqlOversight`]: the
 //! SQL text that differs by dialect and the adapter's own lookups.
 //!
 //! How each operation holds the store follows [`SqlDirectory`]: the team's reads of several
