@@ -70,6 +70,38 @@ fn a_bad_environment_override_is_refused_without_echoing_it() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"));
 }
 
+/// A bad configuration file is named in its error, exit 2, whether it was given (`--config`) or
+/// picked up from the working directory; a syntax error never quotes the file's line (it may
+/// hold a secret).
+#[test]
+fn a_bad_configuration_file_is_named_in_its_error() {
+    let dir = tempfile::tempdir().unwrap();
+    for text in [
+        "lisen = \"127.0.0.1:1\"\n",
+        "[database\nurl = \"postgres://u:hunter2@h/db\"\n",
+    ] {
+        let file = dir.path().join("crewbus.toml");
+        std::fs::write(&file, text).unwrap();
+        let given = crewbus()
+            .arg("--config")
+            .arg(&file)
+            .arg("health")
+            .output()
+            .unwrap();
+        let found = crewbus()
+            .current_dir(dir.path())
+            .arg("health")
+            .output()
+            .unwrap();
+        for out in [given, found] {
+            assert_eq!(out.status.code(), Some(2));
+            let err = String::from_utf8(out.stderr).unwrap();
+            assert!(err.contains("crewbus.toml"), "the file is not named: {err}");
+            assert!(!err.contains("hunter2"), "{err}");
+        }
+    }
+}
+
 /// Every push destination error found at start-up is a configuration error: exit 2, naming
 /// its key, never echoing a secret.
 #[test]
@@ -709,6 +741,42 @@ fn with_a_database_dev_agents_need_an_explicit_dev_team() {
     assert!(
         std::fs::read_dir(state.path()).unwrap().next().is_none(),
         "nothing written"
+    );
+}
+
+/// A database the server refuses (here: one that does not exist, on the real test server) is
+/// `unavailable` with the reason the server gave, and the URL's password is never printed
+/// (found by a fresh user: every such failure printed only the redacted URL).
+#[test]
+fn a_refused_database_says_why_without_its_password() {
+    let pg = crewbus_conformance::postgres::database_url_options();
+    let missing = format!("crewbus_missing_{}", uuid::Uuid::new_v4().simple());
+    let password = "s3cret-pw-never-printed";
+    let (_dir, path) = config_file(&format!(
+        "[database]\nurl = \"postgres://{}:{password}@{}:{}/{missing}\"\n",
+        pg.get_username(),
+        pg.get_host(),
+        pg.get_port()
+    ));
+    let out = crewbus()
+        .arg("--config")
+        .arg(&path)
+        .args(["--json", "team", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stdout.contains(password) && !stderr.contains(password),
+        "the password printed: {stdout} {stderr}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|_| panic!("{stdout}"));
+    assert_eq!(v["error"]["code"], "unavailable", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the server says") && message.contains(&missing),
+        "no reason in {message}"
     );
 }
 
