@@ -815,6 +815,51 @@ fn demo_refuses_a_configured_database_without_keep() {
     }
 }
 
+/// `team add --backend jetstream` on a deployment without `[nats]` is told that JetStream is
+/// not configured (`invalid`, naming what is), before being told to provision: `--provision`
+/// would not help there (found by a fresh user, who was sent round in a circle).
+#[tokio::test]
+async fn jetstream_asked_of_a_deployment_without_it_is_refused_as_not_configured() {
+    let db =
+        crewbus_conformance::postgres::TestDatabase::create("cli_no_nats", |pool| async move {
+            crewbus_postgres::migrate(&pool).await
+        })
+        .await;
+    let pg = crewbus_conformance::postgres::database_url_options();
+    let (_dir, path) = config_file(&format!(
+        "[database]\nurl = \"postgres://{}@{}:{}/{}\"\n",
+        pg.get_username(),
+        pg.get_host(),
+        pg.get_port(),
+        db.name()
+    ));
+    for extra in [&[][..], &["--provision"][..]] {
+        let out = crewbus()
+            .arg("--config")
+            .arg(&path)
+            .args(["--json", "team", "add", "t3", "--backend", "jetstream"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)));
+        assert_eq!(v["error"]["code"], "invalid", "{extra:?}: {v}");
+    }
+    let out = crewbus()
+        .arg("--config")
+        .arg(&path)
+        .args(["--json", "team", "list"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        !v.to_string().contains("\"t3\""),
+        "nothing was created: {v}"
+    );
+}
+
 /// With `--keep` on Postgres the demo runs, says what it left (JSON `summary.kept`), and its
 /// agents are revoked afterwards; no warning about unsealed credentials (it stores none).
 #[tokio::test]
