@@ -223,7 +223,8 @@ pub fn sqlite_with(
 }
 
 /// Connects the pool `[database]` describes. Errors: no `[database]` → `Invalid`; the database
-/// unreachable → `Unavailable` (the URL is never in the message).
+/// unreachable → `Unavailable`, whose message names the URL with its password replaced by `***`
+/// and why ([`connect_reason`]).
 pub async fn connect(config: &Config) -> BusResult<PgPool> {
     let db = config
         .database
@@ -232,10 +233,33 @@ pub async fn connect(config: &Config) -> BusResult<PgPool> {
     let what = crate::config::redact_url(db.url.expose());
     PgPoolOptions::new()
         .max_connections(db.max_connections)
-        .acquire_timeout(Duration::from_secs(10))
+        .acquire_timeout(Duration::from_secs(CONNECT_TIMEOUT_S))
         .connect(db.url.expose())
         .await
-        .map_err(|e| BusError::unavailable_from(format!("database {what}"), e))
+        .map_err(|e| {
+            let reason = connect_reason(&e);
+            BusError::unavailable_from(format!("database {what} ({reason})"), e)
+        })
+}
+
+/// How long [`connect`] tries to open its first connection, seconds.
+const CONNECT_TIMEOUT_S: u64 = 10;
+
+/// Why a connection to Postgres failed, for a person: the server's own message (`database "x"
+/// does not exist`, `password authentication failed for user "y"`: Postgres never repeats a
+/// password), the operating system's (`Connection refused`), or the timeout. Other driver
+/// errors (a malformed URL among them, whose text could hold the URL) are named by kind only.
+fn connect_reason(e: &sqlx::Error) -> String {
+    match e {
+        sqlx::Error::Database(db) => format!("the server says: {}", db.message()),
+        sqlx::Error::Io(io) => io.to_string(),
+        sqlx::Error::PoolTimedOut => {
+            format!("no connection within {CONNECT_TIMEOUT_S} s: is the server running there?")
+        }
+        sqlx::Error::Tls(_) => "TLS failed".to_owned(),
+        sqlx::Error::Configuration(_) => "the URL is not a valid Postgres URL".to_owned(),
+        _ => "the driver could not connect".to_owned(),
+    }
 }
 
 /// Postgres for the ledger, journal, inbox and bodies over `pool` (migrations applied first

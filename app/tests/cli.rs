@@ -70,6 +70,38 @@ fn a_bad_environment_override_is_refused_without_echoing_it() {
     assert!(!String::from_utf8_lossy(&out.stderr).contains("hunter2"));
 }
 
+/// A bad configuration file is named in its error, exit 2, whether it was given (`--config`) or
+/// picked up from the working directory; a syntax error never quotes the file's line (it may
+/// hold a secret).
+#[test]
+fn a_bad_configuration_file_is_named_in_its_error() {
+    let dir = tempfile::tempdir().unwrap();
+    for text in [
+        "lisen = \"127.0.0.1:1\"\n",
+        "[database\nurl = \"postgres://u:hunter2@h/db\"\n",
+    ] {
+        let file = dir.path().join("crewbus.toml");
+        std::fs::write(&file, text).unwrap();
+        let given = crewbus()
+            .arg("--config")
+            .arg(&file)
+            .arg("health")
+            .output()
+            .unwrap();
+        let found = crewbus()
+            .current_dir(dir.path())
+            .arg("health")
+            .output()
+            .unwrap();
+        for out in [given, found] {
+            assert_eq!(out.status.code(), Some(2));
+            let err = String::from_utf8(out.stderr).unwrap();
+            assert!(err.contains("crewbus.toml"), "the file is not named: {err}");
+            assert!(!err.contains("hunter2"), "{err}");
+        }
+    }
+}
+
 /// Every push destination error found at start-up is a configuration error: exit 2, naming
 /// its key, never echoing a secret.
 #[test]
@@ -712,6 +744,42 @@ fn with_a_database_dev_agents_need_an_explicit_dev_team() {
     );
 }
 
+/// A database the server refuses (here: one that does not exist, on the real test server) is
+/// `unavailable` with the reason the server gave, and the URL's password is never printed
+/// (found by a fresh user: every such failure printed only the redacted URL).
+#[test]
+fn a_refused_database_says_why_without_its_password() {
+    let pg = crewbus_conformance::postgres::database_url_options();
+    let missing = format!("crewbus_missing_{}", uuid::Uuid::new_v4().simple());
+    let password = "s3cret-pw-never-printed";
+    let (_dir, path) = config_file(&format!(
+        "[database]\nurl = \"postgres://{}:{password}@{}:{}/{missing}\"\n",
+        pg.get_username(),
+        pg.get_host(),
+        pg.get_port()
+    ));
+    let out = crewbus()
+        .arg("--config")
+        .arg(&path)
+        .args(["--json", "team", "list"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !stdout.contains(password) && !stderr.contains(password),
+        "the password printed: {stdout} {stderr}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|_| panic!("{stdout}"));
+    assert_eq!(v["error"]["code"], "unavailable", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("the server says") && message.contains(&missing),
+        "no reason in {message}"
+    );
+}
+
 /// A configuration file in a fresh temporary directory (kept alive by the returned guard).
 fn config_file(toml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -745,6 +813,51 @@ fn demo_refuses_a_configured_database_without_keep() {
     for needle in ["--keep", "team demo-", "alice", "cannot delete"] {
         assert!(message.contains(needle), "{message} lacks {needle}");
     }
+}
+
+/// `team add --backend jetstream` on a deployment without `[nats]` is told that JetStream is
+/// not configured (`invalid`, naming what is), before being told to provision: `--provision`
+/// would not help there (found by a fresh user, who was sent round in a circle).
+#[tokio::test]
+async fn jetstream_asked_of_a_deployment_without_it_is_refused_as_not_configured() {
+    let db =
+        crewbus_conformance::postgres::TestDatabase::create("cli_no_nats", |pool| async move {
+            crewbus_postgres::migrate(&pool).await
+        })
+        .await;
+    let pg = crewbus_conformance::postgres::database_url_options();
+    let (_dir, path) = config_file(&format!(
+        "[database]\nurl = \"postgres://{}@{}:{}/{}\"\n",
+        pg.get_username(),
+        pg.get_host(),
+        pg.get_port(),
+        db.name()
+    ));
+    for extra in [&[][..], &["--provision"][..]] {
+        let out = crewbus()
+            .arg("--config")
+            .arg(&path)
+            .args(["--json", "team", "add", "t3", "--backend", "jetstream"])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)));
+        assert_eq!(v["error"]["code"], "invalid", "{extra:?}: {v}");
+    }
+    let out = crewbus()
+        .arg("--config")
+        .arg(&path)
+        .args(["--json", "team", "list"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(
+        !v.to_string().contains("\"t3\""),
+        "nothing was created: {v}"
+    );
 }
 
 /// With `--keep` on Postgres the demo runs, says what it left (JSON `summary.kept`), and its

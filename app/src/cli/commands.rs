@@ -415,8 +415,9 @@ pub async fn team(config: Config, cmd: TeamCommand, json: bool) -> BusResult<Exi
 
 /// `crewbus team add`: a team on JetStream is created on the default backend, its streams are
 /// provisioned, and only then is it moved to JetStream, so nothing is ever sent to streams that
-/// do not exist. Errors: JetStream asked without `--provision` → `NotProvisioned` naming the
-/// commands that provision; `--provision` without JetStream, or no `[nats]` → `Invalid`; the
+/// do not exist. Errors: JetStream asked of a deployment without it (no `[nats]`) → `Invalid`
+/// naming the backends it has; JetStream asked without `--provision` → `NotProvisioned` naming
+/// the commands that provision; `--provision` without JetStream → `Invalid`; the
 /// broker's refusals while provisioning (the team then exists on the default backend); as
 /// [`Bus::add_team`].
 async fn add_team(
@@ -440,6 +441,12 @@ async fn add_team(
             .add_team(name, backend.map(|b| b.name()), inbox.map(|b| b.name()))
             .await;
     }
+    // A deployment without JetStream is told so first: provisioning would not help.
+    let default = bus.default_backend();
+    let backend = backend.map_or(default, |b| b.name());
+    let inbox = inbox.map_or(default, |b| b.name());
+    bus.check_backend(backend)?;
+    bus.check_backend(inbox)?;
     if !provision {
         return Err(BusError::NotProvisioned {
             what: format!("JetStream streams of the new team `{name}`"),
@@ -451,12 +458,7 @@ async fn add_team(
             ),
         });
     }
-    // Refused before anything is created: JetStream not served, or no provisioning credential.
-    let default = bus.default_backend();
-    let backend = backend.map_or(default, |b| b.name());
-    let inbox = inbox.map_or(default, |b| b.name());
-    bus.check_backend(backend)?;
-    bus.check_backend(inbox)?;
+    // Refused before anything is created: no provisioning credential.
     let admin = crate::compose::stream_admin(config)?;
     let team = bus.add_team(name, None, None).await?;
     let provisioned = async {

@@ -98,8 +98,8 @@ pub enum Command {
 The data directory: --data-dir, else storage.data_dir, else $XDG_DATA_HOME/crewbus, else
 ~/.local/share/crewbus. It holds crewbus.db, serve.lock (one server per directory: a second
 `serve` on it is refused), master.key (0600, made at the first start) and keys/ (together they
-open the sealed push credentials: back them up with the store) and dev-tokens.json. --ephemeral keeps the store in memory instead (only dev-tokens.json
-survives the stop).
+open the sealed push credentials: back them up with the store) and dev-tokens.json.
+--ephemeral keeps the store in memory instead (only dev-tokens.json survives the stop).
 With [database] configured, dev agents are set up only when --dev-team is given. An agent that
 already exists is reused, never re-created; its token is printed when dev-tokens.json holds one
 that works for it (the ledger keeps only a hash of each token).

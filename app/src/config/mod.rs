@@ -192,16 +192,22 @@ impl Config {
             // for the kinds of error we can get here except an unparsable scalar, so we keep
             // only the kind and the path.
             let path = e.path.join(".");
+            let kind = describe_figment_kind(&e.kind);
+            // An unknown top-level key is its own path: named once.
+            let redundant =
+                matches!(&e.kind, figment::error::Kind::UnknownField(f, _) if *f == path);
             BusError::invalid(format!(
-                "configuration: {}{}{}",
-                describe_figment_kind(&e.kind),
-                if path.is_empty() {
+                "configuration: {kind}{}{}{}",
+                if path.is_empty() || redundant {
                     String::new()
                 } else {
                     format!(" at `{path}`")
                 },
                 from_variable(&e)
                     .map(|v| format!(" (from the environment variable {v})"))
+                    .unwrap_or_default(),
+                from_file(&e)
+                    .map(|f| format!(" (in {f})"))
                     .unwrap_or_default(),
             ))
         })?;
@@ -471,6 +477,12 @@ fn from_variable(e: &figment::Error) -> Option<String> {
         let keys: Vec<String> = e.path.iter().map(|k| k.to_ascii_uppercase()).collect();
         format!("{ENV_PREFIX}{}", keys.join("__"))
     })
+}
+
+/// The file an error came from, when it came from one (its path as given).
+fn from_file(e: &figment::Error) -> Option<String> {
+    let source = e.metadata.as_ref()?.source.as_ref()?;
+    source.file_path().map(|p| p.display().to_string())
 }
 
 fn describe_figment_kind(kind: &figment::error::Kind) -> String {

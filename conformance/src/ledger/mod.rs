@@ -65,6 +65,7 @@ pub fn ledger_behaviours() -> Vec<Behaviour<dyn LedgerFixture>> {
         send_refuses_non_members_and_foreign_conversations,
         send_checks_the_acting_run,
         send_batch_answers_each_request_in_order,
+        send_batch_answers_an_unstorable_request_id_alone,
         send_batch_numbers_each_conversation_in_queue_order,
         send_batch_bounds_are_checked,
         send_batch_of_refusals_writes_nothing,

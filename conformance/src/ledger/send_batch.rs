@@ -22,6 +22,39 @@ fn created(outcome: &BusResult<Sent>, what: &str) -> crewbus_domain::Message {
     sent.message.clone()
 }
 
+/// A request id no store can hold (U+0000: Postgres text refuses it) among good sends of other
+/// agents: it is answered `Invalid` alone, and the batch's other requests are created as if it
+/// were not there (found by a new user: on Postgres the whole batch failed with it).
+pub async fn send_batch_answers_an_unstorable_request_id_alone<F: LedgerFixture + ?Sized>(fx: &F) {
+    let s = scene(fx, REMOTE).await;
+    let batch = vec![
+        s.request(&s.a, "r1", "first", None),
+        s.request(&s.b, "n\u{0}1", "a NUL in the request id", None),
+        s.request(&s.b, "r2", "second", None),
+    ];
+    let out = s.ledger.send_batch(&batch, t(1)).await.expect("the batch");
+    assert_eq!(out.len(), batch.len(), "one outcome per request");
+    let first = created(&out[0], "a good send beside the bad one");
+    assert!(
+        matches!(out[1], Err(BusError::Invalid { .. })),
+        "{:?}",
+        out[1]
+    );
+    let second = created(&out[2], "a good send after the bad one");
+    assert_eq!(
+        (first.seq, second.seq),
+        (1, 2),
+        "gap-free: the bad one took no seq"
+    );
+    assert_eq!(s.message(first.id).await, first, "answered as recorded");
+    assert_eq!(s.message(second.id).await, second, "answered as recorded");
+    let alone = s
+        .ledger
+        .send(s.request(&s.a, "\u{0}", "alone", None), t(2))
+        .await;
+    assert!(matches!(alone, Err(BusError::Invalid { .. })), "{alone:?}");
+}
+
 /// A mixed batch: good sends, a revoked member's, a repeat of an earlier message, a repeat
 /// within the batch, a conflict (same request id, another body), a bad request id and an unknown
 /// conversation — each answered in order, the good ones created with gap-free seqs, the refused

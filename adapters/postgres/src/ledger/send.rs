@@ -30,7 +30,7 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{
     AgentKind, BusError, BusResult, ConversationFacts, Message, Publication, RecordKind,
     RequestKey, RunFacts, RunId, SendDecision, SendFacts, SendRequest, Sent, answer_sends,
-    plan_sends,
+    plan_sends, validate_request_id,
 };
 use uuid::Uuid;
 
@@ -163,7 +163,16 @@ impl PostgresLedger {
         // A new statement: its snapshot is taken after every lock above was granted.
         let convs: Vec<Uuid> = requests.iter().map(|r| r.conversation).collect();
         let senders: Vec<Uuid> = requests.iter().map(|r| r.sender).collect();
-        let request_ids: Vec<&str> = requests.iter().map(|r| r.request_id.as_str()).collect();
+        // A request id the domain refuses is never bound: Postgres text refuses U+0000, and the
+        // error would fail the whole batch, every other request with it. Such a request is
+        // looked up as "" (no message has it) and answered `Invalid` alone by the plan.
+        let request_ids: Vec<&str> = requests
+            .iter()
+            .map(|r| match validate_request_id(&r.request_id) {
+                Ok(()) => r.request_id.as_str(),
+                Err(_) => "",
+            })
+            .collect();
         let rows: Vec<(i64, bool, Option<Uuid>)> = sqlx::query_as(
             "SELECT r.i,
                     EXISTS (

@@ -15,6 +15,7 @@ use std::collections::{HashMap, HashSet};
 use crewbus_domain::{
     AgentKind, BusError, BusResult, ConversationFacts, Envelope, Message, Publication, RecordKind,
     RequestKey, RunFacts, SendDecision, SendFacts, SendRequest, Sent, answer_sends, plan_sends,
+    validate_request_id,
 };
 use sqlx::SqliteConnection;
 use uuid::Uuid;
@@ -211,7 +212,11 @@ impl SqliteLedger {
                 }
             }
             let key = RequestKey::from(request);
-            if request_ids_read.insert(key.clone()) {
+            // A request id the domain refuses is not looked up (as on Postgres, which cannot
+            // bind U+0000 in text): the plan answers it `Invalid` alone.
+            if validate_request_id(&request.request_id).is_ok()
+                && request_ids_read.insert(key.clone())
+            {
                 let existing: Option<MessageRow> = sqlx::query_as(&format!(
                     "SELECT {MESSAGE_COLUMNS} FROM messages m
                      WHERE m.conversation_id = ? AND m.sender_id = ? AND m.request_id = ?"
