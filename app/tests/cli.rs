@@ -780,6 +780,30 @@ fn a_refused_database_says_why_without_its_password() {
     );
 }
 
+/// A fresh, migrated database named after `name` on the test server, and a configuration file
+/// pointing at it (both kept alive by the returned guards).
+async fn postgres_config_file(
+    name: &str,
+) -> (
+    crewbus_conformance::postgres::TestDatabase,
+    tempfile::TempDir,
+    std::path::PathBuf,
+) {
+    let db = crewbus_conformance::postgres::TestDatabase::create(name, |pool| async move {
+        crewbus_postgres::migrate(&pool).await
+    })
+    .await;
+    let pg = crewbus_conformance::postgres::database_url_options();
+    let (dir, path) = config_file(&format!(
+        "[database]\nurl = \"postgres://{}@{}:{}/{}\"\n",
+        pg.get_username(),
+        pg.get_host(),
+        pg.get_port(),
+        db.name()
+    ));
+    (db, dir, path)
+}
+
 /// A configuration file in a fresh temporary directory (kept alive by the returned guard).
 fn config_file(toml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
@@ -820,19 +844,7 @@ fn demo_refuses_a_configured_database_without_keep() {
 /// would not help there (found by a fresh user, who was sent round in a circle).
 #[tokio::test]
 async fn jetstream_asked_of_a_deployment_without_it_is_refused_as_not_configured() {
-    let db =
-        crewbus_conformance::postgres::TestDatabase::create("cli_no_nats", |pool| async move {
-            crewbus_postgres::migrate(&pool).await
-        })
-        .await;
-    let pg = crewbus_conformance::postgres::database_url_options();
-    let (_dir, path) = config_file(&format!(
-        "[database]\nurl = \"postgres://{}@{}:{}/{}\"\n",
-        pg.get_username(),
-        pg.get_host(),
-        pg.get_port(),
-        db.name()
-    ));
+    let (db, _dir, path) = postgres_config_file("cli_no_nats").await;
     for extra in [&[][..], &["--provision"][..]] {
         let out = crewbus()
             .arg("--config")
@@ -858,25 +870,14 @@ async fn jetstream_asked_of_a_deployment_without_it_is_refused_as_not_configured
         !v.to_string().contains("\"t3\""),
         "nothing was created: {v}"
     );
+    db.passed().await;
 }
 
 /// With `--keep` on Postgres the demo runs, says what it left (JSON `summary.kept`), and its
 /// agents are revoked afterwards; no warning about unsealed credentials (it stores none).
 #[tokio::test]
 async fn demo_with_keep_on_postgres_says_what_it_leaves_and_revokes_its_agents() {
-    let db =
-        crewbus_conformance::postgres::TestDatabase::create("cli_demo_keep", |pool| async move {
-            crewbus_postgres::migrate(&pool).await
-        })
-        .await;
-    let pg = crewbus_conformance::postgres::database_url_options();
-    let (_dir, path) = config_file(&format!(
-        "[database]\nurl = \"postgres://{}@{}:{}/{}\"\n",
-        pg.get_username(),
-        pg.get_host(),
-        pg.get_port(),
-        db.name()
-    ));
+    let (db, _dir, path) = postgres_config_file("cli_demo_keep").await;
     let run = |args: &[&str]| {
         crewbus()
             .arg("--config")
