@@ -91,8 +91,8 @@ impl SqlPushStore for PostgresPushStore {
 
     /// On the pool (its own implicit transaction).
     async fn write<'q>(&self, what: &str, q: Stmt<'q, Postgres>) -> Result<u64, StoreError> {
-        q.into_query()
-            .execute(&self.pool)
+        let mut conn = self.reader(what).await?;
+        q.execute(&mut conn)
             .await
             .map(|r| r.rows_affected())
             .map_err(|e| store_error(e, what))

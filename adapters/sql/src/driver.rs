@@ -155,12 +155,6 @@ impl<'q, DB: Database> Stmt<'q, DB> {
         Stmt(DB::bind(self.0, v))
     }
 
-    /// The sqlx statement underneath, for a runner only the adapter has (one reading its
-    /// driver's `rows_affected`, say).
-    pub fn into_query(self) -> sqlx::query::Query<'q, DB, <DB as Database>::Arguments<'q>> {
-        self.0
-    }
-
     /// Runs the statement.
     pub fn run<'c>(
         self,

@@ -84,11 +84,7 @@ impl SqlPushStore for SqlitePushStore {
     /// In a write transaction of its own.
     async fn write<'q>(&self, what: &str, q: Stmt<'q, Sqlite>) -> Result<u64, StoreError> {
         let mut tx = self.pools.begin_store(what).await?;
-        let done = q
-            .into_query()
-            .execute(&mut *tx)
-            .await
-            .map_err(self.pools.st(what))?;
+        let done = q.execute(&mut tx).await.map_err(self.pools.st(what))?;
         tx.commit().await.map_err(self.pools.st(what))?;
         Ok(done.rows_affected())
     }
