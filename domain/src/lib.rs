@@ -23,6 +23,7 @@ mod ledger_args;
 mod ledger_counts;
 mod locator;
 mod message;
+mod model_text;
 mod operator;
 mod outbox;
 mod oversight;
@@ -84,6 +85,7 @@ pub use message::{
     MAX_REQUEST_ID_LEN, Message, Publication, RequestKey, SendRequest, Sent, body_sha256,
     validate_request_id,
 };
+pub use model_text::{NAME_CHARS, PREVIEW_CHARS, clean_for_model, quote_for_model};
 pub use operator::{
     Operator, OperatorScope, OperatorSession, SIGN_IN_CODE_TTL_SECS, human_member_name,
     new_operator_teams, validate_operator_name,
