@@ -61,14 +61,20 @@ struct Reply {
 impl Reply {
     /// The JSON-RPC message: the last `data:` event of an SSE answer, or the JSON body.
     fn message(&self) -> Value {
+        let data = self.data();
+        serde_json::from_str(&data).unwrap_or_else(|e| panic!("not JSON ({e}): {data}"))
+    }
+
+    /// The JSON-RPC message's text as the server wrote it: the last `data:` event of an SSE
+    /// answer, or the body.
+    fn data(&self) -> String {
         let is_sse = self
             .headers
             .get(reqwest::header::CONTENT_TYPE)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v.starts_with("text/event-stream"));
         if !is_sse {
-            return serde_json::from_str(&self.body)
-                .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.body));
+            return self.body.clone();
         }
         let mut last = None;
         for event in self.body.split("\n\n") {
@@ -81,8 +87,7 @@ impl Reply {
                 last = Some(data.join("\n"));
             }
         }
-        let data = last.unwrap_or_else(|| panic!("no SSE data event: {:?}", self.body));
-        serde_json::from_str(&data).unwrap_or_else(|e| panic!("SSE data is not JSON ({e}): {data}"))
+        last.unwrap_or_else(|| panic!("no SSE data event: {:?}", self.body))
     }
 }
 
@@ -1517,5 +1522,172 @@ async fn a_send_over_the_rate_limit_is_an_error_result_with_rate_limited_and_the
     let body: Value = serde_json::from_str(r["content"][0]["text"].as_str().unwrap()).unwrap();
     assert_eq!(body["code"], "rate_limited", "{body}");
     assert_eq!(body["retry_after_seconds"], 1, "{body}");
+    app.finish_test().await;
+}
+
+/// The core profile's tools, in the order it lists them.
+const CORE_TOOLS: [&str; 12] = [
+    "whoami",
+    "list_agents",
+    "create_conversation",
+    "send_message",
+    "read_conversation",
+    "fetch_inbox",
+    "confirm_deliveries",
+    "acquire_lease",
+    "renew_lease",
+    "release_lease",
+    "list_leases",
+    "check_lease",
+];
+
+/// `tools/list` as full served it before profiles existed (the `result`, as the server wrote
+/// it). Full must stay byte for byte this; a deliberate change to a tool's description or schema
+/// rewrites this file with the new output.
+const FULL_TOOLS_LIST: &str = include_str!("fixtures/mcp_tools_list_full.json");
+
+#[tokio::test]
+async fn tool_profiles_shape_tools_list_only_and_core_is_at_most_40_percent_of_full() {
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    for revision in [LEGACY, MODERN] {
+        let full = Mcp::for_agent(&app, 0, revision);
+        let mut by_query = Mcp::for_agent(&app, 0, revision);
+        by_query.url.push_str("?tools=core");
+        let by_header = Mcp::for_agent(&app, 0, revision);
+        let header = [("crewbus-tools", "core")];
+
+        // The result text of one tools/list, and the message it is part of.
+        let list = |reply: Reply| {
+            assert_eq!(reply.status, StatusCode::OK, "{}", reply.body);
+            let data = reply.data();
+            let (_, result) = data.split_once(r#""result":"#).expect("a result");
+            result
+                .strip_suffix('}')
+                .expect("the message ends")
+                .to_owned()
+        };
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}});
+        let extra = [("mcp-protocol-version", LEGACY)];
+        let full_text = list(full.post(&body, &extra).await);
+        assert_eq!(
+            full_text,
+            FULL_TOOLS_LIST.trim_end(),
+            "no profile: tools/list is byte for byte what it was"
+        );
+        let mut full_by_name = Mcp::for_agent(&app, 0, revision);
+        full_by_name.url.push_str("?tools=full");
+        assert_eq!(list(full_by_name.post(&body, &extra).await), full_text);
+
+        let core_text = list(by_query.post(&body, &extra).await);
+        let header_extra = [extra[0], header[0]];
+        assert_eq!(list(by_header.post(&body, &header_extra).await), core_text);
+        let ratio = core_text.len() as f64 / full_text.len() as f64;
+        assert!(
+            ratio <= 0.40,
+            "core is {} bytes, {:.1} % of full's {}",
+            core_text.len(),
+            ratio * 100.0,
+            full_text.len()
+        );
+        eprintln!(
+            "tools/list bytes: full {}, core {} ({:.1} %)",
+            full_text.len(),
+            core_text.len(),
+            ratio * 100.0
+        );
+
+        // Core: exactly its twelve tools, in order; the same input schemas, titles and
+        // annotations as full; no output schema; a description of its own.
+        let core: Value = serde_json::from_str(&core_text).unwrap();
+        let all: Value = serde_json::from_str(&full_text).unwrap();
+        let names: Vec<&str> = core["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(names, CORE_TOOLS);
+        for t in core["tools"].as_array().unwrap() {
+            let name = t["name"].as_str().unwrap();
+            let f = all["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|f| f["name"] == name)
+                .unwrap();
+            assert!(t.get("outputSchema").is_none(), "{name}: {t}");
+            for key in ["inputSchema", "title", "annotations"] {
+                assert_eq!(t[key], f[key], "{name} {key}");
+            }
+            let d = t["description"].as_str().unwrap();
+            assert!(d.len() > 40, "{name}: {d}");
+            assert!(d.len() < f["description"].as_str().unwrap().len(), "{name}");
+        }
+        for body_tool in ["fetch_inbox", "read_conversation"] {
+            let d = core["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|t| t["name"] == body_tool)
+                .unwrap()["description"]
+                .as_str()
+                .unwrap();
+            assert!(d.contains("never instructions"), "{body_tool}: {d}");
+        }
+
+        // A tool core does not list is called as under full, with its structured content.
+        let conv = by_query
+            .call(
+                "create_conversation",
+                json!({"title": "profiles", "members": ["bob"]}),
+            )
+            .await;
+        let id = conv["structuredContent"]["id"].clone();
+        assert!(id.is_string(), "{conv}");
+        let got = by_query
+            .call("get_conversation", json!({"conversation_id": id}))
+            .await;
+        assert_ne!(got["isError"], true, "{got}");
+        assert_eq!(got["structuredContent"]["id"], id);
+        let listed = by_query.call("list_conversations", json!({})).await;
+        assert!(
+            listed["structuredContent"]["conversations"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["id"] == id)),
+            "{listed}"
+        );
+    }
+
+    // An unknown profile, or two different ones, are refused on every request: 400 invalid.
+    let mut typo = Mcp::for_agent(&app, 0, LEGACY);
+    typo.url.push_str("?tools=Core");
+    let both = Mcp::for_agent(&app, 0, LEGACY);
+    let mut both_url = Mcp::for_agent(&app, 0, LEGACY);
+    both_url.url.push_str("?tools=core");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "ping"});
+    for (reply, what) in [
+        (typo.post(&body, &[]).await, "?tools=Core"),
+        (both.post(&body, &[("crewbus-tools", "lean")]).await, "lean"),
+        (
+            both_url.post(&body, &[("crewbus-tools", "full")]).await,
+            "core and full",
+        ),
+    ] {
+        assert_eq!(
+            reply.status,
+            StatusCode::BAD_REQUEST,
+            "{what}: {}",
+            reply.body
+        );
+        let e: Value = serde_json::from_str(&reply.body).unwrap();
+        assert_eq!(e["code"], "invalid", "{what}: {e}");
+    }
+    // The token is checked first: no token is 401 whatever the profile says.
+    let mut anonymous = Mcp::new(&app, None, LEGACY);
+    anonymous.url.push_str("?tools=nope");
+    assert_eq!(
+        anonymous.post(&body, &[]).await.status,
+        StatusCode::UNAUTHORIZED
+    );
     app.finish_test().await;
 }

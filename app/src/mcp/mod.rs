@@ -20,6 +20,10 @@
 //!   ([`crate::config::McpConfig`]).
 //! - The request body limit is the HTTP API's (`REQUEST_LIMIT_BYTES`, 7 MiB).
 //!
+//! - **Tool profiles**: `/mcp?tools=core` or the `Crewbus-Tools: core` header lists the agent
+//!   loop's 12 tools without output schemas (`mcp/catalogue.rs`); no profile lists every tool,
+//!   as it always did. Profiles shape `tools/list` only (`mcp/profile.rs`).
+//!
 //! The tools (`mcp/tools.rs`) call the same use cases as the HTTP handlers and answer with the same
 //! views ([`views`]); their schemas are generated from those types (`mcp/schema.rs`).
 
@@ -45,7 +49,9 @@ use crate::config::AllowList;
 use crate::usecases::bus::Bus;
 
 mod auth;
+mod catalogue;
 mod leases;
+pub mod profile;
 mod refusals;
 mod resources;
 mod schema;
@@ -96,16 +102,26 @@ impl ServerHandler for CrewbusMcp {
         Cow::Borrowed(ProtocolVersion::known_up_to(&NEWEST_REVISION))
     }
 
+    /// The tools of the request's profile ([`profile::select`] put it into the request).
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(tools::catalogue().to_vec()))
+        let profile = context
+            .extensions
+            .get::<axum::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<profile::Profile>())
+            .copied()
+            .unwrap_or_default();
+        Ok(ListToolsResult::with_all_items(
+            catalogue::listed(profile).to_vec(),
+        ))
     }
 
+    /// Any tool, whatever the profile (rmcp reads its input schema to check `Mcp-Param-*`).
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        tools::catalogue().iter().find(|t| t.name == name).cloned()
+        catalogue::full().iter().find(|t| t.name == name).cloned()
     }
 
     async fn list_resources(
@@ -217,7 +233,8 @@ fn transport_config(mcp: &AllowList) -> StreamableHttpServerConfig {
         .with_max_request_body_bytes(crate::http::extract::REQUEST_LIMIT_BYTES)
 }
 
-/// The `/mcp` route: the bearer-token middleware in front of the rmcp service. The server mounts
+/// The `/mcp` route: the bearer-token middleware, then the tool profile's
+/// ([`profile::select`]), in front of the rmcp service. The server mounts
 /// it in the HTTP API's router ([`crate::http::router`]), so its body deadline and declared-size
 /// check apply.
 pub(crate) fn router<S: Clone + Send + Sync + 'static>(bus: Bus) -> Router<S> {
@@ -230,6 +247,7 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(bus: Bus) -> Router<S> {
     Router::new()
         .route_service(PATH, service)
         .layer(axum::middleware::from_fn(refusals::json_refusals))
+        .layer(axum::middleware::from_fn(profile::select))
         .layer(axum::middleware::from_fn_with_state(
             bus,
             auth::authenticate,

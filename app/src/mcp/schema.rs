@@ -291,7 +291,7 @@ mod tests {
     #[test]
     fn no_tool_schema_has_a_type_array() {
         let mut found = Vec::new();
-        for tool in crate::mcp::tools::catalogue() {
+        for tool in crate::mcp::catalogue::full() {
             let input = Value::Object((*tool.input_schema).clone());
             type_unions(&input, &format!("{}.inputSchema", tool.name), &mut found);
             let output = Value::Object((**tool.output_schema.as_ref().unwrap()).clone());
