@@ -533,3 +533,70 @@ async fn every_route_refuses_two_hosts_a_missing_host_and_a_foreign_name() {
     let ok = answer_to(&app, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n").await;
     assert_eq!(ok.status, 200);
 }
+
+/// One MCP `tools/call` on `stream` (kept alive), its SSE answer read to the end of its chunked
+/// body: how long the answer took, from the request's first byte to the body's last.
+async fn mcp_call_on(stream: &mut TcpStream, token: &str, id: u64) -> Duration {
+    let call = json!({
+        "jsonrpc": "2.0", "id": id, "method": "tools/call",
+        "params": {"name": "inbox_status", "arguments": {}},
+    })
+    .to_string();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nAuthorization: Bearer {token}\r\n\
+         Accept: application/json, text/event-stream\r\nContent-Type: application/json\r\n\
+         MCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\n\r\n{call}",
+        call.len()
+    );
+    let started = Instant::now();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut chunk = [0u8; 4096];
+    // The SSE answer is chunked: it ends with the zero-length chunk.
+    while !answer.ends_with(b"\r\n0\r\n\r\n") {
+        let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut chunk))
+            .await
+            .expect("the MCP answer ends within 5 s")
+            .unwrap();
+        assert!(
+            n > 0,
+            "closed inside the answer: {:?}",
+            String::from_utf8_lossy(&answer)
+        );
+        answer.extend_from_slice(&chunk[..n]);
+    }
+    let took = started.elapsed();
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.to_ascii_lowercase()
+            .contains("transfer-encoding: chunked"),
+        "{text}"
+    );
+    assert!(text.contains(&format!("\"id\":{id}")), "{text}");
+    took
+}
+
+#[tokio::test]
+async fn mcp_answers_on_a_kept_alive_connection_never_wait_for_the_clients_delayed_ack() {
+    let app = app_with(|_| {}, &["alice"]).await;
+    let token = app.agents[0].token.clone();
+    let mut stream = connect(&app).await;
+    let mut took = Vec::new();
+    for id in 1..=10 {
+        took.push(mcp_call_on(&mut stream, &token, id).await);
+    }
+    // An SSE answer goes out in several small writes: with Nagle's algorithm on the accepted
+    // socket, each write after the first waits for the client's ACK of the one before, which a
+    // client reading an answer delays (Linux: at least 40 ms). Every answer after the first then
+    // takes 40 ms or more; with TCP_NODELAY the fastest of them takes a few milliseconds even on
+    // a loaded machine, so the fastest is the robust witness.
+    let fastest = took[1..].iter().min().unwrap();
+    assert!(
+        *fastest < Duration::from_millis(30),
+        "every MCP answer after the first waited: {took:?}"
+    );
+    let total: Duration = took.iter().sum();
+    assert!(total < Duration::from_millis(400), "{took:?}");
+    app.finish_test().await;
+}
