@@ -1,5 +1,5 @@
 //! The `crewbus` binary: parses the command line, loads the configuration and runs the command
-//! (`crewbus mcp` loads none: it is a client of a running server).
+//! (`crewbus mcp` and `crewbus hook` load none: they are clients of a running server).
 
 use std::process::ExitCode;
 
@@ -9,11 +9,25 @@ use crewbus::cli::{Cli, Command};
 use crewbus::config::Config;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `crewbus hook` parses its own arguments: a hook must exit 0 on any failure, an unknown
+    // flag included (clap's exit 2 would keep a Claude Code session running), and reads no
+    // configuration file or CREWBUS_* variable.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if let Some(rest) = crewbus::cli::hook::dispatched(&args) {
+        return crewbus::cli::hook::main(rest);
+    }
+    let cli = Cli::parse_from(args);
     if let Command::Mcp(args) = cli.command {
         // stdout is the MCP stdio transport: nothing else may write to it, and no configuration
         // file or CREWBUS_* variable concerns the bridge.
         return crewbus::mcp_bridge::main(args);
+    }
+    if let Command::Connect(cmd) = &cli.command
+        && cmd.before_configuration()
+        && let crewbus::cli::connect::ConnectCommand::Headers(args) = cmd
+    {
+        // Run by Claude Code in the project directory: no crewbus.toml there concerns it.
+        return crewbus::cli::connect::headers(args);
     }
     let mut config = match Config::load(cli.config.as_deref()).and_then(|c| cli.apply(c)) {
         Ok(c) => c,
@@ -104,6 +118,8 @@ async fn run(
         Command::Push(cmd) => Ok(crewbus::push_commands::push(config, cmd, json).await?),
         Command::Lease(cmd) => Ok(crewbus::lease_commands::lease(config, cmd, json).await?),
         Command::Search(args) => Ok(crewbus::search_command::search(config, args, json).await?),
+        Command::Connect(cmd) => crewbus::cli::connect::run(config, cmd, json).await,
         Command::Mcp(_) => unreachable!("`crewbus mcp` runs before the configuration is loaded"),
+        Command::Hook(_) => unreachable!("`crewbus hook` runs before the configuration is loaded"),
     }
 }

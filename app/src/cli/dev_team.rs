@@ -87,7 +87,8 @@ impl DevTokens {
         self.path.as_deref()
     }
 
-    fn get(&self, team: &str, agent: &str) -> Option<&str> {
+    /// The token the file holds for `agent` of `team`, if any (`crewbus connect` reuses it).
+    pub fn get(&self, team: &str, agent: &str) -> Option<&str> {
         Some(&self.file.teams.get(team)?.get(agent)?.token)
     }
 

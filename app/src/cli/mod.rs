@@ -15,8 +15,10 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 pub use crate::config::BackendChoice;
 
 pub mod commands;
+pub mod connect;
 pub mod dev_team;
 pub mod embedded;
+pub mod hook;
 pub mod lease_commands;
 pub mod mcp_bridge;
 pub mod push_commands;
@@ -52,6 +54,7 @@ Examples:
   crewbus serve                             the embedded store at 127.0.0.1:7700, dev team
                                             `local` with agents alice and bob (kept across restarts)
   crewbus serve --ephemeral                 the same on memory: nothing kept after it stops
+  crewbus connect claude-code --agent alice set a Claude Code project up: MCP server, hooks
   crewbus mcp --url http://127.0.0.1:7700   stdio MCP server for a host (token: CREWBUS_MCP_TOKEN)
   crewbus --config crewbus.toml migrate     create or upgrade the Postgres schema
   crewbus team add research                 create a team (beside the running server)
@@ -222,6 +225,16 @@ Examples:
     /// Full-text search of a team's messages as one of its agents may read them (its
     /// conversations), best match first, matched words marked.
     Search(search_command::SearchArgs),
+
+    /// A host's lifecycle hook (Claude Code, Codex, Cursor): tells an agent's session about
+    /// messages waiting for it. Reads no configuration; never fails its host (exit 0).
+    #[command(long_about = hook::LONG_ABOUT, after_help = hook::AFTER_HELP)]
+    Hook(hook::HookArgs),
+
+    /// Set a host up in one command: `crewbus connect claude-code` writes the MCP server, the
+    /// hooks and (optionally) instructions into a project; `--remove` undoes it.
+    #[command(subcommand)]
+    Connect(connect::ConnectCommand),
 }
 
 impl Cli {
@@ -252,12 +265,18 @@ impl Cli {
 impl Command {
     /// Whether the command composes the bus (and so reads the push destinations' secrets and
     /// the key ring, and opens the embedded store beside the server): every command but `mcp`,
-    /// `migrate`, `health`, `backup`, and `load` given tokens (it then only talks HTTP).
+    /// `hook`, `migrate`, `health`, `backup`, and `load` given tokens (it then only talks HTTP).
     pub fn composes(&self) -> bool {
         match self {
-            Command::Mcp(_) | Command::Migrate | Command::Health(_) | Command::Backup(_) => false,
+            Command::Mcp(_)
+            | Command::Hook(_)
+            | Command::Migrate
+            | Command::Health(_)
+            | Command::Backup(_) => false,
             Command::Load(args) => !args.uses_tokens(),
             Command::Lease(cmd) => cmd.composes(),
+            // It opens the store itself, and only to create an agent beside it.
+            Command::Connect(_) => false,
             _ => true,
         }
     }

@@ -1,0 +1,406 @@
+//! Format-preserving edits of a host's JSON files (`.mcp.json`, `.claude/settings*.json`) on
+//! dprint's concrete syntax tree (`jsonc-parser`): every byte outside what is changed — other
+//! servers, hooks and keys, their order, whitespace and comments — stays as it was.
+//!
+//! crewbus's entries are recognised by their content, never by position: the MCP server by its
+//! name, a hook group by a command that runs `crewbus … hook claude-code`.
+
+use jsonc_parser::ParseOptions;
+use jsonc_parser::cst::{CstInputValue, CstObject, CstRootNode};
+use serde_json::Value;
+
+/// A JSON document being edited.
+pub struct JsonDoc {
+    root: CstRootNode,
+    created: bool,
+}
+
+/// Builds a [`CstInputValue`] object with keys in the given order.
+pub fn object(entries: Vec<(&str, CstInputValue)>) -> CstInputValue {
+    CstInputValue::Object(
+        entries
+            .into_iter()
+            .map(|(k, v)| (k.to_owned(), v))
+            .collect(),
+    )
+}
+
+/// A string value.
+pub fn string(s: impl Into<String>) -> CstInputValue {
+    CstInputValue::String(s.into())
+}
+
+/// The same value as `serde_json`, for comparisons (key order does not count).
+pub fn to_serde(v: &CstInputValue) -> Value {
+    match v {
+        CstInputValue::Null => Value::Null,
+        CstInputValue::Bool(b) => Value::Bool(*b),
+        CstInputValue::Number(n) => serde_json::from_str(n).unwrap_or(Value::Null),
+        CstInputValue::String(s) => Value::String(s.clone()),
+        CstInputValue::Array(a) => Value::Array(a.iter().map(to_serde).collect()),
+        CstInputValue::Object(o) => {
+            Value::Object(o.iter().map(|(k, v)| (k.clone(), to_serde(v))).collect())
+        }
+    }
+}
+
+impl JsonDoc {
+    /// Parses `text` (`None`: a file that does not exist yet, started as `{}`). Errors (a
+    /// message naming `what`): not JSON, or not an object at its root.
+    pub fn parse(text: Option<&str>, what: &str) -> Result<JsonDoc, String> {
+        let created = text.is_none();
+        let source = text.unwrap_or("{}\n");
+        let root = CstRootNode::parse(source, &ParseOptions::default()).map_err(|e| {
+            format!("{what} is not valid JSON ({e}); fix or move it, then run again")
+        })?;
+        if root.value().is_some() && root.object_value().is_none() {
+            return Err(format!("{what} does not hold a JSON object"));
+        }
+        Ok(JsonDoc { root, created })
+    }
+
+    /// The document's text; a created one ends with a newline.
+    pub fn text(&self) -> String {
+        let text = self.root.to_string();
+        if self.created && !text.ends_with('\n') {
+            format!("{text}\n")
+        } else {
+            text
+        }
+    }
+
+    fn object_at(&self, path: &[&str], create: bool) -> Result<Option<CstObject>, String> {
+        let mut obj = if create {
+            self.root.object_value_or_create()
+        } else {
+            self.root.object_value()
+        };
+        for (i, key) in path.iter().enumerate() {
+            let Some(o) = obj else { return Ok(None) };
+            obj =
+                if create {
+                    Some(o.object_value_or_create(key).ok_or_else(|| {
+                        format!("\"{}\" is not a JSON object", path[..=i].join("."))
+                    })?)
+                } else {
+                    o.object_value(key)
+                };
+        }
+        Ok(obj)
+    }
+
+    /// `path.key` set to `value` (its parents created as objects), or removed with `None`.
+    /// Returns whether anything changed (an equal value is left alone, byte for byte).
+    /// Errors: a parent that is not an object.
+    pub fn set(
+        &self,
+        path: &[&str],
+        key: &str,
+        value: Option<CstInputValue>,
+    ) -> Result<bool, String> {
+        match value {
+            Some(value) => {
+                let obj = self.object_at(path, true)?.expect("created objects exist");
+                match obj.get(key) {
+                    Some(prop) => {
+                        let same = prop
+                            .value()
+                            .and_then(|v| v.to_serde_value())
+                            .is_some_and(|v| v == to_serde(&value));
+                        if !same {
+                            prop.set_value(value);
+                        }
+                        Ok(!same)
+                    }
+                    None => {
+                        obj.append(key, value);
+                        Ok(true)
+                    }
+                }
+            }
+            None => match self.object_at(path, false)?.and_then(|o| o.get(key)) {
+                Some(prop) => {
+                    prop.remove();
+                    Ok(true)
+                }
+                None => Ok(false),
+            },
+        }
+    }
+
+    /// The value at `path.key`, if any.
+    pub fn get(&self, path: &[&str], key: &str) -> Option<Value> {
+        self.object_at(path, false)
+            .ok()
+            .flatten()?
+            .get(key)?
+            .value()?
+            .to_serde_value()
+    }
+
+    /// In the array `hooks.<event>` (Claude Code's matcher groups), makes crewbus's group
+    /// (the groups `ours` recognises) `wanted`: replaced when different, appended when
+    /// missing, every other of crewbus's groups removed; with `None`, crewbus's groups
+    /// removed. Other groups are untouched. Returns whether anything changed. Errors:
+    /// `hooks` or `hooks.<event>` of another type.
+    pub fn set_hook_group(
+        &self,
+        event: &str,
+        wanted: Option<CstInputValue>,
+        ours: &dyn Fn(&Value) -> bool,
+    ) -> Result<bool, String> {
+        let hooks = if wanted.is_some() {
+            self.object_at(&["hooks"], true)?
+        } else {
+            self.object_at(&["hooks"], false)?
+        };
+        let Some(hooks) = hooks else {
+            return Ok(false);
+        };
+        let array = match (&wanted, hooks.get(event)) {
+            (_, Some(prop)) => prop
+                .array_value()
+                .ok_or_else(|| format!("\"hooks.{event}\" is not a JSON array"))?,
+            (Some(_), None) => hooks
+                .array_value_or_create(event)
+                .ok_or_else(|| format!("\"hooks.{event}\" is not a JSON array"))?,
+            (None, None) => return Ok(false),
+        };
+        let mut changed = false;
+        let mut wanted = wanted;
+        for element in array.elements() {
+            let value = element.to_serde_value();
+            if !value.as_ref().is_some_and(ours) {
+                continue;
+            }
+            match wanted.take() {
+                Some(w) if value.as_ref() == Some(&to_serde(&w)) => {}
+                Some(w) => {
+                    match element.as_object() {
+                        Some(o) => {
+                            o.replace_with(w);
+                        }
+                        None => {
+                            element.remove();
+                            array.append(w);
+                        }
+                    }
+                    changed = true;
+                }
+                None => {
+                    element.remove();
+                    changed = true;
+                }
+            }
+        }
+        if let Some(w) = wanted {
+            array.append(w);
+            changed = true;
+        }
+        Ok(changed)
+    }
+}
+
+/// Whether a Claude Code hook group runs `crewbus hook claude-code` (one of its commands does).
+pub fn is_crewbus_hook_group(group: &Value) -> bool {
+    group["hooks"].as_array().is_some_and(|hooks| {
+        hooks.iter().any(|h| {
+            h["command"]
+                .as_str()
+                .is_some_and(|c| c.contains("crewbus") && c.contains(" hook claude-code"))
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn group(command: &str) -> CstInputValue {
+        object(vec![(
+            "hooks",
+            CstInputValue::Array(vec![object(vec![
+                ("type", string("command")),
+                ("command", string(command)),
+                ("timeout", CstInputValue::Number("60".into())),
+            ])]),
+        )])
+    }
+
+    /// Hand-formatted: tabs, a space before colons, keys out of the usual order, a one-line
+    /// object, CRLF-free but with a blank line, no final newline.
+    const MCP: &str = "{\n\t\"zeta\" : 1,\n\t\"mcpServers\" : {\n\t\t\"other\":{\"command\":\"x\",   \"args\":[ ]},\n\n\t\t\"last\" : { \"url\" : \"http://e\" }\n\t},\n\t\"alpha\":[1,2 ,3]\n}";
+
+    #[test]
+    fn adding_a_server_leaves_every_other_byte_alone_and_is_idempotent() {
+        let doc = JsonDoc::parse(Some(MCP), ".mcp.json").unwrap();
+        let server = object(vec![
+            ("type", string("http")),
+            ("url", string("http://127.0.0.1:7700/mcp")),
+        ]);
+        assert!(
+            doc.set(&["mcpServers"], "crewbus", Some(server.clone()))
+                .unwrap()
+        );
+        let once = doc.text();
+        // Everything before the insertion point is unchanged, and so is every other entry.
+        for kept in [
+            "\t\"zeta\" : 1,",
+            "\t\t\"other\":{\"command\":\"x\",   \"args\":[ ]},\n\n",
+            "\t\t\"last\" : { \"url\" : \"http://e\" }",
+            "\t\"alpha\":[1,2 ,3]\n}",
+        ] {
+            assert!(once.contains(kept), "{kept:?} lost in {once}");
+        }
+        let v: Value = serde_json::from_str(&once).unwrap();
+        assert_eq!(
+            v["mcpServers"]["crewbus"]["url"],
+            "http://127.0.0.1:7700/mcp"
+        );
+        assert_eq!(v["mcpServers"]["other"]["command"], "x");
+        // A second run changes nothing.
+        let again = JsonDoc::parse(Some(&once), ".mcp.json").unwrap();
+        assert!(!again.set(&["mcpServers"], "crewbus", Some(server)).unwrap());
+        assert_eq!(again.text(), once);
+        // Removing it gives back the original's entries and layout around them.
+        let removed = JsonDoc::parse(Some(&once), ".mcp.json").unwrap();
+        assert!(removed.set(&["mcpServers"], "crewbus", None).unwrap());
+        let back: Value = serde_json::from_str(&removed.text()).unwrap();
+        assert_eq!(back, serde_json::from_str::<Value>(MCP).unwrap());
+    }
+
+    #[test]
+    fn a_changed_server_is_replaced_in_place() {
+        let doc = JsonDoc::parse(Some(MCP), ".mcp.json").unwrap();
+        doc.set(
+            &["mcpServers"],
+            "last",
+            Some(object(vec![("url", string("http://f"))])),
+        )
+        .unwrap();
+        let text = doc.text();
+        assert!(
+            text.contains("\t\t\"other\":{\"command\":\"x\",   \"args\":[ ]},"),
+            "{text}"
+        );
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["mcpServers"]["last"]["url"], "http://f");
+        let keys: Vec<_> = v["mcpServers"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .cloned()
+            .collect();
+        assert_eq!(keys.len(), 2);
+    }
+
+    #[test]
+    fn a_new_file_is_pretty_json_ending_with_a_newline() {
+        let doc = JsonDoc::parse(None, ".mcp.json").unwrap();
+        doc.set(
+            &["mcpServers"],
+            "crewbus",
+            Some(object(vec![("type", string("http"))])),
+        )
+        .unwrap();
+        let text = doc.text();
+        assert!(text.ends_with("}\n"), "{text:?}");
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"mcpServers": {"crewbus": {"type": "http"}}})
+        );
+    }
+
+    #[test]
+    fn what_is_not_json_or_not_an_object_is_refused() {
+        assert!(JsonDoc::parse(Some("{\"a\": "), "f").is_err());
+        assert!(JsonDoc::parse(Some("[1]"), "f").is_err());
+        let doc = JsonDoc::parse(Some("{\"mcpServers\": 3}"), "f").unwrap();
+        assert!(
+            doc.set(&["mcpServers"], "crewbus", Some(string("x")))
+                .is_err()
+        );
+    }
+
+    const SETTINGS: &str = r#"{
+    "permissions": {"allow": ["Bash(ls)"]},
+    "hooks": {
+        "Stop": [
+            { "hooks": [ { "type": "command", "command": "./mine.sh" } ] }
+        ],
+        "PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "guard"}]}]
+    }
+}
+"#;
+
+    #[test]
+    fn hook_groups_are_added_replaced_and_removed_beside_others() {
+        let ours = "/bin/crewbus hook claude-code --headless";
+        let doc = JsonDoc::parse(Some(SETTINGS), "settings").unwrap();
+        assert!(
+            doc.set_hook_group("Stop", Some(group(ours)), &is_crewbus_hook_group)
+                .unwrap()
+        );
+        assert!(
+            doc.set_hook_group("SessionStart", Some(group(ours)), &is_crewbus_hook_group)
+                .unwrap()
+        );
+        let text = doc.text();
+        assert!(
+            text.contains(
+                "{ \"hooks\": [ { \"type\": \"command\", \"command\": \"./mine.sh\" } ] }"
+            ),
+            "{text}"
+        );
+        assert!(text.contains(r#""PreToolUse": [{"matcher": "Bash", "hooks": [{"type": "command", "command": "guard"}]}]"#));
+        let v: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(v["hooks"]["Stop"].as_array().unwrap().len(), 2);
+        assert_eq!(v["hooks"]["SessionStart"].as_array().unwrap().len(), 1);
+        // Idempotent.
+        let again = JsonDoc::parse(Some(&text), "settings").unwrap();
+        assert!(
+            !again
+                .set_hook_group("Stop", Some(group(ours)), &is_crewbus_hook_group)
+                .unwrap()
+        );
+        assert_eq!(again.text(), text);
+        // Changed options replace crewbus's group, not the user's.
+        let other = "/bin/crewbus hook claude-code --wait 100";
+        assert!(
+            again
+                .set_hook_group("Stop", Some(group(other)), &is_crewbus_hook_group)
+                .unwrap()
+        );
+        let v: Value = serde_json::from_str(&again.text()).unwrap();
+        let stop = v["hooks"]["Stop"].as_array().unwrap();
+        assert_eq!(stop.len(), 2);
+        assert_eq!(stop[0]["hooks"][0]["command"], "./mine.sh");
+        assert_eq!(stop[1]["hooks"][0]["command"], other);
+        // Removal leaves the user's groups.
+        assert!(
+            again
+                .set_hook_group("Stop", None, &is_crewbus_hook_group)
+                .unwrap()
+        );
+        let v: Value = serde_json::from_str(&again.text()).unwrap();
+        assert_eq!(v["hooks"]["Stop"].as_array().unwrap().len(), 1);
+        assert!(
+            !again
+                .set_hook_group("UserPromptSubmit", None, &is_crewbus_hook_group)
+                .unwrap()
+        );
+    }
+
+    #[test]
+    fn only_crewbus_hook_commands_are_ours() {
+        assert!(is_crewbus_hook_group(&to_serde(&group(
+            "'/a b/crewbus' hook claude-code"
+        ))));
+        assert!(!is_crewbus_hook_group(&to_serde(&group("crewbus mcp"))));
+        assert!(!is_crewbus_hook_group(&to_serde(&group(
+            "other hook claude-code"
+        ))));
+        assert!(!is_crewbus_hook_group(&serde_json::json!({"hooks": 1})));
+    }
+}

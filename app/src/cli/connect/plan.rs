@@ -1,0 +1,573 @@
+//! What `crewbus connect claude-code` writes, computed before anything is written: each file's
+//! text before and after, so `--dry-run` prints the change as a unified diff and a second run
+//! finds nothing to change.
+
+use std::path::{Path, PathBuf};
+
+use jsonc_parser::cst::CstInputValue;
+
+use super::instructions;
+use super::json_edit::{JsonDoc, is_crewbus_hook_group, object, string};
+use super::manifest::{Manifest, digest};
+
+/// Claude Code's cap on consecutive Stop-hook blocks, raised with `--max-wakes`.
+pub const BLOCK_CAP_ENV: &str = "CLAUDE_CODE_STOP_HOOK_BLOCK_CAP";
+
+/// The events whose hook runs `crewbus hook claude-code`.
+pub const EVENTS: [&str; 4] = ["Stop", "SessionStart", "UserPromptSubmit", "PostToolUse"];
+
+/// The timeout of a check hook (it takes at most 300 ms), in seconds.
+const CHECK_TIMEOUT_S: u64 = 10;
+
+/// The settings the plan is made of.
+#[derive(Debug, Clone)]
+pub struct Setup {
+    /// The project directory (absolute).
+    pub project: PathBuf,
+    /// The `crewbus` binary (absolute).
+    pub exe: PathBuf,
+    /// The server's base URL.
+    pub url: String,
+    /// The token file (absolute).
+    pub token_file: PathBuf,
+    /// The agent's name, for the instructions.
+    pub agent: String,
+    /// Print mode: a blocking Stop hook.
+    pub headless: bool,
+    /// The stdio bridge with channel notifications instead of HTTP and hooks.
+    pub channel: bool,
+    /// `.claude/settings.json` instead of `.claude/settings.local.json`.
+    pub shared: bool,
+    /// Write the CLAUDE.md / AGENTS.md section.
+    pub instructions: bool,
+    /// `core` or `full`.
+    pub tools: &'static str,
+    /// The Stop hook's wait, seconds.
+    pub wait: u64,
+    /// Consecutive wakes before the Stop hook lets the session stop.
+    pub max_wakes: u32,
+}
+
+/// One file's change.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Change {
+    /// The file.
+    pub path: PathBuf,
+    /// Its text now (`None`: it does not exist).
+    pub before: Option<String>,
+    /// Its text to be (`None`: delete it).
+    pub after: Option<String>,
+    /// What is in it for crewbus, for the summary.
+    pub what: String,
+}
+
+impl Change {
+    /// Whether anything changes.
+    pub fn changes(&self) -> bool {
+        self.before != self.after
+    }
+}
+
+/// Quotes `s` for a POSIX shell (as is when it holds only safe characters).
+pub fn shell_quote(s: &str) -> String {
+    let safe = !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c));
+    if safe {
+        s.to_owned()
+    } else {
+        format!("'{}'", s.replace('\'', r"'\''"))
+    }
+}
+
+fn command(parts: &[&str]) -> String {
+    parts
+        .iter()
+        .map(|p| shell_quote(p))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn number(n: u64) -> CstInputValue {
+    CstInputValue::Number(n.to_string())
+}
+
+/// Reads a file that may not exist. Errors: another I/O error, as a message.
+pub fn read_optional(path: &Path) -> Result<Option<String>, String> {
+    match std::fs::read_to_string(path) {
+        Ok(t) => Ok(Some(t)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(format!("cannot read {}: {e}", path.display())),
+    }
+}
+
+impl Setup {
+    /// `.mcp.json`.
+    pub fn mcp_path(&self) -> PathBuf {
+        self.project.join(".mcp.json")
+    }
+
+    /// The settings file written to.
+    pub fn settings_path(&self) -> PathBuf {
+        settings_path(&self.project, self.shared)
+    }
+
+    /// The MCP server entry.
+    pub fn server(&self) -> CstInputValue {
+        let exe = self.exe.to_string_lossy();
+        let token = self.token_file.to_string_lossy();
+        if self.channel {
+            let args = [
+                "mcp",
+                "--url",
+                &self.url,
+                "--token-file",
+                &token,
+                "--channel",
+                "--tools",
+                self.tools,
+            ];
+            object(vec![
+                ("type", string("stdio")),
+                ("command", string(exe.as_ref())),
+                (
+                    "args",
+                    CstInputValue::Array(args.iter().map(|a| string(*a)).collect()),
+                ),
+            ])
+        } else {
+            let query = if self.tools == "core" {
+                "?tools=core"
+            } else {
+                ""
+            };
+            object(vec![
+                ("type", string("http")),
+                ("url", string(format!("{}/mcp{query}", self.url))),
+                (
+                    "headersHelper",
+                    string(command(&[
+                        &exe,
+                        "connect",
+                        "headers",
+                        "--token-file",
+                        &token,
+                    ])),
+                ),
+            ])
+        }
+    }
+
+    /// The hook command of the check events.
+    pub fn check_command(&self) -> String {
+        let exe = self.exe.to_string_lossy();
+        let token = self.token_file.to_string_lossy();
+        command(&[
+            &exe,
+            "hook",
+            "claude-code",
+            "--url",
+            &self.url,
+            "--token-file",
+            &token,
+        ])
+    }
+
+    /// The Stop hook's command.
+    pub fn stop_command(&self) -> String {
+        let mut c = format!(
+            "{} --wait {} --max-wakes {}",
+            self.check_command(),
+            self.wait,
+            self.max_wakes
+        );
+        if self.headless {
+            c.push_str(" --headless");
+        }
+        c
+    }
+
+    /// Crewbus's matcher group for `event`; `None` with `--channel` (the channel brings the
+    /// news, the hooks would bring it twice).
+    pub fn hook_group(&self, event: &str) -> Option<CstInputValue> {
+        if self.channel {
+            return None;
+        }
+        let hook = if event == "Stop" {
+            let mut h = vec![
+                ("type", string("command")),
+                ("command", string(self.stop_command())),
+            ];
+            if self.headless {
+                h.push(("timeout", number(self.wait + 10)));
+            } else {
+                h.push(("asyncRewake", CstInputValue::Bool(true)));
+                h.push(("timeout", number(self.wait + 60)));
+            }
+            object(h)
+        } else {
+            object(vec![
+                ("type", string("command")),
+                ("command", string(self.check_command())),
+                ("timeout", number(CHECK_TIMEOUT_S)),
+            ])
+        };
+        Some(object(vec![("hooks", CstInputValue::Array(vec![hook]))]))
+    }
+
+    /// The value of [`BLOCK_CAP_ENV`] to set: one above `--max-wakes` when that is above
+    /// Claude Code's default cap.
+    pub fn block_cap(&self) -> Option<String> {
+        let cap = self.max_wakes.saturating_add(1);
+        (!self.channel && cap > crate::cli::hook::HOST_BLOCK_CAP).then(|| cap.to_string())
+    }
+
+    /// The instructions file: CLAUDE.md, or AGENTS.md when only that one exists.
+    pub fn instructions_path(&self) -> PathBuf {
+        let claude = self.project.join("CLAUDE.md");
+        let agents = self.project.join("AGENTS.md");
+        if !claude.exists() && agents.exists() {
+            agents
+        } else {
+            claude
+        }
+    }
+}
+
+/// `.claude/settings.json` (`shared`) or `.claude/settings.local.json`.
+pub fn settings_path(project: &Path, shared: bool) -> PathBuf {
+    let name = if shared {
+        "settings.json"
+    } else {
+        "settings.local.json"
+    };
+    project.join(".claude").join(name)
+}
+
+fn rel(project: &Path, path: &Path) -> String {
+    path.strip_prefix(project)
+        .unwrap_or(path)
+        .display()
+        .to_string()
+}
+
+/// Every file's change for `setup`; `manifest` tells which settings file an earlier run used.
+/// Errors: a file that cannot be read or is not the JSON it should be.
+pub fn plan(setup: &Setup, manifest: &Manifest) -> Result<Vec<Change>, String> {
+    let mut changes = Vec::new();
+    // .mcp.json
+    let path = setup.mcp_path();
+    let before = read_optional(&path)?;
+    let doc = JsonDoc::parse(before.as_deref(), &rel(&setup.project, &path))?;
+    doc.set(&["mcpServers"], "crewbus", Some(setup.server()))?;
+    let what = if setup.channel {
+        "MCP server \"crewbus\": the stdio bridge `crewbus mcp --channel` (news as channel notifications)".to_owned()
+    } else {
+        format!(
+            "MCP server \"crewbus\": HTTP {}/mcp ({} tools), the token through headersHelper",
+            setup.url, setup.tools
+        )
+    };
+    changes.push(Change {
+        after: Some(doc.text()),
+        path,
+        before,
+        what,
+    });
+    // The settings file, and the other one when an earlier run wrote it.
+    let target = setup.settings_path();
+    let other = settings_path(&setup.project, !setup.shared);
+    for (path, ours) in [(target.clone(), true), (other.clone(), false)] {
+        let before = read_optional(&path)?;
+        if !ours && (before.is_none() || !manifest.files.contains_key(&path)) {
+            continue;
+        }
+        if before.is_none() && setup.channel && ours {
+            continue;
+        }
+        let doc = JsonDoc::parse(before.as_deref(), &rel(&setup.project, &path))?;
+        for event in EVENTS {
+            let wanted = if ours { setup.hook_group(event) } else { None };
+            doc.set_hook_group(event, wanted, &is_crewbus_hook_group)?;
+        }
+        let cap = if ours { setup.block_cap() } else { None };
+        match cap {
+            Some(v) => {
+                doc.set(&["env"], BLOCK_CAP_ENV, Some(string(v)))?;
+            }
+            None if manifest.block_cap_set => {
+                doc.set(&["env"], BLOCK_CAP_ENV, None)?;
+            }
+            None => {}
+        }
+        let what = if !ours {
+            "crewbus's hooks moved to ".to_owned() + &rel(&setup.project, &target)
+        } else if setup.channel {
+            "no crewbus hooks (the channel brings the news)".to_owned()
+        } else if setup.headless {
+            format!(
+                "hooks: Stop (blocking, waits up to {} s), SessionStart, UserPromptSubmit, PostToolUse",
+                setup.wait
+            )
+        } else {
+            format!(
+                "hooks: Stop (background wake, asyncRewake, waits up to {}), SessionStart, UserPromptSubmit, PostToolUse",
+                human_duration(setup.wait)
+            )
+        };
+        changes.push(Change {
+            after: Some(doc.text()),
+            path,
+            before,
+            what,
+        });
+    }
+    if setup.instructions {
+        let path = setup.instructions_path();
+        let before = read_optional(&path)?;
+        let after = instructions::set(before.as_deref(), &instructions::body(&setup.agent));
+        changes.push(Change {
+            after: Some(after),
+            path,
+            before,
+            what: "a marked section teaching the loop (fetch, confirm, request ids, leases)"
+                .to_owned(),
+        });
+    }
+    Ok(changes)
+}
+
+/// The changes `--remove` makes: each file back to its text before the first `connect` when
+/// it still holds what `connect` wrote, else only crewbus's entries taken out. Errors: a file
+/// that cannot be read, or no longer the JSON it should be.
+pub fn removal(manifest: &Manifest) -> Result<Vec<Change>, String> {
+    let mut changes = Vec::new();
+    for (path, record) in &manifest.files {
+        let Some(current) = read_optional(path)? else {
+            continue;
+        };
+        let (after, what) = if digest(&current) == record.written {
+            let what = if record.original.is_some() {
+                "restored as it was"
+            } else {
+                "deleted (crewbus connect created it)"
+            };
+            (record.original.clone(), what.to_owned())
+        } else {
+            (
+                Some(strip(path, &current, manifest)?),
+                "edited since: crewbus's entries taken out".to_owned(),
+            )
+        };
+        changes.push(Change {
+            path: path.clone(),
+            before: Some(current),
+            after,
+            what,
+        });
+    }
+    Ok(changes)
+}
+
+/// `text` of `path` without crewbus's entries.
+fn strip(path: &Path, text: &str, manifest: &Manifest) -> Result<String, String> {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    let shown = path.display().to_string();
+    match name {
+        ".mcp.json" => {
+            let doc = JsonDoc::parse(Some(text), &shown)?;
+            doc.set(&["mcpServers"], "crewbus", None)?;
+            Ok(doc.text())
+        }
+        "settings.json" | "settings.local.json" => {
+            let doc = JsonDoc::parse(Some(text), &shown)?;
+            for event in EVENTS {
+                doc.set_hook_group(event, None, &is_crewbus_hook_group)?;
+            }
+            if manifest.block_cap_set {
+                doc.set(&["env"], BLOCK_CAP_ENV, None)?;
+            }
+            Ok(doc.text())
+        }
+        _ => Ok(instructions::remove(text)),
+    }
+}
+
+/// The unified diff of `change`, paths shown relative to `project`.
+pub fn diff(project: &Path, change: &Change) -> String {
+    let name = rel(project, &change.path);
+    let old = change.before.as_deref().unwrap_or("");
+    let new = change.after.as_deref().unwrap_or("");
+    let a = if change.before.is_some() {
+        format!("a/{name}")
+    } else {
+        "/dev/null".to_owned()
+    };
+    let b = if change.after.is_some() {
+        format!("b/{name}")
+    } else {
+        "/dev/null".to_owned()
+    };
+    similar::TextDiff::from_lines(old, new)
+        .unified_diff()
+        .context_radius(3)
+        .header(&a, &b)
+        .to_string()
+}
+
+/// `8 h`, `90 min`, `45 s`.
+pub fn human_duration(seconds: u64) -> String {
+    if seconds >= 3600 && seconds.is_multiple_of(3600) {
+        format!("{} h", seconds / 3600)
+    } else if seconds >= 60 && seconds.is_multiple_of(60) {
+        format!("{} min", seconds / 60)
+    } else {
+        format!("{seconds} s")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn setup(dir: &Path) -> Setup {
+        Setup {
+            project: dir.to_owned(),
+            exe: PathBuf::from("/opt/crew bus/crewbus"),
+            url: "http://127.0.0.1:7700".into(),
+            token_file: PathBuf::from("/home/u/.config/crewbus/alice.token"),
+            agent: "alice".into(),
+            headless: true,
+            channel: false,
+            shared: false,
+            instructions: false,
+            tools: "core",
+            wait: 50,
+            max_wakes: 7,
+        }
+    }
+
+    fn json(text: &Option<String>) -> Value {
+        serde_json::from_str(text.as_deref().unwrap()).unwrap()
+    }
+
+    #[test]
+    fn shell_quoting_is_posix() {
+        assert_eq!(shell_quote("/usr/bin/crewbus"), "/usr/bin/crewbus");
+        assert_eq!(shell_quote("/a b/c"), "'/a b/c'");
+        assert_eq!(shell_quote("it's"), r"'it'\''s'");
+        assert_eq!(shell_quote(""), "''");
+        assert_eq!(shell_quote("$HOME"), "'$HOME'");
+    }
+
+    #[test]
+    fn headless_plan_writes_http_with_headers_helper_and_blocking_hooks() {
+        let d = tempfile::tempdir().unwrap();
+        let s = setup(d.path());
+        let changes = plan(&s, &Manifest::default()).unwrap();
+        assert_eq!(changes.len(), 2);
+        let mcp = json(&changes[0].after);
+        let server = &mcp["mcpServers"]["crewbus"];
+        assert_eq!(server["type"], "http");
+        assert_eq!(server["url"], "http://127.0.0.1:7700/mcp?tools=core");
+        assert_eq!(
+            server["headersHelper"],
+            "'/opt/crew bus/crewbus' connect headers --token-file /home/u/.config/crewbus/alice.token"
+        );
+        let settings = json(&changes[1].after);
+        assert_eq!(
+            changes[1].path,
+            d.path().join(".claude/settings.local.json")
+        );
+        let stop = &settings["hooks"]["Stop"][0]["hooks"][0];
+        assert_eq!(stop["timeout"], 60);
+        assert!(stop.get("asyncRewake").is_none());
+        let c = stop["command"].as_str().unwrap();
+        assert!(c.ends_with("--wait 50 --max-wakes 7 --headless"), "{c}");
+        assert!(!c.contains("cbt_"));
+        for e in ["SessionStart", "UserPromptSubmit", "PostToolUse"] {
+            assert_eq!(settings["hooks"][e][0]["hooks"][0]["timeout"], 10, "{e}");
+        }
+        assert!(settings.get("env").is_none());
+    }
+
+    #[test]
+    fn interactive_plan_waits_in_the_background_for_hours() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Setup {
+            headless: false,
+            wait: 28_800,
+            max_wakes: 20,
+            shared: true,
+            tools: "full",
+            ..setup(d.path())
+        };
+        let changes = plan(&s, &Manifest::default()).unwrap();
+        assert_eq!(
+            json(&changes[0].after)["mcpServers"]["crewbus"]["url"],
+            "http://127.0.0.1:7700/mcp"
+        );
+        assert_eq!(changes[1].path, d.path().join(".claude/settings.json"));
+        let settings = json(&changes[1].after);
+        let stop = &settings["hooks"]["Stop"][0]["hooks"][0];
+        assert_eq!(stop["asyncRewake"], true);
+        assert_eq!(stop["timeout"], 28_860);
+        assert_eq!(settings["env"][BLOCK_CAP_ENV], "21");
+    }
+
+    #[test]
+    fn channel_plan_uses_the_stdio_bridge_and_no_hooks() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Setup {
+            channel: true,
+            ..setup(d.path())
+        };
+        let changes = plan(&s, &Manifest::default()).unwrap();
+        assert_eq!(
+            changes.len(),
+            1,
+            "no settings file is created for a channel"
+        );
+        let server = &json(&changes[0].after)["mcpServers"]["crewbus"];
+        assert_eq!(server["type"], "stdio");
+        let args: Vec<&str> = server["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert_eq!(
+            args,
+            [
+                "mcp",
+                "--url",
+                "http://127.0.0.1:7700",
+                "--token-file",
+                "/home/u/.config/crewbus/alice.token",
+                "--channel",
+                "--tools",
+                "core"
+            ]
+        );
+    }
+
+    #[test]
+    fn a_diff_shows_the_change() {
+        let d = tempfile::tempdir().unwrap();
+        let changes = plan(&setup(d.path()), &Manifest::default()).unwrap();
+        let text = diff(d.path(), &changes[0]);
+        assert!(
+            text.starts_with("--- /dev/null\n+++ b/.mcp.json\n"),
+            "{text}"
+        );
+        assert!(text.contains("+    \"crewbus\""), "{text}");
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(human_duration(28_800), "8 h");
+        assert_eq!(human_duration(120), "2 min");
+        assert_eq!(human_duration(50), "50 s");
+    }
+}

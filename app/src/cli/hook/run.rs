@@ -1,0 +1,331 @@
+//! Each event's flow: read the event, watch, record what is reported, print.
+//!
+//! - A **check** (SessionStart, UserPromptSubmit, PostToolUse) asks without waiting, within
+//!   [`CHECK_BUDGET`], and prints `additionalContext` only when there is news not yet reported.
+//! - A **blocking stop** (Claude Code `--headless`, Codex's Stop, Cursor's stop) watches up to
+//!   `--wait` and prints the host's decision when news comes.
+//! - The **background stop** (Claude Code without `--headless`, installed with `asyncRewake`)
+//!   watches up to `--wait` in requests of at most the server's maximum wait; with news it
+//!   prints the summary on stderr and exits 2. A later background stop of the same session
+//!   supersedes it: the older one gives way at its next request.
+//!
+//! Never a loop: the cursor moves only when the hook reports (under the state lock, and only
+//! if nobody reported meanwhile: else the watch is asked again with the newer cursor), so what
+//! was reported never wakes again; consecutive wakes stop at `--max-wakes`.
+
+use std::io::{Read as _, Write as _};
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use super::event::{self, CheckEvent, Event, EventKind};
+use super::report;
+use super::state::{self, PRUNE_AFTER, SessionState, StateDir};
+use super::watch::{self, WatchAnswer, WatchClient, WatchError};
+use super::{HookArgs, Host};
+
+/// How long a check may take in all.
+pub const CHECK_BUDGET: Duration = Duration::from_millis(300);
+
+/// How long the event on stdin may take to arrive.
+const STDIN_WAIT: Duration = Duration::from_secs(2);
+
+/// The longest single watch request: the servers' default `bus.max_wait_ms` (a server
+/// configured lower refuses it with 400, and the hook halves it).
+const MAX_CHUNK: Duration = Duration::from_secs(50);
+
+/// The shortest chunk the halving goes down to.
+const MIN_CHUNK: Duration = Duration::from_secs(1);
+
+/// Added to a request's wait for its whole round trip.
+const GRACE: Duration = Duration::from_millis(1500);
+
+/// Reports a failure: one line on stderr (errors writing it are ignored).
+pub fn fail(reason: &str) {
+    let _ = writeln!(std::io::stderr().lock(), "crewbus hook: {reason}");
+}
+
+/// What the hook does when it is done.
+#[derive(Debug, PartialEq, Eq)]
+enum Outcome {
+    /// Exit 0 with nothing on stdout (Cursor: `{}`).
+    Quiet,
+    /// Exit 0 with one line on stdout.
+    Print(String),
+    /// Claude Code's background wake: the summary on stderr, exit 2.
+    Wake(String),
+}
+
+/// Runs the hook to its end (see the module documentation); never panics through.
+pub fn main(args: HookArgs) -> ExitCode {
+    std::panic::set_hook(Box::new(|info| {
+        let at = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        fail(&format!("internal error{at}"));
+    }));
+    let host = args.host;
+    let outcome = std::panic::catch_unwind(move || run(args)).unwrap_or(Outcome::Quiet);
+    match outcome {
+        Outcome::Quiet => {
+            if host == Host::Cursor {
+                let _ = writeln!(std::io::stdout().lock(), "{}", report::cursor_answer(None));
+            }
+            ExitCode::SUCCESS
+        }
+        Outcome::Print(line) => {
+            let _ = writeln!(std::io::stdout().lock(), "{line}");
+            ExitCode::SUCCESS
+        }
+        Outcome::Wake(summary) => {
+            let _ = writeln!(std::io::stderr().lock(), "{summary}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn run(args: HookArgs) -> Outcome {
+    match try_run(args) {
+        Ok(outcome) => outcome,
+        Err(reason) => {
+            fail(&reason);
+            Outcome::Quiet
+        }
+    }
+}
+
+fn try_run(args: HookArgs) -> Result<Outcome, String> {
+    let event = read_event(args.host)?;
+    let token = watch::token(args.token_file.as_deref())?;
+    let connect = match event.kind {
+        EventKind::Check(_) => CHECK_BUDGET,
+        _ => Duration::from_secs(1),
+    };
+    let client = WatchClient::new(&args.url, &token, connect)?;
+    let dir = StateDir::open(state::default_dir()?)?;
+    let key = state::key(&args.url, token.expose(), args.host.name(), &event.session);
+    drop(token);
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the async runtime: {e}"))?;
+    let mut hook = Hook {
+        args,
+        client,
+        dir,
+        key,
+        chunk: MAX_CHUNK,
+        cursor_refused: false,
+    };
+    runtime.block_on(hook.handle(event))
+}
+
+/// The event on stdin: one JSON value, at most [`event::MAX_EVENT_BYTES`], within
+/// [`STDIN_WAIT`]. Errors: a message.
+fn read_event(host: Host) -> Result<Event, String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let stdin = std::io::stdin().lock().take(event::MAX_EVENT_BYTES as u64);
+        let value = serde_json::Deserializer::from_reader(stdin)
+            .into_iter::<serde_json::Value>()
+            .next();
+        let _ = tx.send(value);
+    });
+    match rx.recv_timeout(STDIN_WAIT) {
+        Ok(Some(Ok(v))) => event::from_value(host, &v).map_err(|e| e.to_string()),
+        Ok(Some(Err(_))) => Err(event::EventError::Malformed.to_string()),
+        Ok(None) => Err("no hook event on stdin (it was empty)".to_owned()),
+        Err(_) => Err(format!(
+            "no hook event on stdin within {} s",
+            STDIN_WAIT.as_secs()
+        )),
+    }
+}
+
+/// One run's context.
+struct Hook {
+    args: HookArgs,
+    client: WatchClient,
+    dir: StateDir,
+    key: String,
+    /// The longest request the server accepts, as learnt.
+    chunk: Duration,
+    /// The stored cursor was refused (another server's, or malformed): watch without it.
+    cursor_refused: bool,
+}
+
+impl Hook {
+    async fn handle(&mut self, event: Event) -> Result<Outcome, String> {
+        match event.kind {
+            EventKind::Check(check) => self.check(check).await,
+            EventKind::Stop { stop_hook_active } => {
+                let background = self.args.host == Host::ClaudeCode && !self.args.headless;
+                self.stop(stop_hook_active, background).await
+            }
+            EventKind::CursorStop {
+                completed,
+                loop_count,
+            } => {
+                if !completed || loop_count >= self.args.max_wakes {
+                    return Ok(Outcome::Quiet);
+                }
+                // Cursor counts its own follow-ups (loop_count): the state keeps the cursor only.
+                self.stop(loop_count > 0, false).await
+            }
+        }
+    }
+
+    /// Reads, changes and writes the session's state under the lock; returns the state as
+    /// written (or read, when `change` changed nothing).
+    fn update(&self, change: impl FnOnce(&mut SessionState)) -> Result<SessionState, String> {
+        let lock = self.dir.lock()?;
+        let before = lock.load(&self.key);
+        let mut after = before.clone();
+        change(&mut after);
+        if after != before {
+            lock.save(&after)?;
+        }
+        Ok(after)
+    }
+
+    /// Records `answer` as reported when the stored cursor is still `seen` (nobody reported
+    /// meanwhile), counting a wake when `wake`. Returns whether it was recorded.
+    fn record(
+        &self,
+        seen: &Option<String>,
+        answer: &WatchAnswer,
+        wake: bool,
+    ) -> Result<bool, String> {
+        let lock = self.dir.lock()?;
+        let mut state = lock.load(&self.key);
+        if state.cursor != *seen {
+            return Ok(false);
+        }
+        state.cursor = Some(answer.cursor.clone());
+        if wake {
+            state.wakes = state.wakes.saturating_add(1);
+            state.waiter = None;
+        }
+        lock.save(&state)?;
+        Ok(true)
+    }
+
+    /// A check without waiting: `additionalContext` when there is news not yet reported.
+    async fn check(&mut self, check: CheckEvent) -> Result<Outcome, String> {
+        let deadline = Instant::now() + CHECK_BUDGET;
+        let human = matches!(
+            check,
+            CheckEvent::SessionStart | CheckEvent::UserPromptSubmit
+        );
+        let state = self.update(|s| {
+            if human {
+                // The user spoke (or the session began): consecutive wakes count from zero.
+                s.wakes = 0;
+            }
+        })?;
+        if check == CheckEvent::SessionStart
+            && let Ok(lock) = self.dir.lock()
+        {
+            lock.prune(PRUNE_AFTER);
+        }
+        let mut seen = state.cursor;
+        for _ in 0..2 {
+            let grace = deadline.saturating_duration_since(Instant::now());
+            let answer = self.watch(seen.as_deref(), Duration::ZERO, grace).await?;
+            if answer.new.is_empty() {
+                return Ok(Outcome::Quiet);
+            }
+            if self.record(&seen, &answer, false)? {
+                let text = report::summary(&answer);
+                return Ok(Outcome::Print(report::additional_context(check, &text)));
+            }
+            // Another hook of this session reported meanwhile: ask again with its cursor.
+            seen = self.dir.lock()?.load(&self.key).cursor;
+        }
+        Ok(Outcome::Quiet)
+    }
+
+    /// A stop: waits up to `--wait` for news; reports it as a decision (or, `background`, a
+    /// wake).
+    async fn stop(&mut self, stop_hook_active: bool, background: bool) -> Result<Outcome, String> {
+        let max_wakes = self.args.max_wakes;
+        let waiter = background.then(|| uuid::Uuid::new_v4().to_string());
+        let mut capped = false;
+        let state = self.update(|s| {
+            if !stop_hook_active {
+                s.wakes = 0;
+            }
+            capped = s.wakes >= max_wakes;
+            if !capped && waiter.is_some() {
+                s.waiter.clone_from(&waiter);
+            }
+        })?;
+        if capped {
+            fail(&format!(
+                "{max_wakes} consecutive wakes: letting the session stop (the messages stay \
+                 in the inbox; --max-wakes raises the limit)"
+            ));
+            return Ok(Outcome::Quiet);
+        }
+        let deadline = Instant::now() + Duration::from_secs(self.args.wait);
+        let mut seen = state.cursor;
+        loop {
+            let wait = deadline
+                .saturating_duration_since(Instant::now())
+                .min(self.chunk);
+            let answer = self.watch(seen.as_deref(), wait, GRACE).await?;
+            if !answer.new.is_empty() {
+                if self.record(&seen, &answer, true)? {
+                    let text = report::summary(&answer);
+                    return Ok(match self.args.host {
+                        Host::Cursor => Outcome::Print(report::cursor_answer(Some(&text))),
+                        _ if background => Outcome::Wake(text),
+                        _ => Outcome::Print(report::stop_block(&text)),
+                    });
+                }
+            } else if Instant::now() >= deadline {
+                if let Some(w) = &waiter {
+                    let _ = self.update(|s| {
+                        if s.waiter.as_ref() == Some(w) {
+                            s.waiter = None;
+                        }
+                    });
+                }
+                return Ok(Outcome::Quiet);
+            }
+            let now = self.dir.lock()?.load(&self.key);
+            if waiter.is_some() && now.waiter != waiter {
+                // A later stop of this session waits instead (or the user moved on).
+                return Ok(Outcome::Quiet);
+            }
+            seen = now.cursor;
+        }
+    }
+
+    /// One watch after `cursor` (dropped for good once the server refuses it), waiting `wait`
+    /// (halved while the server refuses it as too long).
+    async fn watch(
+        &mut self,
+        cursor: Option<&str>,
+        wait: Duration,
+        grace: Duration,
+    ) -> Result<WatchAnswer, String> {
+        let mut wait = wait;
+        loop {
+            let after = if self.cursor_refused { None } else { cursor };
+            match self.client.watch(after, wait, grace).await {
+                Ok(answer) => return Ok(answer),
+                Err(WatchError::Invalid) if after.is_some() => {
+                    // A cursor of another server or agent (or a damaged one): everything
+                    // pending is news again, reported once more.
+                    self.cursor_refused = true;
+                }
+                Err(WatchError::Invalid) if wait > MIN_CHUNK => {
+                    wait = (wait / 2).max(MIN_CHUNK);
+                    self.chunk = wait;
+                }
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+}

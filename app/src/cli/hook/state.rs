@@ -1,0 +1,413 @@
+//! The hook's state: one small file per (server, agent, host session) holding the watch cursor
+//! (everything already reported), the count of consecutive wakes and the current background
+//! waiter.
+//!
+//! The directory is `$XDG_STATE_HOME/crewbus/hooks` (else `~/.local/state/crewbus/hooks`),
+//! created 0700. A file's name is the hex SHA-256 of the server URL, the SHA-256 of the agent's
+//! token (the agent's identity, never the token itself), the host and the host's session id
+//! (untrusted input, only ever hashed). Every read-modify-write holds an exclusive `flock` on
+//! the directory's `.lock` file, and every write is a fresh 0600 temporary file renamed over the
+//! old one (`tempfile`'s `persist`), so a reader never sees half a file. A file someone else
+//! wrote — not a regular file, another owner, readable by others, malformed, or naming another
+//! key — is ignored (read as a fresh state) and replaced at the next write. Files untouched for
+//! [`PRUNE_AFTER`] are removed.
+
+use std::fs::{File, OpenOptions};
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest as _, Sha256};
+
+/// How long an untouched state file is kept.
+pub const PRUNE_AFTER: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// How long taking the lock may take before the hook gives up (it is held for microseconds).
+const LOCK_WAIT: Duration = Duration::from_millis(1500);
+
+/// The file format's version.
+const VERSION: u32 = 1;
+
+/// One session's state.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionState {
+    /// The format's version ([`VERSION`]).
+    pub v: u32,
+    /// The file's own key: a file copied under another name is not believed.
+    pub key: String,
+    /// The watch cursor: everything reported to this session so far.
+    pub cursor: Option<String>,
+    /// Consecutive wakes (a blocked or woken stop) since the user last spoke.
+    pub wakes: u32,
+    /// The background Stop waiter that is current; an older one gives way.
+    pub waiter: Option<String>,
+}
+
+impl SessionState {
+    fn fresh(key: &str) -> SessionState {
+        SessionState {
+            v: VERSION,
+            key: key.to_owned(),
+            ..SessionState::default()
+        }
+    }
+}
+
+/// The state file's key for `host`'s `session` of the agent holding `token` on `url`.
+pub fn key(url: &str, token: &str, host: &str, session: &str) -> String {
+    let agent = hex::encode(Sha256::digest(token.as_bytes()));
+    let mut h = Sha256::new();
+    for field in [
+        "crewbus hook state",
+        url.trim_end_matches('/'),
+        &agent,
+        host,
+        session,
+    ] {
+        h.update((field.len() as u64).to_be_bytes());
+        h.update(field.as_bytes());
+    }
+    hex::encode(h.finalize())
+}
+
+/// The state directory: `$XDG_STATE_HOME/crewbus/hooks` when that is an absolute path, else
+/// `$HOME/.local/state/crewbus/hooks`. Errors: neither is set.
+pub fn default_dir() -> Result<PathBuf, String> {
+    if let Some(x) = std::env::var_os("XDG_STATE_HOME").map(PathBuf::from)
+        && x.is_absolute()
+    {
+        return Ok(x.join("crewbus").join("hooks"));
+    }
+    match std::env::var_os("HOME").map(PathBuf::from) {
+        Some(home) if home.is_absolute() => Ok(home.join(".local/state/crewbus/hooks")),
+        _ => Err("no state directory: neither $XDG_STATE_HOME nor $HOME is set".to_owned()),
+    }
+}
+
+/// The state directory, opened: it exists, is a directory of this user's and nobody else can
+/// write to it.
+#[derive(Debug)]
+pub struct StateDir {
+    dir: PathBuf,
+}
+
+impl StateDir {
+    /// Creates `dir` (0700, with its parents) when missing and checks it. Errors (a message):
+    /// it cannot be created, is not a directory, belongs to another user or is writable by
+    /// others.
+    pub fn open(dir: PathBuf) -> Result<StateDir, String> {
+        let mut builder = std::fs::DirBuilder::new();
+        builder.recursive(true);
+        #[cfg(unix)]
+        std::os::unix::fs::DirBuilderExt::mode(&mut builder, 0o700);
+        builder
+            .create(&dir)
+            .map_err(|e| format!("cannot create the state directory {}: {e}", dir.display()))?;
+        let meta = std::fs::symlink_metadata(&dir)
+            .map_err(|e| format!("cannot read the state directory {}: {e}", dir.display()))?;
+        if !meta.is_dir() {
+            return Err(format!(
+                "the state path {} is not a directory",
+                dir.display()
+            ));
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt as _;
+            if meta.uid() != rustix::process::geteuid().as_raw() || meta.mode() & 0o022 != 0 {
+                return Err(format!(
+                    "the state directory {} belongs to another user or others can write to it",
+                    dir.display()
+                ));
+            }
+        }
+        Ok(StateDir { dir })
+    }
+
+    /// The directory.
+    pub fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    /// Takes the directory's exclusive lock (waiting at most 1.5 s). Errors: it cannot be
+    /// opened, or another process holds it that long.
+    pub fn lock(&self) -> Result<Locked<'_>, String> {
+        let path = self.dir.join(".lock");
+        let mut options = OpenOptions::new();
+        options.create(true).truncate(false).write(true);
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let file = options
+            .open(&path)
+            .map_err(|e| format!("cannot open the state lock {}: {e}", path.display()))?;
+        let deadline = Instant::now() + LOCK_WAIT;
+        loop {
+            match file.try_lock() {
+                Ok(()) => {
+                    return Ok(Locked {
+                        dir: self,
+                        _file: file,
+                    });
+                }
+                Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) => {
+                    return Err(format!("cannot lock the state {}: {e}", path.display()));
+                }
+            }
+        }
+    }
+}
+
+/// The state directory while its lock is held (released when dropped).
+#[derive(Debug)]
+pub struct Locked<'a> {
+    dir: &'a StateDir,
+    _file: File,
+}
+
+impl Locked<'_> {
+    fn file(&self, key: &str) -> PathBuf {
+        self.dir.dir.join(format!("{key}.json"))
+    }
+
+    /// The session's state; a missing file, or one someone else wrote (see the module
+    /// documentation), reads as a fresh state.
+    pub fn load(&self, key: &str) -> SessionState {
+        let path = self.file(key);
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            return SessionState::fresh(key);
+        };
+        if !meta.is_file() || meta.len() > 64 * 1024 {
+            return SessionState::fresh(key);
+        }
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::MetadataExt as _;
+            if meta.uid() != rustix::process::geteuid().as_raw() || meta.mode() & 0o077 != 0 {
+                return SessionState::fresh(key);
+            }
+        }
+        match std::fs::read(&path)
+            .ok()
+            .and_then(|b| serde_json::from_slice::<SessionState>(&b).ok())
+        {
+            Some(s) if s.v == VERSION && s.key == key => s,
+            _ => SessionState::fresh(key),
+        }
+    }
+
+    /// Writes the session's state: a new 0600 file renamed over the old one. Errors: the I/O
+    /// error, as a message.
+    pub fn save(&self, state: &SessionState) -> Result<(), String> {
+        let fail = |e: &dyn std::fmt::Display| {
+            format!(
+                "cannot write the hook state in {}: {e}",
+                self.dir.dir.display()
+            )
+        };
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".tmp-")
+            .tempfile_in(&self.dir.dir)
+            .map_err(|e| fail(&e))?;
+        let text = serde_json::to_vec(state).map_err(|e| fail(&e))?;
+        tmp.write_all(&text).map_err(|e| fail(&e))?;
+        tmp.as_file().sync_all().map_err(|e| fail(&e))?;
+        tmp.persist(self.file(&state.key))
+            .map_err(|e| fail(&e.error))?;
+        Ok(())
+    }
+
+    /// Removes state files (and left-over temporary files) not modified for `older_than`;
+    /// returns how many. Errors are ignored: pruning is housekeeping.
+    pub fn prune(&self, older_than: Duration) -> usize {
+        let Some(cutoff) = SystemTime::now().checked_sub(older_than) else {
+            return 0;
+        };
+        let Ok(entries) = std::fs::read_dir(&self.dir.dir) else {
+            return 0;
+        };
+        let mut removed = 0;
+        for entry in entries.flatten() {
+            let name = entry.file_name();
+            let name = name.to_string_lossy();
+            if !(name.ends_with(".json") || name.starts_with(".tmp-")) {
+                continue;
+            }
+            let old = entry
+                .metadata()
+                .and_then(|m| m.modified())
+                .is_ok_and(|t| t < cutoff);
+            if old && std::fs::remove_file(entry.path()).is_ok() {
+                removed += 1;
+            }
+        }
+        removed
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(dir: &Path) -> StateDir {
+        StateDir::open(dir.join("hooks")).unwrap()
+    }
+
+    #[test]
+    fn keys_separate_servers_agents_hosts_and_sessions() {
+        let k = key("http://h:1", "t", "claude-code", "s");
+        assert_eq!(k, key("http://h:1/", "t", "claude-code", "s"));
+        assert_eq!(k.len(), 64);
+        for other in [
+            key("http://h:2", "t", "claude-code", "s"),
+            key("http://h:1", "u", "claude-code", "s"),
+            key("http://h:1", "t", "codex", "s"),
+            key("http://h:1", "t", "claude-code", "s2"),
+            // no ambiguity between where one field ends and the next begins
+            key("http://h:1", "t", "claude-cod", "es"),
+        ] {
+            assert_ne!(k, other);
+        }
+        assert!(k.chars().all(|c| c.is_ascii_hexdigit()));
+    }
+
+    #[test]
+    fn state_round_trips_through_a_private_file() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = open(tmp.path());
+        let k = key("http://h", "t", "claude-code", "../../etc/passwd");
+        let lock = dir.lock().unwrap();
+        let fresh = lock.load(&k);
+        assert_eq!(fresh, SessionState::fresh(&k));
+        let s = SessionState {
+            cursor: Some("c1".into()),
+            wakes: 3,
+            ..fresh
+        };
+        lock.save(&s).unwrap();
+        assert_eq!(lock.load(&k), s);
+        let file = dir.path().join(format!("{k}.json"));
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+            assert_eq!(mode & 0o777, 0o600);
+            let dmode = std::fs::metadata(dir.path()).unwrap().permissions().mode();
+            assert_eq!(dmode & 0o777, 0o700);
+        }
+        // Only hex file names, whatever the session id held.
+        for e in std::fs::read_dir(dir.path()).unwrap() {
+            let n = e.unwrap().file_name().into_string().unwrap();
+            assert!(
+                n == ".lock"
+                    || n.trim_end_matches(".json")
+                        .chars()
+                        .all(|c| c.is_ascii_hexdigit()),
+                "{n}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_state_file_someone_else_wrote_is_ignored() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = open(tmp.path());
+        let k = key("http://h", "t", "claude-code", "s");
+        let file = dir.path().join(format!("{k}.json"));
+        let lock = dir.lock().unwrap();
+        // Malformed.
+        std::fs::write(&file, "{not json").unwrap();
+        set_mode(&file, 0o600);
+        assert_eq!(lock.load(&k), SessionState::fresh(&k));
+        // Another key's state copied under this name.
+        let other = SessionState {
+            cursor: Some("theirs".into()),
+            ..SessionState::fresh("ff")
+        };
+        std::fs::write(&file, serde_json::to_vec(&other).unwrap()).unwrap();
+        assert_eq!(lock.load(&k).cursor, None);
+        // Readable by others.
+        let mine = SessionState {
+            cursor: Some("mine".into()),
+            ..SessionState::fresh(&k)
+        };
+        std::fs::write(&file, serde_json::to_vec(&mine).unwrap()).unwrap();
+        set_mode(&file, 0o644);
+        assert_eq!(lock.load(&k).cursor, None);
+        set_mode(&file, 0o600);
+        assert_eq!(lock.load(&k).cursor.as_deref(), Some("mine"));
+        // A symbolic link is not followed.
+        std::fs::remove_file(&file).unwrap();
+        let target = tmp.path().join("elsewhere.json");
+        std::fs::write(&target, serde_json::to_vec(&mine).unwrap()).unwrap();
+        set_mode(&target, 0o600);
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink(&target, &file).unwrap();
+            assert_eq!(lock.load(&k).cursor, None);
+            // And a save replaces the link, leaving its target alone.
+            lock.save(&SessionState::fresh(&k)).unwrap();
+            assert!(!std::fs::symlink_metadata(&file).unwrap().is_symlink());
+            assert!(std::fs::read_to_string(&target).unwrap().contains("mine"));
+        }
+    }
+
+    fn set_mode(path: &Path, mode: u32) {
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        let _ = (path, mode);
+    }
+
+    #[test]
+    fn a_directory_others_can_write_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("open");
+        std::fs::create_dir(&d).unwrap();
+        set_mode(&d, 0o777);
+        #[cfg(unix)]
+        assert!(StateDir::open(d).is_err());
+    }
+
+    #[test]
+    fn the_lock_is_exclusive() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = open(tmp.path());
+        let held = dir.lock().unwrap();
+        let other = StateDir::open(dir.path().to_owned()).unwrap();
+        let started = Instant::now();
+        assert!(
+            other.lock().is_err(),
+            "a second lock while the first is held"
+        );
+        assert!(started.elapsed() >= LOCK_WAIT);
+        drop(held);
+        assert!(other.lock().is_ok());
+    }
+
+    #[test]
+    fn old_files_are_pruned_and_recent_ones_kept() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = open(tmp.path());
+        let lock = dir.lock().unwrap();
+        let old = SessionState::fresh(&key("u", "t", "h", "old"));
+        let new = SessionState::fresh(&key("u", "t", "h", "new"));
+        lock.save(&old).unwrap();
+        lock.save(&new).unwrap();
+        let eight_days = SystemTime::now() - Duration::from_secs(8 * 24 * 3600);
+        File::options()
+            .write(true)
+            .open(dir.path().join(format!("{}.json", old.key)))
+            .unwrap()
+            .set_modified(eight_days)
+            .unwrap();
+        assert_eq!(lock.prune(PRUNE_AFTER), 1);
+        assert_eq!(lock.load(&old.key), SessionState::fresh(&old.key));
+        assert!(dir.path().join(format!("{}.json", new.key)).exists());
+    }
+}
