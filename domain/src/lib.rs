@@ -15,6 +15,7 @@ mod history;
 mod ids;
 mod inbox;
 mod inbox_event;
+mod inbox_news;
 mod instant;
 mod journal;
 mod lease;
@@ -42,6 +43,7 @@ mod snippet;
 mod store_error;
 mod team;
 mod wakeup;
+mod watch_cursor;
 
 pub use backoff::Backoff;
 pub use conversation::{Conversation, Member};
@@ -64,6 +66,7 @@ pub use inbox::{
     validate_recipient_key,
 };
 pub use inbox_event::{InboxEvent, ReferencePayload};
+pub use inbox_news::{InboxNews, MAX_WATCH_NEWS, NewsItem, Reported};
 pub use instant::{after, before};
 pub use journal::{
     MAX_NOTE_LEN, Record, RecordKind, Run, RunOutcome, check_appendable, validate_journal_limit,
@@ -120,7 +123,10 @@ pub use send_rules::{
 pub use snippet::{SNIPPET_CHARS, SnippetSegment, snippet};
 pub use store_error::StoreError;
 pub use team::{Agent, AgentKind, MAX_NAME_LEN, Team, TokenHash, recipient_key_for, validate_name};
-pub use wakeup::{Wakeup, WakeupTarget, lease_wakeup_from_payload, lease_wakeup_payload};
+pub use wakeup::{
+    SweepTarget, Wakeup, WakeupTarget, lease_wakeup_from_payload, lease_wakeup_payload,
+};
+pub use watch_cursor::{CURSOR_SKEW, MAX_CURSOR_CHARS, MAX_CURSOR_IDS, WatchCursor};
 
 /// Re-exported so adapters and the app agree on one id and time type.
 pub use chrono::{DateTime, Utc};

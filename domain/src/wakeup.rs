@@ -2,6 +2,7 @@
 
 use std::fmt;
 
+use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 /// One agent of one team: whom a wake-up is for.
@@ -39,6 +40,19 @@ impl fmt::Display for WakeupTarget {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}:{}", self.team.hyphenated(), self.agent.hyphenated())
     }
+}
+
+/// One target of the waiting fetches' and watches' safety sweep (`Ledger::wakeable`): an agent
+/// waited for in this process, and which of its messages are worth a wake-up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SweepTarget {
+    /// The agent.
+    pub target: WakeupTarget,
+    /// Only a message stored after this instant wakes it (`None`: any message). A watch
+    /// waiting with a cursor gives the newest `stored_at` it reported, so an old message it
+    /// reported already does not wake it at every sweep; a waiting fetch gives `None`; several
+    /// waiters of one agent give the least restrictive (the earliest, `None` before all).
+    pub stored_after: Option<DateTime<Utc>>,
 }
 
 /// What a wake-up listener hands on.

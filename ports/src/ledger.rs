@@ -6,8 +6,9 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusResult, ConfirmOutcome, Conversation, DeliveryId, HandOutOutcome, HandOutRequest,
-    HistoryPage, InboxEvent, LeasedSlot, LedgerCounts, Message, Receipt, RetentionTarget, RunId,
-    SendRequest, Sent, SettleOutcome, Settlement, Team, TenantId, TokenHash, WakeupTarget,
+    HistoryPage, InboxEvent, InboxNews, LeasedSlot, LedgerCounts, Message, Receipt, Reported,
+    RetentionTarget, RunId, SendRequest, Sent, SettleOutcome, Settlement, SweepTarget, Team,
+    TenantId, TokenHash, WakeupTarget,
 };
 use uuid::Uuid;
 
@@ -325,18 +326,46 @@ pub trait Ledger: Send + Sync {
         limit: usize,
     ) -> BusResult<Vec<Uuid>>;
 
-    /// The waiting fetches' safety sweep, one read for many waiters: of `targets`, those a
-    /// waiting fetch should look again for — an agent unknown, of another team, or revoked (its
-    /// wait ends with `Unauthenticated`), or with a message `Stored` before `stored_before`
-    /// whose receipt is not delivered and that has no live hand-out to it (what
-    /// [`Ledger::undelivered`] would find). Each target at most once, in no particular order.
-    /// Errors: more than [`crewbus_domain::MAX_PAGE`] targets → `Invalid`.
+    /// The waiting fetches' and watches' safety sweep, one read for many waiters: of
+    /// `targets`, those a waiter should look again for — an agent unknown, of another team, or
+    /// revoked (its wait ends with `Unauthenticated`), or with a message `Stored` before
+    /// `stored_before` (and after the target's `stored_after`, when it has one) whose receipt is
+    /// not delivered and that has no live hand-out to it (what [`Ledger::undelivered`] would
+    /// find). Each agent at most once (the same agent listed twice: either entry may wake it),
+    /// in no particular order. Errors: more than [`crewbus_domain::MAX_PAGE`] targets →
+    /// `Invalid`.
     async fn wakeable(
         &self,
-        targets: &[WakeupTarget],
+        targets: &[SweepTarget],
         stored_before: DateTime<Utc>,
         at: DateTime<Utc>,
     ) -> BusResult<Vec<WakeupTarget>>;
+
+    /// The inbox watch's read: what is waiting for `recipient` at `at`, and which of it is
+    /// news to a watcher that was told of `reported` (see [`InboxNews`]). A message is pending
+    /// when it is `Stored`, its receipt for `recipient` is not delivered and it has no live
+    /// hand-out to `recipient` (unconfirmed with `held_until > at`) — [`Ledger::undelivered`]'s
+    /// condition, whenever stored. The answer: how many are pending; up to `limit` of them that
+    /// `reported` does not cover ([`Reported::covers`]), oldest stored first (then
+    /// conversation, seq), each with its conversation's title and its sender's name as stored;
+    /// and, over the messages held by a live hand-out to `recipient`, undelivered and not
+    /// covered, the earliest `held_until` (`next_lapse`) and the oldest `stored_at`
+    /// (`oldest_held`).
+    ///
+    /// Reads only: writes no hand-out, receipt or anything else. Its cost grows with what
+    /// `recipient` has undelivered, not with the team's history.
+    ///
+    /// Errors: `limit` out of range, or more than [`crewbus_domain::MAX_PAGE`] reported ids →
+    /// `Invalid`; unknown recipient (or another team's) → `NotFound`; a revoked recipient →
+    /// `Unauthenticated` (as [`Ledger::undelivered`]).
+    async fn inbox_news(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        reported: &Reported,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<InboxNews>;
 
     /// Confirms hand-outs of `recipient` by delivery id, one outcome per id in order, in one
     /// transaction: the first confirmation of a (message, recipient) sets `delivered_at = at`

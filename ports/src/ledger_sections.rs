@@ -9,10 +9,10 @@ pub mod __private {
     pub use chrono::{DateTime, Utc};
     pub use crewbus_domain::{
         Agent, BusResult, ConfirmOutcome, Conversation, DeliveryId, HandOutOutcome, HandOutRequest,
-        HistoryPage, InboxEvent, LeasedSlot, LedgerCounts, Message, Receipt, RetentionTarget,
-        RunId, SendRequest, Sent, SettleOutcome, Settlement, Team, TenantId, TokenHash,
-        WakeupTarget, ledger_span, positive_ledger_span, validate_backend_name, validate_batch,
-        validate_limit, validate_name, validate_request_id,
+        HistoryPage, InboxEvent, InboxNews, LeasedSlot, LedgerCounts, Message, Receipt, Reported,
+        RetentionTarget, RunId, SendRequest, Sent, SettleOutcome, Settlement, SweepTarget, Team,
+        TenantId, TokenHash, WakeupTarget, ledger_span, positive_ledger_span,
+        validate_backend_name, validate_batch, validate_limit, validate_name, validate_request_id,
     };
     pub use std::time::Duration;
     pub use uuid::Uuid;
@@ -34,8 +34,8 @@ pub mod __private {
 /// - `send`: `send`, `send_batch`;
 /// - `relay`: `lease_slots`, `settle`;
 /// - `references`: `lease_inbox_events`, `mark_published` (behind `mark_references_published`);
-/// - `delivery`: `message`, `messages`, `hand_out`, `undelivered`, `wakeable`, `confirm`,
-///   `acknowledge`, `receipts`;
+/// - `delivery`: `message`, `messages`, `hand_out`, `undelivered`, `wakeable`, `inbox_news`,
+///   `confirm`, `acknowledge`, `receipts`;
 /// - `history`: `history`;
 /// - `retention`: `retention_due`, `mark_retained`;
 /// - `counts`: `counts`.
@@ -71,9 +71,10 @@ macro_rules! impl_ledger_by_sections {
         const _: () = {
             use $crate::__ledger_sections::{
                 Agent, BusResult, ConfirmOutcome, Conversation, DateTime, DeliveryId, Duration,
-                HandOutOutcome, HandOutRequest, HistoryPage, InboxEvent, LeasedSlot, Ledger,
-                LedgerCounts, Message, Receipt, RetentionTarget, RunId, SendRequest, Sent,
-                SettleOutcome, Settlement, Team, TenantId, TokenHash, Utc, Uuid, WakeupTarget,
+                HandOutOutcome, HandOutRequest, HistoryPage, InboxEvent, InboxNews, LeasedSlot,
+                Ledger, LedgerCounts, Message, Receipt, Reported, RetentionTarget, RunId,
+                SendRequest, Sent, SettleOutcome, Settlement, SweepTarget, Team, TenantId,
+                TokenHash, Utc, Uuid, WakeupTarget,
                 async_trait, ledger_span, positive_ledger_span, validate_backend_name,
                 validate_batch, validate_limit, validate_name, validate_request_id,
             };
@@ -278,12 +279,25 @@ macro_rules! impl_ledger_by_sections {
 
                 async fn wakeable(
                     &self,
-                    targets: &[WakeupTarget],
+                    targets: &[SweepTarget],
                     stored_before: DateTime<Utc>,
                     at: DateTime<Utc>,
                 ) -> BusResult<Vec<WakeupTarget>> {
                     validate_batch(targets.len())?;
                     delivery::wakeable(self, targets, stored_before, at)$($aw)*
+                }
+
+                async fn inbox_news(
+                    &self,
+                    team: Uuid,
+                    recipient: Uuid,
+                    reported: &Reported,
+                    at: DateTime<Utc>,
+                    limit: usize,
+                ) -> BusResult<InboxNews> {
+                    validate_limit(limit)?;
+                    validate_batch(reported.ids.len())?;
+                    delivery::inbox_news(self, team, recipient, reported, at, limit)$($aw)*
                 }
 
                 async fn confirm(

@@ -30,7 +30,7 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{
     BusError, BusResult, CandidateFacts, ConfirmFacts, ConfirmOutcome, DeliveryId, HandOutOutcome,
     HandOutRequest, InboxAck, IssuedHandOut, LiveHandOut, Message, Receipt, RecordKind, RunId,
-    WakeupTarget, decide_confirms, plan_hand_outs,
+    SweepTarget, WakeupTarget, decide_confirms, plan_hand_outs,
 };
 use uuid::Uuid;
 
@@ -83,15 +83,16 @@ pub trait SqlDelivery: SqlLedger {
         what: &'static str,
     ) -> impl Future<Output = BusResult<Self::DeliveryRead>> + Send;
 
-    /// The select of the wake-up sweep's `n` waiters, named `w(team, agent)`, from placeholder
-    /// `first` on, bound by [`SqlDelivery::bind_waiters`]: `SELECT DISTINCT w.team, w.agent
-    /// FROM …` (the sweep's condition follows as its `WHERE`).
+    /// The select of the wake-up sweep's `n` waiters, named `w(team, agent, stored_after)`
+    /// (`stored_after` NULL for none), from placeholder `first` on, bound by
+    /// [`SqlDelivery::bind_waiters`]: `SELECT DISTINCT w.team, w.agent FROM …` (the sweep's
+    /// condition follows as its `WHERE`).
     fn waiters(first: usize, n: usize) -> String;
 
     /// Binds `targets` for the select of [`SqlDelivery::waiters`].
     fn bind_waiters<'q>(
         q: Stmt<'q, <Self::D as Dialect>::Db>,
-        targets: &[WakeupTarget],
+        targets: &[SweepTarget],
     ) -> Stmt<'q, <Self::D as Dialect>::Db>;
 
     /// `hand_out`, step 1: the recipient checked (unknown or another team's → `NotFound`;
@@ -317,7 +318,8 @@ pub async fn undelivered<L: SqlDelivery>(
 /// The wake-up sweep for `n` waiters: `$1` the tenant, `$2` stored before, `$3` the time the
 /// holds are compared with, the waiters from `$4` on ([`SqlDelivery::waiters`]); rows `(team,
 /// agent)` of the waiters whose agent is gone or revoked, or for whom the top-up query
-/// ([`undelivered_sql`]) finds a message (the same join).
+/// ([`undelivered_sql`]) finds a message (the same join) stored after the waiter's
+/// `stored_after` (when it has one).
 pub fn wakeable_sql<L: SqlDelivery>(n: usize) -> String {
     let waiters = L::waiters(4, n);
     let join = L::RECEIPT_JOIN;
@@ -332,6 +334,7 @@ pub fn wakeable_sql<L: SqlDelivery>(n: usize) -> String {
                  WHERE r.recipient_id = w.agent AND r.delivered_at IS NULL
                    AND m.team_id = w.team AND m.publication = 'stored'
                    AND m.stored_at < $2
+                   AND (w.stored_after IS NULL OR m.stored_at > w.stored_after)
                    AND NOT EXISTS (
                        SELECT 1 FROM hand_outs h
                        WHERE h.message_id = m.id AND h.recipient_id = w.agent
@@ -340,10 +343,11 @@ pub fn wakeable_sql<L: SqlDelivery>(n: usize) -> String {
 }
 
 /// `Ledger::wakeable`: the `targets` to wake — their agent gone or revoked, or the top-up
-/// query's condition holding for at least one message — in one statement.
+/// query's condition holding for at least one message stored after the target's
+/// `stored_after` — in one statement.
 pub async fn wakeable<L: SqlDelivery>(
     ledger: &L,
-    targets: &[WakeupTarget],
+    targets: &[SweepTarget],
     stored_before: DateTime<Utc>,
     at: DateTime<Utc>,
 ) -> BusResult<Vec<WakeupTarget>> {

@@ -266,7 +266,9 @@ pub trait Dialect: Send + Sync + 'static {
         + Reads<(String, i64, i64, i64)>
         + Reads<(Uuid, String, String, Self::Time, i64, Option<Self::Time>)>
         + Reads<ActivityRow<Self::Time>>
-        + Reads<RecipientRow<Self::Time>>;
+        + Reads<RecipientRow<Self::Time>>
+        + Reads<crate::watch::SummaryRow<Self::Time>>
+        + Reads<crate::watch::NewsRow<Self::Time>>;
 
     /// How a time is stored: Postgres binds a `DateTime<Utc>` (`timestamptz`), SQLite its
     /// microsecond integer codec.

@@ -5,7 +5,7 @@
 //! [`impl_journal!`]), the send allowances ([`send_allowance`], [`impl_send_allowance!`]), the
 //! operators ([`operators`], [`impl_operators!`]), the push store ([`push_store`],
 //! [`impl_push_store!`]), the ledger's delivery section ([`delivery`], over
-//! [`delivery::SqlDelivery`]), the search index ([`search`], [`impl_search!`]), the
+//! [`delivery::SqlDelivery`]) with the inbox watch's read ([`watch`]), the search index ([`search`], [`impl_search!`]), the
 //! directory section ([`directory`]), history pages ([`history`]), the oversight ([`oversight`],
 //! [`impl_oversight!`]), the body backend ([`body`], [`impl_body_backend!`], over a
 //! [`store::SqlStore`]), the inbox ([`inbox`], [`impl_inbox!`]), the ledger's retention section
@@ -54,6 +54,7 @@ pub mod send;
 pub mod send_allowance;
 pub mod settle;
 pub mod store;
+pub mod watch;
 
 pub use counter::{db_i64, from_db};
 

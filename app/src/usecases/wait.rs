@@ -39,7 +39,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crewbus_domain::{Agent, BusError, BusResult, MAX_PAGE, Wakeup, WakeupTarget};
+use chrono::{DateTime, Utc};
+use crewbus_domain::{Agent, BusError, BusResult, MAX_PAGE, SweepTarget, Wakeup, WakeupTarget};
 use tokio::sync::Notify;
 
 use crate::metrics::Metrics;
@@ -75,12 +76,15 @@ impl Drop for Parked<'_> {
     }
 }
 
-/// One waiter's wake-up: a stored permit (a wake-up before the wait begins is kept) and whether
-/// the sweep woke it (its next fetch runs the ledger top-up).
+/// One waiter's wake-up: a stored permit (a wake-up before the wait begins is kept), whether
+/// the sweep woke it (its next fetch runs the ledger top-up), and which messages are worth a
+/// sweep's wake-up (only those stored after `stored_after`, when set: a watch's newest
+/// reported message).
 #[derive(Default)]
 struct Slot {
     notify: Notify,
     swept: AtomicBool,
+    stored_after: Option<DateTime<Utc>>,
 }
 
 /// A subscription to a `(team, agent)`'s wake-ups; leaves the room when dropped.
@@ -94,7 +98,7 @@ pub(crate) struct Waiter {
 impl Waiter {
     /// Resolves at the next wake-up since the subscription (or the last one); answers whether
     /// the safety sweep sent it.
-    async fn woken(&self) -> bool {
+    pub(crate) async fn woken(&self) -> bool {
         self.slot.notify.notified().await;
         self.slot.swept.swap(false, Ordering::AcqRel)
     }
@@ -116,8 +120,21 @@ impl Drop for Waiter {
 impl WaitRoom {
     /// Subscribes to `target`'s wake-ups (before fetching).
     pub(crate) fn subscribe(self: &Arc<Self>, target: WakeupTarget) -> Waiter {
+        self.subscribe_after(target, None)
+    }
+
+    /// Subscribes to `target`'s wake-ups, the safety sweep waking it only for a message stored
+    /// after `stored_after` (when set; other wake-ups wake it whatever they are for).
+    pub(crate) fn subscribe_after(
+        self: &Arc<Self>,
+        target: WakeupTarget,
+        stored_after: Option<DateTime<Utc>>,
+    ) -> Waiter {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        let slot = Arc::new(Slot::default());
+        let slot = Arc::new(Slot {
+            stored_after,
+            ..Slot::default()
+        });
         if let Ok(mut waiters) = self.waiters.lock() {
             waiters
                 .entry(target)
@@ -155,11 +172,23 @@ impl WaitRoom {
         }
     }
 
-    /// The agents waiting now, each once.
-    pub(crate) fn targets(&self) -> Vec<WakeupTarget> {
+    /// The agents waiting now, each once, with the least restrictive `stored_after` of its
+    /// waiters (`None` when any has none).
+    pub(crate) fn targets(&self) -> Vec<SweepTarget> {
         self.waiters
             .lock()
-            .map(|w| w.keys().copied().collect())
+            .map(|w| {
+                w.iter()
+                    .map(|(target, slots)| SweepTarget {
+                        target: *target,
+                        stored_after: slots
+                            .iter()
+                            .map(|(_, slot)| slot.stored_after)
+                            .min()
+                            .flatten(),
+                    })
+                    .collect()
+            })
             .unwrap_or_default()
     }
 

@@ -6,8 +6,8 @@ use std::collections::HashSet;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     BusError, BusResult, CandidateFacts, ConfirmFacts, ConfirmOutcome, DeliveryId, HandOutOutcome,
-    HandOutRequest, IssuedHandOut, LiveHandOut, Message, Publication, Receipt, RecordKind, RunId,
-    WakeupTarget, decide_confirms, plan_hand_outs,
+    HandOutRequest, InboxNews, IssuedHandOut, LiveHandOut, Message, NewsItem, Publication, Receipt,
+    RecordKind, Reported, RunId, SweepTarget, WakeupTarget, decide_confirms, plan_hand_outs,
 };
 use uuid::Uuid;
 
@@ -137,36 +137,104 @@ pub(super) fn undelivered(
 
 pub(super) fn wakeable(
     ledger: &MemoryLedger,
-    targets: &[WakeupTarget],
+    targets: &[SweepTarget],
     stored_before: DateTime<Utc>,
     at: DateTime<Utc>,
 ) -> BusResult<Vec<WakeupTarget>> {
     let st = ledger.state()?;
     let mut found: Vec<WakeupTarget> = targets
         .iter()
-        .filter(|t| {
-            let Ok(agent) = st.agent_of(t.team, t.agent) else {
-                return true;
-            };
-            agent.revoked()
-                || st
-                    .by_recipient
-                    .get(&t.agent)
-                    .into_iter()
-                    .flatten()
-                    .any(|id| {
-                        let m = &st.messages[id];
-                        m.publication == Publication::Stored
-                            && m.stored_at.is_some_and(|s| s < stored_before)
-                            && st.receipts[&(*id, t.agent)].delivered_at.is_none()
-                            && st.live_hand_out(*id, t.agent, at).is_none()
-                    })
-        })
-        .copied()
+        .filter(
+            |SweepTarget {
+                 target: t,
+                 stored_after,
+             }| {
+                let Ok(agent) = st.agent_of(t.team, t.agent) else {
+                    return true;
+                };
+                agent.revoked()
+                    || st
+                        .by_recipient
+                        .get(&t.agent)
+                        .into_iter()
+                        .flatten()
+                        .any(|id| {
+                            let m = &st.messages[id];
+                            m.publication == Publication::Stored
+                                && m.stored_at.is_some_and(|s| {
+                                    s < stored_before && stored_after.is_none_or(|after| s > after)
+                                })
+                                && st.receipts[&(*id, t.agent)].delivered_at.is_none()
+                                && st.live_hand_out(*id, t.agent, at).is_none()
+                        })
+            },
+        )
+        .map(|t| t.target)
         .collect();
     found.sort_unstable();
     found.dedup();
     Ok(found)
+}
+
+pub(super) fn inbox_news(
+    ledger: &MemoryLedger,
+    team: Uuid,
+    recipient: Uuid,
+    reported: &Reported,
+    at: DateTime<Utc>,
+    limit: usize,
+) -> BusResult<InboxNews> {
+    let st = ledger.state()?;
+    st.agent_of(team, recipient)?.ensure_active()?;
+    let mut answer = InboxNews::default();
+    let mut news: Vec<(DateTime<Utc>, Uuid, u64, Uuid)> = Vec::new();
+    for id in st.by_recipient.get(&recipient).into_iter().flatten() {
+        let m = &st.messages[id];
+        let Some(stored_at) = m.stored_at else {
+            continue;
+        };
+        if m.team != team
+            || m.publication != Publication::Stored
+            || st.receipts[&(*id, recipient)].delivered_at.is_some()
+        {
+            continue;
+        }
+        let told = reported.covers(*id, stored_at);
+        match st.live_hand_out(*id, recipient, at) {
+            None => {
+                answer.pending += 1;
+                if !told {
+                    news.push((stored_at, m.conversation, m.seq, m.id));
+                }
+            }
+            Some(_) if told => {}
+            Some(_) => {
+                // The message is news when its last live hand-out lapses.
+                let held_until = st.hand_outs_by_pair[&(*id, recipient)]
+                    .iter()
+                    .map(|d| &st.hand_outs[d])
+                    .filter(|row| row.confirmed_at.is_none())
+                    .map(|row| row.hand_out.held_until)
+                    .max()
+                    .expect("a live hand-out");
+                answer.next_lapse =
+                    Some(answer.next_lapse.map_or(held_until, |t| t.min(held_until)));
+                answer.oldest_held =
+                    Some(answer.oldest_held.map_or(stored_at, |t| t.min(stored_at)));
+            }
+        }
+    }
+    news.sort();
+    news.truncate(limit);
+    answer.news = news
+        .into_iter()
+        .map(|(_, conversation, _, id)| NewsItem {
+            message: st.messages[&id].clone(),
+            conversation_title: st.conversations[&conversation].conversation.title.clone(),
+            sender_name: st.agents[&st.messages[&id].sender].name.clone(),
+        })
+        .collect();
+    Ok(answer)
 }
 
 pub(super) fn confirm(

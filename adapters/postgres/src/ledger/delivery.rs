@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    BusError, BusResult, DeliveryId, InboxAck, IssuedHandOut, LiveHandOut, WakeupTarget,
+    BusError, BusResult, DeliveryId, InboxAck, IssuedHandOut, LiveHandOut, SweepTarget,
 };
 use crewbus_sql::delivery::{Candidate, Prior, SqlDelivery};
 use crewbus_sql::driver::Stmt;
@@ -21,6 +21,7 @@ use super::{PostgresLedger, db};
 pub(super) use crewbus_sql::delivery::{
     acknowledge, confirm, hand_out, message, messages, receipts, undelivered, wakeable,
 };
+pub(super) use crewbus_sql::watch::inbox_news;
 
 impl SqlDelivery for PostgresLedger {
     type DeliveryRead = PoolConnection<Postgres>;
@@ -34,15 +35,18 @@ impl SqlDelivery for PostgresLedger {
     fn waiters(first: usize, _n: usize) -> String {
         format!(
             "SELECT DISTINCT w.team, w.agent
-             FROM unnest(${first}::uuid[], ${}::uuid[]) AS w(team, agent)",
-            first + 1
+             FROM unnest(${first}::uuid[], ${}::uuid[], ${}::timestamptz[])
+                  AS w(team, agent, stored_after)",
+            first + 1,
+            first + 2
         )
     }
 
-    fn bind_waiters<'q>(q: Stmt<'q, Postgres>, targets: &[WakeupTarget]) -> Stmt<'q, Postgres> {
-        let teams: Vec<Uuid> = targets.iter().map(|t| t.team).collect();
-        let agents: Vec<Uuid> = targets.iter().map(|t| t.agent).collect();
-        q.arg(teams).arg(agents)
+    fn bind_waiters<'q>(q: Stmt<'q, Postgres>, targets: &[SweepTarget]) -> Stmt<'q, Postgres> {
+        let teams: Vec<Uuid> = targets.iter().map(|t| t.target.team).collect();
+        let agents: Vec<Uuid> = targets.iter().map(|t| t.target.agent).collect();
+        let after: Vec<Option<DateTime<Utc>>> = targets.iter().map(|t| t.stored_after).collect();
+        q.arg(teams).arg(agents).arg(after)
     }
 
     /// In one statement: the recipient's row of this tenant, and the candidates with their

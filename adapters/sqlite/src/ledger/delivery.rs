@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusResult, DeliveryId, InboxAck, IssuedHandOut, LiveHandOut, WakeupTarget};
+use crewbus_domain::{BusResult, DeliveryId, InboxAck, IssuedHandOut, LiveHandOut, SweepTarget};
 use crewbus_sql::delivery::{Candidate, Prior, SqlDelivery};
 use crewbus_sql::driver::{Dialect, Stmt, stmt};
 use crewbus_sql::ledger::SqlLedger;
@@ -21,6 +21,7 @@ use crate::dialect::Lite;
 pub(super) use crewbus_sql::delivery::{
     acknowledge, confirm, hand_out, message, messages, receipts, undelivered, wakeable,
 };
+pub(super) use crewbus_sql::watch::inbox_news;
 
 impl SqlDelivery for SqliteLedger {
     type DeliveryRead = Transaction<'static, Sqlite>;
@@ -36,17 +37,24 @@ impl SqlDelivery for SqliteLedger {
 
     fn waiters(first: usize, n: usize) -> String {
         let values: Vec<String> = (0..n)
-            .map(|i| format!("(${}, ${})", first + 2 * i, first + 2 * i + 1))
+            .map(|i| {
+                let p = first + 3 * i;
+                format!("(${p}, ${}, ${})", p + 1, p + 2)
+            })
             .collect();
         format!(
-            "WITH w(team, agent) AS (VALUES {})
+            "WITH w(team, agent, stored_after) AS (VALUES {})
              SELECT DISTINCT w.team, w.agent FROM w",
             values.join(", ")
         )
     }
 
-    fn bind_waiters<'q>(q: Stmt<'q, Sqlite>, targets: &[WakeupTarget]) -> Stmt<'q, Sqlite> {
-        targets.iter().fold(q, |q, t| q.arg(t.team).arg(t.agent))
+    fn bind_waiters<'q>(q: Stmt<'q, Sqlite>, targets: &[SweepTarget]) -> Stmt<'q, Sqlite> {
+        targets.iter().fold(q, |q, t| {
+            q.arg(t.target.team)
+                .arg(t.target.agent)
+                .arg(t.stored_after.map(Ts))
+        })
     }
 
     /// The recipient looked up (`agent_row`), then the candidates: `Stored` messages of `team`
@@ -186,6 +194,7 @@ impl SqlDelivery for SqliteLedger {
 mod plans {
     use super::*;
     use crewbus_sql::delivery::{undelivered_sql, wakeable_sql};
+    use crewbus_sql::watch::{news_items_sql, news_summary_sql};
 
     /// The query plan of `sql` on a freshly migrated store: one line per step, in order.
     async fn plan(sql: &str, binds: usize) -> Vec<String> {
@@ -232,6 +241,12 @@ mod plans {
 
     #[tokio::test]
     async fn the_wakeup_sweep_starts_from_each_waiters_undelivered_receipts() {
-        assert_driven_by_receipts(&plan(&wakeable_sql::<SqliteLedger>(3), 3 + 3 * 2).await);
+        assert_driven_by_receipts(&plan(&wakeable_sql::<SqliteLedger>(3), 3 + 3 * 3).await);
+    }
+
+    #[tokio::test]
+    async fn the_inbox_watch_starts_from_the_recipients_undelivered_receipts() {
+        assert_driven_by_receipts(&plan(&news_summary_sql::<SqliteLedger>(2), 4 + 2).await);
+        assert_driven_by_receipts(&plan(&news_items_sql::<SqliteLedger>(2), 5 + 2).await);
     }
 }

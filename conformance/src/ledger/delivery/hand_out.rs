@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use crewbus_domain::{
     BusError, ConfirmOutcome, DeliveryId, HandOut, HandOutOutcome, HandOutRequest, InboxAck,
-    WakeupTarget,
+    SweepTarget, WakeupTarget,
 };
 use tokio::task::JoinSet;
 use uuid::Uuid;
 
-use super::super::delivery::{GRACE, from_inbox, from_ledger, issued, out_id};
+use super::super::delivery::{GRACE, any_message, from_inbox, from_ledger, issued, out_id};
 use super::super::scene::{INBOX, REMOTE, scene};
 use super::super::time::t;
 use crate::LedgerFixture;
@@ -418,7 +418,10 @@ pub async fn wakeable_finds_waiters_with_something_to_hand_out_or_revoked<
     let (a, b, c) = (target(&s.a), target(&s.b), target(&s.c));
     let wakeable = |targets: Vec<WakeupTarget>, before, at| {
         let ledger = Arc::clone(&s.ledger);
-        async move { sorted(ledger.wakeable(&targets, before, at).await.unwrap()) }
+        async move {
+            let targets: Vec<SweepTarget> = targets.into_iter().map(any_message).collect();
+            sorted(ledger.wakeable(&targets, before, at).await.unwrap())
+        }
     };
     assert!(
         wakeable(vec![a, b, c], t(10), t(10)).await.is_empty(),
@@ -474,7 +477,11 @@ pub async fn wakeable_finds_waiters_with_something_to_hand_out_or_revoked<
     );
     assert!(matches!(
         s.ledger
-            .wakeable(&vec![b; crewbus_domain::MAX_PAGE + 1], t(1), t(1))
+            .wakeable(
+                &vec![any_message(b); crewbus_domain::MAX_PAGE + 1],
+                t(1),
+                t(1)
+            )
             .await,
         Err(BusError::Invalid { .. })
     ));

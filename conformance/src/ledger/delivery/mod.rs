@@ -1,5 +1,5 @@
-//! `Ledger` behaviours of delivery (hand-outs, receipts, a revoked recipient), and the requests
-//! and outcomes they share.
+//! `Ledger` behaviours of delivery (hand-outs, receipts, a revoked recipient, the inbox watch's
+//! read), and the requests and outcomes they share.
 
 use std::time::Duration;
 
@@ -14,10 +14,20 @@ use super::scene::{INBOX, Scene};
 mod hand_out;
 mod receipts;
 mod revoked;
+mod watch;
 
 pub use hand_out::*;
 pub use receipts::*;
 pub use revoked::*;
+pub use watch::*;
+
+/// A sweep target any stored message wakes (a waiting fetch's).
+pub(crate) fn any_message(target: crewbus_domain::WakeupTarget) -> crewbus_domain::SweepTarget {
+    crewbus_domain::SweepTarget {
+        target,
+        stored_after: None,
+    }
+}
 
 pub(crate) fn from_ledger(message: Uuid) -> HandOutRequest {
     HandOutRequest {
