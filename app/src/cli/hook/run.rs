@@ -189,16 +189,18 @@ impl Hook {
     }
 
     /// Records `answer` as reported when the stored cursor is still `seen` (nobody reported
-    /// meanwhile), counting a wake when `wake`. Returns whether it was recorded.
+    /// meanwhile) and, for a background `waiter`, it is still the current one; counts a wake
+    /// when `wake`. Returns whether it was recorded.
     fn record(
         &self,
         seen: &Option<String>,
         answer: &WatchAnswer,
         wake: bool,
+        waiter: Option<&String>,
     ) -> Result<bool, String> {
         let lock = self.dir.lock()?;
         let mut state = lock.load(&self.key);
-        if state.cursor != *seen {
+        if state.cursor != *seen || (waiter.is_some() && state.waiter.as_ref() != waiter) {
             return Ok(false);
         }
         state.cursor = Some(answer.cursor.clone());
@@ -219,7 +221,9 @@ impl Hook {
         );
         let state = self.update(|s| {
             if human {
-                // The user spoke (or the session began): consecutive wakes count from zero.
+                // The user spoke (or the session began): consecutive wakes count from zero, and
+                // a background Stop still waiting from the last turn gives way.
+                s.waiter = None;
                 s.wakes = 0;
             }
         })?;
@@ -235,7 +239,7 @@ impl Hook {
             if answer.new.is_empty() {
                 return Ok(Outcome::Quiet);
             }
-            if self.record(&seen, &answer, false)? {
+            if self.record(&seen, &answer, false, None)? {
                 let text = report::summary(&answer);
                 return Ok(Outcome::Print(report::additional_context(check, &text)));
             }
@@ -275,7 +279,7 @@ impl Hook {
                 .min(self.chunk);
             let answer = self.watch(seen.as_deref(), wait, GRACE).await?;
             if !answer.new.is_empty() {
-                if self.record(&seen, &answer, true)? {
+                if self.record(&seen, &answer, true, waiter.as_ref())? {
                     let text = report::summary(&answer);
                     return Ok(match self.args.host {
                         Host::Cursor => Outcome::Print(report::cursor_answer(Some(&text))),

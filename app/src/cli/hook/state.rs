@@ -54,17 +54,14 @@ impl SessionState {
     }
 }
 
-/// The state file's key for `host`'s `session` of the agent holding `token` on `url`.
+/// The state file's key for `host`'s `session` of the agent holding `token` on `url` (its
+/// trailing `/` or `/mcp` aside).
 pub fn key(url: &str, token: &str, host: &str, session: &str) -> String {
     let agent = hex::encode(Sha256::digest(token.as_bytes()));
+    let url = url.trim_end_matches('/');
+    let url = url.strip_suffix("/mcp").unwrap_or(url);
     let mut h = Sha256::new();
-    for field in [
-        "crewbus hook state",
-        url.trim_end_matches('/'),
-        &agent,
-        host,
-        session,
-    ] {
+    for field in ["crewbus hook state", url, &agent, host, session] {
         h.update((field.len() as u64).to_be_bytes());
         h.update(field.as_bytes());
     }
@@ -260,6 +257,7 @@ mod tests {
     fn keys_separate_servers_agents_hosts_and_sessions() {
         let k = key("http://h:1", "t", "claude-code", "s");
         assert_eq!(k, key("http://h:1/", "t", "claude-code", "s"));
+        assert_eq!(k, key("http://h:1/mcp", "t", "claude-code", "s"));
         assert_eq!(k.len(), 64);
         for other in [
             key("http://h:2", "t", "claude-code", "s"),

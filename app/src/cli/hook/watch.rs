@@ -87,6 +87,8 @@ impl WatchClient {
     /// header value, the HTTP client cannot be built.
     pub fn new(url: &str, token: &Secret, connect_timeout: Duration) -> Result<Self, String> {
         let base = url.trim_end_matches('/');
+        // The MCP endpoint's URL names the same server.
+        let base = base.strip_suffix("/mcp").unwrap_or(base);
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(format!(
                 "--url must be an http:// or https:// URL, not {base:?}"
@@ -206,6 +208,8 @@ mod tests {
         assert!(WatchClient::new("ftp://h", &t, Duration::from_secs(1)).is_err());
         let c = WatchClient::new("http://127.0.0.1:1/", &t, Duration::from_secs(1)).unwrap();
         assert_eq!(c.endpoint, "http://127.0.0.1:1/v1/inbox/watch");
+        let c = WatchClient::new("http://h/bus/mcp", &t, Duration::from_secs(1)).unwrap();
+        assert_eq!(c.endpoint, "http://h/bus/v1/inbox/watch");
         assert!(
             WatchClient::new("http://h", &Secret::new("a\nb"), Duration::from_secs(1)).is_err()
         );
