@@ -96,6 +96,13 @@ pub struct Metrics {
     pub feed_listener_lost: Counter,
     /// Console feed listeners subscribed again after a loss (their viewers told they lagged).
     pub feed_listener_reconnected: Counter,
+    /// Safety sweeps run over this process's waiting fetches and watches (`Bus::wait_sweep`).
+    pub wait_sweeps: Counter,
+    /// Ledger reads by inbox watches (`Ledger::inbox_news`): one per watch, plus one per
+    /// wake-up or hand-out lapse while it waits.
+    pub watch_reads: Counter,
+    /// Reads of waiting inbox watches that failed (each kept waiting).
+    pub watch_errors: Counter,
     /// MCP tool calls (of a known tool; bus errors included).
     pub mcp_tool_calls: Counter,
     /// MCP tool calls answered with a bus error (`isError: true`).
@@ -132,6 +139,9 @@ impl Default for Metrics {
             wakeup_listener_reconnected: Counter::default(),
             feed_listener_lost: Counter::default(),
             feed_listener_reconnected: Counter::default(),
+            wait_sweeps: Counter::default(),
+            watch_reads: Counter::default(),
+            watch_errors: Counter::default(),
             mcp_tool_calls: Counter::default(),
             mcp_tool_errors: Counter::default(),
             relay_latency: Histogram::default(),
@@ -231,6 +241,21 @@ impl Default for Metrics {
                 "crewbus_feed_listener_reconnected",
                 "Console feed listeners subscribed again after a loss",
                 &m.feed_listener_reconnected,
+            ),
+            (
+                "crewbus_wait_sweeps",
+                "Safety sweeps over this process's waiting fetches and watches",
+                &m.wait_sweeps,
+            ),
+            (
+                "crewbus_watch_reads",
+                "Ledger reads by inbox watches (one per watch, one per wake-up or lapse while it waits)",
+                &m.watch_reads,
+            ),
+            (
+                "crewbus_watch_errors",
+                "Reads of waiting inbox watches that failed (they kept waiting)",
+                &m.watch_errors,
             ),
             (
                 "crewbus_mcp_tool_calls",

@@ -391,7 +391,7 @@ async fn retention_removes_old_bodies_and_history_explains_them() {
 // after the traffic below. Prometheus text 0.0.4 unless OpenMetrics is asked for.
 
 /// The counters: (name, help) as scraped in the Prometheus text format.
-const COUNTERS: [(&str, &str); 20] = [
+const COUNTERS: [(&str, &str); 23] = [
     ("crewbus_messages_sent_total", "Messages accepted by send."),
     (
         "crewbus_relay_published_total",
@@ -460,6 +460,18 @@ const COUNTERS: [(&str, &str); 20] = [
     (
         "crewbus_feed_listener_reconnected_total",
         "Console feed listeners subscribed again after a loss.",
+    ),
+    (
+        "crewbus_wait_sweeps_total",
+        "Safety sweeps over this process's waiting fetches and watches.",
+    ),
+    (
+        "crewbus_watch_reads_total",
+        "Ledger reads by inbox watches (one per watch, one per wake-up or lapse while it waits).",
+    ),
+    (
+        "crewbus_watch_errors_total",
+        "Reads of waiting inbox watches that failed (they kept waiting).",
     ),
     (
         "crewbus_mcp_tool_calls_total",
@@ -712,6 +724,8 @@ fn assert_values_after_traffic(e: &Exposition, le: &[String]) {
         ("crewbus_wakeup_listener_reconnected_total", 0.0),
         ("crewbus_feed_listener_lost_total", 0.0),
         ("crewbus_feed_listener_reconnected_total", 0.0),
+        ("crewbus_watch_reads_total", 0.0),
+        ("crewbus_watch_errors_total", 0.0),
         ("crewbus_mcp_tool_calls_total", 0.0),
         ("crewbus_mcp_tool_errors_total", 0.0),
         ("crewbus_publication_pending", 0.0),

@@ -31,6 +31,7 @@ pub(crate) mod request_deadline;
 mod runs;
 pub mod search;
 pub mod views;
+pub mod watch;
 
 /// What every handler sees.
 #[derive(Clone)]
@@ -55,10 +56,11 @@ pub fn router(bus: Bus, mounted: Router<AppState>) -> Router {
         .settings
         .max_wait
         .max(crate::usecases::deliver::ROOM_WAIT_MIN);
-    // The routes that may wait (`wait_ms`): a fetch, and an acquire (its listing shares the
-    // path, so the same bound).
+    // The routes that may wait (`wait_ms`): a fetch, a watch, and an acquire (its listing
+    // shares the path, so the same bound).
     let fetch = Router::new()
         .route("/v1/inbox/fetch", post(inbox::fetch))
+        .route("/v1/inbox/watch", post(watch::watch))
         .route("/v1/leases", post(leases::acquire).get(leases::list))
         .route_layer(axum::middleware::from_fn_with_state(
             deadline(fetch_wait),

@@ -13,6 +13,7 @@ use super::leases::{
 };
 use super::search::{SearchHitView, SearchView, SnippetView};
 use super::views::*;
+use super::watch::{WatchNewsView, WatchRequest, WatchView};
 use crate::usecases::bus::BusSettings;
 use crate::usecases::health::HealthReport;
 
@@ -52,6 +53,7 @@ use crate::usecases::health::HealthReport;
         super::inbox::fetch,
         super::inbox::confirm,
         super::inbox::status,
+        super::watch::watch,
         super::runs::admit,
         super::runs::get,
         super::runs::resume,
@@ -74,7 +76,7 @@ use crate::usecases::health::HealthReport;
         InboxStatusView, HealthReport, RunView, Outcome, SealRequest, RecordView, RecordsView,
         MemberKind, LeaseView, LeaseModeView, LeaseEndView, AcquireLease, AcquireView, RenewLease,
         LeasesView, LeaseEventView, LeaseHistoryView, CheckLease, CheckView, SearchView,
-        SearchHitView, SnippetView
+        SearchHitView, SnippetView, WatchRequest, WatchNewsView, WatchView
     )),
     modifiers(&BearerAuth, &AdminApi, &RequestDeadline)
 )]
@@ -165,8 +167,9 @@ impl Modify for RequestDeadline {
 
 /// The document `GET /openapi.json` serves: [`ApiDoc`] with the configured limits of this
 /// server as the `maximum` of `FetchRequest`'s `limit` (`bus.max_fetch`), `wait_ms`
-/// (`bus.max_wait_ms`, in ms) and `max_bytes` (`bus.max_fetch_bytes`, in bytes), so a client or
-/// a test generator sees the bounds it is held to.
+/// (`bus.max_wait_ms`, in ms) and `max_bytes` (`bus.max_fetch_bytes`, in bytes), of
+/// `WatchRequest`'s `wait_ms` and of the lease routes' waits and TTLs, so a client or a test
+/// generator sees the bounds it is held to.
 pub fn document(settings: &BusSettings) -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     let fetch = doc
@@ -179,10 +182,11 @@ pub fn document(settings: &BusSettings) -> utoipa::openapi::OpenApi {
         set_maximum(fetch, "wait_ms", max_wait_ms);
         set_maximum(fetch, "max_bytes", settings.max_fetch_bytes);
     }
-    // The lease routes' bounds come from configuration too.
+    // The watch's and the lease routes' bounds come from configuration too.
     let max_wait_ms = usize::try_from(settings.max_wait.as_millis()).unwrap_or(usize::MAX);
     let max_ttl_ms = usize::try_from(settings.lease_max_ttl.as_millis()).unwrap_or(usize::MAX);
     for (name, fields) in [
+        ("WatchRequest", &[("wait_ms", max_wait_ms)][..]),
         (
             "AcquireLease",
             &[("wait_ms", max_wait_ms), ("ttl_ms", max_ttl_ms)][..],
@@ -260,8 +264,8 @@ mod tests {
                 "operationId {id} twice ({method} {path})"
             );
         }
-        // 29 of the agents' API and operations, 16 of the admin API.
-        assert_eq!(seen.len(), 45);
+        // 30 of the agents' API and operations, 16 of the admin API.
+        assert_eq!(seen.len(), 46);
     }
 
     #[test]
@@ -321,7 +325,7 @@ mod tests {
             }
         }
         // Every operation but /health and /metrics.
-        assert_eq!(authenticated, 43);
+        assert_eq!(authenticated, 44);
     }
 
     #[test]
@@ -341,7 +345,7 @@ mod tests {
             );
             declared += 1;
         }
-        assert_eq!(declared, 44);
+        assert_eq!(declared, 45);
     }
 
     #[test]
@@ -435,7 +439,11 @@ mod tests {
     #[test]
     fn optional_bodies_are_not_required_and_the_others_are() {
         let doc = default_doc();
-        for path in ["/v1/inbox/fetch", "/v1/messages/{id}/acknowledge"] {
+        for path in [
+            "/v1/inbox/fetch",
+            "/v1/inbox/watch",
+            "/v1/messages/{id}/acknowledge",
+        ] {
             let body = &operation(&doc, "post", path)["requestBody"];
             assert_ne!(body["required"], true, "{path}: {body}");
         }
@@ -489,6 +497,12 @@ mod tests {
                 .as_array()
                 .is_some_and(|r| r.contains(&Value::from("max_bytes"))),
             "{fetch}"
+        );
+        let watch = component(&served(&settings), "WatchRequest");
+        assert_eq!(watch["properties"]["wait_ms"]["maximum"], 500);
+        assert_eq!(
+            watch["properties"]["after"]["maxLength"],
+            crewbus_domain::MAX_CURSOR_CHARS
         );
         // The defaults: bus.max_fetch 100, bus.max_wait_ms 50 000, bus.max_fetch_bytes 16 MiB.
         let fetch = component(&default_doc(), "FetchRequest");

@@ -28,6 +28,7 @@ pub(crate) mod send_batch;
 pub mod token;
 pub mod token_cache;
 pub mod wait;
+pub mod watch;
 pub mod workers;
 
 #[cfg(test)]

@@ -736,3 +736,4 @@ mod leases;
 mod listeners;
 mod search;
 mod token_cache;
+mod watch;

@@ -348,6 +348,7 @@ impl Bus {
     /// One safety sweep over the agents waiting in this process (see the module docs). Returns
     /// how many were woken. Errors: the ledger failing.
     pub async fn wait_sweep(&self) -> BusResult<usize> {
+        Metrics::inc(&self.metrics.wait_sweeps);
         let targets = self.room.targets();
         let now = self.now();
         let mut woken = 0;

@@ -1,0 +1,136 @@
+//! `POST /v1/inbox/watch`: what waits in the caller's inbox and what of it is news, handing
+//! nothing out — for a host's hooks and channels — and its request and answer views.
+
+use axum::Json;
+use axum::extract::State;
+use crewbus_domain::{
+    DateTime, MAX_CURSOR_CHARS, MAX_WATCH_NEWS, NAME_CHARS, PREVIEW_CHARS, Utc, Uuid,
+};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+use super::AppState;
+use super::auth::Authenticated;
+use super::error::{ApiResult, ErrorBody};
+use super::extract::ApiJsonOrDefault;
+use super::views::{MemberKind, whole};
+use crate::usecases::watch::{WatchNews, Watched};
+
+/// Watch the inbox.
+// The served document's `maximum` of `wait_ms` is the server's configured `bus.max_wait_ms`
+// (`super::openapi::document`).
+#[derive(Debug, Default, Deserialize, ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WatchRequest {
+    /// When there is no news now, wait up to this long for some, ms (0 to the server's
+    /// `bus.max_wait_ms`, 50 000 by default). Default 0: answer at once.
+    #[serde(default, deserialize_with = "whole::u64")]
+    #[schema(minimum = 0)]
+    pub wait_ms: u64,
+    /// The `cursor` of this agent's previous watch answer: what was reported already is not
+    /// news again. Absent (or null): every pending message is news. Opaque: pass it back as it
+    /// came; a cursor of another agent, or anything else, is `400 invalid`.
+    #[serde(default)]
+    #[schema(max_length = 8256, pattern = "^[A-Za-z0-9_-]*$")]
+    pub after: Option<String>,
+}
+
+/// One message the caller was not told of yet. Every text here was written by an agent: it is
+/// data, cleaned (control, format and bidirectional characters removed, line breaks folded,
+/// `<` `>` `«` `»` replaced by `‹` `›`) and cut.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WatchNewsView {
+    /// The message id.
+    pub message: Uuid,
+    /// Its conversation.
+    pub conversation: Uuid,
+    /// The conversation's title, cleaned, at most 200 characters.
+    #[schema(max_length = 200)]
+    pub conversation_title: String,
+    /// The sender.
+    pub sender: Uuid,
+    /// The sender's name, cleaned, at most 64 characters.
+    #[schema(max_length = 64)]
+    pub sender_name: String,
+    /// The sender's kind when it sent.
+    pub sender_kind: MemberKind,
+    /// Its position in the conversation.
+    #[schema(minimum = 1)]
+    pub seq: u64,
+    /// When it was sent.
+    pub sent_at: DateTime<Utc>,
+    /// The start of its body, cleaned, at most 200 characters (empty when the body cannot be
+    /// read now). Fetch the message (`POST /v1/inbox/fetch`) for the whole body.
+    #[schema(max_length = 200)]
+    pub preview: String,
+}
+
+impl From<WatchNews> for WatchNewsView {
+    fn from(n: WatchNews) -> Self {
+        WatchNewsView {
+            message: n.message,
+            conversation: n.conversation,
+            conversation_title: n.conversation_title,
+            sender: n.sender,
+            sender_name: n.sender_name,
+            sender_kind: n.sender_kind.into(),
+            seq: n.seq,
+            sent_at: n.sent_at,
+            preview: n.preview,
+        }
+    }
+}
+
+/// The answer to a watch.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct WatchView {
+    /// How many messages wait for the caller now (stored, not confirmed, not held by a
+    /// hand-out), reported before or not.
+    #[schema(minimum = 0)]
+    pub pending: u64,
+    /// The news: waiting messages the cursor had not reported, at most 20, oldest first.
+    /// Empty after a wait that found none.
+    #[schema(max_items = 20)]
+    pub new: Vec<WatchNewsView>,
+    /// Pass this back as `after` next time (opaque; valid on any server of this deployment,
+    /// for this agent only).
+    #[schema(max_length = 8256)]
+    pub cursor: String,
+}
+
+impl From<Watched> for WatchView {
+    fn from(w: Watched) -> Self {
+        WatchView {
+            pending: w.pending,
+            new: w.news.into_iter().map(Into::into).collect(),
+            cursor: w.cursor,
+        }
+    }
+}
+
+// The schema's literal bounds are the domain's constants.
+const _: () = assert!(MAX_CURSOR_CHARS == 8256);
+const _: () = assert!(MAX_WATCH_NEWS == 20);
+const _: () = assert!(PREVIEW_CHARS == 200 && NAME_CHARS == 64);
+
+/// What is new in the caller's inbox, handing nothing out: how many messages wait, and those
+/// not reported to it before (per `after`), each with a cleaned preview. Answers at once when
+/// there is news; else waits up to `wait_ms` for some (an empty `new` after the wait, or at
+/// once when the server shuts down). Nothing is handed out, confirmed or marked: a later fetch
+/// gets the messages as if no watch had run. Pass the answer's `cursor` back as `after`.
+#[utoipa::path(post, path = "/v1/inbox/watch", tag = "inbox", operation_id = "watch_inbox",
+    request_body(content = Option<WatchRequest>, description = "optional (an empty body is `{}`)"),
+    responses((status = 200, body = WatchView),
+        (status = 400, description = "bad wait_ms, an `after` that is not this agent's cursor, malformed body", body = ErrorBody),
+        (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody),
+        (status = 503, description = "the ledger did not answer (`unavailable`), or not in time (`timeout`); retry", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn watch(
+    State(state): State<AppState>,
+    Authenticated(agent): Authenticated,
+    ApiJsonOrDefault(req): ApiJsonOrDefault<WatchRequest>,
+) -> ApiResult<Json<WatchView>> {
+    let wait = std::time::Duration::from_millis(req.wait_ms);
+    let watched = state.bus.watch(&agent, req.after.as_deref(), wait).await?;
+    Ok(Json(watched.into()))
+}
