@@ -48,6 +48,9 @@ use crate::push::{DeliveryWorker, PushRuntime};
 use crate::usecases::backends::CombinedBackends;
 use crate::usecases::bus::{Bus, BusSettings, Ports};
 
+/// The embedded store's start-up check ([`check_embedded_store`]): its verdict and what it took.
+pub use crewbus_sqlite::{Integrity, IntegrityCheck};
+
 /// What the composition root built.
 pub struct Composed {
     /// The use cases over the chosen ports.
@@ -145,6 +148,32 @@ pub async fn open_sqlite(config: &Config, opener: Opener) -> BusResult<SqlitePoo
         Opener::Operator => crewbus_sqlite::check_schema(&pools).await?,
     }
     Ok(pools)
+}
+
+/// How long `crewbus serve`'s check of the embedded store may take when the last stop was
+/// clean: SQLite's `quick_check` costs about 4 s of CPU per GiB of store, so a store up to about
+/// half a GiB is checked whole and a larger one as far as this reaches (after an unclean stop
+/// the whole store is checked, whatever it takes).
+pub const START_CHECK_BUDGET: Duration = Duration::from_secs(2);
+
+/// `crewbus serve`'s check of the embedded store before it opens it
+/// (`crewbus_sqlite::check_integrity`, within [`START_CHECK_BUDGET`] after a clean stop). Never
+/// writes to the store. Errors: no data directory → `Invalid`; the file unreadable or locked
+/// past `storage.busy_timeout_ms` → `Unavailable`; a damaged file is the answer's verdict.
+pub async fn check_embedded_store(config: &Config) -> BusResult<IntegrityCheck> {
+    let path = crate::config::database_path(&config.storage.data_dir()?);
+    let busy = Duration::from_millis(config.storage.busy_timeout_ms());
+    crewbus_sqlite::check_integrity(&path, busy, START_CHECK_BUDGET).await
+}
+
+/// `crewbus serve`'s clean stop of the embedded store, once it stopped serving: its write-ahead
+/// log copied into the file and emptied (`crewbus_sqlite::checkpoint`). Returns whether it
+/// completed (`false`: a writer still held the log). Errors: the file cannot be written →
+/// `Unavailable`.
+pub async fn checkpoint_embedded_store(config: &Config) -> BusResult<bool> {
+    let path = crate::config::database_path(&config.storage.data_dir()?);
+    let busy = Duration::from_millis(config.storage.busy_timeout_ms());
+    crewbus_sqlite::checkpoint(&path, busy).await
 }
 
 /// The embedded store for the ledger, journal, push store, inbox and bodies over `pools`;

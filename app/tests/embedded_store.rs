@@ -453,3 +453,103 @@ fn a_dev_operator_token_file_that_cannot_be_written_leaves_no_operator_behind() 
     let _ = child.kill();
     let _ = child.wait();
 }
+
+/// `n` messages from alice to bob in a new conversation, through `serve`.
+async fn send_some(serve: &Serve, n: usize) {
+    let alice = serve.tokens["alice"].clone();
+    let (status, conv) = call(
+        &serve.url,
+        &alice,
+        "POST",
+        "/v1/conversations",
+        json!({"title": "filler", "members": ["bob"]}),
+    )
+    .await;
+    assert_eq!(status, 201, "{conv}");
+    let conv_id = conv["id"].as_str().unwrap().to_owned();
+    for i in 0..n {
+        let (status, sent) = call(
+            &serve.url,
+            &alice,
+            "POST",
+            &format!("/v1/conversations/{conv_id}/messages"),
+            json!({"request_id": format!("r{i}"), "body": "x".repeat(2000)}),
+        )
+        .await;
+        assert_eq!(status, 201, "{sent}");
+    }
+}
+
+/// The length of the store's write-ahead log (0 when there is none).
+fn wal_len(store: &Path) -> u64 {
+    std::fs::metadata(store.with_extension("db-wal")).map_or(0, |m| m.len())
+}
+
+#[tokio::test]
+async fn a_damaged_store_is_refused_before_anything_listens_and_a_clean_stop_empties_the_log() {
+    for clean in [true, false] {
+        let home = tempfile::tempdir().unwrap();
+        let store = home.path().join("data/crewbus/crewbus.db");
+        let serve = Serve::start(home.path());
+        send_some(&serve, 100).await;
+        assert!(
+            wal_len(&store) > 0,
+            "the writes are in the log while it runs"
+        );
+        serve.stop();
+        assert_eq!(
+            wal_len(&store),
+            0,
+            "a clean stop leaves the log checkpointed into the file"
+        );
+        if !clean {
+            // The case: a stop that leaves the log holding frames (here a kill), then
+            // the file damaged.
+            let serve = Serve::start(home.path());
+            send_some(&serve, 5).await;
+            drop(serve);
+            assert!(wal_len(&store) > 0, "killed: the log holds frames");
+        }
+        let len = std::fs::metadata(&store).unwrap().len();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&store)
+            .unwrap();
+        file.set_len(len / 2).unwrap();
+        drop(file);
+
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let started = Instant::now();
+        let out = crewbus(home.path())
+            .args(["--json", "serve", "--listen", &format!("127.0.0.1:{port}")])
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "clean {clean}: refused as a configuration error: {stderr}"
+        );
+        assert!(
+            stderr.contains(&store.display().to_string()),
+            "the file is named: {stderr}"
+        );
+        assert!(
+            !stdout.contains("listening") && !stdout.contains("cbt_"),
+            "nothing served, no token printed: {stdout}"
+        );
+        assert!(
+            std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+            "nothing listens on {port}"
+        );
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "refused at once"
+        );
+    }
+}

@@ -189,7 +189,7 @@ impl SqlitePools {
 ///
 /// Errors: the file missing and `create_if_missing` false → `NotProvisioned` naming the path;
 /// `path` a directory, `read_connections` 0, or a file system without WAL support → `Invalid`
-/// naming the path; the file unreadable or not a database → `Unavailable`/`Invalid` (the cause
+/// naming the path; the file unreadable, damaged or not a database → `Unavailable` (the cause
 /// logged and kept as the source).
 pub async fn open(path: impl AsRef<Path>, config: &SqliteConfig) -> BusResult<SqlitePools> {
     let path = path.as_ref().to_owned();
@@ -342,12 +342,12 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_file_that_is_not_a_database_is_invalid_and_its_text_stays_in_the_log() {
+    async fn a_file_that_is_not_a_database_is_unavailable_and_its_text_stays_in_the_log() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("garbage.db");
         std::fs::write(&path, vec![0x5a_u8; 8192]).unwrap();
         let e = open(&path, &SqliteConfig::default()).await.unwrap_err();
-        assert!(matches!(e, BusError::Invalid { .. }), "{e:?}");
+        assert!(matches!(e, BusError::Unavailable { .. }), "{e:?}");
         let text = e.to_string();
         assert!(text.contains("garbage.db"), "the file is named: {text}");
         assert!(

@@ -87,7 +87,8 @@ pub(crate) enum Class {
     /// `SQLITE_INTERRUPT`: the statement was interrupted.
     Timeout,
     /// `SQLITE_CORRUPT` / `SQLITE_NOTADB`: the file is damaged or not a database; an operator
-    /// must restore it.
+    /// must restore it. The server's fault, never the request's: retryable `Unavailable` (503),
+    /// logged as an error.
     Damaged,
     /// Anything else (`SQLITE_ERROR` for a statement SQLite refuses, a read-only connection
     /// asked to write, stored data that cannot be decoded): a bug a retry will not fix.
@@ -146,8 +147,8 @@ fn classified(err: &sqlx::Error, what: &str, busy: &BusyCounter) -> Class {
 
 /// Maps a sqlx error met while doing `what` (e.g. `"body store"`) to the bus's error:
 /// `Conflict`, `NotFound`, `Invalid` (refused data, or an internal failure), retryable
-/// `Unavailable` (busy, I/O; with the sqlx error as source) or `Timeout`. `Display` carries
-/// only `what`. A busy error is counted on `busy`.
+/// `Unavailable` (busy, I/O, a damaged file; with the sqlx error as source) or `Timeout`.
+/// `Display` carries only `what`. A busy error is counted on `busy`.
 pub(crate) fn bus_error(err: sqlx::Error, what: &str, busy: &BusyCounter) -> BusError {
     match classified(&err, what, busy) {
         Class::Conflict => BusError::conflict(format!("{what}: already recorded")),
@@ -157,17 +158,23 @@ pub(crate) fn bus_error(err: sqlx::Error, what: &str, busy: &BusyCounter) -> Bus
         Class::Unavailable => BusError::unavailable_from(format!("sqlite ({what})"), err),
         Class::Timeout => BusError::timeout(format!("sqlite ({what})")),
         Class::Internal => BusError::invalid(format!("{what}: the database failed the statement")),
-        Class::Damaged => BusError::invalid(format!(
-            "{what}: the store file is damaged or not a SQLite database: restore it from a \
-             backup (`crewbus backup`), without a stale -wal/-shm file beside it"
-        )),
+        // The request was not wrong: a client that trusts status codes must not give up on it
+        // (503 with Retry-After), and the operator sees the log's error.
+        Class::Damaged => BusError::unavailable_from(
+            format!(
+                "{what}: the store file is damaged or not a SQLite database: an operator must \
+                 restore it from a backup (`crewbus backup`), without a stale -wal/-shm file \
+                 beside it"
+            ),
+            err,
+        ),
     }
 }
 
 /// Maps a sqlx error met while doing `what` to the stores' error (journal, push store), by the
-/// same classification: `Unavailable` (retryable: busy, I/O, interrupted) with the sqlx error as
-/// source, `Conflict`, `NotFound`, `Invalid` for refused data, `Backend` for the rest. A busy
-/// error is counted on `busy`.
+/// same classification: `Unavailable` (retryable: busy, I/O, interrupted, a damaged file) with
+/// the sqlx error as source, `Conflict`, `NotFound`, `Invalid` for refused data, `Backend` for
+/// the rest. A busy error is counted on `busy`.
 pub(crate) fn store_error(err: sqlx::Error, what: &str, busy: &BusyCounter) -> StoreError {
     let class = classified(&err, what, busy);
     let source = || -> Option<crewbus_domain::Source> { Some(Arc::new(err)) };
@@ -175,11 +182,13 @@ pub(crate) fn store_error(err: sqlx::Error, what: &str, busy: &BusyCounter) -> S
         Class::Conflict => StoreError::conflict(format!("{what}: already recorded")),
         Class::NotFound => StoreError::not_found(format!("{what}: a referenced row")),
         Class::Refused => StoreError::invalid(format!("{what}: refused by the database")),
-        Class::Busy | Class::Unavailable | Class::Timeout => StoreError::Unavailable {
-            what: format!("sqlite ({what})"),
-            source: source(),
-        },
-        Class::Internal | Class::Damaged => StoreError::Backend {
+        Class::Busy | Class::Unavailable | Class::Timeout | Class::Damaged => {
+            StoreError::Unavailable {
+                what: format!("sqlite ({what})"),
+                source: source(),
+            }
+        }
+        Class::Internal => StoreError::Backend {
             what: format!("sqlite ({what})"),
             source: source(),
         },
@@ -211,6 +220,65 @@ mod tests {
             store_error(sqlx::Error::RowNotFound, "x", &busy),
             StoreError::NotFound { .. }
         ));
+        assert_eq!(busy.get(), 0);
+    }
+
+    /// What a statement on the file at `path` fails with (the file is read only by it).
+    async fn failure(path: &std::path::Path) -> sqlx::Error {
+        use sqlx::ConnectOptions as _;
+        let conn = sqlx::sqlite::SqliteConnectOptions::new()
+            .filename(path)
+            .connect()
+            .await;
+        let mut conn = match conn {
+            Ok(conn) => conn,
+            Err(e) => return e,
+        };
+        sqlx::query("SELECT count(*) FROM sqlite_master")
+            .execute(&mut conn)
+            .await
+            .expect_err("the file is damaged")
+    }
+
+    #[tokio::test]
+    async fn a_damaged_file_is_the_servers_fault_unavailable_and_retryable() {
+        let dir = tempfile::tempdir().unwrap();
+        // Not a database at all (SQLITE_NOTADB), and a database cut short (SQLITE_CORRUPT).
+        let garbage = dir.path().join("garbage.db");
+        std::fs::write(&garbage, vec![0x5a_u8; 8192]).unwrap();
+        let cut = dir.path().join("cut.db");
+        {
+            let mut conn = {
+                use sqlx::ConnectOptions as _;
+                sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(&cut)
+                    .create_if_missing(true)
+                    .connect()
+                    .await
+                    .unwrap()
+            };
+            for i in 0..50 {
+                sqlx::query(&format!("CREATE TABLE t{i} (x TEXT)"))
+                    .execute(&mut conn)
+                    .await
+                    .unwrap();
+            }
+            sqlx::Connection::close(conn).await.unwrap();
+            let len = std::fs::metadata(&cut).unwrap().len();
+            let file = std::fs::OpenOptions::new().write(true).open(&cut).unwrap();
+            file.set_len(len / 2).unwrap();
+        }
+        let busy = BusyCounter::default();
+        for path in [&garbage, &cut] {
+            assert_eq!(classify(&failure(path).await), Class::Damaged, "{path:?}");
+            let e = bus_error(failure(path).await, "send", &busy);
+            assert!(matches!(e, BusError::Unavailable { .. }), "{e:?}");
+            assert!(e.is_retryable());
+            assert!(std::error::Error::source(&e).is_some(), "the cause is kept");
+            let e = store_error(failure(path).await, "journal", &busy);
+            assert!(matches!(e, StoreError::Unavailable { .. }), "{e:?}");
+            assert!(e.is_retryable());
+        }
         assert_eq!(busy.get(), 0);
     }
 }

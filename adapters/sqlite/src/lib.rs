@@ -15,6 +15,13 @@
 //! It does not survive the loss of the disk itself: take copies with [`backup_to`] (online,
 //! `VACUUM INTO`), never by copying the file while a server runs (the WAL holds recent commits).
 //!
+//! # Checked at start, emptied at a clean stop
+//!
+//! A server checks the file before it serves it ([`check_integrity`]: SQLite's `quick_check`,
+//! whole after an unclean stop, within a time budget after a clean one) and refuses a damaged
+//! one; its clean stop copies the write-ahead log into the file and empties it
+//! ([`checkpoint`]), which is also how the next start tells a clean stop from another.
+//!
 //! # One host, one server
 //!
 //! The store is a file on a local disk, opened by **one server process**. SQLite's locks need a
@@ -46,6 +53,7 @@ mod dialect;
 mod error;
 mod group_commit;
 mod inbox;
+mod integrity;
 mod journal;
 mod ledger;
 mod push_store;
@@ -57,6 +65,7 @@ mod write_counts;
 pub use body::SqliteBackend;
 pub use connect::{SqliteConfig, SqlitePools, backup_to, open};
 pub use inbox::SqliteInbox;
+pub use integrity::{Integrity, IntegrityCheck, check_integrity, checkpoint};
 pub use journal::SqliteJournal;
 pub use ledger::SqliteLedger;
 pub use push_store::SqlitePushStore;

@@ -18,14 +18,17 @@ use crate::server::Server;
 use crate::shutdown::Shutdown;
 use crate::usecases::bus::Bus;
 
-/// `crewbus serve`: composes the bus, sets up the dev team (see [`crate::cli::dev_team`]): on the
+/// `crewbus serve`: on the embedded store, checks it first ([`crate::embedded::check_store`]:
+/// a damaged one is refused, said on stderr, exit code 2, nothing listening); composes the bus,
+/// sets up the dev team (see [`crate::cli::dev_team`]): on the
 /// embedded store always (default team `local`, agents alice and bob), with a database only when
 /// `--dev-team` is given; prints each agent (`agent NAME (ID) of team TEAM: token TOKEN`, with
 /// `--json` one object `{team, agent, name, token}` per agent, `token` null when it cannot be
 /// recovered), starts the server, then prints the dev tokens file and a host configuration to
 /// paste, and the address (`--json`: `{listening, mcp_url}`). Errors: `--dev-agent` without
 /// `--dev-team` when a database is configured → `Invalid`; as `compose`, the dev team's use
-/// cases and `Server::start`.
+/// cases and `Server::start`. After a graceful stop the embedded store's write-ahead log is
+/// checkpointed into its file ([`crate::embedded::stop_store`]).
 pub async fn serve(
     mut config: Config,
     args: ServeArgs,
@@ -48,6 +51,12 @@ pub async fn serve(
     };
     if let Some(p) = &embedded {
         say_embedded(p, json);
+        // Checked before anything opens it, migrates it or listens: a damaged store is refused
+        // with exit code 2, as a configuration error (what the operator fixes before a start).
+        if let Err(damaged) = crate::embedded::check_store(&config).await? {
+            eprintln!("crewbus: {damaged}");
+            return Ok(ExitCode::from(2));
+        }
     }
     if !config.listen.ip().is_loopback() && config.allow_list().allowed_hosts.is_empty() {
         // Every route checks Host: a client that names this server by another name than
@@ -127,6 +136,10 @@ pub async fn serve(
         );
     }
     server.wait().await;
+    if embedded.is_some() {
+        // A clean stop leaves the store whole in its file, and the next start knows it.
+        crate::embedded::stop_store(&config).await;
+    }
     // The lock is released only once the server (and its workers) stopped.
     drop(embedded);
     Ok(ExitCode::SUCCESS)

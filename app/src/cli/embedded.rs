@@ -14,7 +14,10 @@ use std::path::{Path, PathBuf};
 use crewbus_domain::{BusError, BusResult};
 
 use crate::cli::Command;
-use crate::config::{Config, LOCK_FILE, MASTER_KEY_FILE, StorageKind, database_path};
+use crate::compose::Integrity;
+use crate::config::{
+    Config, DATABASE_FILE, LOCK_FILE, MASTER_KEY_FILE, StorageKind, database_path,
+};
 use crate::push::{KeyRingSettings, MasterKey};
 
 /// The scope keys' directory inside the data directory.
@@ -197,6 +200,89 @@ fn create_private_file(path: &Path) -> BusResult<()> {
         .open(path)
         .map(drop)
         .map_err(|e| BusError::unavailable_from(format!("cannot create {}", path.display()), e))
+}
+
+/// A damaged embedded store, refused by `serve` before it listens ([`check_store`]). Its
+/// `Display` names the file and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DamagedStore {
+    /// The store file.
+    pub path: PathBuf,
+    /// SQLite's findings (also logged), at most ten lines; none when it could not read the file
+    /// at all.
+    pub problems: Vec<String>,
+}
+
+impl std::fmt::Display for DamagedStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dir = self.path.parent().unwrap_or(Path::new("."));
+        write!(
+            f,
+            "the embedded store {} is damaged ({}) and is not served. Restore it from a copy made \
+             with `crewbus backup`: with no server running, put the copy in place of {DATABASE_FILE} \
+             in {} and remove {DATABASE_FILE}-wal and {DATABASE_FILE}-shm beside it, keeping \
+             {MASTER_KEY_FILE} and {KEYS_DIR}/; or move the directory aside and start afresh",
+            self.path.display(),
+            match self.problems.len() {
+                0 => "SQLite refuses to read it: it is malformed or not a database".to_owned(),
+                n => format!("SQLite's quick_check found {n} problem(s), logged"),
+            },
+            dir.display()
+        )
+    }
+}
+
+/// Before `serve` opens the embedded store of `config`: SQLite's check of the file
+/// ([`crate::compose::check_embedded_store`]: the whole file after an unclean stop, at most
+/// [`crate::compose::START_CHECK_BUDGET`] after a clean one), its outcome logged. `Ok(Err(_))`:
+/// the store is damaged and must not be served. Errors: the file cannot be read →
+/// `Unavailable`; no data directory → `Invalid`.
+pub async fn check_store(config: &Config) -> BusResult<Result<(), DamagedStore>> {
+    let check = crate::compose::check_embedded_store(config).await?;
+    let took_ms = check.took.as_millis() as u64;
+    let unclean = check.after_unclean_stop;
+    match check.verdict {
+        Integrity::Damaged { problems } => {
+            let path = database_path(&config.storage.data_dir()?);
+            tracing::error!(
+                path = %path.display(),
+                ?problems,
+                after_unclean_stop = unclean,
+                "the embedded store is damaged: not serving it"
+            );
+            return Ok(Err(DamagedStore { path, problems }));
+        }
+        Integrity::Unfinished => tracing::info!(
+            took_ms,
+            "embedded store checked as far as the start's budget reached (a large store after a \
+             clean stop): sound so far"
+        ),
+        _ if unclean => tracing::info!(
+            took_ms,
+            "embedded store checked whole after an unclean stop: sound"
+        ),
+        _ => tracing::info!(took_ms, "embedded store checked: sound"),
+    }
+    Ok(Ok(()))
+}
+
+/// `serve`'s clean stop of the embedded store of `config`, after it stopped serving: the
+/// write-ahead log copied into the file and emptied
+/// ([`crate::compose::checkpoint_embedded_store`]), so the next start knows the stop was clean.
+/// A failure is logged (the next start then checks the whole file), never returned.
+pub async fn stop_store(config: &Config) {
+    match crate::compose::checkpoint_embedded_store(config).await {
+        Ok(true) => tracing::debug!("embedded store: write-ahead log checkpointed"),
+        Ok(false) => tracing::warn!(
+            "embedded store: a writer still held the write-ahead log at the stop; the next start \
+             checks the whole store"
+        ),
+        Err(e) => tracing::warn!(
+            error = %e,
+            "embedded store: cannot checkpoint the write-ahead log at the stop; the next start \
+             checks the whole store"
+        ),
+    }
 }
 
 /// Whether a `crewbus serve` holds the embedded store of `config` now (its `serve.lock` is
