@@ -15,8 +15,11 @@ Claude Code's environment (nothing else of the caller's is passed on):
   ANTHROPIC_BASE_URL=http://127.0.0.1:PORT (the scripted model), ANTHROPIC_API_KEY (a dummy),
   CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 (no telemetry, update or other side traffic),
   DISABLE_AUTOUPDATER=1, ENABLE_TOOL_SEARCH=false (MCP tools listed as `mcp__crewbus__*`
-  instead of deferred behind tool search), HOME (empty temporary directory: Claude Code needs
-  nothing in it to run in print mode; it writes `.claude.json` and `.claude/` there), PATH.
+  instead of deferred behind tool search), HOME (a temporary directory: print mode needs nothing
+  in it — it writes `.claude.json` and `.claude/` there — except that an MCP server's
+  `headersHelper` runs only in a workspace whose trust is recorded in `.claude.json`: see
+  scenarios.trust), PATH. Project `.mcp.json` servers and `.claude/settings*.json` hooks load
+  in print mode without any approval.
 """
 
 from __future__ import annotations
@@ -156,7 +159,7 @@ class Agent:
         return self.ok("POST", f"/v1/conversations/{conversation}/messages", {"request_id": str(uuid.uuid4()), "body": body})["message"]
 
     def receipts(self, message: str) -> list[dict]:
-        return self.ok("GET", f"/v1/messages/{message}/receipts")["receipts"]
+        return self.ok("GET", f"/v1/messages/{message}/receipts")
 
 
 # --- crewbus -------------------------------------------------------------------------------------
@@ -216,7 +219,7 @@ class Crewbus:
         """A new agent of the dev team through the admin API (any name the API accepts)."""
         op = self.operator_token()
         teams = http("GET", self.url + "/v1/admin/teams", op).body
-        team = next(t["id"] for t in teams["teams"] if t["name"] == "local")
+        team = next(t["id"] for t in teams if t["name"] == "local")
         a = http("POST", f"{self.url}/v1/admin/teams/{team}/agents", op, {"name": name})
         expect(a.status == 201, f"admin agent add answered {a.status}: {a.body}")
         self.tokens[name] = a.body["token"]
@@ -381,3 +384,11 @@ def stop_feedback(request: dict) -> list[str]:
     (the whole text after that prefix, the command included, is returned)."""
     return [t[len(STOP_FEEDBACK):] for m in request["messages"] if m.get("role") == "system"
             for t in texts(m) if t.startswith(STOP_FEEDBACK)]
+
+
+def run(args: list[str], cwd: Path, env: dict[str, str], stdin: str = "", timeout: float = 60) -> subprocess.CompletedProcess:
+    """A short command, its output captured (a `Failure` past `timeout`)."""
+    try:
+        return subprocess.run(args, cwd=cwd, env=env, input=stdin, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise Failure(f"{' '.join(args[:4])}… did not end within {timeout:g} s") from None

@@ -164,11 +164,6 @@ class Model:
         with self._lock:
             return [r["body"] for r in self.requests if r["path"].startswith("/v1/messages") and r["main"]]
 
-    def reset(self, script: Script | None) -> None:
-        with self._lock:
-            self.requests.clear()
-            self.script = script
-
     def _record_request(self, handler: BaseHTTPRequestHandler, body: Any, main: bool) -> None:
         entry = {
             "seq": next(self._seq),

@@ -52,6 +52,7 @@ def main() -> int:
         if args.only and not any(o in title for o in args.only):
             continue
         t0 = time.monotonic()
+        ctx.notes.clear()
         try:
             fn(ctx)
         except KeyboardInterrupt:
@@ -63,6 +64,8 @@ def main() -> int:
             failed.append(title)
             continue
         print(f"ok   {title} ({time.monotonic() - t0:.1f} s)", flush=True)
+        for n in ctx.notes:
+            print(f"     {n}", flush=True)
         passed += 1
     print(f"{passed} passed, {len(failed)} failed in {time.monotonic() - started:.1f} s; recorded requests in {artifacts}")
     if failed or args.keep:
