@@ -166,6 +166,9 @@ async fn bad_lease_input_is_invalid() {
         json!({ "pattern": "a", "ttl_ms": 3_600_001 }),
         json!({ "pattern": "a", "wait_ms": 60_001 }),
         json!({ "pattern": "a", "mode": "mine" }),
+        // Valid JSON whose field does not fit (issue 33 item 7: was "not valid JSON").
+        json!({ "pattern": "q/**", "mode": null }),
+        json!({ "pattern": "q/**", "mode": 1 }),
         json!({ "pattern": "a", "colour": "red" }),
     ] {
         let (status, err) = acquire(alice, body.clone()).await;

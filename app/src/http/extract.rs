@@ -204,4 +204,44 @@ mod tests {
         assert!(object::<AcknowledgeRequest>(r#"{"other": 1}"#).is_err());
         assert!(object::<AcknowledgeRequest>("{}").unwrap().run.is_none());
     }
+
+    #[test]
+    fn an_enum_field_of_another_type_does_not_fit_its_body_is_still_valid_json() {
+        use crate::http::leases::AcquireLease;
+        use crate::http::views::SealRequest;
+        // serde_json reads a derived enum from a string or an object only, and calls any other
+        // value a syntax error: answered "request body is not valid JSON" (issue 33 item 7).
+        for mode in ["null", "5", "[]", "true"] {
+            let body = format!(r#"{{"pattern": "q/**", "mode": {mode}}}"#);
+            let e = object::<AcquireLease>(&body).unwrap_err();
+            assert!(e.is_data(), "{body}: {e}");
+        }
+        let e = object::<AcquireLease>(r#"{"pattern": "q/**", "mode": "loose"}"#).unwrap_err();
+        assert!(e.is_data(), "{e}");
+        for outcome in ["null", "1"] {
+            let body = format!(r#"{{"outcome": {outcome}}}"#);
+            let e = object::<SealRequest>(&body).unwrap_err();
+            assert!(e.is_data(), "{body}: {e}");
+        }
+        // Names still read as before.
+        let a: AcquireLease = object(r#"{"pattern": "q/**", "mode": "shared"}"#).unwrap();
+        assert_eq!(a.mode, crate::http::leases::LeaseModeView::Shared);
+        let s: SealRequest = object(r#"{"outcome": "cancelled"}"#).unwrap();
+        assert_eq!(s.outcome, crate::http::views::Outcome::Cancelled);
+        // Every variant reads back the name it is written with.
+        use crate::http::leases::LeaseModeView as M;
+        use crate::http::views::Outcome as O;
+        for m in [M::Exclusive, M::Shared] {
+            assert_eq!(
+                serde_json::from_value::<M>(serde_json::to_value(m).unwrap()).unwrap(),
+                m
+            );
+        }
+        for o in [O::Succeeded, O::Failed, O::Cancelled] {
+            assert_eq!(
+                serde_json::from_value::<O>(serde_json::to_value(o).unwrap()).unwrap(),
+                o
+            );
+        }
+    }
 }

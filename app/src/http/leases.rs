@@ -18,7 +18,7 @@ use super::AppState;
 use super::auth::Authenticated;
 use super::error::{ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::views::whole;
+use super::views::{by_name, whole};
 
 // The lease routes' JSON Schema `pattern`s are the domain's rules (`LeasePattern::parse`,
 // `validate_lease_path`) as ECMA-262 regexes: 1 to 32 `/`-separated segments, each `**` or a run
@@ -31,13 +31,24 @@ use super::views::whole;
 pub(crate) const MAX_FENCING_TOKEN: u64 = i64::MAX as u64;
 
 /// How a lease holds its pattern.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum LeaseModeView {
     /// No other agent may hold an overlapping pattern, in either mode.
     Exclusive,
     /// Other agents may hold overlapping shared leases; none an exclusive one.
     Shared,
+}
+
+/// Read from its name ([`by_name`]): `null` or a number is a data error naming the field.
+impl<'de> Deserialize<'de> for LeaseModeView {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        by_name(d, &["exclusive", "shared"], |name| match name {
+            "exclusive" => Some(LeaseModeView::Exclusive),
+            "shared" => Some(LeaseModeView::Shared),
+            _ => None,
+        })
+    }
 }
 
 impl From<LeaseModeView> for LeaseMode {

@@ -365,6 +365,24 @@ pub struct FetchRequest {
     pub max_bytes: Option<usize>,
 }
 
+/// An enum of a request body read from its name, one of `names` (what its `Serialize` writes):
+/// `of` gives the variant. A derived `Deserialize` would read the enum from a JSON string or
+/// object only, and serde_json calls any other value there (`null`, a number) a *syntax* error,
+/// which the API answered "request body is not valid JSON"; read as a string first, such a
+/// value is a data error like any other field's ("request body does not fit: mode: invalid
+/// type: null, expected a string"), and an unknown name is an unknown variant.
+pub(crate) fn by_name<'de, D, T>(
+    d: D,
+    names: &'static [&'static str],
+    of: impl Fn(&str) -> Option<T>,
+) -> Result<T, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    let name = std::borrow::Cow::<'de, str>::deserialize(d)?;
+    of(&name).ok_or_else(|| serde::de::Error::unknown_variant(&name, names))
+}
+
 /// Integer fields of request bodies. JSON Schema counts `2.0` as the integer 2 (what the
 /// document's `type: integer` promises), where serde's integer types refuse any JSON number
 /// written with a fraction or an exponent: these take a non-negative number with no fractional
@@ -646,7 +664,7 @@ impl From<crewbus_domain::Run> for RunView {
 
 /// How a run ended: the API's name of a [`RunOutcome`] (`succeeded`, `failed`, `cancelled`).
 /// Converts both ways with the domain's outcome, so the two lists cannot drift apart.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
 #[serde(rename_all = "snake_case")]
 #[schema(as = RunOutcome, example = "succeeded")]
 pub enum Outcome {
@@ -656,6 +674,22 @@ pub enum Outcome {
     Failed,
     /// The run was stopped from outside.
     Cancelled,
+}
+
+/// Read from its name ([`by_name`]): `null` or a number is a data error naming the field.
+impl<'de> Deserialize<'de> for Outcome {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        by_name(
+            d,
+            &["succeeded", "failed", "cancelled"],
+            |name| match name {
+                "succeeded" => Some(Outcome::Succeeded),
+                "failed" => Some(Outcome::Failed),
+                "cancelled" => Some(Outcome::Cancelled),
+                _ => None,
+            },
+        )
+    }
 }
 
 impl From<Outcome> for RunOutcome {
