@@ -7,9 +7,11 @@
 //! their messages by primary key ([`SqlDelivery::RECEIPT_JOIN`]: SQLite's join order pinned),
 //! with each message's latest hold read from `hand_outs_pair (message_id, recipient_id, ord)`:
 //! the cost grows with what the recipient has not had delivered, never with the team's
-//! history. The summary is one aggregate row; the news, asked only when the summary counts
-//! some, are at most `limit` rows, the messages' conversations and senders joined after the
-//! limit.
+//! history. One statement reads them once and answers the summary with the news' ids (at most
+//! `limit`); a second, only when there is news, reads those messages with their titles and
+//! senders by primary key.
+
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, InboxNews, Message, NewsItem, Reported};
@@ -29,62 +31,66 @@ pub struct NewsRow<T = DateTime<Utc>> {
     sender_name: String,
 }
 
-/// The summary's row: pending, news, the earliest `held_until` and the oldest `stored_at` of
-/// the held, unreported messages.
-pub type SummaryRow<T> = (i64, i64, Option<T>, Option<T>);
-
-/// The recipient's undelivered, stored messages `w`, each with its latest hold (`held`, NULL
-/// when never handed out) and whether the cursor reports it (`reported`): `$1` the recipient,
-/// `$2` the team, `$4` the floor (NULL: none), the reported ids from `$first` on.
-fn undelivered_with_holds<L: SqlDelivery>(first: usize, ids: usize) -> String {
-    let join = L::RECEIPT_JOIN;
-    let listed = L::D::any_id("m.id", first, ids);
-    format!(
-        "SELECT m.id, m.stored_at, m.conversation_id, m.seq,
-                (SELECT max(h.held_until) FROM hand_outs h
-                 WHERE h.message_id = m.id AND h.recipient_id = $1) AS held,
-                (($4 IS NOT NULL AND m.stored_at <= $4) OR {listed}) AS reported
-         FROM receipts r {join} messages m ON m.id = r.message_id
-         WHERE r.recipient_id = $1 AND r.delivered_at IS NULL
-           AND m.team_id = $2 AND m.publication = 'stored'"
-    )
-}
+/// A row of the summary statement: pending, news, the earliest `held_until` and the oldest
+/// `stored_at` of the held, unreported messages (the same in every row), and one news id in
+/// order (`None` in the one row of an answer without news).
+pub type SummaryRow<T> = (i64, i64, Option<T>, Option<T>, Option<Uuid>);
 
 /// The summary statement: `$1` the recipient, `$2` the team, `$3` the time holds are compared
-/// with, `$4` the floor, the reported ids from `$5` on; one [`SummaryRow`].
+/// with, `$4` the floor (NULL: none), `$5` the limit, the reported ids from `$6` on; at least
+/// one [`SummaryRow`], one per news id (oldest stored first, then conversation, seq).
+///
+/// The recipient's undelivered, stored messages `w` are read once (a materialised CTE, so each
+/// message's latest hold is read once: Postgres would otherwise repeat the subquery at each
+/// use), each with its latest hold (`held`, NULL when never handed out) and whether the cursor
+/// reports it (`reported`).
 pub fn news_summary_sql<L: SqlDelivery>(ids: usize) -> String {
-    let w = undelivered_with_holds::<L>(5, ids);
+    let join = L::RECEIPT_JOIN;
+    let listed = L::D::any_id("m.id", 6, ids);
     format!(
-        "SELECT count(CASE WHEN w.held IS NULL OR w.held <= $3 THEN 1 END),
-                count(CASE WHEN (w.held IS NULL OR w.held <= $3) AND NOT w.reported THEN 1 END),
-                min(CASE WHEN w.held > $3 AND NOT w.reported THEN w.held END),
-                min(CASE WHEN w.held > $3 AND NOT w.reported THEN w.stored_at END)
-         FROM ({w}) w"
+        "WITH w AS MATERIALIZED (
+             SELECT m.id, m.stored_at, m.conversation_id, m.seq,
+                    (SELECT max(h.held_until) FROM hand_outs h
+                     WHERE h.message_id = m.id AND h.recipient_id = $1) AS held,
+                    (($4 IS NOT NULL AND m.stored_at <= $4) OR {listed}) AS reported
+             FROM receipts r {join} messages m ON m.id = r.message_id
+             WHERE r.recipient_id = $1 AND r.delivered_at IS NULL
+               AND m.team_id = $2 AND m.publication = 'stored'),
+         s AS (
+             SELECT count(CASE WHEN w.held IS NULL OR w.held <= $3 THEN 1 END) AS pending,
+                    count(CASE WHEN (w.held IS NULL OR w.held <= $3) AND NOT w.reported
+                               THEN 1 END) AS news,
+                    min(CASE WHEN w.held > $3 AND NOT w.reported THEN w.held END) AS next_lapse,
+                    min(CASE WHEN w.held > $3 AND NOT w.reported THEN w.stored_at END)
+                        AS oldest_held
+             FROM w),
+         n AS (
+             SELECT w.id, w.stored_at, w.conversation_id, w.seq FROM w
+             WHERE (w.held IS NULL OR w.held <= $3) AND NOT w.reported
+             ORDER BY w.stored_at, w.conversation_id, w.seq
+             LIMIT $5)
+         SELECT s.pending, s.news, s.next_lapse, s.oldest_held, n.id
+         FROM s LEFT JOIN n ON 1 = 1
+         ORDER BY n.stored_at, n.conversation_id, n.seq"
     )
 }
 
-/// The news statement: as [`news_summary_sql`], `$5` the limit, the reported ids from `$6` on;
-/// [`NewsRow`]s, oldest stored first (then conversation, seq).
+/// The news statement: `$1` the team, the news' ids from `$2` on; [`NewsRow`]s in no order.
 pub fn news_items_sql<L: SqlDelivery>(ids: usize) -> String {
-    let w = undelivered_with_holds::<L>(6, ids);
     format!(
         "SELECT {MESSAGE_COLUMNS}, c.title AS conversation_title, a.name AS sender_name
-         FROM (SELECT w.id FROM ({w}) w
-               WHERE (w.held IS NULL OR w.held <= $3) AND NOT w.reported
-               ORDER BY w.stored_at, w.conversation_id, w.seq
-               LIMIT $5) n
-         JOIN messages m ON m.id = n.id
+         FROM messages m
          JOIN conversations c ON c.id = m.conversation_id
          JOIN agents a ON a.id = m.sender_id
-         ORDER BY m.stored_at, m.conversation_id, m.seq"
+         WHERE m.team_id = $1 AND {}",
+        L::D::any_id("m.id", 2, ids)
     )
 }
 
 /// `Ledger::inbox_news`: the recipient checked (unknown or another team's → `NotFound`;
-/// revoked → `Unauthenticated`), then the summary, then — only when it counts news — up to
-/// `limit` news, on one [`SqlDelivery::DeliveryRead`] (SQLite: one snapshot; Postgres: one
-/// connection, each statement its own snapshot, so the news may differ from the count by what
-/// committed between the two). Writes nothing.
+/// revoked → `Unauthenticated`), then the summary with the news' ids (one statement), then —
+/// only when there is news — those messages with their conversations' titles and senders'
+/// names (by primary key), on one [`SqlDelivery::DeliveryRead`]. Writes nothing.
 pub async fn inbox_news<L: SqlDelivery>(
     ledger: &L,
     team: Uuid,
@@ -99,45 +105,46 @@ pub async fn inbox_news<L: SqlDelivery>(
         .agent_row(&mut conn, team, recipient)
         .await?
         .ensure_active()?;
-    let floor = || reported.floor.map(L::D::time);
-    let ids = &reported.ids;
-    let sql = news_summary_sql::<L>(ids.len());
+    let sql = news_summary_sql::<L>(reported.ids.len());
     let q = stmt::<L::D>(&sql)
         .arg(recipient)
         .arg(team)
         .arg(L::D::time(at))
-        .arg(floor());
-    let (pending, news, next_lapse, oldest_held): SummaryRow<<L::D as Dialect>::Time> =
-        L::D::bind_ids(q, ids)
-            .one(&mut conn)
-            .await
-            .map_err(ledger.db(what))?;
-    let mut answer = InboxNews {
-        pending: crate::from_db(pending),
-        news: Vec::new(),
-        next_lapse: next_lapse.map(Into::into),
-        oldest_held: oldest_held.map(Into::into),
-    };
-    if news == 0 {
-        return Ok(answer);
-    }
-    let sql = news_items_sql::<L>(ids.len());
-    let q = stmt::<L::D>(&sql)
-        .arg(recipient)
-        .arg(team)
-        .arg(L::D::time(at))
-        .arg(floor())
+        .arg(reported.floor.map(L::D::time))
         .arg(limit as i64);
-    let rows: Vec<NewsRow<<L::D as Dialect>::Time>> = L::D::bind_ids(q, ids)
+    let rows: Vec<SummaryRow<<L::D as Dialect>::Time>> = L::D::bind_ids(q, &reported.ids)
         .all(&mut conn)
         .await
         .map_err(ledger.db(what))?;
-    for row in rows {
-        answer.news.push(NewsItem {
-            message: Message::try_from(row.message)?,
-            conversation_title: row.conversation_title,
-            sender_name: row.sender_name,
-        });
+    let mut answer = InboxNews::default();
+    let mut order: Vec<Uuid> = Vec::with_capacity(rows.len());
+    for (pending, _, next_lapse, oldest_held, id) in rows {
+        answer.pending = crate::from_db(pending);
+        answer.next_lapse = next_lapse.map(Into::into);
+        answer.oldest_held = oldest_held.map(Into::into);
+        order.extend(id);
     }
+    if order.is_empty() {
+        return Ok(answer);
+    }
+    let sql = news_items_sql::<L>(order.len());
+    let q = stmt::<L::D>(&sql).arg(team);
+    let rows: Vec<NewsRow<<L::D as Dialect>::Time>> = L::D::bind_ids(q, &order)
+        .all(&mut conn)
+        .await
+        .map_err(ledger.db(what))?;
+    let mut found: HashMap<Uuid, NewsItem> = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let message = Message::try_from(row.message)?;
+        found.insert(
+            message.id,
+            NewsItem {
+                message,
+                conversation_title: row.conversation_title,
+                sender_name: row.sender_name,
+            },
+        );
+    }
+    answer.news = order.iter().filter_map(|id| found.remove(id)).collect();
     Ok(answer)
 }
