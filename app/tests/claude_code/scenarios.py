@@ -190,7 +190,9 @@ def connect(ctx: Ctx, bus: H.Crewbus, work: Path, agent: str, wait_s: int, trust
     """`crewbus connect claude-code --headless` as `agent` in a fresh project, with a HOME of its
     own (where the token file goes), then checks what it wrote: the crewbus MCP server in
     `.mcp.json` and the headless Stop hook (`crewbus hook claude-code --headless --wait
-    wait_s`, its timeout `wait_s` + 10 s) in `.claude/settings.local.json`."""
+    wait_s`, its timeout `wait_s` + 10 s) in `.claude/settings.local.json`. `trusted`: the
+    workspace trust of `trust()` recorded in that HOME. The host is run with `--allowedTools
+    mcp__crewbus` (print mode asks nobody; `connect` writes no permission)."""
     project, home = work / "project", work / "home"
     project.mkdir()
     home.mkdir()
