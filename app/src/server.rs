@@ -27,6 +27,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tower::ServiceExt;
 
 use crate::http::router;
+use crate::logging::RepeatedWarning;
 use crate::shutdown::Shutdown;
 use crate::usecases::bus::Bus;
 use crate::usecases::workers::Workers;
@@ -45,9 +46,6 @@ struct ConnectionLimits {
     max_connections: usize,
 }
 
-/// How often, at most, the "connection limit reached" warning is logged.
-const REFUSAL_WARNING_EVERY: Duration = Duration::from_secs(5);
-
 /// Serves `app` on `listener` until `shutdown` fires; then stops accepting, lets every open
 /// connection finish its request in flight (idle ones close at once) and returns once all are
 /// closed. Dropping (aborting) this future drops the connections still open.
@@ -57,7 +55,8 @@ async fn serve(listener: TcpListener, app: Router, limits: ConnectionLimits, shu
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout);
     let permits = Arc::new(Semaphore::new(limits.max_connections));
-    let mut refusals = Refusals::default();
+    // At most one "connection limit reached" warning per period, with a count.
+    let mut refusals = RepeatedWarning::default();
     let mut connections = JoinSet::new();
     let mut stopped = pin!(shutdown.wait());
     loop {
@@ -152,30 +151,6 @@ fn is_connection_error(e: &std::io::Error) -> bool {
     )
 }
 
-/// Rate-limits the warning about refused connections: at most one per
-/// [`REFUSAL_WARNING_EVERY`], counting the refusals since the previous one.
-#[derive(Debug, Default)]
-struct Refusals {
-    last_warning: Option<Instant>,
-    unreported: u64,
-}
-
-impl Refusals {
-    /// Counts one refused connection at `now`; returns the number to report when a warning is
-    /// due (this one included), `None` while the last warning is recent.
-    fn note(&mut self, now: Instant) -> Option<u64> {
-        self.unreported += 1;
-        let due = self
-            .last_warning
-            .is_none_or(|at| now.saturating_duration_since(at) >= REFUSAL_WARNING_EVERY);
-        if !due {
-            return None;
-        }
-        self.last_warning = Some(now);
-        Some(std::mem::take(&mut self.unreported))
-    }
-}
-
 impl Server {
     /// Binds `listen` (port 0 picks a free port), starts the workers and serves until the
     /// shutdown fires. Then it stops accepting, waits for open connections and the workers'
@@ -266,25 +241,5 @@ impl Server {
     /// Waits until the server stopped (after the shutdown fired elsewhere, e.g. a signal).
     pub async fn wait(self) {
         let _ = self.task.await;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn refusal_warnings_are_one_per_period_and_count_what_they_skipped() {
-        let mut r = Refusals::default();
-        let t0 = Instant::now();
-        assert_eq!(r.note(t0), Some(1));
-        assert_eq!(r.note(t0 + Duration::from_millis(10)), None);
-        assert_eq!(r.note(t0 + Duration::from_secs(4)), None);
-        assert_eq!(r.note(t0 + REFUSAL_WARNING_EVERY), Some(3));
-        assert_eq!(
-            r.note(t0 + REFUSAL_WARNING_EVERY + Duration::from_secs(1)),
-            None
-        );
-        assert_eq!(r.note(t0 + REFUSAL_WARNING_EVERY * 3), Some(2));
     }
 }

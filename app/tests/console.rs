@@ -704,6 +704,90 @@ async fn repeated_failed_sign_ins_are_slowed_per_client() {
     app.finish_test().await;
 }
 
+/// Everything logged at INFO and above while it is the thread's default subscriber (the app's
+/// tasks run on the test's one thread).
+#[derive(Clone, Default)]
+struct Captured(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Captured {
+    fn start() -> (Captured, tracing::subscriber::DefaultGuard) {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        (captured, tracing::subscriber::set_default(subscriber))
+    }
+
+    /// The WARN lines holding `what`.
+    fn warnings(&self, what: &str) -> Vec<String> {
+        String::from_utf8_lossy(&self.0.lock().unwrap())
+            .lines()
+            .filter(|l| l.contains(" WARN ") && l.contains(what))
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// The `refused=N` count of a warning line.
+fn refused_count(line: &str) -> u64 {
+    let (_, after) = line.split_once("refused=").expect("a count");
+    after.split(' ').next().unwrap().parse().unwrap()
+}
+
+#[tokio::test]
+async fn refused_sign_ins_are_warned_about_once_a_period_with_a_count() {
+    let (log, _guard) = Captured::start();
+    let app = MemoryApp::start(&["alice"]).await;
+    let mut b = Browser::new(&app.server.url());
+    let started = Instant::now();
+    // A guessing client: 5 wrong codes refused (401), then 25 slowed (429).
+    for i in 0..30 {
+        let r = b.sign_in(Some("AAAA-BBBB-CCCC-DDDD"), None).await;
+        let want = if i < 5 {
+            StatusCode::UNAUTHORIZED
+        } else {
+            StatusCode::TOO_MANY_REQUESTS
+        };
+        assert_eq!(r.status, want, "attempt {}", i + 1);
+    }
+    // At most one line per 5 s period of each warning (the first at once), however fast the
+    // guesses come: on a slow machine the 30 may span more than one period.
+    let periods = 1 + (started.elapsed().as_secs() / 5) as usize;
+    let throttled = log.warnings("too many failed sign-ins");
+    assert!(
+        (1..=periods).contains(&throttled.len()),
+        "{} lines for 25 throttled sign-ins in {periods} period(s): {throttled:#?}",
+        throttled.len()
+    );
+    assert_eq!(
+        refused_count(&throttled[0]),
+        1,
+        "the first is reported at once"
+    );
+    let reported: u64 = throttled.iter().map(|l| refused_count(l)).sum();
+    assert!(reported <= 25, "{throttled:#?}");
+    let refused = log.warnings("console sign-in refused");
+    assert!(
+        (1..=periods).contains(&refused.len()),
+        "{} lines for 5 refused codes in {periods} period(s): {refused:#?}",
+        refused.len()
+    );
+    app.finish_test().await;
+}
+
 #[tokio::test]
 async fn a_long_body_is_cut_with_a_link_to_all_of_it() {
     let app = MemoryApp::start(&["alice", "bob"]).await;

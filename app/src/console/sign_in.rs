@@ -110,7 +110,15 @@ pub(crate) async fn submit(
     let attempt = match console.throttle.begin(client, Instant::now()) {
         Ok(at) => at,
         Err(wait) => {
-            tracing::warn!(%client, "console sign-in refused: too many failed sign-ins from this address");
+            // One line per period, counting the refusals since the last one (from any address).
+            if let Some(refused) = console.throttle.warn_throttled(Instant::now()) {
+                tracing::warn!(
+                    %client,
+                    refused,
+                    "console sign-ins refused: too many failed sign-ins from one address (this \
+                     one's address; `refused` counts them since the last such warning)"
+                );
+            }
             return too_many(&console, &headers, &code, wait);
         }
     };
@@ -168,7 +176,15 @@ pub(crate) async fn submit(
             } else {
                 "code"
             };
-            tracing::warn!(%client, with, "console sign-in refused");
+            if let Some(refused) = console.throttle.warn_refused(Instant::now()) {
+                tracing::warn!(
+                    %client,
+                    with,
+                    refused,
+                    "console sign-in refused (this one's address and credential kind; `refused` \
+                     counts refusals since the last such warning)"
+                );
+            }
             form_page(
                 &console,
                 &headers,

@@ -5,11 +5,18 @@
 //! oldest of them leaves the window — whatever it presents, a good code included. Counted in
 //! this process only, on the real clock. Behind a reverse proxy every client shares the proxy's
 //! address: the limit then holds for all of them together.
+//!
+//! The warnings about refused sign-ins are rate-limited too ([`RepeatedWarning`]): a guessing
+//! client would otherwise write a line per guess. At most one line per period for each of
+//! "too many failed sign-ins" and "a sign-in refused", each counting the refusals since the
+//! previous one, from any address.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, Ipv6Addr};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use crate::logging::RepeatedWarning;
 
 /// Failed sign-ins a client may have within [`WINDOW`] before it is refused.
 pub(crate) const MAX_FAILURES: usize = 5;
@@ -21,10 +28,14 @@ pub(crate) const WINDOW: Duration = Duration::from_secs(60);
 /// forgotten, and if that is not enough, the one with the oldest newest failure.
 const MAX_CLIENTS: usize = 10_000;
 
-/// Failed sign-ins per client within the window.
+/// Failed sign-ins per client within the window, and the warnings about refused ones.
 #[derive(Debug, Default)]
 pub(crate) struct SignInThrottle {
     failures: Mutex<HashMap<IpAddr, VecDeque<Instant>>>,
+    /// Sign-ins refused because their client failed too often.
+    throttled: Mutex<RepeatedWarning>,
+    /// Sign-ins refused for their code or token.
+    refused: Mutex<RepeatedWarning>,
 }
 
 impl SignInThrottle {
@@ -71,6 +82,20 @@ impl SignInThrottle {
         {
             times.remove(i);
         }
+    }
+
+    /// Counts a sign-in refused at `now` because its client failed too often: how many such
+    /// refusals to report when a warning is due (see [`RepeatedWarning::note`]).
+    pub(crate) fn warn_throttled(&self, now: Instant) -> Option<u64> {
+        let mut w = self.throttled.lock().unwrap_or_else(|e| e.into_inner());
+        w.note(now)
+    }
+
+    /// Counts a sign-in refused at `now` for its code or token: how many such refusals to
+    /// report when a warning is due.
+    pub(crate) fn warn_refused(&self, now: Instant) -> Option<u64> {
+        let mut w = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        w.note(now)
     }
 
     /// Counts a failed sign-in of `client` at `now`.
