@@ -18,6 +18,8 @@ and against it, once per protocol mode — `legacy` (the initialize handshake: 2
   `release_lease`; alice's old fencing token is then refused by `check_lease`, and bob's is
   greater (what a resource keeping the greatest token it accepted refuses by) — issue 21's
   two-agent scenario;
+- the core tool profile, over HTTP (`/mcp?tools=core`) and through the bridge (`--tools core`):
+  exactly its twelve tools, no `outputSchema`; a tool outside it is still callable;
 - `tools/list` names every tool of the contract, each with an `outputSchema` whose root is an
   object, and every non-error tool result's `structuredContent` is validated against its tool's
   `outputSchema` with `jsonschema` (explicitly, besides the SDK's own check);
@@ -84,6 +86,22 @@ TOOLS = {
     "check_lease",
     "set_status",
     "search_messages",
+}
+
+# The core tool profile (`/mcp?tools=core`, `crewbus mcp --tools core`), exact names.
+CORE_TOOLS = {
+    "whoami",
+    "list_agents",
+    "create_conversation",
+    "send_message",
+    "read_conversation",
+    "fetch_inbox",
+    "confirm_deliveries",
+    "acquire_lease",
+    "renew_lease",
+    "release_lease",
+    "list_leases",
+    "check_lease",
 }
 
 # A wait must end this long after the message was sent at the latest (generous for CI; a wait
@@ -172,12 +190,12 @@ def error_code(result: Any) -> str | None:
 
 
 @contextlib.asynccontextmanager
-async def http_agent(bus: harness.Crewbus, name: str, mode: str) -> AsyncIterator[Agent]:
+async def http_agent(bus: harness.Crewbus, name: str, mode: str, url: str | None = None) -> AsyncIterator[Agent]:
     http = httpx2.AsyncClient(
         headers={"Authorization": f"Bearer {bus.tokens[name]}"},
         timeout=httpx2.Timeout(30.0, read=300.0),
     )
-    async with http, Client(streamable_http_client(bus.mcp_url, http_client=http), mode=mode) as client:
+    async with http, Client(streamable_http_client(url or bus.mcp_url, http_client=http), mode=mode) as client:
         expect(
             client.protocol_version == EXPECTED_REVISION[mode],
             f"mode {mode}: negotiated {client.protocol_version}, expected {EXPECTED_REVISION[mode]}",
@@ -186,10 +204,12 @@ async def http_agent(bus: harness.Crewbus, name: str, mode: str) -> AsyncIterato
 
 
 @contextlib.asynccontextmanager
-async def stdio_agent(bus: harness.Crewbus, name: str, mode: str, errlog: Any) -> AsyncIterator[Agent]:
+async def stdio_agent(
+    bus: harness.Crewbus, name: str, mode: str, errlog: Any, extra: tuple[str, ...] = ()
+) -> AsyncIterator[Agent]:
     params = StdioServerParameters(
         command=bus.binary,
-        args=["mcp", "--url", bus.url],
+        args=["mcp", "--url", bus.url, *extra],
         env=harness.child_env({"CREWBUS_MCP_TOKEN": bus.tokens[name]}),
     )
     async with Client(stdio_client(params, errlog=errlog), mode=mode) as client:
@@ -391,6 +411,39 @@ async def check_stdio_bridge(bus: harness.Crewbus, mode: str) -> None:
             raise
 
 
+async def check_core_profile(bus: harness.Crewbus, mode: str) -> None:
+    """The core tool profile over Streamable HTTP (`?tools=core`) and through the bridge
+    (`--tools core`): exactly its twelve tools, none with an outputSchema; a tool it does not list
+    is still callable, and answers keep their structuredContent."""
+    with tempfile.TemporaryFile("w+") as errlog:
+        try:
+            async with (
+                http_agent(bus, "alice", mode, url=f"{bus.mcp_url}?tools=core") as http,
+                stdio_agent(bus, "bob", mode, errlog, ("--tools", "core")) as bridged,
+            ):
+                for agent, how in ((http, "?tools=core"), (bridged, "the bridge's --tools core")):
+                    tools = await agent.list_tools()
+                    names = {t.name for t in tools}
+                    expect(names == CORE_TOOLS, f"{how}: tools/list names {sorted(names)}")
+                    with_schema = [t.name for t in tools if t.output_schema is not None]
+                    expect(not with_schema, f"{how}: output schemas on {with_schema}")
+                    me = await agent.client.call_tool("whoami", {})
+                    expect(
+                        not me.is_error and isinstance(me.structured_content, dict),
+                        f"{how}: whoami gives no structuredContent: {_text(me)}",
+                    )
+                    unlisted = await agent.client.call_tool("list_conversations", {})
+                    expect(
+                        not unlisted.is_error
+                        and isinstance((unlisted.structured_content or {}).get("conversations"), list),
+                        f"{how}: list_conversations (not in core) failed: {_text(unlisted)}",
+                    )
+        except BaseException:
+            errlog.seek(0)
+            print(f"--- crewbus mcp stderr ---\n{errlog.read()[-3000:]}", flush=True)
+            raise
+
+
 async def check_auto_negotiates_2026(bus: harness.Crewbus, _mode: str) -> None:
     http = httpx2.AsyncClient(headers={"Authorization": f"Bearer {bus.tokens['alice']}"})
     async with http, Client(streamable_http_client(bus.mcp_url, http_client=http), mode="auto") as client:
@@ -483,6 +536,7 @@ CHECKS: list[tuple[str, Callable[[harness.Crewbus, str], Awaitable[None]], tuple
     ("two agents over Streamable HTTP", check_exchange, MODES),
     ("two agents coordinate with leases (conflict, wait, stale token)", check_leases, MODES),
     ("the stdio bridge (crewbus mcp --url)", check_stdio_bridge, MODES),
+    ("the core tool profile (?tools=core, crewbus mcp --tools core)", check_core_profile, MODES),
 ]
 
 

@@ -31,6 +31,7 @@ pub mod metrics;
 pub mod push;
 pub mod server;
 pub mod shutdown;
+pub mod tls;
 pub mod tools;
 pub mod usecases;
 

@@ -121,14 +121,16 @@ Examples:
     /// A stdio MCP server relaying to a running server's `/mcp` (for hosts that launch servers).
     ///
     /// For hosts that launch MCP servers as subprocesses: relays JSON-RPC between stdin/stdout
-    /// and the Streamable HTTP endpoint `URL/mcp`, adding the agent's bearer token. Reads no
-    /// configuration file.
+    /// (MCP's stdio transport) and the Streamable HTTP endpoint `URL/mcp` (MCP's HTTP
+    /// transport, with its session and revision headers), adding the agent's bearer token. Reads
+    /// no configuration file.
     ///
-    /// Each line on stdin is one JSON-RPC message; it is POSTed unchanged, and each answer (the
-    /// JSON body, or each event of an SSE stream) is written to stdout as one line. Messages are
-    /// relayed concurrently: a waiting `fetch_inbox` does not hold up a `ping`. When the server
-    /// cannot be reached or refuses the token, a request gets a JSON-RPC error answer (code
-    /// -32000, `data.http_status` when there was an HTTP answer) and stderr says why.
+    /// Each line on stdin is one JSON-RPC message, relayed to the server; each message the
+    /// server sends (the JSON answer, or each event of an SSE stream) is written to stdout as
+    /// one line. Messages are relayed concurrently: a waiting `fetch_inbox` does not hold up a
+    /// `ping`. When the server cannot be reached or refuses the token, a request gets a JSON-RPC
+    /// error answer (code -32000, `data.http_status` when there was an HTTP answer) and stderr
+    /// says why; a line that is not JSON gets -32700.
     #[command(after_help = "\
 The token: $CREWBUS_MCP_TOKEN, or --token-file PATH (never a command-line argument, so it stays
 out of process listings). One token per live host session: the token is the agent's identity.
@@ -148,7 +150,9 @@ Example host configuration (mcpServers JSON, e.g. Claude Code's .mcp.json):
 
 Examples:
   CREWBUS_MCP_TOKEN=cbt_… crewbus mcp --url http://127.0.0.1:7700
-  crewbus mcp --url https://bus.example.com --token-file ~/.config/crewbus/alice.token")]
+  crewbus mcp --url https://bus.example.com --token-file ~/.config/crewbus/alice.token
+  crewbus mcp --channel --tools core --token-file ~/.config/crewbus/alice.token
+                                  Claude Code channel events, the lean tool list")]
     Mcp(McpArgs),
 
     /// Start a server in-process and run a scripted exchange between three agents through the
@@ -367,6 +371,16 @@ pub struct McpArgs {
     /// of $CREWBUS_MCP_TOKEN.
     #[arg(long, value_name = "PATH")]
     pub token_file: Option<PathBuf>,
+
+    /// Claude Code channel: declare `claude/channel` and push one channel event per batch of
+    /// new messages (counts, senders, titles, previews; it hands nothing out).
+    #[arg(long)]
+    pub channel: bool,
+
+    /// The tool profile `tools/list` shows (sent as the Crewbus-Tools header): `core`, the agent
+    /// loop's 12 tools without output schemas, or `full`. Default: the server's, full.
+    #[arg(long, value_name = "PROFILE", value_parser = ["core", "full"])]
+    pub tools: Option<String>,
 }
 
 /// `crewbus health` options.

@@ -1,41 +1,54 @@
-//! `crewbus mcp`: a stdio MCP server that relays JSON-RPC to a crewbus server's Streamable HTTP
-//! endpoint (`URL/mcp`), for hosts that launch MCP servers as subprocesses.
+//! `crewbus mcp`: a stdio MCP server that relays to a crewbus server's Streamable HTTP endpoint
+//! (`URL/mcp`), for hosts that launch MCP servers as subprocesses.
 //!
-//! The bridge maps nothing: every stdin line (one JSON-RPC message, MCP stdio transport) is
-//! POSTed unchanged with the agent's bearer token, and every answer goes to stdout as one line —
-//! an `application/json` body as it came, each `data:` event of a `text/event-stream` body as
-//! its own line, nothing for `202 Accepted`. It only looks inside a message to learn its `id`
-//! (to answer a failed request with a JSON-RPC error) and the protocol revision, which a
-//! Streamable HTTP client must repeat in the `MCP-Protocol-Version` header: a request's own
-//! `_meta["io.modelcontextprotocol/protocolVersion"]` (revision 2026-07-28, where every request
-//! names it), else the revision an `initialize` result negotiated (the handshake-era revisions).
-//! An `Mcp-Session-Id` the server returns is sent back likewise. An `initialize` request itself
-//! goes without either header: it starts afresh. The standard routing headers of revision
-//! 2026-07-28 are derived from the message as that revision defines them: `Mcp-Method` (its
-//! `method`) and `Mcp-Name` (`params.name` of `tools/call` and `prompts/get`, `params.uri` of
-//! `resources/*`, `params.taskId` of `tasks/*`), Base64-wrapped (`=?base64?…?=`) when the value
-//! cannot travel as a bare header value; older revisions ignore them. No `Mcp-Param-*` headers
-//! are sent: crewbus's tools annotate no argument for them.
+//! The relay works at the transport level, on rmcp's two transports, and is not an MCP server
+//! of its own (it answers nothing itself, so the host's session is with crewbus):
 //!
-//! Each message is relayed in its own task, so a `fetch_inbox` that waits does not hold up a
-//! `ping`; stdout lines are written by one writer task, never interleaved. On end of input the
-//! bridge finishes the requests in flight, then exits 0.
+//! - **Host side**: rmcp's stdio transport ([`AsyncRwTransport`] over [`rmcp::transport::stdio`]),
+//!   one JSON-RPC message a line, read as rmcp's typed messages. rmcp ignores a line that is not
+//!   JSON; the bridge checks each line's JSON syntax before handing it on and answers a line that
+//!   is not JSON with `-32700` itself, as it always did (`stdin.rs`).
+//! - **Server side**: rmcp's Streamable HTTP client ([`StreamableHttpClientTransport`] over
+//!   reqwest) with the agent's bearer token. It carries the session: the `Mcp-Session-Id` a
+//!   server returns, the `MCP-Protocol-Version` header (from the `initialize` result, or a
+//!   request's own `_meta` revision), the 2026-07-28 routing headers (`Mcp-Method`, `Mcp-Name`),
+//!   SSE answers and their resumption (`upstream.rs`). Each host `initialize` opens a new one
+//!   (a new handshake starts afresh: no session, no revision header); the old one finishes the
+//!   requests it holds. A session that failed (its first request refused, the server gone) is
+//!   replaced by the next message.
+//! - **Errors**: a request the server answered with an HTTP error status, or that could not reach
+//!   it, gets JSON-RPC error `-32000` ([`RELAY_ERROR`]) with `data.http_status` when there was an
+//!   HTTP answer, and one stderr line saying why; one whose answer stream ended before its reply
+//!   gets `-32000` without a status. A JSON-RPC error the server sent (with any status) is
+//!   relayed as it came. Every request gets exactly one answer.
+//! - **Channels** (`--channel`, `channel.rs`): the relayed `initialize` result declares
+//!   `experimental["claude/channel"]`, and the bridge's own watch loop (`POST URL/v1/inbox/watch`)
+//!   sends one `notifications/claude/channel` per batch of news; it hands nothing out.
+//! - **Tool profile** (`--tools core|full`): sent as the `Crewbus-Tools` header.
+//!
+//! Messages are relayed concurrently (a `fetch_inbox` that waits does not hold up a `ping`);
+//! stdout is written by one loop, one whole message a line. On end of input the bridge finishes
+//! the requests in flight, then exits 0.
 
 use std::path::Path;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use crewbus_domain::Secret;
-use futures_util::StreamExt as _;
-use reqwest::StatusCode;
-use reqwest::header::{ACCEPT, AUTHORIZATION, CONTENT_TYPE, HeaderMap, HeaderValue};
-use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+use rmcp::RoleServer;
+use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ClientRequest, ServerJsonRpcMessage};
+use rmcp::transport::Transport as _;
+use rmcp::transport::async_rw::AsyncRwTransport;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 
 use crate::cli::McpArgs;
+use crate::mcp::profile::Profile;
+
+mod channel;
+mod stdin;
+mod upstream;
+
+#[cfg(doc)]
+use rmcp::transport::StreamableHttpClientTransport;
 
 /// The environment variable holding the agent's bearer token.
 pub const TOKEN_ENV: &str = "CREWBUS_MCP_TOKEN";
@@ -43,34 +56,55 @@ pub const TOKEN_ENV: &str = "CREWBUS_MCP_TOKEN";
 /// The JSON-RPC error code of a request the bridge could not relay (server unreachable, an HTTP
 /// error status, a stream that ended before the answer). `data.http_status` holds the HTTP
 /// status when there was an answer.
-pub const RELAY_ERROR: i64 = -32000;
+pub const RELAY_ERROR: i32 = -32000;
 
-/// JSON-RPC's code for a line that is not JSON.
-const PARSE_ERROR: i64 = -32700;
+/// Where the bridge connects, with what, and what it adds.
+#[derive(Clone)]
+pub(crate) struct Settings {
+    /// `…/mcp`.
+    pub(crate) endpoint: String,
+    /// `…/v1/inbox/watch`, for `--channel`.
+    pub(crate) watch: String,
+    pub(crate) token: Secret,
+    /// The tool profile sent as the `Crewbus-Tools` header, when `--tools` is given.
+    pub(crate) profile: Option<Profile>,
+    /// `--channel`.
+    pub(crate) channel: bool,
+}
 
-/// How long connecting to the server may take. There is no overall timeout: a waiting
-/// `fetch_inbox` legitimately holds its request for up to 50 s.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// At most this much of an error answer's body is read (to relay a JSON-RPC error it carries).
-const MAX_ERROR_BODY: usize = 64 * 1024;
-
-const SESSION_ID: &str = "mcp-session-id";
-const PROTOCOL_VERSION: &str = "mcp-protocol-version";
+impl Settings {
+    /// Errors (a message): `url` is not http(s).
+    fn new(args: &McpArgs, token: Secret) -> Result<Settings, String> {
+        let base = args.url.trim_end_matches('/');
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(format!(
+                "--url must be an http:// or https:// URL, not {base:?}"
+            ));
+        }
+        let root = base.strip_suffix("/mcp").unwrap_or(base);
+        Ok(Settings {
+            endpoint: format!("{root}/mcp"),
+            watch: format!("{root}/v1/inbox/watch"),
+            token,
+            profile: args.tools.as_deref().and_then(Profile::named),
+            channel: args.channel,
+        })
+    }
+}
 
 /// Runs the bridge to the end of stdin. Exit codes: 0 after end of input; 2 when no token is
-/// given (or the token file cannot be read, or the token is not a valid header value), or the
-/// URL is not an http(s) URL; 1 when the async runtime or stdio fails.
+/// given (or the token file cannot be read), or the URL is not an http(s) URL; 1 when the async
+/// runtime or stdio fails.
 pub fn main(args: McpArgs) -> ExitCode {
-    let token = match token(args.token_file.as_deref()) {
-        Ok(t) => t,
+    let settings = match token(args.token_file.as_deref()).and_then(|t| Settings::new(&args, t)) {
+        Ok(s) => s,
         Err(message) => {
             eprintln!("crewbus mcp: {message}");
             return ExitCode::from(2);
         }
     };
-    let relay = match Relay::new(&args.url, &token) {
-        Ok(r) => r,
+    let upstream = match upstream::Upstream::new(&settings) {
+        Ok(u) => u,
         Err(message) => {
             eprintln!("crewbus mcp: {message}");
             return ExitCode::from(2);
@@ -80,7 +114,7 @@ pub fn main(args: McpArgs) -> ExitCode {
         Ok(r) => r,
         Err(code) => return code,
     };
-    match runtime.block_on(run(Arc::new(relay))) {
+    match runtime.block_on(run(settings, upstream)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("crewbus mcp: {e}");
@@ -90,7 +124,8 @@ pub fn main(args: McpArgs) -> ExitCode {
 }
 
 /// The token from `--token-file` when given, else from [`TOKEN_ENV`], trimmed. Errors (a message
-/// naming the source, never the value): neither set, an unreadable file, an empty token.
+/// naming the source, never the value): neither set, an unreadable file, an empty token, a token
+/// a header cannot carry.
 fn token(file: Option<&Path>) -> Result<Secret, String> {
     let (token, source) = match file {
         Some(path) => match std::fs::read_to_string(path) {
@@ -119,422 +154,94 @@ fn token(file: Option<&Path>) -> Result<Secret, String> {
             "{source} is empty: it must hold the agent's bearer token"
         ));
     }
+    if !token.expose().chars().all(|c| c.is_ascii_graphic()) {
+        return Err(format!(
+            "{source} holds characters a header cannot carry: it must hold the agent's bearer \
+             token"
+        ));
+    }
     Ok(token)
 }
 
-/// What every relayed request shares: the client, the endpoint, the credential, and the
-/// session headers learnt from the server.
-struct Relay {
-    client: reqwest::Client,
-    endpoint: String,
-    authorization: HeaderValue,
-    session: Mutex<HeaderMap>,
-}
-
-impl Relay {
-    /// Errors (a message): `url` is not http(s), the token is not a valid header value.
-    fn new(url: &str, token: &Secret) -> Result<Relay, String> {
-        let base = url.trim_end_matches('/');
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(format!(
-                "--url must be an http:// or https:// URL, not {base:?}"
-            ));
-        }
-        let endpoint = if base.ends_with("/mcp") {
-            base.to_owned()
-        } else {
-            format!("{base}/mcp")
-        };
-        let mut authorization = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
-            .map_err(|_| "the token holds characters a header cannot carry".to_owned())?;
-        authorization.set_sensitive(true);
-        let client = reqwest::Client::builder()
-            .connect_timeout(CONNECT_TIMEOUT)
-            .build()
-            .map_err(|e| format!("cannot build the HTTP client: {e}"))?;
-        Ok(Relay {
-            client,
-            endpoint,
-            authorization,
-            session: Mutex::new(HeaderMap::new()),
-        })
-    }
-
-    fn session_headers(&self) -> HeaderMap {
-        self.session.lock().map(|h| h.clone()).unwrap_or_default()
-    }
-
-    fn remember(&self, name: &'static str, value: HeaderValue) {
-        if let Ok(mut h) = self.session.lock() {
-            h.insert(name, value);
-        }
-    }
-
-    /// Relays one stdin line and sends every answer line to `out`.
-    async fn relay(&self, line: String, out: &mpsc::UnboundedSender<String>) {
-        let message: Value = match serde_json::from_str(&line) {
-            Ok(v) => v,
-            Err(e) => {
-                eprintln!(
-                    "crewbus mcp: a stdin line is not JSON ({e}); answered with a parse error"
-                );
-                let _ = out.send(
-                    json!({"jsonrpc": "2.0", "id": null,
-                           "error": {"code": PARSE_ERROR, "message": format!("parse error: {e}")}})
-                    .to_string(),
-                );
-                return;
-            }
-        };
-        let ids = request_ids(&message);
-        let initialize = message.get("method").and_then(Value::as_str) == Some("initialize");
-        let mut headers = if initialize {
-            HeaderMap::new()
-        } else {
-            self.session_headers()
-        };
-        if let Some(version) = stated_revision(&message) {
-            headers.insert(PROTOCOL_VERSION, version);
-        }
-        for (name, value) in routing_headers(&message) {
-            headers.insert(name, value);
-        }
-        let fail = |error: RelayFailure| {
-            eprintln!("crewbus mcp: POST {}: {}", self.endpoint, error.message);
-            for id in &ids {
-                let _ = out.send(error.answer(id).to_string());
-            }
-        };
-        let response = self
-            .client
-            .post(&self.endpoint)
-            .headers(headers)
-            .header(AUTHORIZATION, self.authorization.clone())
-            .header(ACCEPT, "application/json, text/event-stream")
-            .header(CONTENT_TYPE, "application/json")
-            .body(line)
-            .send()
-            .await;
-        let response = match response {
-            Ok(r) => r,
-            Err(e) => {
-                return fail(RelayFailure {
-                    message: format!("cannot reach crewbus: {}", error_chain(&e)),
-                    status: None,
-                });
-            }
-        };
-        if let Some(session) = response.headers().get(SESSION_ID) {
-            self.remember(SESSION_ID, session.clone());
-        }
-        let status = response.status();
-        if !status.is_success() {
-            return match error_body(response).await {
-                // The server's own JSON-RPC answer (e.g. to a malformed request): relayed as is.
-                Some(answer) if answer.get("jsonrpc").is_some() => {
-                    eprintln!(
-                        "crewbus mcp: POST {}: HTTP {status} with a JSON-RPC answer",
-                        self.endpoint
-                    );
-                    let _ = out.send(answer.to_string());
-                }
-                body => fail(RelayFailure::status(status, body.as_ref())),
-            };
-        }
-        if status == StatusCode::ACCEPTED {
-            return;
-        }
-        let sse = response
-            .headers()
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|v| v.trim_start().starts_with("text/event-stream"));
-        let mut answered = ids.is_empty();
-        let mut emit = |data: &str| {
-            let Ok(value) = serde_json::from_str::<Value>(data) else {
-                eprintln!("crewbus mcp: the server sent an answer that is not JSON; dropped");
-                return;
-            };
-            if is_answer_to(&value, &ids) {
-                answered = true;
-                if initialize
-                    && let Some(version) = value
-                        .pointer("/result/protocolVersion")
-                        .and_then(Value::as_str)
-                        .and_then(|v| HeaderValue::from_str(v).ok())
-                {
-                    self.remember(PROTOCOL_VERSION, version);
-                }
-            }
-            let _ = out.send(one_line(data, &value));
-        };
-        let ended = if sse {
-            let mut parser = SseParser::default();
-            let mut body = response.bytes_stream();
-            let mut ended = Ok(());
-            while let Some(chunk) = body.next().await {
-                match chunk {
-                    Ok(bytes) => parser.feed(&bytes, &mut emit),
-                    Err(e) => {
-                        ended = Err(error_chain(&e));
-                        break;
+/// The relay: stdin (checked, then read by rmcp's stdio transport) to the current upstream
+/// session; every session's answers, parse errors and channel notifications to stdout, in the
+/// order they come.
+async fn run(settings: Settings, upstream: upstream::Upstream) -> std::io::Result<()> {
+    let (out, mut answers) = mpsc::unbounded_channel::<ServerJsonRpcMessage>();
+    let (stdin, stdout) = rmcp::transport::stdio();
+    let checked = stdin::syntax_checked(stdin, out.clone());
+    let mut host = AsyncRwTransport::<RoleServer, _, _>::new_server(checked, stdout);
+    // Every sender of `out` ends at the end of input, so `answers` ends when all is written.
+    let mut out = Some(out);
+    let mut current: Option<upstream::Session> = None;
+    let mut watch: Option<tokio::task::JoinHandle<()>> = None;
+    let mut reading = true;
+    loop {
+        tokio::select! {
+            message = host.receive(), if reading => {
+                let Some(message) = message else {
+                    reading = false;
+                    current = None;
+                    out = None;
+                    if let Some(w) = watch.take() {
+                        w.abort();
                     }
+                    continue;
+                };
+                let Some(sender) = out.as_ref() else { continue };
+                if settings.channel && watch.is_none() && starts_the_watch(&message) {
+                    watch = Some(tokio::spawn(channel::watch(settings.clone(), sender.clone())));
+                }
+                if is_initialize(&message) {
+                    current = None;
+                }
+                if let Some(message) = relay(&mut current, &upstream, sender, message) {
+                    // The session ended meanwhile: a new one takes the message.
+                    current = None;
+                    let retry = relay(&mut current, &upstream, sender, message);
+                    debug_assert!(retry.is_none(), "a new session takes a message");
                 }
             }
-            ended
-        } else {
-            match response.bytes().await {
-                Ok(bytes) => {
-                    let text = String::from_utf8_lossy(&bytes);
-                    if !text.trim().is_empty() {
-                        emit(&text);
-                    }
-                    Ok(())
-                }
-                Err(e) => Err(error_chain(&e)),
+            answer = answers.recv() => {
+                let Some(answer) = answer else { break };
+                // An error: the host closed stdout, nobody reads the answers any more.
+                host.send(answer).await?;
             }
-        };
-        if !answered {
-            fail(RelayFailure {
-                message: match ended {
-                    Ok(()) => "the answer ended before the reply to the request".to_owned(),
-                    Err(e) => format!("the answer broke off before the reply: {e}"),
-                },
-                status: Some(status),
-            });
         }
     }
+    host.close().await
 }
 
-/// Reads stdin to its end, relaying each line in its own task; one writer task owns stdout.
-async fn run(relay: Arc<Relay>) -> std::io::Result<()> {
-    let (out, mut lines_out) = mpsc::unbounded_channel::<String>();
-    let writer = tokio::spawn(async move {
-        let mut stdout = tokio::io::stdout();
-        while let Some(mut line) = lines_out.recv().await {
-            line.push('\n');
-            stdout.write_all(line.as_bytes()).await?;
-            stdout.flush().await?;
-        }
-        Ok::<(), std::io::Error>(())
-    });
-    let mut tasks = JoinSet::new();
-    let mut stdin = BufReader::new(tokio::io::stdin()).lines();
-    while let Some(line) = stdin.next_line().await? {
-        if line.trim().is_empty() {
-            continue;
-        }
-        let relay = relay.clone();
-        let out = out.clone();
-        tasks.spawn(async move { relay.relay(line, &out).await });
-        // Reap the finished ones so a long session does not accumulate handles.
-        while tasks.try_join_next().is_some() {}
-    }
-    while tasks.join_next().await.is_some() {}
-    drop(out);
-    writer.await.map_err(std::io::Error::other)?
+/// Hands `message` to the current session (opening one when there is none); gives it back when
+/// that session has ended.
+fn relay(
+    current: &mut Option<upstream::Session>,
+    upstream: &upstream::Upstream,
+    out: &mpsc::UnboundedSender<ServerJsonRpcMessage>,
+    message: ClientJsonRpcMessage,
+) -> Option<ClientJsonRpcMessage> {
+    let session = current.get_or_insert_with(|| upstream.open(out.clone()));
+    session.send(message)
 }
 
-/// Why a request could not be relayed, as a JSON-RPC error and a stderr line.
-struct RelayFailure {
-    message: String,
-    status: Option<StatusCode>,
+fn is_initialize(message: &ClientJsonRpcMessage) -> bool {
+    matches!(message, ClientJsonRpcMessage::Request(r)
+        if matches!(r.request, ClientRequest::InitializeRequest(_)))
 }
 
-impl RelayFailure {
-    /// An HTTP error status; `body` is the answer when it was JSON (crewbus's `{code, message}`).
-    fn status(status: StatusCode, body: Option<&Value>) -> RelayFailure {
-        let message = match status {
-            StatusCode::UNAUTHORIZED => "HTTP 401: crewbus refused the token (wrong or revoked); \
-                                         give the bridge an active agent's token"
-                .to_owned(),
-            StatusCode::NOT_FOUND => "HTTP 404: no MCP endpoint at this URL (is --url the \
-                                      crewbus server's base URL?)"
-                .to_owned(),
-            other => match body.and_then(|b| b.get("message")).and_then(Value::as_str) {
-                Some(m) => format!("HTTP {}: {m}", other.as_u16()),
-                None => format!("HTTP {other}"),
-            },
-        };
-        RelayFailure {
-            message,
-            status: Some(status),
-        }
-    }
-
-    fn answer(&self, id: &Value) -> Value {
-        let mut error = json!({"code": RELAY_ERROR, "message": self.message});
-        if let Some(status) = self.status {
-            error["data"] = json!({"http_status": status.as_u16()});
-        }
-        json!({"jsonrpc": "2.0", "id": id, "error": error})
-    }
-}
-
-/// The ids of the requests in `message` (an object, or a batch array): those with a `method` and
-/// an `id`. Notifications and responses have none to answer.
-fn request_ids(message: &Value) -> Vec<Value> {
-    let one = |m: &Value| match (m.get("method"), m.get("id")) {
-        (Some(_), Some(id)) if !id.is_null() => Some(id.clone()),
-        _ => None,
-    };
+/// Whether the host is past its handshake once `message` is relayed: it sent
+/// `notifications/initialized`, or a request other than `initialize` (a host of revision
+/// 2026-07-28 has no handshake). Channel notifications start then, when the host listens.
+fn starts_the_watch(message: &ClientJsonRpcMessage) -> bool {
     match message {
-        Value::Array(batch) => batch.iter().filter_map(one).collect(),
-        other => one(other).into_iter().collect(),
-    }
-}
-
-/// The revision a message names itself (`params._meta["io.modelcontextprotocol/protocolVersion"]`,
-/// of the first message of a batch), as a header value.
-fn stated_revision(message: &Value) -> Option<HeaderValue> {
-    let first = match message {
-        Value::Array(batch) => batch.first()?,
-        other => other,
-    };
-    let version = first
-        .get("params")?
-        .get("_meta")?
-        .get("io.modelcontextprotocol/protocolVersion")?
-        .as_str()?;
-    HeaderValue::from_str(version).ok()
-}
-
-/// The standard routing headers of revision 2026-07-28 for one message (none for a batch or a
-/// response): `Mcp-Method`, and `Mcp-Name` for the methods that name a target.
-fn routing_headers(message: &Value) -> Vec<(&'static str, HeaderValue)> {
-    let Some(method) = message.get("method").and_then(Value::as_str) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    if let Ok(v) = HeaderValue::from_str(&header_text(method)) {
-        out.push(("mcp-method", v));
-    }
-    let key = match method {
-        "tools/call" | "prompts/get" => Some("name"),
-        "resources/read" | "resources/subscribe" | "resources/unsubscribe" => Some("uri"),
-        "tasks/get" | "tasks/update" | "tasks/cancel" => Some("taskId"),
-        _ => None,
-    };
-    if let Some(name) = key
-        .and_then(|k| message.get("params")?.get(k)?.as_str())
-        .and_then(|n| HeaderValue::from_str(&header_text(n)).ok())
-    {
-        out.push(("mcp-name", name));
-    }
-    out
-}
-
-/// `value` as a header value: as is, or `=?base64?<standard Base64>?=` when it starts or ends
-/// with a space or tab, holds a character outside printable ASCII, or looks like that wrapping.
-fn header_text(value: &str) -> String {
-    use base64::Engine as _;
-    let wrap = value.starts_with([' ', '\t'])
-        || value.ends_with([' ', '\t'])
-        || value.chars().any(|c| !(' '..='~').contains(&c))
-        || (value.starts_with("=?base64?") && value.ends_with("?="));
-    if wrap {
-        let encoded = base64::engine::general_purpose::STANDARD.encode(value);
-        format!("=?base64?{encoded}?=")
-    } else {
-        value.to_owned()
-    }
-}
-
-/// Whether `value` (an object or a batch) is a response to one of `ids`.
-fn is_answer_to(value: &Value, ids: &[Value]) -> bool {
-    let one = |m: &Value| {
-        (m.get("result").is_some() || m.get("error").is_some())
-            && m.get("id").is_some_and(|id| ids.contains(id))
-    };
-    match value {
-        Value::Array(batch) => batch.iter().any(one),
-        other => one(other),
-    }
-}
-
-/// `text` as one stdout line: unchanged unless it spans lines (the stdio transport forbids
-/// embedded newlines), then compacted.
-fn one_line(text: &str, value: &Value) -> String {
-    if text.contains(['\n', '\r']) {
-        value.to_string()
-    } else {
-        text.to_owned()
-    }
-}
-
-/// An error answer's body as JSON, when it is JSON (read up to [`MAX_ERROR_BODY`]).
-async fn error_body(response: reqwest::Response) -> Option<Value> {
-    let mut body = response.bytes_stream();
-    let mut bytes = Vec::new();
-    while let Some(Ok(chunk)) = body.next().await {
-        bytes.extend_from_slice(&chunk);
-        if bytes.len() > MAX_ERROR_BODY {
-            return None;
+        ClientJsonRpcMessage::Notification(n) => {
+            matches!(
+                n.notification,
+                ClientNotification::InitializedNotification(_)
+            )
         }
-    }
-    serde_json::from_slice(&bytes).ok()
-}
-
-/// An error with its sources, `: `-joined (reqwest's own message is one word deep).
-fn error_chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
-
-/// A minimal Server-Sent Events parser (the WHATWG event-stream format, as far as MCP uses it):
-/// `data:` lines are joined with `\n` into an event, dispatched at a blank line; comments,
-/// `event:`, `id:` and `retry:` are ignored, as are events without data (e.g. priming events).
-/// Lines end with LF or CRLF. An event not closed by a blank line when the stream ends is
-/// dropped, as the format requires.
-#[derive(Default)]
-struct SseParser {
-    line: Vec<u8>,
-    data: Option<String>,
-}
-
-impl SseParser {
-    /// Feeds a chunk; calls `event` with each complete event's data.
-    fn feed(&mut self, chunk: &[u8], event: &mut impl FnMut(&str)) {
-        for &b in chunk {
-            if b != b'\n' {
-                self.line.push(b);
-                continue;
-            }
-            if self.line.last() == Some(&b'\r') {
-                self.line.pop();
-            }
-            let line = std::mem::take(&mut self.line);
-            self.line_done(&line, event);
-        }
-    }
-
-    fn line_done(&mut self, line: &[u8], event: &mut impl FnMut(&str)) {
-        if line.is_empty() {
-            if let Some(data) = self.data.take().filter(|d| !d.is_empty()) {
-                event(&data);
-            }
-            return;
-        }
-        let line = String::from_utf8_lossy(line);
-        let (field, value) = match line.split_once(':') {
-            Some((f, v)) => (f, v.strip_prefix(' ').unwrap_or(v)),
-            None => (line.as_ref(), ""),
-        };
-        if field == "data" {
-            match &mut self.data {
-                Some(data) => {
-                    data.push('\n');
-                    data.push_str(value);
-                }
-                None => self.data = Some(value.to_owned()),
-            }
-        }
+        ClientJsonRpcMessage::Request(_) => !is_initialize(message),
+        _ => false,
     }
 }
 
@@ -542,88 +249,13 @@ impl SseParser {
 mod tests {
     use super::*;
 
-    fn events(chunks: &[&[u8]]) -> Vec<String> {
-        let mut parser = SseParser::default();
-        let mut got = Vec::new();
-        for c in chunks {
-            parser.feed(c, &mut |d: &str| got.push(d.to_owned()));
+    fn args(url: &str) -> McpArgs {
+        McpArgs {
+            url: url.to_owned(),
+            token_file: None,
+            channel: false,
+            tools: None,
         }
-        got
-    }
-
-    #[test]
-    fn sse_events_are_split_joined_and_filtered() {
-        let stream: &[u8] = b": comment\n\nid: 1\nretry: 500\ndata:\n\n\
-            event: message\r\ndata: {\"a\":\r\ndata: 1}\r\n\r\n\
-            data:{\"b\":2}\n\ndata: {\"unfinished\":true}\n";
-        assert_eq!(
-            events(&[stream]),
-            vec!["{\"a\":\n1}", "{\"b\":2}"],
-            "data lines joined; empty (priming) events and the unfinished one dropped"
-        );
-        // Split anywhere, even inside a CRLF.
-        let split: Vec<&[u8]> = stream.chunks(1).collect();
-        assert_eq!(events(&split), events(&[stream]));
-    }
-
-    #[test]
-    fn only_requests_are_answered() {
-        let batch = json!([
-            {"jsonrpc": "2.0", "id": 1, "method": "ping"},
-            {"jsonrpc": "2.0", "method": "notifications/initialized"},
-            {"jsonrpc": "2.0", "id": "x", "result": {}},
-        ]);
-        assert_eq!(request_ids(&batch), vec![json!(1)]);
-        assert!(request_ids(&json!({"jsonrpc": "2.0", "method": "n"})).is_empty());
-        assert!(is_answer_to(
-            &json!({"jsonrpc": "2.0", "id": 1, "result": {}}),
-            &[json!(1)]
-        ));
-        assert!(!is_answer_to(
-            &json!({"jsonrpc": "2.0", "id": 2, "result": {}}),
-            &[json!(1)]
-        ));
-        assert!(!is_answer_to(
-            &json!({"jsonrpc": "2.0", "method": "notifications/progress"}),
-            &[json!(1)]
-        ));
-    }
-
-    #[test]
-    fn routing_headers_name_the_method_and_its_target() {
-        let call = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                          "params": {"name": "fetch_inbox", "arguments": {}}});
-        let headers = routing_headers(&call);
-        assert_eq!(
-            headers[0],
-            ("mcp-method", HeaderValue::from_static("tools/call"))
-        );
-        assert_eq!(
-            headers[1],
-            ("mcp-name", HeaderValue::from_static("fetch_inbox"))
-        );
-        let read = json!({"jsonrpc": "2.0", "id": 2, "method": "resources/read",
-                          "params": {"uri": "file:///é"}});
-        let name = routing_headers(&read)[1].1.to_str().unwrap().to_owned();
-        assert_eq!(name, "=?base64?ZmlsZTovLy/DqQ==?=");
-        let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        assert_eq!(routing_headers(&note).len(), 1);
-        assert!(routing_headers(&json!({"jsonrpc": "2.0", "id": 3, "result": {}})).is_empty());
-        assert_eq!(header_text(" x"), "=?base64?IHg=?=");
-        assert_eq!(header_text("plain-name_1"), "plain-name_1");
-    }
-
-    #[test]
-    fn a_message_states_its_revision_in_its_meta() {
-        let stated = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {
-            "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}}});
-        assert_eq!(stated_revision(&stated).unwrap(), "2026-07-28");
-        assert_eq!(
-            stated_revision(&json!([stated])).unwrap(),
-            "2026-07-28",
-            "a batch: its first message"
-        );
-        assert!(stated_revision(&json!({"jsonrpc": "2.0", "id": 1, "method": "ping"})).is_none());
     }
 
     #[test]
@@ -635,17 +267,44 @@ mod tests {
         std::fs::write(&file, " \n").unwrap();
         let empty = token(Some(&file)).err().unwrap();
         assert!(empty.contains("empty"), "{empty}");
+        std::fs::write(&file, "cbt_a\u{1}b").unwrap();
+        let control = token(Some(&file)).err().unwrap();
+        assert!(!control.contains("cbt_a"), "{control}");
         let missing = token(Some(&dir.path().join("nope"))).err().unwrap();
         assert!(missing.contains("nope"), "{missing}");
-        let relay = Relay::new("http://127.0.0.1:1/", &Secret::new("cbt_secret")).unwrap();
-        assert_eq!(relay.endpoint, "http://127.0.0.1:1/mcp");
-        assert!(!format!("{:?}", relay.authorization).contains("cbt_secret"));
-        assert!(Relay::new("127.0.0.1:7700", &Secret::new("t")).is_err());
+    }
+
+    #[test]
+    fn the_endpoints_come_from_the_base_url() {
+        let s = Settings::new(&args("http://127.0.0.1:1/"), Secret::new("t")).unwrap();
+        assert_eq!(s.endpoint, "http://127.0.0.1:1/mcp");
+        assert_eq!(s.watch, "http://127.0.0.1:1/v1/inbox/watch");
+        let s = Settings::new(&args("https://h/bus/mcp"), Secret::new("t")).unwrap();
         assert_eq!(
-            Relay::new("http://h/mcp", &Secret::new("t"))
-                .unwrap()
-                .endpoint,
-            "http://h/mcp"
+            (s.endpoint.as_str(), s.watch.as_str()),
+            ("https://h/bus/mcp", "https://h/bus/v1/inbox/watch")
         );
+        assert!(Settings::new(&args("127.0.0.1:7700"), Secret::new("t")).is_err());
+    }
+
+    #[test]
+    fn the_watch_starts_after_the_handshake() {
+        let m = |v: serde_json::Value| serde_json::from_value::<ClientJsonRpcMessage>(v).unwrap();
+        let init = m(
+            serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "h", "version": "1"}}}),
+        );
+        assert!(is_initialize(&init) && !starts_the_watch(&init));
+        let initialized = m(serde_json::json!({"jsonrpc": "2.0",
+            "method": "notifications/initialized"}));
+        assert!(starts_the_watch(&initialized));
+        let list = m(serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"}));
+        assert!(starts_the_watch(&list) && !is_initialize(&list));
+        let progress = m(
+            serde_json::json!({"jsonrpc": "2.0", "method": "notifications/progress",
+            "params": {"progressToken": 1, "progress": 1}}),
+        );
+        assert!(!starts_the_watch(&progress));
     }
 }

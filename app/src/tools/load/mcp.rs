@@ -58,6 +58,8 @@ impl McpAgent {
     pub async fn connect(base: &str, token: &str) -> Result<Arc<McpAgent>, ApiFailure> {
         let config = StreamableHttpClientTransportConfig::with_uri(format!("{base}/mcp"))
             .auth_header(token.to_owned());
+        // rmcp's client needs the process's TLS provider to be built (`crate::tls`).
+        crate::tls::install_crypto_provider();
         let transport = StreamableHttpClientTransport::from_config(config);
         let service = ().serve(transport).await.map_err(|e| ApiFailure {
             status: 0,
