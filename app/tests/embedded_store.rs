@@ -553,3 +553,62 @@ async fn a_damaged_store_is_refused_before_anything_listens_and_a_clean_stop_emp
         );
     }
 }
+
+/// Signs in to `url`'s console with `code` as a browser does (the form's pre-session cookie and
+/// CSRF field, the console's own `Origin`): the POST's status (303 signed in, 401 refused).
+async fn console_sign_in(url: &str, code: &str) -> u16 {
+    let http = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap();
+    let form = http
+        .get(format!("{url}/console/sign-in"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(form.status(), 200);
+    let cookie = form
+        .headers()
+        .get_all("set-cookie")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .find(|v| v.starts_with("crewbus_sign_in="))
+        .expect("the pre-session cookie")
+        .split(';')
+        .next()
+        .unwrap()
+        .to_owned();
+    let page = form.text().await.unwrap();
+    let csrf = regex::Regex::new(r#"name="_csrf"[^>]*?value="([^"]*)""#)
+        .unwrap()
+        .captures(&page)
+        .expect("the form's CSRF field")[1]
+        .to_owned();
+    http.post(format!("{url}/console/sign-in"))
+        .header("cookie", cookie)
+        .header("origin", url)
+        .form(&[("_csrf", csrf.as_str()), ("code", code)])
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .as_u16()
+}
+
+#[tokio::test]
+async fn a_sign_in_code_of_an_earlier_start_stops_working_at_the_next_start() {
+    let home = tempfile::tempdir().unwrap();
+    let first = Serve::start(home.path());
+    let earlier = first.console["sign_in_code"].as_str().unwrap().to_owned();
+    first.stop();
+    let second = Serve::start(home.path());
+    let newest = second.console["sign_in_code"].as_str().unwrap().to_owned();
+    assert_ne!(earlier, newest);
+    assert_eq!(
+        console_sign_in(&second.url, &earlier).await,
+        401,
+        "the code the first start printed no longer signs in"
+    );
+    assert_eq!(console_sign_in(&second.url, &newest).await, 303);
+    second.stop();
+}

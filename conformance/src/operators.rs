@@ -34,6 +34,7 @@ pub fn operators_behaviours() -> Vec<Behaviour<dyn LedgerFixture>> {
         concurrent_redeems_of_one_code_open_one_session,
         a_sign_in_code_expires,
         issuing_a_code_checks_the_operator_the_expiry_and_the_hash,
+        withdrawn_sign_in_codes_stop_working,
         a_failed_redeem_writes_nothing,
         sessions_end_when_idle,
         using_a_session_moves_last_seen,
@@ -354,6 +355,58 @@ pub async fn issuing_a_code_checks_the_operator_the_expiry_and_the_hash<
     assert!(matches!(
         ops.redeem_sign_in_code(&token(), token(), t(1)).await,
         Err(BusError::Unauthenticated)
+    ));
+}
+
+/// `withdraw_sign_in_codes` takes back the operator's unused codes and counts them: they redeem
+/// as `Unauthenticated` from then on. A session a code opened before stays, another operator's
+/// codes still work, and a code issued afterwards works; an unknown operator is `NotFound`.
+pub async fn withdrawn_sign_in_codes_stop_working<F: LedgerFixture + ?Sized>(fx: &F) {
+    let ops = fx.operators();
+    let ana = operator(&*ops, "ana").await;
+    let bo = operator(&*ops, "bo").await;
+    let (first, second, used, bos) = (token(), token(), token(), token());
+    for code in [first, second, used] {
+        ops.issue_sign_in_code(ana.id, code, t(600), t(0))
+            .await
+            .unwrap();
+    }
+    ops.issue_sign_in_code(bo.id, bos, t(600), t(0))
+        .await
+        .unwrap();
+    let session = token();
+    ops.redeem_sign_in_code(&used, session, t(1)).await.unwrap();
+    assert_eq!(ops.withdraw_sign_in_codes(ana.id).await.unwrap(), 2);
+    for code in [first, second] {
+        assert!(matches!(
+            ops.redeem_sign_in_code(&code, token(), t(2)).await,
+            Err(BusError::Unauthenticated)
+        ));
+    }
+    assert!(ops.session(&session, IDLE, t(2)).await.is_ok());
+    assert_eq!(
+        ops.redeem_sign_in_code(&bos, token(), t(2))
+            .await
+            .unwrap()
+            .id,
+        bo.id,
+        "only that operator's codes"
+    );
+    let fresh = token();
+    ops.issue_sign_in_code(ana.id, fresh, t(600), t(3))
+        .await
+        .unwrap();
+    assert_eq!(
+        ops.redeem_sign_in_code(&fresh, token(), t(4))
+            .await
+            .unwrap()
+            .id,
+        ana.id
+    );
+    assert_eq!(ops.withdraw_sign_in_codes(ana.id).await.unwrap(), 0);
+    assert!(matches!(
+        ops.withdraw_sign_in_codes(Uuid::new_v4()).await,
+        Err(BusError::NotFound { .. })
     ));
 }
 

@@ -67,6 +67,12 @@ pub trait Operators: Send + Sync {
         at: DateTime<Utc>,
     ) -> BusResult<()>;
 
+    /// Withdraws every sign-in code of `operator` not used yet: none of them signs in any more,
+    /// on any server (they are deleted). Returns how many went. What a start of `crewbus serve`
+    /// does before it issues the operator a new code, so only the newest printed code works.
+    /// Errors: an operator unknown to this tenant → `NotFound`.
+    async fn withdraw_sign_in_codes(&self, operator: Uuid) -> BusResult<u64>;
+
     /// Redeems a sign-in code and opens a session with the secret whose hash is
     /// `session_hash`, in one transaction: a code works **once** — of two concurrent redeems of
     /// one code at most one succeeds, on any server.

@@ -412,6 +412,31 @@ pub async fn issue_sign_in_code<L: SqlOperators>(
     ledger.commit(tx, what).await
 }
 
+/// `Operators::withdraw_sign_in_codes`: deletes the operator's unused codes, in one
+/// transaction with the check that the operator is this tenant's; returns how many went.
+/// Errors: no such operator of this tenant → `NotFound`.
+pub async fn withdraw_sign_in_codes<L: SqlOperators>(ledger: &L, operator: Uuid) -> BusResult<u64> {
+    let what = "withdraw sign-in codes";
+    let mut tx = ledger.begin(what).await?;
+    let known: Option<(bool,)> =
+        stmt::<L::D>("SELECT TRUE FROM operators WHERE id = $1 AND tenant = $2")
+            .arg(operator)
+            .arg(ledger.tenant().as_str().to_owned())
+            .optional(&mut tx)
+            .await
+            .map_err(ledger.db(what))?;
+    if known.is_none() {
+        return Err(BusError::not_found(format!("operator {operator}")));
+    }
+    let done = stmt::<L::D>("DELETE FROM sign_in_codes WHERE operator_id = $1 AND used_at IS NULL")
+        .arg(operator)
+        .execute(&mut tx)
+        .await
+        .map_err(ledger.db(what))?;
+    ledger.commit(tx, what).await?;
+    Ok(L::D::rows_affected(&done))
+}
+
 /// `Operators::redeem_sign_in_code`: uses the code ([`SqlOperators::REDEEM_CODE`]) and opens a
 /// session with `session_hash`, in one transaction. Errors: the code unknown, used, expired or
 /// of a revoked operator → `Unauthenticated`; the session hash in use → `Conflict` (the code
@@ -606,6 +631,10 @@ macro_rules! impl_operators {
                     at: DateTime<Utc>,
                 ) -> BusResult<()> {
                     sql::issue_sign_in_code(self, operator, code_hash, expires_at, at).await
+                }
+
+                async fn withdraw_sign_in_codes(&self, operator: Uuid) -> BusResult<u64> {
+                    sql::withdraw_sign_in_codes(self, operator).await
                 }
 
                 async fn redeem_sign_in_code(

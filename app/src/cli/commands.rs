@@ -158,11 +158,13 @@ async fn console_sign_in(bus: &Bus, base: &str, json: bool) {
 
 /// The console's sign-in URL with a fresh one-time code for the dev operator (created with every
 /// team in scope when missing): `console: URL (…)`, or with `--json` one object
-/// `{console_url, operator, sign_in_code, expires_at}`. Each start prints a new code. Errors:
+/// `{console_url, operator, sign_in_code, expires_at}`. Each start prints a new code and
+/// withdraws the operator's earlier unused ones ([`Bus::replace_sign_in_codes`]). Errors:
 /// the dev operator revoked → `Conflict`; the store's.
 async fn print_console_sign_in(bus: &Bus, base: &str, json: bool) -> BusResult<()> {
     let operator = bus.dev_operator().await?;
-    let code = bus.issue_sign_in_code(&operator).await?;
+    // The codes printed by earlier starts stop working: only this one signs in.
+    let code = bus.replace_sign_in_codes(&operator).await?;
     let url = format!("{base}/console/sign-in?code={}", code.code);
     if json {
         say(format_args!(

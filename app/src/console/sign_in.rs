@@ -191,9 +191,9 @@ pub(crate) async fn submit(
                 StatusCode::UNAUTHORIZED,
                 &code,
                 Some(
-                    "That did not sign you in. A code works once, for 10 minutes (each start of \
-                     crewbus serve prints a new one); a token must be an active operator's \
-                     (cbo_…), not an agent's."
+                    "That did not sign you in. A code works once, for 10 minutes, and only the \
+                     one the latest start of crewbus serve printed; a token must be an active \
+                     operator's (cbo_…), not an agent's."
                         .into(),
                 ),
             )

@@ -208,6 +208,26 @@ impl Bus {
         })
     }
 
+    /// What a start of `crewbus serve` prints: a fresh sign-in code for `operator` (as
+    /// [`Bus::issue_sign_in_code`]) after withdrawing the operator's earlier unused ones, so a
+    /// code printed by an earlier start stops working (on every server of the deployment).
+    /// Errors: as [`Bus::issue_sign_in_code`].
+    pub async fn replace_sign_in_codes(&self, operator: &Operator) -> BusResult<SignInCode> {
+        let withdrawn = self
+            .ports
+            .operators
+            .withdraw_sign_in_codes(operator.id)
+            .await?;
+        if withdrawn > 0 {
+            tracing::info!(
+                operator = %operator.name,
+                withdrawn,
+                "earlier sign-in codes withdrawn"
+            );
+        }
+        self.issue_sign_in_code(operator).await
+    }
+
     /// Signs in with a code from [`Bus::issue_sign_in_code`] (as typed: case, spaces and dashes
     /// do not matter) and opens a console session. The code is used up, whatever server redeemed
     /// it. Errors: malformed, unknown, used, expired, or its operator revoked →

@@ -133,6 +133,15 @@ impl Operators for MemoryLedger {
         Ok(())
     }
 
+    async fn withdraw_sign_in_codes(&self, operator: Uuid) -> BusResult<u64> {
+        let mut st = self.state()?;
+        st.operator_of(operator)?;
+        let before = st.sign_in_codes.len();
+        st.sign_in_codes
+            .retain(|_, c| c.operator != operator || c.used_at.is_some());
+        Ok((before - st.sign_in_codes.len()) as u64)
+    }
+
     async fn redeem_sign_in_code(
         &self,
         code_hash: &TokenHash,
