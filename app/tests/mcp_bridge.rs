@@ -375,6 +375,47 @@ fn a_waiting_request_does_not_hold_up_a_ping() {
 }
 
 #[test]
+fn a_request_the_host_cancelled_does_not_hold_the_bridge_at_the_end_of_input() {
+    let (addr, fake) = fake_endpoint();
+    let mut b = bridge(&format!("http://{addr}"), Some(TOKEN), &[]);
+    b.send(&initialize(1));
+    assert_eq!(b.next()["id"], 1);
+    b.send(&initialized());
+    b.send(&request(2, "slow"));
+    // The cancellation goes to the server once the request is there (Streamable HTTP's way).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !fake
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|s| s.method.as_deref() == Some("slow"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the slow request did not reach the server"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    b.send(
+        &json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                   "params": {"requestId": 2, "reason": "the user stopped it"}}),
+    );
+    let (rest, stderr, code) = b.finish();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        rest.is_empty(),
+        "no answer to a cancelled request: {rest:?}"
+    );
+    let seen = fake.seen.lock().unwrap().clone();
+    assert!(
+        seen.iter()
+            .any(|s| s.method.as_deref() == Some("notifications/cancelled")),
+        "{seen:?}"
+    );
+}
+
+#[test]
 fn a_refused_token_and_an_unreachable_server_answer_the_request_with_an_error() {
     let (addr, fake) = fake_endpoint();
     let dir = tempfile::tempdir().unwrap();

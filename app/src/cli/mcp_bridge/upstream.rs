@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use reqwest_rmcp::header::{HeaderName, HeaderValue};
 use rmcp::model::{
-    ClientJsonRpcMessage, ClientRequest, ErrorCode, ErrorData, JsonObject, JsonRpcMessage,
-    RequestId, ServerJsonRpcMessage, ServerResult,
+    ClientJsonRpcMessage, ClientNotification, ClientRequest, ErrorCode, ErrorData, JsonObject,
+    JsonRpcMessage, RequestId, ServerJsonRpcMessage, ServerResult,
 };
 use rmcp::transport::Transport as _;
 use rmcp::transport::streamable_http_client::{
@@ -159,6 +159,17 @@ impl SessionTask {
                             }
                             self.pending.insert(r.id.clone());
                             Some(r.id.clone())
+                        }
+                        // The host gave up on a request: it expects no answer (rmcp stops
+                        // reading it), and the session does not wait for one.
+                        JsonRpcMessage::Notification(n) => {
+                            if let ClientNotification::CancelledNotification(c) = &n.notification
+                                && let Some(cancelled) = &c.params.request_id
+                            {
+                                self.pending.remove(cancelled);
+                                self.initializing.remove(cancelled);
+                            }
+                            None
                         }
                         _ => None,
                     };
