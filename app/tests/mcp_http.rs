@@ -1691,3 +1691,142 @@ async fn tool_profiles_shape_tools_list_only_and_core_is_at_most_40_percent_of_f
     );
     app.finish_test().await;
 }
+
+/// The HTTP operation of each tool: `(tool, method, path)` as `/openapi.json` names them.
+const OPERATIONS: [(&str, &str, &str); 24] = [
+    ("whoami", "get", "/v1/me"),
+    ("list_agents", "get", "/v1/agents"),
+    ("create_conversation", "post", "/v1/conversations"),
+    ("list_conversations", "get", "/v1/conversations"),
+    ("get_conversation", "get", "/v1/conversations/{id}"),
+    ("send_message", "post", "/v1/conversations/{id}/messages"),
+    (
+        "read_conversation",
+        "get",
+        "/v1/conversations/{id}/messages",
+    ),
+    ("fetch_inbox", "post", "/v1/inbox/fetch"),
+    ("confirm_deliveries", "post", "/v1/inbox/confirm"),
+    (
+        "acknowledge_message",
+        "post",
+        "/v1/messages/{id}/acknowledge",
+    ),
+    ("get_receipts", "get", "/v1/messages/{id}/receipts"),
+    ("inbox_status", "get", "/v1/inbox/status"),
+    ("start_run", "post", "/v1/runs"),
+    ("get_run", "get", "/v1/runs/{id}"),
+    ("resume_run", "post", "/v1/runs/{id}/resume"),
+    ("seal_run", "post", "/v1/runs/{id}/seal"),
+    ("read_run_records", "get", "/v1/runs/{id}/records"),
+    ("acquire_lease", "post", "/v1/leases"),
+    ("renew_lease", "post", "/v1/leases/{id}/renew"),
+    ("release_lease", "post", "/v1/leases/{id}/release"),
+    ("list_leases", "get", "/v1/leases"),
+    ("check_lease", "post", "/v1/leases/check"),
+    ("search_messages", "get", "/v1/search"),
+    ("set_status", "put", "/v1/me/status"),
+];
+
+/// The README's table of tool arguments that differ from the HTTP API's: per tool, the
+/// backticked names of its MCP column and of its HTTP column.
+fn readme_argument_notes() -> HashMap<String, (Vec<String>, Vec<String>)> {
+    let readme = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md"))
+        .expect("the README");
+    let names = regex::Regex::new(r"`([a-z_]+)`").unwrap();
+    let backticked = |cell: &str| -> Vec<String> {
+        let mut v: Vec<String> = names.captures_iter(cell).map(|c| c[1].to_owned()).collect();
+        v.sort();
+        v
+    };
+    let mut lines = readme.lines();
+    lines
+        .by_ref()
+        .find(|l| l.starts_with("| tool | MCP arguments | HTTP API |"))
+        .expect("the README's table of argument names");
+    lines
+        .skip(1)
+        .take_while(|l| l.starts_with('|'))
+        .map(|row| {
+            let cells: Vec<&str> = row.split('|').collect();
+            let tool = backticked(cells[1]).pop().expect("a tool");
+            (tool, (backticked(cells[2]), backticked(cells[3])))
+        })
+        .collect()
+}
+
+/// The names an operation of `/openapi.json` takes: its query parameters and its JSON body's
+/// properties; and whether it has a path id.
+fn http_names(openapi: &Value, op: &Value) -> (Vec<String>, bool) {
+    let mut names = Vec::new();
+    let mut path_id = false;
+    for p in op["parameters"].as_array().into_iter().flatten() {
+        match p["in"].as_str() {
+            Some("query") => names.push(p["name"].as_str().unwrap().to_owned()),
+            Some("path") => path_id = true,
+            _ => {}
+        }
+    }
+    let schema = &op["requestBody"]["content"]["application/json"]["schema"];
+    let reference = schema["$ref"].as_str().or_else(|| {
+        schema["oneOf"]
+            .as_array()?
+            .iter()
+            .find_map(|s| s["$ref"].as_str())
+    });
+    if let Some(reference) = reference {
+        let name = reference.trim_start_matches("#/components/schemas/");
+        let body = &openapi["components"]["schemas"][name];
+        names.extend(body["properties"].as_object().unwrap().keys().cloned());
+    }
+    (names, path_id)
+}
+
+#[tokio::test]
+async fn the_readme_names_exactly_the_tool_arguments_that_differ_from_the_http_api() {
+    let app = MemoryApp::start(&["alice"]).await;
+    let mcp = Mcp::for_agent(&app, 0, LEGACY);
+    mcp.initialize(LEGACY).await;
+    let tools = listed_tools(&mcp).await;
+    let openapi: Value = reqwest::get(format!("{}/openapi.json", app.server.url()))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mapped: HashSet<&str> = OPERATIONS.iter().map(|(t, _, _)| *t).collect();
+    let listed: HashSet<&str> = tools.keys().map(String::as_str).collect();
+    assert_eq!(mapped, listed, "every tool has its HTTP operation here");
+    let mut notes = readme_argument_notes();
+    for (tool, method, path) in OPERATIONS {
+        let op = &openapi["paths"][path][method];
+        assert!(op.is_object(), "{method} {path} in /openapi.json");
+        let (http, path_id) = http_names(&openapi, op);
+        let mut mcp: Vec<String> = tools[tool]["inputSchema"]["properties"]
+            .as_object()
+            .map(|p| p.keys().cloned().collect())
+            .unwrap_or_default();
+        if path_id {
+            // The path's id is the tool's `<thing>_id` (the README's rule above its table).
+            let ids = ["conversation_id", "message_id", "run_id", "lease_id"];
+            let at = mcp
+                .iter()
+                .position(|a| ids.contains(&a.as_str()))
+                .unwrap_or_else(|| panic!("{tool}: no argument for the path id of {path}"));
+            mcp.remove(at);
+        }
+        let mut mcp_only: Vec<String> = mcp.iter().filter(|a| !http.contains(a)).cloned().collect();
+        let mut http_only: Vec<String> =
+            http.iter().filter(|a| !mcp.contains(a)).cloned().collect();
+        mcp_only.sort();
+        http_only.sort();
+        let noted = notes.remove(tool).unwrap_or_default();
+        assert_eq!(
+            (mcp_only, http_only),
+            noted,
+            "{tool}: the arguments that differ from {method} {path}, and the README's row"
+        );
+    }
+    assert!(notes.is_empty(), "README rows of no tool: {notes:?}");
+    app.finish_test().await;
+}
