@@ -4,9 +4,11 @@
 //!
 //! A hook never breaks its session: every failure (bad input, no server, a revoked token)
 //! ends with exit 0, nothing on stdout and one stderr line, quickly; what it reports for a model
-//! names senders and titles, never a body. `connect` writes the host's files format-preserving,
-//! changes nothing on a second run, prints a diff on `--dry-run`, and `--remove` restores every
-//! file byte for byte; the token never lands in a file git would track.
+//! names senders and titles, never a body. `connect` writes the host's files format-preserving
+//! (the stdio bridge, or with `--http` a headers helper; the permission rule; the hooks, naming
+//! the binary and the token file by absolute path), changes nothing on a second run, prints a
+//! diff on `--dry-run`, and `--remove` restores every file byte for byte (or, in a file edited
+//! since, takes out only what it added); the token never lands in a file git would track.
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
@@ -688,6 +690,122 @@ fn connect(home: &Path, project: &Path, args: &[&str]) -> Run {
     run_command(cmd, "")
 }
 
+/// The MCP server entry `.mcp.json` holds, and the settings file's JSON.
+fn written(project: &Path) -> (Value, Value) {
+    let read = |p: &str| -> Value {
+        serde_json::from_str(&std::fs::read_to_string(project.join(p)).unwrap()).unwrap()
+    };
+    (
+        read(".mcp.json")["mcpServers"]["crewbus"].clone(),
+        read(".claude/settings.local.json"),
+    )
+}
+
+/// Runs the stdio MCP server `server` (a `.mcp.json` entry) as Claude Code does — its command
+/// and arguments, no shell, none of the test's environment — and asks it `initialize`,
+/// `tools/list` and `tools/call whoami`: the listed tools' names and whoami's answer. Each
+/// answer within 10 s.
+fn ask_stdio_server(home: &Path, server: &Value) -> (Vec<String>, Value) {
+    use std::sync::mpsc;
+    assert_eq!(server["type"], "stdio", "{server}");
+    let args: Vec<&str> = server["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    let mut child = Command::new(server["command"].as_str().unwrap())
+        .args(&args)
+        .env_clear()
+        .env("HOME", home)
+        .env("PATH", "/usr/bin:/bin")
+        .current_dir(home)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn_tied()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let (tx, rx) = mpsc::channel::<Value>();
+    let stdout = child.stdout.take().unwrap();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                break;
+            }
+        }
+    });
+    let ask = |stdin: &mut std::process::ChildStdin, id: u64, method: &str, params: Value| {
+        let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
+        writeln!(stdin, "{msg}").unwrap();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let v = rx
+                .recv_timeout(left)
+                .unwrap_or_else(|e| panic!("no answer to {method} within 10 s: {e}"));
+            if v["id"] == id {
+                assert!(v.get("error").is_none(), "{method}: {v}");
+                break v["result"].clone();
+            }
+        }
+    };
+    let init = ask(
+        &mut stdin,
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-06-18", "capabilities": {},
+               "clientInfo": {"name": "host_hooks", "version": "0"}}),
+    );
+    assert!(init["serverInfo"].is_object(), "{init}");
+    writeln!(
+        stdin,
+        "{}",
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    )
+    .unwrap();
+    let tools = ask(&mut stdin, 2, "tools/list", json!({}));
+    let names = tools["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    let who = ask(
+        &mut stdin,
+        3,
+        "tools/call",
+        json!({"name": "whoami", "arguments": {}}),
+    );
+    drop(stdin);
+    let _ = child.wait();
+    (names, who)
+}
+
+/// Checks that a hook command names an absolute crewbus binary and an absolute token file,
+/// and never the token itself; returns its words (the test's paths hold no spaces).
+fn assert_hook_command(command: &str, token_file: &Path, token: &str) -> Vec<String> {
+    assert!(!command.contains(token), "the token in {command}");
+    let words: Vec<String> = command.split_whitespace().map(str::to_owned).collect();
+    let exe = Path::new(&words[0]);
+    assert!(exe.is_absolute(), "{command}");
+    assert_eq!(
+        exe,
+        Path::new(env!("CARGO_BIN_EXE_crewbus"))
+            .canonicalize()
+            .unwrap()
+    );
+    assert_eq!(&words[1..3], ["hook", "claude-code"], "{command}");
+    let i = words.iter().position(|w| w == "--token-file").unwrap();
+    assert_eq!(
+        Path::new(&words[i + 1]),
+        token_file.canonicalize().unwrap(),
+        "{command}"
+    );
+    words
+}
+
 fn snapshot(project: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
     let mut stack = vec![project.to_owned()];
@@ -735,32 +853,55 @@ async fn connect_is_idempotent_prints_a_dry_run_and_remove_restores_every_byte()
         ),
         "{mcp}"
     );
-    let v: Value = serde_json::from_str(&mcp).unwrap();
-    let server = &v["mcpServers"]["crewbus"];
-    assert_eq!(server["url"], format!("{}/mcp?tools=core", w.serve.url));
-    let helper = server["headersHelper"].as_str().unwrap();
-    assert!(helper.contains("connect headers --token-file"), "{helper}");
-    // The headers helper, run as Claude Code runs it (a shell), prints the Authorization header.
-    let out = Command::new("sh")
-        .args(["-c", helper])
-        .current_dir(&project)
-        .output()
-        .unwrap();
-    let headers: Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The stdio bridge, by absolute paths, started as Claude Code starts it, answers as alice
+    // with the core tools.
+    let (server, settings) = written(&project);
+    let alice_file = w.alice_token.canonicalize().unwrap();
     assert_eq!(
-        headers["Authorization"],
-        format!("Bearer {}", w.serve.tokens["alice"])
+        server,
+        json!({"type": "stdio",
+               "command": Path::new(env!("CARGO_BIN_EXE_crewbus")).canonicalize().unwrap(),
+               "args": ["mcp", "--url", w.serve.url, "--token-file", alice_file,
+                        "--tools", "core"]})
     );
-    let settings: Value = serde_json::from_str(
-        &std::fs::read_to_string(project.join(".claude/settings.local.json")).unwrap(),
+    let (tools, who) = ask_stdio_server(w.home(), &server);
+    assert!(
+        tools.len() == 12 && tools.iter().any(|t| t == "fetch_inbox"),
+        "{tools:?}"
+    );
+    let (_, me) = call(
+        &w.serve.url,
+        &w.serve.tokens["alice"],
+        "GET",
+        "/v1/me",
+        Value::Null,
     )
-    .unwrap();
+    .await;
+    let id = me["id"].as_str().unwrap();
+    assert!(
+        who["isError"] != true && who.to_string().contains(id),
+        "whoami answers as alice ({id}): {who}"
+    );
+    // The permission joins the user's rules; their hooks stay.
+    assert_eq!(
+        settings["permissions"]["allow"],
+        json!(["Bash(ls)", "mcp__crewbus"])
+    );
     assert_eq!(
         settings["hooks"]["Stop"][0]["hooks"][0]["command"],
         "./mine.sh"
     );
     let ours = &settings["hooks"]["Stop"][1]["hooks"][0];
     assert_eq!(ours["timeout"], 60, "--wait 50 + 10 s");
+    let token = &w.serve.tokens["alice"];
+    let words = assert_hook_command(ours["command"].as_str().unwrap(), &w.alice_token, token);
+    assert!(words.ends_with(&["--headless".to_owned()]), "{words:?}");
+    for event in ["SessionStart", "UserPromptSubmit", "PostToolUse"] {
+        let c = settings["hooks"][event][0]["hooks"][0]["command"]
+            .as_str()
+            .unwrap();
+        assert_hook_command(c, &w.alice_token, token);
+    }
     // The hook command connect wrote works as Claude Code runs it.
     w.bob_sends("via connect").await;
     let mut sh = Command::new("sh");
@@ -825,22 +966,33 @@ async fn connect_removes_what_it_created_and_only_its_entries_from_a_file_edited
     let w = World::new();
     let project = w.home().join("fresh");
     std::fs::create_dir(&project).unwrap();
-    let token = w.alice_token.to_str().unwrap();
+    // The token file named relative to the working directory (the project): the files name it
+    // by its absolute path, so the host finds it from anywhere.
     let run = connect(
         w.home(),
         &project,
-        &["--url", &w.serve.url, "--token-file", token],
+        &["--url", &w.serve.url, "--token-file", "../alice.token"],
     );
     assert_eq!(run.code, Some(0), "{run:?}");
     let settings_path = project.join(".claude/settings.local.json");
-    let settings: Value =
-        serde_json::from_str(&std::fs::read_to_string(&settings_path).unwrap()).unwrap();
+    let (server, settings) = written(&project);
+    assert_eq!(
+        server["args"][4],
+        json!(w.alice_token.canonicalize().unwrap())
+    );
     let stop = &settings["hooks"]["Stop"][0]["hooks"][0];
     assert_eq!(
         stop["asyncRewake"], true,
         "interactive: the background wake"
     );
     assert_eq!(stop["timeout"], 28_800 + 60);
+    let words = assert_hook_command(
+        stop["command"].as_str().unwrap(),
+        &w.alice_token,
+        &w.serve.tokens["alice"],
+    );
+    assert!(!words.contains(&"--headless".to_owned()), "{words:?}");
+    assert_eq!(settings["permissions"]["allow"], json!(["mcp__crewbus"]));
     // The user adds a server of their own after connecting.
     let mcp_path = project.join(".mcp.json");
     let mut mcp: Value =
@@ -859,6 +1011,109 @@ async fn connect_removes_what_it_created_and_only_its_entries_from_a_file_edited
         !project.join(".claude").exists(),
         "and so is the directory it created"
     );
+}
+
+#[tokio::test]
+async fn over_http_connect_writes_a_headers_helper_and_a_users_own_rule_stays_theirs() {
+    let w = World::new();
+    let token = w.alice_token.to_str().unwrap();
+    // The user already allows crewbus's tools: connect adds no second rule, and --remove (the
+    // file edited since) leaves theirs.
+    let project = w.home().join("http");
+    std::fs::create_dir_all(project.join(".claude")).unwrap();
+    let settings_path = project.join(".claude/settings.local.json");
+    std::fs::write(
+        &settings_path,
+        "{\"permissions\": {\"allow\": [\"mcp__crewbus\"]}}\n",
+    )
+    .unwrap();
+    let run = connect(
+        w.home(),
+        &project,
+        &[
+            "--http",
+            "--headless",
+            "--url",
+            &w.serve.url,
+            "--token-file",
+            token,
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let (server, settings) = written(&project);
+    assert_eq!(server["type"], "http");
+    assert_eq!(server["url"], format!("{}/mcp?tools=core", w.serve.url));
+    let helper = server["headersHelper"].as_str().unwrap();
+    assert!(!helper.contains(&w.serve.tokens["alice"]), "{helper}");
+    let words: Vec<&str> = helper.split_whitespace().collect();
+    assert!(Path::new(words[0]).is_absolute(), "{helper}");
+    assert_eq!(
+        words[1..],
+        [
+            "connect",
+            "headers",
+            "--token-file",
+            w.alice_token.canonicalize().unwrap().to_str().unwrap()
+        ]
+    );
+    // The headers helper, run as Claude Code runs it (a shell, elsewhere), prints the header.
+    let out = Command::new("sh")
+        .args(["-c", helper])
+        .current_dir("/")
+        .env_clear()
+        .output()
+        .unwrap();
+    let headers: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        headers["Authorization"],
+        format!("Bearer {}", w.serve.tokens["alice"])
+    );
+    assert_eq!(settings["permissions"]["allow"], json!(["mcp__crewbus"]));
+    let mut edited = settings.clone();
+    edited["permissions"]["allow"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("Read"));
+    std::fs::write(&settings_path, edited.to_string()).unwrap();
+    let removed = connect(w.home(), &project, &["--remove"]);
+    assert_eq!(removed.code, Some(0), "{removed:?}");
+    assert!(!project.join(".mcp.json").exists(), "connect created it");
+    let left: Value =
+        serde_json::from_str(&std::fs::read_to_string(&settings_path).unwrap()).unwrap();
+    assert_eq!(
+        left["permissions"]["allow"],
+        json!(["mcp__crewbus", "Read"])
+    );
+    assert_eq!(left["hooks"]["Stop"], json!([]), "crewbus's hooks are gone");
+
+    // connect's own rule, in a file edited since, leaves with --remove; the user's edit stays.
+    let project = w.home().join("stdio");
+    std::fs::create_dir(&project).unwrap();
+    let run = connect(
+        w.home(),
+        &project,
+        &["--url", &w.serve.url, "--token-file", token],
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let settings_path = project.join(".claude/settings.local.json");
+    let (_, mut settings) = written(&project);
+    settings["permissions"]["allow"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("Read"));
+    std::fs::write(&settings_path, settings.to_string()).unwrap();
+    let removed = connect(w.home(), &project, &["--remove"]);
+    assert_eq!(removed.code, Some(0), "{removed:?}");
+    let left: Value =
+        serde_json::from_str(&std::fs::read_to_string(&settings_path).unwrap()).unwrap();
+    assert_eq!(left["permissions"]["allow"], json!(["Read"]));
+    // --http and --channel exclude each other.
+    let both = connect(
+        w.home(),
+        &project,
+        &["--http", "--channel", "--token-file", token],
+    );
+    assert_eq!(both.code, Some(2), "a usage error: {both:?}");
 }
 
 #[tokio::test]

@@ -16,10 +16,10 @@ Claude Code's environment (nothing else of the caller's is passed on):
   CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC=1 (no telemetry, update or other side traffic),
   DISABLE_AUTOUPDATER=1, ENABLE_TOOL_SEARCH=false (MCP tools listed as `mcp__crewbus__*`
   instead of deferred behind tool search), HOME (a temporary directory: print mode needs nothing
-  in it — it writes `.claude.json` and `.claude/` there — except that an MCP server's
-  `headersHelper` runs only in a workspace whose trust is recorded in `.claude.json`: see
-  scenarios.trust), PATH. Project `.mcp.json` servers and `.claude/settings*.json` hooks load
-  in print mode without any approval.
+  in it — it writes `.claude.json` and `.claude/` there; an HTTP MCP server's `headersHelper`
+  would run only in a workspace whose trust is recorded in `.claude.json`, which is why
+  `crewbus connect` writes the stdio bridge), PATH. Project `.mcp.json` servers and
+  `.claude/settings*.json` hooks and permissions load in print mode without any approval.
 """
 
 from __future__ import annotations

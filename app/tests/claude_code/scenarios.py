@@ -33,7 +33,8 @@ import model as M
 
 ALLOW_CREWBUS = ["--allowedTools", "mcp__crewbus"]
 """Print mode asks nobody: a tool not allowed is denied. `mcp__crewbus` allows every tool of
-the server named crewbus."""
+the server named crewbus. Only the smoke scenario, whose files are hand-written, passes it: a
+project set up by `crewbus connect` allows the tools in its settings file."""
 
 
 @dataclasses.dataclass
@@ -183,16 +184,20 @@ class Session:
         return {"XDG_STATE_HOME": str(self.home / ".local" / "state")}
 
     def host(self, ctx: Ctx, m: M.Model, prompt: str = "Work on the team's tasks.") -> H.Host:
-        return H.Host(ctx.claude, self.project, self.home, m.url, prompt, ALLOW_CREWBUS, self.env())
+        """Claude Code in the project, with nothing but what `connect` wrote: no
+        `--allowedTools`, no workspace trust recorded in HOME (a fresh machine's `claude -p`)."""
+        return H.Host(ctx.claude, self.project, self.home, m.url, prompt, [], self.env())
 
 
-def connect(ctx: Ctx, bus: H.Crewbus, work: Path, agent: str, wait_s: int, trusted: bool = True) -> Session:
+def connect(ctx: Ctx, bus: H.Crewbus, work: Path, agent: str, wait_s: int) -> Session:
     """`crewbus connect claude-code --headless` as `agent` in a fresh project, with a HOME of its
-    own (where the token file goes), then checks what it wrote: the crewbus MCP server in
-    `.mcp.json` and the headless Stop hook (`crewbus hook claude-code --headless --wait
-    wait_s`, its timeout `wait_s` + 10 s) in `.claude/settings.local.json`. `trusted`: the
-    workspace trust of `trust()` recorded in that HOME. The host is run with `--allowedTools
-    mcp__crewbus` (print mode asks nobody; `connect` writes no permission)."""
+    own (where the token file goes), then checks what it wrote: in `.mcp.json` the crewbus MCP
+    server as the stdio bridge (`crewbus mcp`, by absolute path, with the token file's path —
+    Claude Code runs an HTTP server's `headersHelper` only in a workspace trusted interactively,
+    which print mode on a fresh machine never is); in `.claude/settings.local.json` the
+    permission `mcp__crewbus` (print mode denies a tool not allowed) and the headless Stop hook
+    (`crewbus hook claude-code --headless --wait wait_s`, its timeout `wait_s` + 10 s). The
+    token itself is in neither."""
     project, home = work / "project", work / "home"
     project.mkdir()
     home.mkdir()
@@ -211,6 +216,11 @@ def connect(ctx: Ctx, bus: H.Crewbus, work: Path, agent: str, wait_s: int, trust
     H.expect(server is not None, f"connect wrote no crewbus server into .mcp.json: {mcp}")
     H.expect(a.token not in json.dumps(mcp) and a.token not in json.dumps(settings),
              "connect wrote the token itself into .mcp.json or the settings")
+    H.expect(server.get("type") == "stdio" and os.path.isabs(server.get("command", ""))
+             and server.get("args", [])[:1] == ["mcp"] and str(token_file.resolve()) in server.get("args", []),
+             f"the crewbus server is not the stdio bridge with the token file: {server}")
+    allow = settings.get("permissions", {}).get("allow", [])
+    H.expect("mcp__crewbus" in allow, f"connect did not allow crewbus's tools (permissions.allow): {allow}")
     stop = [h for g in settings.get("hooks", {}).get("Stop", []) for h in g.get("hooks", [])]
     H.expect(len(stop) == 1, f"connect wrote one Stop hook: {settings.get('hooks')}")
     cmd = stop[0].get("command", "")
@@ -218,19 +228,11 @@ def connect(ctx: Ctx, bus: H.Crewbus, work: Path, agent: str, wait_s: int, trust
     H.expect(f"--wait {wait_s}" in cmd or f"--wait={wait_s}" in cmd, f"the Stop hook does not wait {wait_s} s: {cmd}")
     H.expect(not stop[0].get("asyncRewake"), f"a headless Stop hook is not asyncRewake: {stop[0]}")
     H.expect(stop[0].get("timeout") == wait_s + 10, f"the Stop hook's timeout is --wait + 10 s: {stop[0]}")
-    if trusted:
-        trust(home, project)
+    words = shlex.split(cmd)
+    H.expect(os.path.isabs(words[0]) and words[words.index("--token-file") + 1] == str(token_file.resolve()),
+             f"the Stop hook names the crewbus binary and the token file by absolute path: {cmd}")
+    H.expect(not (home / ".claude.json").exists(), "connect recorded no workspace trust")
     return Session(bus, a, project, home, wait_s, settings, mcp)
-
-
-def trust(home: Path, project: Path) -> None:
-    """What accepting Claude Code's workspace trust dialog once leaves in `~/.claude.json`.
-    Print mode skips the dialog, but 2.1.328 runs an MCP server's `headersHelper` (how `connect`
-    hands over the token on HTTP) only in a workspace with persisted trust (its debug log:
-    `headersHelper not run: this workspace has no persisted trust`): without it the host calls
-    `/mcp` with no token and lists no crewbus tool. Scenario (0) runs without it (a fresh
-    machine's `claude -p`); the others with it, so each tests its own flow."""
-    (home / ".claude.json").write_text(json.dumps({"projects": {str(project): {"hasTrustDialogAccepted": True}}}))
 
 
 def hook_processes() -> list[tuple[str, list[str]]]:
@@ -353,12 +355,12 @@ CORE_TOOLS = {"whoami", "list_agents", "create_conversation", "read_conversation
 
 def connected_fresh_home(ctx: Ctx) -> None:
     """`crewbus connect claude-code --headless` and nothing else, in a fresh HOME (no workspace
-    trust: a CI machine's first `claude -p`): the model sees crewbus's core tools and
-    `whoami` answers as the connected agent."""
+    trust: a CI machine's first `claude -p`), no `--allowedTools`: the model sees crewbus's core
+    tools and `whoami`, called through Claude Code, answers as the connected agent."""
     work = ctx.dir("fresh")
     bus = start_crewbus(ctx, work)
     try:
-        s = connect(ctx, bus, work, "alice", wait_s=1, trusted=False)
+        s = connect(ctx, bus, work, "alice", wait_s=1)
         me = s.agent.me()
 
         def script(req: dict) -> M.Turn:

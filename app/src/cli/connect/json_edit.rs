@@ -138,6 +138,57 @@ impl JsonDoc {
             .to_serde_value()
     }
 
+    /// Whether the array at `path.key` holds the string `item`.
+    pub fn contains(&self, path: &[&str], key: &str, item: &str) -> bool {
+        self.get(path, key)
+            .and_then(|v| v.as_array().cloned())
+            .is_some_and(|a| a.iter().any(|x| x.as_str() == Some(item)))
+    }
+
+    /// Makes the array at `path.key` hold the string `item` once (`present`: appended when
+    /// missing, the array and its parents created as needed) or not at all (every copy
+    /// removed; the array stays, even empty). Every other element stays byte for byte. Returns
+    /// whether anything changed. Errors: a parent that is not an object, or `key` not an array.
+    pub fn set_in_array(
+        &self,
+        path: &[&str],
+        key: &str,
+        item: &str,
+        present: bool,
+    ) -> Result<bool, String> {
+        let shown = || [path, &[key]].concat().join(".");
+        let Some(obj) = self.object_at(path, present)? else {
+            return Ok(false);
+        };
+        let array = match obj.get(key) {
+            Some(prop) => prop
+                .array_value()
+                .ok_or_else(|| format!("\"{}\" is not a JSON array", shown()))?,
+            None if present => obj
+                .array_value_or_create(key)
+                .ok_or_else(|| format!("\"{}\" is not a JSON array", shown()))?,
+            None => return Ok(false),
+        };
+        let mut found = false;
+        let mut changed = false;
+        for element in array.elements() {
+            if element.to_serde_value().as_ref().and_then(Value::as_str) != Some(item) {
+                continue;
+            }
+            if present && !found {
+                found = true;
+            } else {
+                element.remove();
+                changed = true;
+            }
+        }
+        if present && !found {
+            array.append(string(item));
+            changed = true;
+        }
+        Ok(changed)
+    }
+
     /// In the array `hooks.<event>` (Claude Code's matcher groups), makes crewbus's group
     /// (the groups `ours` recognises) `wanted`: replaced when different, appended when
     /// missing, every other of crewbus's groups removed; with `None`, crewbus's groups
@@ -390,6 +441,69 @@ mod tests {
                 .set_hook_group("UserPromptSubmit", None, &is_crewbus_hook_group)
                 .unwrap()
         );
+    }
+
+    #[test]
+    fn a_string_joins_an_array_once_beside_the_others_and_leaves_again() {
+        let doc = JsonDoc::parse(Some(SETTINGS), "settings").unwrap();
+        assert!(!doc.contains(&["permissions"], "allow", "mcp__crewbus"));
+        assert!(
+            doc.set_in_array(&["permissions"], "allow", "mcp__crewbus", true)
+                .unwrap()
+        );
+        let text = doc.text();
+        assert!(
+            text.contains(r#""permissions": {"allow": ["Bash(ls)", "mcp__crewbus"]},"#),
+            "{text}"
+        );
+        assert!(
+            text.contains(r#""PreToolUse": [{"matcher": "Bash""#),
+            "{text}"
+        );
+        let again = JsonDoc::parse(Some(&text), "settings").unwrap();
+        assert!(again.contains(&["permissions"], "allow", "mcp__crewbus"));
+        assert!(
+            !again
+                .set_in_array(&["permissions"], "allow", "mcp__crewbus", true)
+                .unwrap(),
+            "a second time changes nothing"
+        );
+        assert_eq!(again.text(), text);
+        assert!(
+            again
+                .set_in_array(&["permissions"], "allow", "mcp__crewbus", false)
+                .unwrap()
+        );
+        let back: Value = serde_json::from_str(&again.text()).unwrap();
+        assert_eq!(back, serde_json::from_str::<Value>(SETTINGS).unwrap());
+        assert!(
+            !again
+                .set_in_array(&["permissions"], "allow", "mcp__crewbus", false)
+                .unwrap()
+        );
+        // Created with its parents in an empty document; refused where it is not an array.
+        let new = JsonDoc::parse(None, "settings").unwrap();
+        assert!(
+            new.set_in_array(&["permissions"], "allow", "x", true)
+                .unwrap()
+        );
+        let v: Value = serde_json::from_str(&new.text()).unwrap();
+        assert_eq!(v, serde_json::json!({"permissions": {"allow": ["x"]}}));
+        let bad = JsonDoc::parse(Some(r#"{"permissions": {"allow": "all"}}"#), "s").unwrap();
+        assert!(
+            bad.set_in_array(&["permissions"], "allow", "x", true)
+                .is_err()
+        );
+        let bad = JsonDoc::parse(Some(r#"{"permissions": []}"#), "s").unwrap();
+        assert!(
+            bad.set_in_array(&["permissions"], "allow", "x", true)
+                .is_err()
+        );
+        // Duplicates collapse to one.
+        let dup = JsonDoc::parse(Some(r#"{"a": ["x", "y", "x"]}"#), "s").unwrap();
+        assert!(dup.set_in_array(&[], "a", "x", true).unwrap());
+        let v: Value = serde_json::from_str(&dup.text()).unwrap();
+        assert_eq!(v["a"], serde_json::json!(["x", "y"]));
     }
 
     #[test]

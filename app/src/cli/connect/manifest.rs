@@ -3,9 +3,10 @@
 //! Kept in the project's connect directory, `$XDG_CONFIG_HOME/crewbus/connect/<name>-<hash>`
 //! (else `~/.config/…`; `<hash>`: 12 hex digits of the SHA-256 of the project's absolute path),
 //! 0700, beside the agent's token file (0600): `manifest.json` (0600) records, per file, its
-//! bytes before the first `connect` (or that `connect` created it) and the SHA-256 of what
-//! `connect` last wrote. A file still holding what was written is restored byte for byte; one
-//! edited since loses only crewbus's entries.
+//! bytes before the first `connect` (or that `connect` created it), the SHA-256 of what
+//! `connect` last wrote and, for a settings file, whether `connect` added the permission rule. A
+//! file still holding what was written is restored byte for byte; one edited since loses only
+//! crewbus's entries (the permission rule only when `connect` added it).
 
 use std::collections::BTreeMap;
 use std::io::Write as _;
@@ -24,6 +25,10 @@ pub struct FileRecord {
     pub original: Option<String>,
     /// SHA-256 (hex) of the text `connect` last wrote.
     pub written: String,
+    /// Whether `connect` added its permission rule (`mcp__crewbus` in `permissions.allow`) to
+    /// this settings file; one the file held before is the user's, and stays.
+    #[serde(default)]
+    pub allow_added: bool,
 }
 
 /// The manifest.
@@ -103,16 +108,29 @@ impl Manifest {
     }
 
     /// Records that `path` now holds `written`, `original` being its text before (kept from the
-    /// first time only).
-    pub fn record(&mut self, path: &Path, original: Option<&str>, written: &str) {
+    /// first time only), and whether it holds the permission rule `connect` added.
+    pub fn record(
+        &mut self,
+        path: &Path,
+        original: Option<&str>,
+        written: &str,
+        allow_added: bool,
+    ) {
         let entry = self
             .files
             .entry(path.to_owned())
             .or_insert_with(|| FileRecord {
                 original: original.map(str::to_owned),
                 written: String::new(),
+                allow_added: false,
             });
         entry.written = digest(written);
+        entry.allow_added = allow_added;
+    }
+
+    /// Whether `connect` added its permission rule to `path`.
+    pub fn allow_added(&self, path: &Path) -> bool {
+        self.files.get(path).is_some_and(|r| r.allow_added)
     }
 }
 
@@ -170,12 +188,17 @@ mod tests {
     fn the_first_original_is_kept_and_the_last_write_recorded() {
         let mut m = Manifest::default();
         let p = Path::new("/p/.mcp.json");
-        m.record(p, Some("before"), "one");
-        m.record(p, Some("one"), "two");
+        m.record(p, Some("before"), "one", false);
+        m.record(p, Some("one"), "two", false);
         assert_eq!(m.files[p].original.as_deref(), Some("before"));
         assert_eq!(m.files[p].written, digest("two"));
+        let s = Path::new("/p/.claude/settings.local.json");
+        m.record(s, None, "{}", true);
+        assert!(m.allow_added(s) && !m.allow_added(p));
+        m.record(s, Some("{}"), "{ }", false);
+        assert!(!m.allow_added(s), "the last write decides");
         let c = Path::new("/p/CLAUDE.md");
-        m.record(c, None, "x");
+        m.record(c, None, "x", false);
         assert_eq!(m.files[c].original, None);
         let dir = tempfile::tempdir().unwrap();
         m.save(dir.path()).unwrap();

@@ -1,7 +1,14 @@
 //! `crewbus connect claude-code`: sets a project up for Claude Code in one command — the MCP
-//! server in `.mcp.json`, the hooks in `.claude/settings.local.json` (or `settings.json`), and
-//! optionally a section of `CLAUDE.md` — and `crewbus connect headers`, the `headersHelper`
-//! Claude Code runs for the token.
+//! server in `.mcp.json`, the permission for its tools and the hooks in
+//! `.claude/settings.local.json` (or `settings.json`), and optionally a section of `CLAUDE.md`
+//! — and `crewbus connect headers`, the `headersHelper` Claude Code runs for the token with
+//! `--http`.
+//!
+//! The server is the stdio bridge (`crewbus mcp --token-file …`) by default: Claude Code runs an
+//! HTTP server's `headersHelper` only in a workspace the user has trusted in an interactive
+//! session once (2.1.328's debug log: "headersHelper not run: this workspace has no persisted
+//! trust"), so over HTTP a fresh machine's `claude -p`, and the first interactive session before
+//! the trust dialog, would reach `/mcp` without a token. A stdio server has no such condition.
 //!
 //! Edits are format-preserving ([`json_edit`]), computed first ([`plan`]) so `--dry-run` prints
 //! them and a second run finds nothing to do, and recorded ([`manifest`]) so `--remove` restores
@@ -36,15 +43,20 @@ pub enum ConnectCommand {
     /// messages come, and (--instructions) a CLAUDE.md section teaching the loop.
     #[command(after_help = "\
 What it writes (in --dir, default the working directory):
-  .mcp.json                    the MCP server \"crewbus\": HTTP URL/mcp?tools=core with a
-                               headersHelper that reads the token file (--channel: the stdio
-                               bridge `crewbus mcp --channel` instead, and no hooks)
-  .claude/settings.local.json  hooks running `crewbus hook claude-code` on Stop, SessionStart,
-                               UserPromptSubmit and PostToolUse (--shared: settings.json)
+  .mcp.json                    the MCP server \"crewbus\": the stdio bridge `crewbus mcp --url
+                               URL --token-file FILE --tools core`, started by Claude Code
+                               (--channel: with channel notifications, and no hooks; --http:
+                               URL/mcp?tools=core with a headersHelper reading the token file,
+                               which Claude Code runs only in a workspace trusted interactively)
+  .claude/settings.local.json  \"mcp__crewbus\" in permissions.allow (every crewbus tool runs
+                               unasked: print mode denies a tool not allowed), and hooks running
+                               `crewbus hook claude-code` on Stop, SessionStart, UserPromptSubmit
+                               and PostToolUse (--shared: settings.json)
   CLAUDE.md (or AGENTS.md)     with --instructions, a marked section
 Other servers, hooks and keys stay byte for byte; a second run changes nothing; --remove puts
 each file back as it was (or deletes the one it created). The token is written to a 0600 file
-outside the work tree ($XDG_CONFIG_HOME/crewbus/connect/…), never into these files.
+outside the work tree ($XDG_CONFIG_HOME/crewbus/connect/…), never into these files: they name
+the crewbus binary and the token file by absolute path.
 
 The agent: --token-file PATH (an existing agent's token), or --agent NAME: the token `crewbus
 serve` keeps for a dev agent (dev-tokens.json), else a new agent, created through the admin API
@@ -61,7 +73,8 @@ Examples:
     ClaudeCode(ClaudeCodeArgs),
 
     /// Print the HTTP headers a host sends to crewbus's /mcp (`{"Authorization": "Bearer …"}`)
-    /// from a token file: Claude Code's headersHelper runs it. Reads no configuration.
+    /// from a token file: Claude Code's headersHelper runs it (`connect claude-code --http`).
+    /// Reads no configuration.
     #[command(
         after_help = "Example:\n  crewbus connect headers --token-file ~/.config/crewbus/connect/proj-1a2b3c4d5e6f/alice.token"
     )]
@@ -99,10 +112,15 @@ pub struct ClaudeCodeArgs {
     /// For print mode (`claude -p`): a blocking Stop hook instead of the background wake.
     #[arg(long)]
     pub headless: bool,
-    /// The stdio bridge with channel notifications (`crewbus mcp --channel`) instead of HTTP
-    /// and hooks.
+    /// Channel notifications from the stdio bridge (`crewbus mcp --channel`) instead of hooks.
     #[arg(long)]
     pub channel: bool,
+    /// The MCP server over HTTP (URL/mcp) with a headersHelper reading the token file, instead
+    /// of the stdio bridge. Claude Code runs a headersHelper only in a workspace trusted in an
+    /// interactive session once: until then (and in `claude -p` on a fresh machine) no crewbus
+    /// tool loads.
+    #[arg(long, conflicts_with = "channel")]
+    pub http: bool,
     /// Write the hooks to .claude/settings.json (shared with the team) instead of
     /// settings.local.json.
     #[arg(long)]
@@ -198,11 +216,13 @@ fn project_dir(dir: Option<&Path>) -> anyhow::Result<PathBuf> {
         .with_context(|| format!("the project directory {}", dir.display()))
 }
 
+/// `path` as the host will find it from any directory: resolved when it exists (no `..`, no
+/// symbolic link), else joined to the working directory.
 fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
-    if path.is_absolute() {
-        return Ok(path.to_owned());
+    if let Ok(p) = path.canonicalize() {
+        return Ok(p);
     }
-    Ok(std::env::current_dir()?.join(path))
+    std::path::absolute(path).with_context(|| format!("the path {}", path.display()))
 }
 
 async fn resolve_token(
@@ -317,6 +337,14 @@ async fn claude_code(config: Config, a: ClaudeCodeArgs, json: bool) -> anyhow::R
             None
         }
     };
+    if a.http {
+        notes.push(
+            "--http: Claude Code runs the headersHelper only in a workspace you have trusted in \
+             an interactive session once; until then (and in `claude -p` on a machine that never \
+             did) no crewbus tool loads. Without --http the stdio bridge has no such condition."
+                .to_owned(),
+        );
+    }
     if who.is_none() && !matches!(plan_token, TokenPlan::WouldCreate(..)) {
         notes.push(format!(
             "crewbus does not answer at {url} now: the configuration is written anyway, and the \
@@ -339,6 +367,7 @@ async fn claude_code(config: Config, a: ClaudeCodeArgs, json: bool) -> anyhow::R
         agent: agent.clone(),
         headless: a.headless,
         channel: a.channel,
+        http: a.http,
         shared: a.shared,
         instructions: a.instructions,
         tools: match a.tools {
@@ -374,7 +403,12 @@ async fn claude_code(config: Config, a: ClaudeCodeArgs, json: bool) -> anyhow::R
         }
         let after = change.after.as_deref().unwrap_or_default();
         manifest::write_atomically(&change.path, after, None).map_err(|e| anyhow!(e))?;
-        manifest.record(&change.path, change.before.as_deref(), after);
+        manifest.record(
+            &change.path,
+            change.before.as_deref(),
+            after,
+            change.allow_added,
+        );
     }
     manifest.project = project.clone();
     manifest.agent = who.or_else(|| a.agent.clone()).or(manifest.agent.take());

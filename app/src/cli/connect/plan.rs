@@ -19,6 +19,12 @@ pub const EVENTS: [&str; 4] = ["Stop", "SessionStart", "UserPromptSubmit", "Post
 /// The timeout of a check hook (it takes at most 300 ms), in seconds.
 const CHECK_TIMEOUT_S: u64 = 10;
 
+/// The permission rule `connect` adds to `permissions.allow`: every tool of the MCP server named
+/// `crewbus` (Claude Code's rule syntax: `mcp__<server>` for all of a server's tools,
+/// `mcp__<server>__<tool>` for one). Print mode asks nobody, so without it each crewbus tool
+/// call is denied; interactive sessions would ask at every call.
+pub const ALLOW_RULE: &str = "mcp__crewbus";
+
 /// The settings the plan is made of.
 #[derive(Debug, Clone)]
 pub struct Setup {
@@ -34,8 +40,10 @@ pub struct Setup {
     pub agent: String,
     /// Print mode: a blocking Stop hook.
     pub headless: bool,
-    /// The stdio bridge with channel notifications instead of HTTP and hooks.
+    /// The stdio bridge with channel notifications, and no hooks.
     pub channel: bool,
+    /// The server over HTTP (`URL/mcp`) with a `headersHelper`, instead of the stdio bridge.
+    pub http: bool,
     /// `.claude/settings.json` instead of `.claude/settings.local.json`.
     pub shared: bool,
     /// Write the CLAUDE.md / AGENTS.md section.
@@ -59,6 +67,9 @@ pub struct Change {
     pub after: Option<String>,
     /// What is in it for crewbus, for the summary.
     pub what: String,
+    /// A settings file: whether it then holds [`ALLOW_RULE`] because `connect` added it (now or
+    /// earlier), for the manifest.
+    pub allow_added: bool,
 }
 
 impl Change {
@@ -112,21 +123,18 @@ impl Setup {
         settings_path(&self.project, self.shared)
     }
 
-    /// The MCP server entry.
+    /// The MCP server entry: the stdio bridge (`crewbus mcp --url … --token-file … [--channel]
+    /// --tools …`, which Claude Code starts itself), or with `http` the HTTP endpoint and a
+    /// `headersHelper` printing the token's header.
     pub fn server(&self) -> CstInputValue {
         let exe = self.exe.to_string_lossy();
         let token = self.token_file.to_string_lossy();
-        if self.channel {
-            let args = [
-                "mcp",
-                "--url",
-                &self.url,
-                "--token-file",
-                &token,
-                "--channel",
-                "--tools",
-                self.tools,
-            ];
+        if !self.http {
+            let mut args = vec!["mcp", "--url", &self.url, "--token-file", &token];
+            if self.channel {
+                args.push("--channel");
+            }
+            args.extend(["--tools", self.tools]);
             object(vec![
                 ("type", string("stdio")),
                 ("command", string(exe.as_ref())),
@@ -260,12 +268,17 @@ pub fn plan(setup: &Setup, manifest: &Manifest) -> Result<Vec<Change>, String> {
     let before = read_optional(&path)?;
     let doc = JsonDoc::parse(before.as_deref(), &rel(&setup.project, &path))?;
     doc.set(&["mcpServers"], "crewbus", Some(setup.server()))?;
-    let what = if setup.channel {
-        "MCP server \"crewbus\": the stdio bridge `crewbus mcp --channel` (news as channel notifications)".to_owned()
-    } else {
+    let what = if setup.http {
         format!(
             "MCP server \"crewbus\": HTTP {}/mcp ({} tools), the token through headersHelper",
             setup.url, setup.tools
+        )
+    } else {
+        format!(
+            "MCP server \"crewbus\": the stdio bridge `crewbus mcp{}` to {} ({} tools), the token read from its file",
+            if setup.channel { " --channel" } else { "" },
+            setup.url,
+            setup.tools
         )
     };
     changes.push(Change {
@@ -273,6 +286,7 @@ pub fn plan(setup: &Setup, manifest: &Manifest) -> Result<Vec<Change>, String> {
         path,
         before,
         what,
+        allow_added: false,
     });
     // The settings file, and the other one when an earlier run wrote it.
     let target = setup.settings_path();
@@ -282,10 +296,20 @@ pub fn plan(setup: &Setup, manifest: &Manifest) -> Result<Vec<Change>, String> {
         if !ours && (before.is_none() || !manifest.files.contains_key(&path)) {
             continue;
         }
-        if before.is_none() && setup.channel && ours {
-            continue;
-        }
         let doc = JsonDoc::parse(before.as_deref(), &rel(&setup.project, &path))?;
+        // The rule: added when missing (then it is connect's); one the file held before
+        // connect first wrote it is the user's. Taken out of the file left behind only when
+        // connect added it there.
+        let had_rule = doc.contains(&["permissions"], "allow", ALLOW_RULE);
+        let allow_added = if ours {
+            doc.set_in_array(&["permissions"], "allow", ALLOW_RULE, true)?;
+            !had_rule || manifest.allow_added(&path)
+        } else {
+            if manifest.allow_added(&path) {
+                doc.set_in_array(&["permissions"], "allow", ALLOW_RULE, false)?;
+            }
+            false
+        };
         for event in EVENTS {
             let wanted = if ours { setup.hook_group(event) } else { None };
             doc.set_hook_group(event, wanted, &is_crewbus_hook_group)?;
@@ -300,18 +324,19 @@ pub fn plan(setup: &Setup, manifest: &Manifest) -> Result<Vec<Change>, String> {
             }
             None => {}
         }
+        let allow = format!("permission: {ALLOW_RULE} (every crewbus tool) allowed");
         let what = if !ours {
-            "crewbus's hooks moved to ".to_owned() + &rel(&setup.project, &target)
+            "crewbus's hooks and permission moved to ".to_owned() + &rel(&setup.project, &target)
         } else if setup.channel {
-            "no crewbus hooks (the channel brings the news)".to_owned()
+            format!("{allow}; no crewbus hooks (the channel brings the news)")
         } else if setup.headless {
             format!(
-                "hooks: Stop (blocking, waits up to {} s), SessionStart, UserPromptSubmit, PostToolUse",
+                "{allow}; hooks: Stop (blocking, waits up to {} s), SessionStart, UserPromptSubmit, PostToolUse",
                 setup.wait
             )
         } else {
             format!(
-                "hooks: Stop (background wake, asyncRewake, waits up to {}), SessionStart, UserPromptSubmit, PostToolUse",
+                "{allow}; hooks: Stop (background wake, asyncRewake, waits up to {}), SessionStart, UserPromptSubmit, PostToolUse",
                 human_duration(setup.wait)
             )
         };
@@ -320,6 +345,7 @@ pub fn plan(setup: &Setup, manifest: &Manifest) -> Result<Vec<Change>, String> {
             path,
             before,
             what,
+            allow_added,
         });
     }
     if setup.instructions {
@@ -332,6 +358,7 @@ pub fn plan(setup: &Setup, manifest: &Manifest) -> Result<Vec<Change>, String> {
             before,
             what: "a marked section teaching the loop (fetch, confirm, request ids, leases)"
                 .to_owned(),
+            allow_added: false,
         });
     }
     Ok(changes)
@@ -364,6 +391,7 @@ pub fn removal(manifest: &Manifest) -> Result<Vec<Change>, String> {
             before: Some(current),
             after,
             what,
+            allow_added: false,
         });
     }
     Ok(changes)
@@ -383,6 +411,9 @@ fn strip(path: &Path, text: &str, manifest: &Manifest) -> Result<String, String>
             let doc = JsonDoc::parse(Some(text), &shown)?;
             for event in EVENTS {
                 doc.set_hook_group(event, None, &is_crewbus_hook_group)?;
+            }
+            if manifest.allow_added(path) {
+                doc.set_in_array(&["permissions"], "allow", ALLOW_RULE, false)?;
             }
             if manifest.block_cap_set {
                 doc.set(&["env"], BLOCK_CAP_ENV, None)?;
@@ -440,6 +471,7 @@ mod tests {
             agent: "alice".into(),
             headless: true,
             channel: false,
+            http: false,
             shared: false,
             instructions: false,
             tools: "core",
@@ -452,6 +484,15 @@ mod tests {
         serde_json::from_str(text.as_deref().unwrap()).unwrap()
     }
 
+    fn args(server: &Value) -> Vec<&str> {
+        server["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect()
+    }
+
     #[test]
     fn shell_quoting_is_posix() {
         assert_eq!(shell_quote("/usr/bin/crewbus"), "/usr/bin/crewbus");
@@ -462,13 +503,62 @@ mod tests {
     }
 
     #[test]
-    fn headless_plan_writes_http_with_headers_helper_and_blocking_hooks() {
+    fn headless_plan_writes_the_stdio_bridge_the_permission_and_blocking_hooks() {
         let d = tempfile::tempdir().unwrap();
         let s = setup(d.path());
         let changes = plan(&s, &Manifest::default()).unwrap();
         assert_eq!(changes.len(), 2);
         let mcp = json(&changes[0].after);
         let server = &mcp["mcpServers"]["crewbus"];
+        assert_eq!(server["type"], "stdio");
+        assert_eq!(server["command"], "/opt/crew bus/crewbus");
+        assert_eq!(
+            args(server),
+            [
+                "mcp",
+                "--url",
+                "http://127.0.0.1:7700",
+                "--token-file",
+                "/home/u/.config/crewbus/alice.token",
+                "--tools",
+                "core"
+            ]
+        );
+        assert!(server.get("headersHelper").is_none() && server.get("url").is_none());
+        let settings = json(&changes[1].after);
+        assert_eq!(
+            changes[1].path,
+            d.path().join(".claude/settings.local.json")
+        );
+        assert_eq!(
+            settings["permissions"]["allow"],
+            serde_json::json!([ALLOW_RULE])
+        );
+        assert!(changes[1].allow_added);
+        let stop = &settings["hooks"]["Stop"][0]["hooks"][0];
+        assert_eq!(stop["timeout"], 60);
+        assert!(stop.get("asyncRewake").is_none());
+        let c = stop["command"].as_str().unwrap();
+        assert_eq!(
+            c,
+            "'/opt/crew bus/crewbus' hook claude-code --url http://127.0.0.1:7700 --token-file \
+             /home/u/.config/crewbus/alice.token --wait 50 --max-wakes 7 --headless"
+        );
+        for e in ["SessionStart", "UserPromptSubmit", "PostToolUse"] {
+            assert_eq!(settings["hooks"][e][0]["hooks"][0]["timeout"], 10, "{e}");
+        }
+        assert!(settings.get("env").is_none());
+    }
+
+    #[test]
+    fn http_plan_writes_the_endpoint_and_a_headers_helper() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Setup {
+            http: true,
+            ..setup(d.path())
+        };
+        let changes = plan(&s, &Manifest::default()).unwrap();
+        let server = &json(&changes[0].after)["mcpServers"]["crewbus"];
         assert_eq!(server["type"], "http");
         assert_eq!(server["url"], "http://127.0.0.1:7700/mcp?tools=core");
         assert_eq!(
@@ -477,19 +567,9 @@ mod tests {
         );
         let settings = json(&changes[1].after);
         assert_eq!(
-            changes[1].path,
-            d.path().join(".claude/settings.local.json")
+            settings["permissions"]["allow"],
+            serde_json::json!([ALLOW_RULE])
         );
-        let stop = &settings["hooks"]["Stop"][0]["hooks"][0];
-        assert_eq!(stop["timeout"], 60);
-        assert!(stop.get("asyncRewake").is_none());
-        let c = stop["command"].as_str().unwrap();
-        assert!(c.ends_with("--wait 50 --max-wakes 7 --headless"), "{c}");
-        assert!(!c.contains("cbt_"));
-        for e in ["SessionStart", "UserPromptSubmit", "PostToolUse"] {
-            assert_eq!(settings["hooks"][e][0]["hooks"][0]["timeout"], 10, "{e}");
-        }
-        assert!(settings.get("env").is_none());
     }
 
     #[test]
@@ -504,41 +584,34 @@ mod tests {
             ..setup(d.path())
         };
         let changes = plan(&s, &Manifest::default()).unwrap();
-        assert_eq!(
-            json(&changes[0].after)["mcpServers"]["crewbus"]["url"],
-            "http://127.0.0.1:7700/mcp"
-        );
+        let server = &json(&changes[0].after)["mcpServers"]["crewbus"];
+        assert_eq!(args(server)[5..], ["--tools", "full"]);
         assert_eq!(changes[1].path, d.path().join(".claude/settings.json"));
         let settings = json(&changes[1].after);
         let stop = &settings["hooks"]["Stop"][0]["hooks"][0];
         assert_eq!(stop["asyncRewake"], true);
         assert_eq!(stop["timeout"], 28_860);
         assert_eq!(settings["env"][BLOCK_CAP_ENV], "21");
+        assert_eq!(
+            settings["permissions"]["allow"],
+            serde_json::json!([ALLOW_RULE])
+        );
     }
 
     #[test]
-    fn channel_plan_uses_the_stdio_bridge_and_no_hooks() {
+    fn channel_plan_uses_the_stdio_bridge_with_channel_and_no_hooks() {
         let d = tempfile::tempdir().unwrap();
         let s = Setup {
             channel: true,
+            headless: false,
             ..setup(d.path())
         };
         let changes = plan(&s, &Manifest::default()).unwrap();
-        assert_eq!(
-            changes.len(),
-            1,
-            "no settings file is created for a channel"
-        );
+        assert_eq!(changes.len(), 2);
         let server = &json(&changes[0].after)["mcpServers"]["crewbus"];
         assert_eq!(server["type"], "stdio");
-        let args: Vec<&str> = server["args"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|a| a.as_str().unwrap())
-            .collect();
         assert_eq!(
-            args,
+            args(server),
             [
                 "mcp",
                 "--url",
@@ -550,6 +623,75 @@ mod tests {
                 "core"
             ]
         );
+        assert_eq!(
+            json(&changes[1].after),
+            serde_json::json!({"permissions": {"allow": [ALLOW_RULE]}}),
+            "the permission, and no hooks"
+        );
+    }
+
+    #[test]
+    fn a_rule_the_user_had_stays_theirs_and_connects_own_leaves_with_it() {
+        let d = tempfile::tempdir().unwrap();
+        let s = setup(d.path());
+        let path = s.settings_path();
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let users = format!("{{\"permissions\": {{\"allow\": [\"{ALLOW_RULE}\"]}}}}\n");
+        std::fs::write(&path, &users).unwrap();
+        let changes = plan(&s, &Manifest::default()).unwrap();
+        assert!(!changes[1].allow_added, "the user's rule is not connect's");
+        let v = json(&changes[1].after);
+        assert_eq!(v["permissions"]["allow"], serde_json::json!([ALLOW_RULE]));
+        // Edited since: stripping keeps the user's rule, takes connect's out.
+        let mut m = Manifest::default();
+        let edited = changes[1].after.clone().unwrap() + "\n";
+        m.record(&path, Some(&users), "something else", false);
+        let kept: Value = serde_json::from_str(&strip(&path, &edited, &m).unwrap()).unwrap();
+        assert_eq!(
+            kept["permissions"]["allow"],
+            serde_json::json!([ALLOW_RULE])
+        );
+        assert!(
+            kept.get("hooks")
+                .is_some_and(|h| h["Stop"] == serde_json::json!([]))
+        );
+        m.record(&path, Some(&users), "something else", true);
+        let gone: Value = serde_json::from_str(&strip(&path, &edited, &m).unwrap()).unwrap();
+        assert_eq!(gone["permissions"]["allow"], serde_json::json!([]));
+        // Moving to settings.json takes connect's rule out of the local file only when it
+        // added it there.
+        let shared = Setup {
+            shared: true,
+            ..setup(d.path())
+        };
+        std::fs::write(&path, changes[1].after.as_deref().unwrap()).unwrap();
+        let mut m = Manifest::default();
+        m.record(
+            &path,
+            Some(&users),
+            changes[1].after.as_deref().unwrap(),
+            false,
+        );
+        let moved = plan(&shared, &m).unwrap();
+        assert_eq!(moved.len(), 3);
+        let left = json(&moved[2].after);
+        assert_eq!(
+            left["permissions"]["allow"],
+            serde_json::json!([ALLOW_RULE])
+        );
+        assert_eq!(left["hooks"]["Stop"], serde_json::json!([]));
+        m.record(
+            &path,
+            Some(&users),
+            changes[1].after.as_deref().unwrap(),
+            true,
+        );
+        let moved = plan(&shared, &m).unwrap();
+        assert_eq!(
+            json(&moved[2].after)["permissions"]["allow"],
+            serde_json::json!([])
+        );
+        assert!(moved[1].allow_added);
     }
 
     #[test]
