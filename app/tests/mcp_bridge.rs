@@ -4,7 +4,7 @@
 //! that records the headers it saw. The bridge reads no configuration: every test points
 //! `CREWBUS_CONFIG` at a file that does not exist, which any other command refuses.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::SocketAddr;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -43,6 +43,19 @@ struct Seen {
 struct Fake {
     seen: Mutex<Vec<Seen>>,
     release: Notify,
+    /// Watches asked for (`POST /v1/inbox/watch`, which the fake does not have: 404).
+    watches: std::sync::atomic::AtomicUsize,
+}
+
+/// The fake has no watch (a crewbus server older than the bridge): 404, counted.
+async fn no_watch(State(fake): State<Arc<Fake>>) -> Response {
+    fake.watches
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    (
+        StatusCode::NOT_FOUND,
+        axum::Json(json!({"code": "not_found", "message": "no such route"})),
+    )
+        .into_response()
 }
 
 fn header(h: &HeaderMap, name: &str) -> Option<String> {
@@ -147,7 +160,10 @@ fn fake_endpoint() -> (SocketAddr, Arc<Fake>) {
         rt.block_on(async move {
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             tx.send(listener.local_addr().unwrap()).unwrap();
-            let app = Router::new().route("/mcp", post(mcp)).with_state(state);
+            let app = Router::new()
+                .route("/mcp", post(mcp))
+                .route("/v1/inbox/watch", post(no_watch))
+                .with_state(state);
             axum::serve(listener, app).await.unwrap();
         });
     });
@@ -159,7 +175,9 @@ struct Bridge {
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
-    stderr: std::thread::JoinHandle<String>,
+    /// stderr so far, line by line; the thread filling it ends with the bridge.
+    stderr_text: Arc<Mutex<String>>,
+    stderr: std::thread::JoinHandle<()>,
     _dir: tempfile::TempDir,
 }
 
@@ -191,22 +209,40 @@ fn bridge(url: &str, token: Option<&str>, args: &[&str]) -> Bridge {
             }
         }
     });
-    let mut stderr = child.stderr.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let stderr_text = Arc::new(Mutex::new(String::new()));
+    let filled = stderr_text.clone();
     let stderr = std::thread::spawn(move || {
-        let mut text = String::new();
-        stderr.read_to_string(&mut text).unwrap();
-        text
+        for line in BufReader::new(stderr).lines() {
+            let mut text = filled.lock().unwrap();
+            text.push_str(&line.unwrap());
+            text.push('\n');
+        }
     });
     Bridge {
         stdin: child.stdin.take(),
         child,
         lines,
+        stderr_text,
         stderr,
         _dir: dir,
     }
 }
 
 impl Bridge {
+    /// Waits (10 s at most) until stderr holds `needle`.
+    fn wait_stderr(&self, needle: &str) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !self.stderr_text.lock().unwrap().contains(needle) {
+            assert!(
+                Instant::now() < deadline,
+                "stderr never said {needle:?}: {}",
+                self.stderr_text.lock().unwrap()
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     fn send(&mut self, message: &Value) {
         self.send_line(&message.to_string());
     }
@@ -238,7 +274,9 @@ impl Bridge {
             std::thread::sleep(Duration::from_millis(10));
         };
         let rest = self.lines.iter().collect();
-        (rest, self.stderr.join().unwrap(), status.code())
+        self.stderr.join().unwrap();
+        let stderr = self.stderr_text.lock().unwrap().clone();
+        (rest, stderr, status.code())
     }
 }
 
@@ -497,6 +535,11 @@ struct Serve {
 
 impl Serve {
     fn start() -> Serve {
+        Self::start_with(&[])
+    }
+
+    /// [`Serve::start`] with configuration from `env` (`CREWBUS_…` variables).
+    fn start_with(env: &[(&str, &str)]) -> Serve {
         let home = tempfile::tempdir().unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_crewbus"));
         for (k, _) in std::env::vars_os() {
@@ -504,6 +547,7 @@ impl Serve {
                 cmd.env_remove(k);
             }
         }
+        cmd.envs(env.iter().copied());
         let child = cmd
             .args(["--json", "serve", "--listen", "127.0.0.1:0"])
             .env("HOME", home.path())
@@ -787,4 +831,59 @@ fn without_channel_no_capability_and_no_event() {
     assert_eq!(d["message"]["id"], json!(m0));
     let (_, stderr, code) = b.finish();
     assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn a_server_with_a_shorter_max_wait_still_sends_events() {
+    // The bridge's watch asks for 25 s; this server takes at most 2 s: the watch is refused
+    // (400) until the bridge has shortened its wait, then works as usual.
+    let serve = Serve::start_with(&[("CREWBUS_BUS__MAX_WAIT_MS", "2000")]);
+    let conv = serve.conversation("short waits");
+    let mut b = bridge(&serve.url, Some(&serve.tokens["alice"]), &["--channel"]);
+    b.send(&initialize(1));
+    b.answer(1);
+    b.send(&initialized());
+    let m0 = serve.send(&conv, "first");
+    let first = b.event();
+    assert_eq!(meta(&first)["message"], json!(m0));
+    let m1 = serve.send(&conv, "second");
+    let second = b.event();
+    assert_eq!(meta(&second)["message"], json!(m1));
+    assert_eq!(meta(&second)["new"], json!("1"));
+    let (_, stderr, code) = b.finish();
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+#[test]
+fn a_server_without_the_watch_leaves_the_relay_working_and_says_so() {
+    let (addr, fake) = fake_endpoint();
+    let mut b = bridge(&format!("http://{addr}"), Some(TOKEN), &["--channel"]);
+    b.send(&initialize(1));
+    let init = b.next();
+    assert_eq!(
+        init["result"]["capabilities"]["experimental"]["claude/channel"],
+        json!({}),
+        "{init}"
+    );
+    b.send(&initialized());
+    b.send(&request(2, "ping"));
+    assert_eq!(b.next()["method"], "notifications/progress");
+    assert_eq!(b.next()["id"], 2);
+    b.wait_stderr("no watch at");
+    // The relay goes on after the refusal.
+    b.send(&request(3, "ping"));
+    assert_eq!(b.next()["method"], "notifications/progress");
+    assert_eq!(b.next()["id"], 3);
+    let (rest, stderr, code) = b.finish();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(rest.is_empty(), "{rest:?}");
+    assert_eq!(
+        fake.watches.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "a 404 stops the watch: no retries"
+    );
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert_eq!(lines.len(), 1, "one stderr line: {stderr}");
+    assert!(lines[0].contains("/v1/inbox/watch"), "{stderr}");
+    assert!(!stderr.contains(TOKEN));
 }
