@@ -97,7 +97,11 @@ async fn an_operator_token_signs_in_and_an_agent_token_does_not() {
     let r = b.sign_in(None, Some(&ops.token)).await;
     assert_eq!(r.status, StatusCode::SEE_OTHER);
     let overview = b.get("/console").await;
-    assert!(overview.body.contains("Signed in as <strong>ops</strong>"));
+    assert!(
+        overview
+            .body
+            .contains("Signed in as <strong><bdi>ops</bdi></strong>")
+    );
 
     for bad in [app.agents[0].token.as_str(), "cbo_0000", ""] {
         let mut other = Browser::new(&app.server.url());
@@ -264,7 +268,7 @@ async fn hostile_bodies_and_titles_are_text_never_markup() {
     b.get_until(&path, "every body stored and shown", |page| {
         escaped.iter().all(|e| {
             page.body
-                .contains(&format!(r#"<div class="body">{e}</div>"#))
+                .contains(&format!(r#"<div class="body" dir="auto">{e}</div>"#))
         })
     })
     .await;
@@ -273,10 +277,83 @@ async fn hostile_bodies_and_titles_are_text_never_markup() {
             .get(&format!("/console/teams/{}/messages/{id}", app.team.id))
             .await;
         check(&m.body, "message page");
-        assert!(
-            m.body
-                .contains(&format!(r#"<div id="body" class="body">{e}</div>"#))
-        );
+        assert!(m.body.contains(&format!(
+            r#"<div id="body" class="body" dir="auto">{e}</div>"#
+        )));
+    }
+    app.finish_test().await;
+}
+
+/// Unicode's explicit bidirectional controls, as an agent may write them into a title, a body,
+/// a lease pattern or a seal's reason: every page shows them as `[U+XXXX]` inside an isolated
+/// element, never as raw characters that reorder the text (`report \u{202E}gnp.exe` shown as
+/// "report exe.png").
+#[tokio::test]
+async fn bidirectional_controls_an_agent_wrote_are_shown_never_obeyed() {
+    const SPOOF: &str = "report \u{202E}gnp.exe";
+    const SHOWN: &str = "report [U+202E]gnp.exe";
+    let app = MemoryApp::start(&["alice", "bob"]).await;
+    let alice = &app.agents[0];
+    let conv = conversation(&app, SPOOF).await;
+    let body = "invoice \u{202E}fdp.exe\u{202C} and \u{2067}x\u{2069}";
+    let sent = alice.client.send(conv, "b1", body).await.unwrap();
+    let message = uuid_of(&sent["message"]["id"]);
+    let (status, _) = alice
+        .client
+        .call(
+            reqwest::Method::POST,
+            "/v1/leases",
+            Some(serde_json::json!({ "pattern": format!("q/{SPOOF}") })),
+        )
+        .await
+        .unwrap();
+    assert_eq!(status, 200);
+    let (_, run) = alice
+        .client
+        .call(reqwest::Method::POST, "/v1/runs", None)
+        .await
+        .unwrap();
+    let run = uuid_of(&run["id"]);
+    alice.client.seal_run(run, "failed", SPOOF).await.unwrap();
+    let mut b = signed_in(&app).await;
+    let team = format!("/console/teams/{}", app.team.id);
+    let conversation = format!("{team}/conversations/{conv}");
+    b.get_until(&conversation, "the body stored and shown", |p| {
+        p.body
+            .contains("invoice [U+202E]fdp.exe[U+202C] and [U+2067]x[U+2069]")
+    })
+    .await;
+    let pages = [
+        (team.clone(), vec![format!("<bdi>{SHOWN}</bdi>"), format!("<bdi>q/{SHOWN}</bdi>")]),
+        (
+            conversation.clone(),
+            vec![
+                format!("<h1><bdi>{SHOWN}</bdi></h1>"),
+                r#"<div class="body" dir="auto">invoice [U+202E]fdp.exe[U+202C] and [U+2067]x[U+2069]</div>"#.to_owned(),
+            ],
+        ),
+        (
+            format!("{team}/messages/{message}"),
+            vec![format!("<bdi>{SHOWN}</bdi>")],
+        ),
+        (format!("{team}/runs/{run}"), vec![format!("failed: {SHOWN}</bdi>")]),
+    ];
+    for (path, wanted) in pages {
+        let page = b.get(&path).await;
+        assert_eq!(page.status, StatusCode::OK, "{path}");
+        let raw: Vec<char> = page
+            .body
+            .chars()
+            .filter(|c| matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}'))
+            .collect();
+        assert!(raw.is_empty(), "{path}: raw bidirectional controls {raw:?}");
+        for want in wanted {
+            assert!(
+                page.body.contains(&want),
+                "{path}: no {want} in\n{}",
+                page.body
+            );
+        }
     }
     app.finish_test().await;
 }
@@ -306,7 +383,7 @@ async fn the_team_page_lists_live_leases_as_text() {
         "a live <b> in the leases table"
     );
     let row = format!(
-        "<th scope=\"row\"><code>&#60;b&#62;x&#60;/b&#62;/**</code></th>\n        <td data-field=\"holder\">alice</td>\n        <td data-field=\"mode\">shared</td>\n        <td data-field=\"token\" class=\"num\">{token}</td>"
+        "<th scope=\"row\"><code><bdi>&#60;b&#62;x&#60;/b&#62;/**</bdi></code></th>\n        <td data-field=\"holder\"><bdi>alice</bdi></td>\n        <td data-field=\"mode\">shared</td>\n        <td data-field=\"token\" class=\"num\">{token}</td>"
     );
     assert!(team.body.contains(&row), "{}", team.body);
     // Released, it is gone from the page.
@@ -610,7 +687,7 @@ async fn the_team_page_shows_status_lines_and_runs_live() {
     assert_eq!(status, 200);
     seen.clear();
     read_until(&mut stream, &mut seen, 10, "alice's lease", |s| {
-        s.contains("<code>docs/**</code>")
+        s.contains("<code><bdi>docs/**</bdi></code>")
     })
     .await;
     app.finish_test().await;
@@ -800,7 +877,7 @@ async fn a_long_body_is_cut_with_a_link_to_all_of_it() {
     let id = uuid_of(&sent["message"]["id"]);
     let mut b = signed_in(&app).await;
     let path = format!("/console/teams/{}/conversations/{conv}", app.team.id);
-    let re = regex::Regex::new(r#"(?s)<div class="body">(.*?)</div>"#).unwrap();
+    let re = regex::Regex::new(r#"(?s)<div class="body" dir="auto">(.*?)</div>"#).unwrap();
     let page = b
         .get_until(&path, "the long body shown", |page| re.is_match(&page.body))
         .await;
@@ -816,11 +893,9 @@ async fn a_long_body_is_cut_with_a_link_to_all_of_it() {
     let whole = b
         .get(&format!("/console/teams/{}/messages/{id}", app.team.id))
         .await;
-    assert!(
-        whole
-            .body
-            .contains(&format!(r#"<div id="body" class="body">{body}</div>"#))
-    );
+    assert!(whole.body.contains(&format!(
+        r#"<div id="body" class="body" dir="auto">{body}</div>"#
+    )));
     app.finish_test().await;
 }
 

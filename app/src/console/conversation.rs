@@ -18,6 +18,7 @@ use super::failure::{self, Failed};
 use super::frame::{Chrome, Fields, PageQuery, Section, Signed, html};
 use super::security::see_other;
 use super::team::id;
+use super::views::filters;
 use super::views::{MessageView, Names, Rendered};
 use crate::usecases::bus::Bus;
 

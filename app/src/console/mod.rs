@@ -13,6 +13,11 @@
 //! - **escapes by default**: every `{{ value }}` of an `.html` template is HTML-escaped (`<`,
 //!   `>`, `&`, `"`, `'`), so whatever an agent wrote — a body, a name, a title, a note — is
 //!   text, never markup; nothing in the console is marked `|safe`;
+//! - **bidirectional spoofing inert**: every string an agent (or anyone but the console) wrote
+//!   is printed through the `inert` filter (`views::filters`: Unicode's explicit
+//!   bidirectional controls shown as `[U+XXXX]`, so `report \u{202E}gnp.exe` cannot read as
+//!   "report exe.png") inside an isolating element (`<bdi>`, or `dir="auto"` on a body's
+//!   block), so right-to-left text cannot reorder the page's own words around it;
 //! - **templates as files**, in the Jinja syntax designers know, with inheritance (every page
 //!   extends `base.html`); a page's live part is a template of its own (`messages.html`,
 //!   `team_live.html`, `teams.html`) that the page places as it rendered it (a

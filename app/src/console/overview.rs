@@ -14,6 +14,7 @@ use super::Console;
 use super::events::Live;
 use super::failure::Failed;
 use super::frame::{Chrome, Section, Signed, html};
+use super::views::filters;
 use super::views::{Rendered, oldest};
 use crate::usecases::bus::Bus;
 use crate::usecases::oversight::TeamOverview;

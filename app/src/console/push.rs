@@ -14,6 +14,7 @@ use super::Console;
 use super::frame::{Chrome, Fields, Section, Signed, html};
 use super::security::see_other;
 use super::team::id;
+use super::views::filters;
 use super::views::{Stamp, short};
 use crate::usecases::oversight::RegistrationView;
 

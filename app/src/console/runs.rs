@@ -11,6 +11,7 @@ use serde::Deserialize;
 use super::Console;
 use super::frame::{Chrome, PageQuery, Section, Signed, html};
 use super::team::id;
+use super::views::filters;
 use super::views::{Names, Stamp, short};
 
 /// Runs a runs page lists at once.

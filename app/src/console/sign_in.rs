@@ -17,6 +17,7 @@ use super::security::{
     CSRF_FIELD, RETRY_AFTER, SESSION_COOKIE, SIGN_IN_COOKIE, cookie, csrf_matches, csrf_token,
     see_other, set_cookie,
 };
+use super::views::filters;
 use crate::usecases::token::new_session_secret;
 
 /// The pre-session cookie's path: only the sign-in page sees it.

@@ -12,6 +12,7 @@ use crewbus_domain::{Quotas, StorageUse, StreamKind, Uuid};
 
 use super::Console;
 use super::frame::{Chrome, Section, Signed, html};
+use super::views::filters;
 use super::views::{bytes, count};
 use crate::usecases::oversight::TeamStorage;
 

@@ -14,6 +14,7 @@ use super::events::Live;
 use super::failure::Failed;
 use super::frame::{Chrome, Fields, Section, Signed, html};
 use super::security::see_other;
+use super::views::filters;
 use super::views::{Names, Rendered, Stamp, age, oldest, short};
 use crate::usecases::bus::Bus;
 

@@ -55,6 +55,43 @@ impl fmt::Display for Rendered {
 
 impl askama::filters::HtmlSafe for Rendered {}
 
+/// The explicit bidirectional formatting characters (Unicode's embeddings, overrides and
+/// isolates: LRE, RLE, PDF, LRO, RLO, LRI, RLI, FSI, PDI): what "Trojan Source" spoofing uses to
+/// show `report \u{202E}gnp.exe` as "report exe.png".
+fn is_bidi_control(c: char) -> bool {
+    matches!(c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}')
+}
+
+/// `text` with each explicit bidirectional formatting character shown as `[U+XXXX]` instead of
+/// acting: what an agent wrote, made inert for the page (stored and answered unchanged
+/// elsewhere). The page also isolates every such string (`<bdi>`, or `dir="auto"` on a block),
+/// so the remaining right-to-left text cannot reorder what is around it.
+pub(crate) fn inert(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(is_bidi_control) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut shown = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        if is_bidi_control(c) {
+            shown.push_str(&format!("[U+{:04X}]", u32::from(c)));
+        } else {
+            shown.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(shown)
+}
+
+/// The console's askama filters, in scope of every module with a template
+/// (`use super::views::filters;`).
+pub(crate) mod filters {
+    /// `{{ text|inert }}`: text an agent (or anyone but the console) wrote, its bidirectional
+    /// controls shown ([`super::inert`]); escaped by the template as every value is.
+    #[askama::filter_fn]
+    pub fn inert<T: std::fmt::Display>(text: T, _: &dyn askama::Values) -> askama::Result<String> {
+        Ok(super::inert(&text.to_string()).into_owned())
+    }
+}
+
 /// A moment, for `<time datetime="{iso}">{text}</time>`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Stamp {
@@ -317,6 +354,25 @@ mod tests {
     use chrono::TimeZone;
 
     use super::*;
+
+    #[test]
+    fn bidirectional_controls_are_shown_and_other_text_kept() {
+        assert!(matches!(
+            inert("plain, שלום, 😀"),
+            std::borrow::Cow::Borrowed(_)
+        ));
+        assert_eq!(inert("report \u{202E}gnp.exe"), "report [U+202E]gnp.exe");
+        let every: String = ('\u{202A}'..='\u{202E}')
+            .chain('\u{2066}'..='\u{2069}')
+            .collect();
+        assert_eq!(
+            inert(&every),
+            "[U+202A][U+202B][U+202C][U+202D][U+202E][U+2066][U+2067][U+2068][U+2069]"
+        );
+        // Marks and joiners that right-to-left text and emoji need stay as written.
+        let kept = "\u{200E}a\u{200F}b\u{200D}c\u{200C}";
+        assert_eq!(inert(kept), kept);
+    }
 
     #[test]
     fn ages_read_in_their_two_largest_units() {

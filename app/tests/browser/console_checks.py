@@ -312,6 +312,48 @@ def rand(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:6]}"
 
 
+# Unicode's explicit bidirectional controls (embeddings, overrides, isolates), as "Trojan Source"
+# uses them: an agent's title `report \u202egnp.exe` shown as "report exe.png".
+BIDI_CONTROLS = re.compile("[\u202a-\u202e\u2066-\u2069]")
+SPOOF_TITLE = "report \u202egnp.exe"
+SPOOF_BODY = "invoice \u202efdp.exe\u202c and \u2067x\u2069"
+
+# For each element matching the selector, each text node holding the needle: where its first and
+# last characters are drawn (left edges), whether the text node holds a raw control, and the
+# nearest element between it and the matched one (inclusive) whose computed `unicode-bidi`
+# isolates it (`<bdi>`, `dir`).
+BIDI_PROBE = """([sel, needle]) => {
+  const out = [];
+  for (const el of document.querySelectorAll(sel)) {
+    const walker = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+    for (let n = walker.nextNode(); n; n = walker.nextNode()) {
+      const i = n.data.indexOf(needle);
+      if (i < 0) continue;
+      const left = (k) => { const r = document.createRange(); r.setStart(n, k); r.setEnd(n, k + 1); return r.getBoundingClientRect().left; };
+      let isolated = null;
+      for (let p = n.parentElement; p; p = p.parentElement) {
+        const u = getComputedStyle(p).unicodeBidi;
+        if (u === "isolate" || u === "isolate-override" || u === "plaintext") { isolated = p.tagName.toLowerCase(); break; }
+        if (p === el) break;
+      }
+      out.push({first: left(i), last: left(i + needle.length - 1), raw: /[\u202a-\u202e\u2066-\u2069]/.test(n.data), isolated});
+    }
+  }
+  return out;
+}"""
+
+
+def bidi_inert(s: Session, sel: str, needle: str, where: str) -> None:
+    """The text `needle` (ASCII, left to right) inside `sel` is drawn in its own order, in an
+    isolated element, next to no raw bidirectional control."""
+    found = s.page.evaluate(BIDI_PROBE, [sel, needle])
+    expect(found, f"{where}: no {needle!r} in {sel}")
+    for f in found:
+        expect(not f["raw"], f"{where}: {sel} holds a raw bidirectional control beside {needle!r}")
+        expect(f["isolated"], f"{where}: {needle!r} in {sel} is in no isolated element (<bdi>, dir=auto)")
+        expect(f["first"] < f["last"], f"{where}: {needle!r} in {sel} is drawn reversed (its first character at x {f['first']:.0f}, its last at {f['last']:.0f})")
+
+
 # --- the checks ------------------------------------------------------------------------------------
 
 
@@ -474,6 +516,31 @@ def hostile_bodies_run_nothing(c: Ctx) -> None:
         check_frame(s, f"message page of hostile body {i + 1}")
     c.pages.shoot(s.page, "message (hostile body)")
     expect(not s.watch.dialogs, f"dialogs fired: {s.watch.dialogs}")
+
+
+def bidi_controls_are_shown_not_obeyed(c: Ctx) -> None:
+    """A title and a body with bidirectional controls (issue 33 item 3): on the team page, the
+    conversation page (live and rendered) and the message page the spoofed words are drawn in
+    their own order, isolated, the controls shown rather than obeyed; the tab title holds none."""
+    alice = c.bus.agent("alice")
+    conv = alice.create_conversation(["bob"], SPOOF_TITLE)
+    s = sign_in_with_code(c)
+    open_team(s, c.bus.team)
+    bidi_inert(s, f'ul#conversations a[data-conversation="{conv}"]', "gnp.exe", "team page")
+    open_conversation(s, conv)
+    wait_live_stream(s)
+    sent = alice.send(conv, SPOOF_BODY)
+    appears(s.page.locator(message_li(sent["id"])), LIVE_DEADLINE_S, "the spoofing message on the open page")
+    bidi_inert(s, "h1", "gnp.exe", "conversation page")
+    bidi_inert(s, f"{message_li(sent['id'])} .body", "fdp.exe", "conversation page, live")
+    expect(not BIDI_CONTROLS.search(s.page.title()), f"the conversation page's title holds a raw control: {s.page.title()!r}")
+    s.page.reload()
+    bidi_inert(s, f"{message_li(sent['id'])} .body", "fdp.exe", "conversation page, rendered")
+    visit(c, s, "conversation (bidirectional controls)")
+    goto(s, c.url(f"{team_segment(s.page.url)}/messages/{sent['id']}"))
+    bidi_inert(s, "#body", "fdp.exe", "message page")
+    expect(not BIDI_CONTROLS.search(s.page.title()), f"the message page's title holds a raw control: {s.page.title()!r}")
+    visit(c, s, "message (bidirectional controls)")
 
 
 def post_without_csrf_refused(c: Ctx) -> None:
@@ -731,6 +798,7 @@ CHECKS = [
     Check("the overview shows the dev team local", overview_shows_dev_team),
     Check("a message sent over HTTP appears live within 2 s, no reload; its receipt turns confirmed", live_message_and_receipt),
     Check("hostile bodies run nothing: no dialog, no injected element, literal text, strict CSP", hostile_bodies_run_nothing),
+    Check("bidirectional controls in a title and a body are shown, never obeyed: isolated, drawn in order", bidi_controls_are_shown_not_obeyed),
     Check("a POST without the CSRF token is refused (403)", post_without_csrf_refused),
     Check("revoking an agent from the console makes its next call 401", revoke_from_console_makes_next_call_401),
     Check("an operator of another team sees 404 on team local's pages", scoped_operator_sees_404, {"memory": NO_CLI_ON_MEMORY}),

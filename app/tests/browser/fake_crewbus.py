@@ -19,6 +19,7 @@ import html
 import json
 import os
 import queue
+import re
 import secrets
 import sys
 import threading
@@ -50,6 +51,7 @@ BUG_NAMES = {
     "signout-noop": "sign-out keeps the server-side session",
     "inline-style": "pages carry a style attribute (blocked by the CSP)",
     "axe": "the overview has an image without alt text",
+    "bidi-raw": "titles and bodies are neither isolated nor have their bidirectional controls shown",
 }
 
 
@@ -166,6 +168,20 @@ STATE: State
 # --- HTML ----------------------------------------------------------------------------------------
 
 e = html.escape
+BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")
+
+
+def shown(text: str) -> str:
+    """Text an agent wrote, escaped, its bidirectional controls shown as `[U+XXXX]` (the page
+    contract; the `bidi-raw` fault leaves them acting)."""
+    if "bidi-raw" in BUGS:
+        return e(text)
+    return e(BIDI.sub(lambda m: f"[U+{ord(m.group(0)):04X}]", text))
+
+
+def isolated(text: str) -> str:
+    """`shown(text)` in a `<bdi>` (no isolation under `bidi-raw`)."""
+    return shown(text) if "bidi-raw" in BUGS else f"<bdi>{shown(text)}</bdi>"
 
 
 def page(title: str, inner: str, session: dict | None) -> str:
@@ -177,9 +193,9 @@ def page(title: str, inner: str, session: dict | None) -> str:
             "<button type=\"submit\">Sign out</button></form></nav>"
         )
     return (
-        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{e(title)} · crewbus</title>'
+        f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{shown(title)} · crewbus</title>'
         '<link rel="stylesheet" href="/console/static/console.css"><script src="/console/static/console.js" defer></script>'
-        f"</head><body{body_attrs()}><header>{nav}</header><main><h1>{e(title)}</h1>{inner}</main></body></html>"
+        f"</head><body{body_attrs()}><header>{nav}</header><main><h1>{isolated(title)}</h1>{inner}</main></body></html>"
     )
 
 
@@ -195,9 +211,10 @@ def csrf(session: dict) -> str:
 def message_li(m: dict, team: str, raw: bool = False) -> str:
     body = m["body"]
     cut = body.encode()[:CUT].decode(errors="ignore")
-    esc = (lambda x: x) if raw else e
+    esc = (lambda x: x) if raw else shown
     more = f' <a class="show-all" href="/console/teams/{e(team)}/messages/{m["id"]}">Show all</a>' if len(cut) < len(body) else ""
     sender = STATE.agents[m["sender"]]
+    dir_auto = "" if "bidi-raw" in BUGS else ' dir="auto"'
     kind = ' data-kind="human"' if sender["kind"] == "human" else ""
     receipts = "".join(
         f'<li class="receipt" data-recipient="{e(STATE.agents[r]["name"])}" data-state="{st}">{e(STATE.agents[r]["name"])}: {st}</li>'
@@ -205,7 +222,7 @@ def message_li(m: dict, team: str, raw: bool = False) -> str:
     )
     return (
         f'<li class="message" data-seq="{m["seq"]}" data-message="{m["id"]}"><span class="sender"{kind}>{e(sender["name"])}</span> '
-        f'<span class="body">{esc(cut)}</span>{more}<ul class="receipts">{receipts}</ul></li>'
+        f'<span class="body"{dir_auto}>{esc(cut)}</span>{more}<ul class="receipts">{receipts}</ul></li>'
     )
 
 
@@ -302,7 +319,7 @@ class Handler(BaseHTTPRequestHandler):
                 if status == "active":
                     form = f'<form class="revoke" method="post" action="/console/teams/{e(team)}/agents/{e(a["name"])}/revoke">{csrf(s)}<button type="submit">Revoke {e(a["name"])}</button></form>'
                 rows += f'<tr data-agent="{e(a["name"])}"><td>{e(a["name"])}</td><td data-field="last-active">{a["last"] or "never"}</td><td data-field="pending">0</td><td data-field="oldest">-</td><td data-field="status">{status}</td><td>{form}</td></tr>'
-            convs = "".join(f'<li><a data-conversation="{c["id"]}" href="/console/teams/{e(team)}/conversations/{c["id"]}">{e(c["title"])}</a></li>' for c in STATE.convs.values() if c["team"] == team)
+            convs = "".join(f'<li><a data-conversation="{c["id"]}" href="/console/teams/{e(team)}/conversations/{c["id"]}">{isolated(c["title"])}</a></li>' for c in STATE.convs.values() if c["team"] == team)
             inner = f'<table id="agents"><caption>Agents</caption><tr><th>Name</th><th>Last active</th><th>Pending</th><th>Oldest</th><th>Status</th><th>Action</th></tr>{rows}</table><h2>Conversations</h2><ul id="conversations">{convs}</ul><p><a href="/console/teams/{e(team)}/runs">Runs</a></p>'
             return self.send(200, page(f"Team {team}", inner, s))
         if rest[0] == "conversations" and len(rest) == 2 and rest[1] in STATE.convs and STATE.convs[rest[1]]["team"] == team:
@@ -312,7 +329,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.send(200, page(f"Conversation {c['title']}", f'<ol id="messages" data-conversation="{c["id"]}">{items}</ol>{form}', s))
         if rest[0] == "messages" and len(rest) == 2 and rest[1] in STATE.msgs and STATE.msgs[rest[1]]["team"] == team:
             m = STATE.msgs[rest[1]]
-            return self.send(200, page("Message", f'<pre id="body">{e(m["body"])}</pre>', s))
+            attr = "" if "bidi-raw" in BUGS else ' dir="auto"'
+            return self.send(200, page("Message", f'<pre id="body"{attr}>{shown(m["body"])}</pre>', s))
         if rest == ["runs"]:
             links = "".join(f'<li><a href="/console/teams/{e(team)}/runs/{r["id"]}">{r["id"]}</a></li>' for r in STATE.runs.values() if r["team"] == team)
             return self.send(200, page("Runs", f"<ul>{links}</ul>", s))

@@ -33,6 +33,7 @@ CAUGHT_BY = {
     "signout-noop": "sign-out",
     "inline-style": "every page",
     "axe": "overview shows",
+    "bidi-raw": "bidirectional",
 }
 
 
