@@ -126,7 +126,9 @@ pub use team::{Agent, AgentKind, MAX_NAME_LEN, Team, TokenHash, recipient_key_fo
 pub use wakeup::{
     SweepTarget, Wakeup, WakeupTarget, lease_wakeup_from_payload, lease_wakeup_payload,
 };
-pub use watch_cursor::{CURSOR_SKEW, MAX_CURSOR_CHARS, MAX_CURSOR_IDS, WatchCursor};
+pub use watch_cursor::{
+    CURSOR_SKEW, MAX_CURSOR_CHARS, MAX_CURSOR_IDS, MIN_CURSOR_CHARS, WatchCursor,
+};
 
 /// Re-exported so adapters and the app agree on one id and time type.
 pub use chrono::{DateTime, Utc};

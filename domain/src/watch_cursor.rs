@@ -62,6 +62,9 @@ const MAX_BYTES: usize = HEAD + FLOOR + COUNT + MAX_CURSOR_IDS * ENTRY;
 /// form: 8,256).
 pub const MAX_CURSOR_CHARS: usize = (MAX_BYTES * 4).div_ceil(3);
 
+/// The shortest cursor text, in characters (no floor, no id: 48).
+pub const MIN_CURSOR_CHARS: usize = ((HEAD + COUNT) * 4).div_ceil(3);
+
 /// A watcher's cursor (see the module docs): bound to one agent of one team.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WatchCursor {
@@ -450,5 +453,10 @@ mod tests {
         assert!(news.iter().all(|(id, at)| cursor.covers(*id, *at)));
         assert!(cursor.encode().len() <= MAX_CURSOR_CHARS);
         assert_eq!(MAX_CURSOR_CHARS, 8256);
+        assert_eq!(
+            WatchCursor::new(team, agent).encode().len(),
+            MIN_CURSOR_CHARS
+        );
+        assert_eq!(MIN_CURSOR_CHARS, 48);
     }
 }

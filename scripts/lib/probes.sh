@@ -170,9 +170,15 @@ probe_store() {
     "$PROBE_URL/v1/conversations/$conversation/messages" -o "$work/sent.json" \
     || { echo "probes: the first send failed" >&2; return 1; }
   message="$("$PROBE_PYTHON" -c 'import json, sys; print(json.load(open(sys.argv[1]))["message"]["id"])' "$work/sent.json")"
+  # The agent's inbox-watch cursor every generated watch passes back (probes/schemathesis.toml).
+  local cursor
+  cursor="$(curl -fsS -X POST -H "Authorization: Bearer $PROBE_TOKEN" -H 'Content-Type: application/json' \
+    -d '{}' "$PROBE_URL/v1/inbox/watch" -o "$work/watch.json" && json_field "$work/watch.json" cursor)"
+  [ -n "$cursor" ] || { echo "probes: POST /v1/inbox/watch failed" >&2; return 1; }
 
   local st=(timeout "$PROBE_RUN_TIMEOUT" env "CREWBUS_PROBE_RUN=$run" "CREWBUS_PROBE_TEAM=$PROBE_TEAM"
     "CREWBUS_PROBE_CONVERSATION=$conversation" "CREWBUS_PROBE_MESSAGE=$message"
+    "CREWBUS_PROBE_CURSOR=$cursor"
     "$PROBES_VENV/bin/schemathesis"
     --config-file "$PWD/probes/schemathesis.toml" --no-color run "$PROBE_URL/openapi.json"
     --checks all --seed "$PROBE_SEED" --workers 1 --request-timeout 10

@@ -4,7 +4,8 @@
 use axum::Json;
 use axum::extract::State;
 use crewbus_domain::{
-    DateTime, MAX_CURSOR_CHARS, MAX_WATCH_NEWS, NAME_CHARS, PREVIEW_CHARS, Utc, Uuid,
+    DateTime, MAX_CURSOR_CHARS, MAX_WATCH_NEWS, MIN_CURSOR_CHARS, NAME_CHARS, PREVIEW_CHARS, Utc,
+    Uuid,
 };
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -31,7 +32,7 @@ pub struct WatchRequest {
     /// news again. Absent (or null): every pending message is news. Opaque: pass it back as it
     /// came; a cursor of another agent, or anything else, is `400 invalid`.
     #[serde(default)]
-    #[schema(max_length = 8256, pattern = "^[A-Za-z0-9_-]*$")]
+    #[schema(min_length = 48, max_length = 8256, pattern = "^[A-Za-z0-9_-]+$")]
     pub after: Option<String>,
 }
 
@@ -109,7 +110,7 @@ impl From<Watched> for WatchView {
 }
 
 // The schema's literal bounds are the domain's constants.
-const _: () = assert!(MAX_CURSOR_CHARS == 8256);
+const _: () = assert!(MAX_CURSOR_CHARS == 8256 && MIN_CURSOR_CHARS == 48);
 const _: () = assert!(MAX_WATCH_NEWS == 20);
 const _: () = assert!(PREVIEW_CHARS == 200 && NAME_CHARS == 64);
 
