@@ -18,7 +18,7 @@ use super::AppState;
 use super::auth::Authenticated;
 use super::error::{ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::views::{by_name, whole};
+use super::fields::{by_name, whole};
 
 // The lease routes' JSON Schema `pattern`s are the domain's rules (`LeasePattern::parse`,
 // `validate_lease_path`) as ECMA-262 regexes: 1 to 32 `/`-separated segments, each `**` or a run

@@ -21,6 +21,7 @@ pub(crate) mod body_deadline;
 mod conversations;
 pub mod error;
 pub(crate) mod extract;
+pub(crate) mod fields;
 pub(crate) mod held_answer;
 mod inbox;
 pub mod leases;
