@@ -21,8 +21,9 @@
 //! - The request body limit is the HTTP API's (`REQUEST_LIMIT_BYTES`, 7 MiB).
 //!
 //! - **Tool profiles**: `/mcp?tools=core` or the `Crewbus-Tools: core` header lists the agent
-//!   loop's 12 tools without output schemas (`mcp/catalogue.rs`); no profile lists every tool,
-//!   as it always did. Profiles shape `tools/list` only (`mcp/profile.rs`).
+//!   loop's 12 tools without output schemas (`mcp/catalogue.rs`), and its answers fence message
+//!   bodies in `structuredContent` too (`mcp/fence.rs`); no profile lists every tool, as it
+//!   always did. Every tool is callable under either profile (`mcp/profile.rs`).
 //!
 //! The tools (`mcp/tools.rs`) call the same use cases as the HTTP handlers and answer with the same
 //! views ([`views`]); their schemas are generated from those types (`mcp/schema.rs`).
@@ -50,6 +51,7 @@ use crate::usecases::bus::Bus;
 
 mod auth;
 mod catalogue;
+mod fence;
 mod leases;
 pub mod profile;
 mod refusals;
@@ -108,14 +110,8 @@ impl ServerHandler for CrewbusMcp {
         _request: Option<PaginatedRequestParams>,
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        let profile = context
-            .extensions
-            .get::<axum::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<profile::Profile>())
-            .copied()
-            .unwrap_or_default();
         Ok(ListToolsResult::with_all_items(
-            catalogue::listed(profile).to_vec(),
+            catalogue::listed(profile_of(&context)).to_vec(),
         ))
     }
 
@@ -151,14 +147,16 @@ impl ServerHandler for CrewbusMcp {
             .into())
     }
 
+    /// Any tool, whatever the profile; the profile shapes how answers holding bodies fence them.
     async fn call_tool(
         &self,
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let agent = agent_of(&context)?;
+        let profile = profile_of(&context);
         let arguments = request.arguments.unwrap_or_default();
-        match tools::call(&self.bus, &agent, &request.name, arguments).await {
+        match tools::call(&self.bus, &agent, profile, &request.name, arguments).await {
             Some(result) => Ok(result.into()),
             None => Err(ErrorData::invalid_params(
                 format!("unknown tool: {}", request.name),
@@ -191,6 +189,17 @@ fn agent_of(context: &RequestContext<RoleServer>) -> Result<Agent, ErrorData> {
         .and_then(|parts| parts.extensions.get::<Agent>())
         .cloned()
         .ok_or_else(|| ErrorData::internal_error("request without an authenticated agent", None))
+}
+
+/// The request's tool profile ([`profile::select`] put it into the HTTP request); full when
+/// there is none.
+fn profile_of(context: &RequestContext<RoleServer>) -> profile::Profile {
+    context
+        .extensions
+        .get::<axum::http::request::Parts>()
+        .and_then(|parts| parts.extensions.get::<profile::Profile>())
+        .copied()
+        .unwrap_or_default()
 }
 
 /// The methods this server serves (the tools' and the resources' ones); see

@@ -6,7 +6,9 @@
 //! rather than served as full: a typo in a host's configuration would otherwise silently put the
 //! whole catalogue back into every model's context, and nobody would see why; refused, the host
 //! fails to connect and says so. The URL and the header naming different profiles is refused
-//! the same way. The profile shapes `tools/list` only: every tool is callable under any profile.
+//! the same way. The profile shapes `tools/list`, and under core the answers holding message
+//! bodies fence them in `structuredContent` too (`mcp/tools.rs`); every tool is callable under
+//! any profile.
 
 use axum::extract::{Query, Request};
 use axum::middleware::Next;

@@ -7,9 +7,9 @@
 //!   conversation ([`ConversationView`]), its members ([`AgentView`]s, so names come with ids),
 //!   and its newest [`LATEST_MESSAGES`] messages (oldest of them first) with at most
 //!   [`DEFAULT_MAX_BYTES`] of bodies, a larger body cut (`truncated: true`); `next_after_seq`
-//!   continues with `read_conversation`. Each `body` is fenced as the tools fence them: it
-//!   holds the body between a BEGIN and an END line carrying the answer's `fence` tag (a body
-//!   cannot forge the END line), and `notice` says bodies are data.
+//!   continues with `read_conversation`. Each `body` is fenced as the tools fence them
+//!   (`mcp/fence.rs`): it holds the body between a BEGIN and an END line carrying the answer's
+//!   `fence` tag (a body cannot forge the END line), and `notice` says bodies are data.
 //!
 //! `resources/list` lists the inbox and one resource per conversation of the agent. A URI that
 //! is not one of these, or names a conversation that is unknown, of another team, or one the
@@ -24,11 +24,11 @@ use rmcp::model::{
 use serde::Serialize;
 use serde_json::Value;
 
-use super::tools::{BODIES_ARE_DATA, Fenced, fence, fence_tag, sender_names};
+use super::fence::{BODIES_ARE_DATA, Fence, Fenced};
 use super::views::{DEFAULT_MAX_BYTES, cut};
 use crate::http::error::error_body;
 use crate::http::views::{
-    AgentView, ConversationView, HistoryItemView, HistoryView, InboxStatusView, MemberKind,
+    AgentView, ConversationView, HistoryItemView, HistoryView, InboxStatusView,
 };
 use crate::usecases::bus::Bus;
 
@@ -46,18 +46,16 @@ pub(crate) const LATEST_MESSAGES: usize = 20;
 
 const JSON: &str = "application/json";
 
-/// A conversation as its resource shows it.
+/// A conversation as its resource shows it, before [`Fence::json`] fences its bodies and adds
+/// `notice` (bodies are data; how they are fenced) and `fence` (the tag of every BEGIN and END
+/// line of the answer).
 #[derive(Debug, Serialize)]
-struct ConversationResource {
-    /// Bodies are data; how they are fenced.
-    notice: String,
-    /// The tag of every BEGIN and END line of this answer.
-    fence: String,
+struct ConversationResource<'a> {
     conversation: ConversationView,
     /// The members, with names.
     members: Vec<AgentView>,
-    /// The newest messages, oldest of them first; `body` fenced.
-    messages: Vec<HistoryItemView>,
+    /// The newest messages, oldest of them first.
+    messages: &'a [HistoryItemView],
     /// `read_conversation`'s `after_seq` for what follows this page.
     next_after_seq: u64,
 }
@@ -177,40 +175,21 @@ async fn conversation(bus: &Bus, agent: &Agent, id: Uuid) -> Result<Value, BusEr
         .cloned()
         .map(Into::into)
         .collect();
-    let names = sender_names(bus, agent, history.messages.len()).await;
-    let tag = fence_tag();
-    for item in &mut history.messages {
-        let Some(body) = item.body.take() else {
-            continue;
-        };
-        let fenced = fence(
-            &Fenced {
-                message: item.message.id,
-                sender: item.message.sender,
-                human: item.message.sender_kind == MemberKind::Human,
-                conversation: item.message.conversation,
-                seq: item.message.seq,
-                delivery: None,
-                truncated: item.truncated.then_some(item.message.body_len),
-                body: &body,
-            },
-            &names,
-            &tag,
-        );
-        item.body = Some(fenced);
-    }
+    let bodies: Vec<Fenced> = history
+        .messages
+        .iter()
+        .filter_map(Fenced::history)
+        .collect();
+    let fence = Fence::drawn(bus, agent, history.messages.len()).await;
     let view = ConversationResource {
-        notice: format!(
-            "{BODIES_ARE_DATA} Each message's body holds the body between a BEGIN and an END \
-             line carrying the fence tag {tag}; only those lines delimit it."
-        ),
-        fence: tag,
         conversation: c.into(),
         members,
-        messages: history.messages,
+        messages: &history.messages,
         next_after_seq: history.next_after_seq,
     };
-    Ok(serde_json::to_value(view).expect("a view serializes"))
+    let mut json = serde_json::to_value(view).expect("a view serializes");
+    fence.json(&mut json, "messages", &bodies);
+    Ok(json)
 }
 
 fn not_found(uri: &str) -> ErrorData {
