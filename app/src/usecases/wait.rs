@@ -58,10 +58,12 @@ pub(crate) struct WaitRoom {
     next_id: AtomicU64,
     /// Waiters past their first fetch, waiting now.
     parked: AtomicUsize,
+    /// Watches past their first read, waiting now.
+    watching: AtomicUsize,
 }
 
-/// Counts a waiter as waiting (past its first, empty fetch) while it lives.
-struct Parked<'a>(&'a AtomicUsize);
+/// Counts a waiter as waiting (past its first, empty fetch or read) while it lives.
+pub(crate) struct Parked<'a>(&'a AtomicUsize);
 
 impl<'a> Parked<'a> {
     fn new(count: &'a AtomicUsize) -> Self {
@@ -195,6 +197,17 @@ impl WaitRoom {
     /// Fetches waiting in this process now (past their first, empty fetch).
     pub(crate) fn waiting(&self) -> usize {
         self.parked.load(Ordering::Acquire)
+    }
+
+    /// Counts a watch as waiting (past its first read, which found no news) while the guard
+    /// lives.
+    pub(crate) fn park_watch(&self) -> Parked<'_> {
+        Parked::new(&self.watching)
+    }
+
+    /// Watches waiting in this process now (past their first read, which found no news).
+    pub(crate) fn watching(&self) -> usize {
+        self.watching.load(Ordering::Acquire)
     }
 }
 
@@ -367,6 +380,12 @@ impl Bus {
     /// (a re-fetch after a wake-up counts as waiting).
     pub fn waiting_fetches(&self) -> usize {
         self.room.waiting()
+    }
+
+    /// Inbox watches (`Bus::watch` with a wait) waiting in this process now: past their first
+    /// read, which found no news (a read again after a wake-up counts as waiting).
+    pub fn waiting_watches(&self) -> usize {
+        self.room.watching()
     }
 }
 

@@ -125,6 +125,8 @@ impl Bus {
         });
         let mut found = self.read_news(agent, &reported).await?;
         if let Some(waiter) = waiter {
+            // Counted in `Bus::waiting_watches` while it waits.
+            let _parked = found.news.is_empty().then(|| self.room.park_watch());
             while found.news.is_empty() {
                 let lapse = found.next_lapse.map(|at| {
                     Instant::now() + (at - self.now()).to_std().unwrap_or(Duration::ZERO)

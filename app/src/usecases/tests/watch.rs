@@ -318,3 +318,32 @@ async fn shutdown_ends_a_waiting_watch_at_once_with_what_it_has() {
         .unwrap();
     assert_eq!((answer.pending, answer.news.len()), (0, 0));
 }
+
+#[tokio::test]
+async fn a_watch_counts_as_waiting_only_while_it_waits() {
+    let w = Arc::new(world("general", settings()).await);
+    assert_eq!(w.bus.waiting_watches(), 0);
+    let waiting = {
+        let w = Arc::clone(&w);
+        tokio::spawn(async move {
+            w.bus
+                .watch(&w.b, None, Duration::from_secs(30))
+                .await
+                .unwrap()
+        })
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while w.bus.waiting_watches() == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "never counted");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    assert_eq!(w.bus.waiting_watches(), 1);
+    assert_eq!(w.bus.waiting_fetches(), 0, "a watch is not a fetch");
+    let m = w.send("r1", "wake up").await;
+    let woken = tokio::time::timeout(Duration::from_secs(10), waiting)
+        .await
+        .expect("answered within 10 s")
+        .unwrap();
+    assert_eq!(woken.news[0].message, m);
+    assert_eq!(w.bus.waiting_watches(), 0, "answered: no longer waiting");
+}
