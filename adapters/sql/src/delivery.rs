@@ -1,6 +1,6 @@
 //! The ledger's delivery section for both SQL adapters: messages as they stand, hand-outs, the
 //! top-up and wake-up reads, confirmations, acknowledgements and receipts, written once over
-//! [`SqlDelivery`] (the [`SqlLedger`] and the few statements that differ by store).
+//! [`SqlDelivery`] (the [`LedgerHooks`] and the few statements that differ by store).
 //!
 //! Each adapter's `delivery` section module re-exports this module's port functions
 //! ([`message`], [`messages`], [`hand_out`], [`undelivered`], [`wakeable`], [`confirm`],
@@ -16,7 +16,7 @@
 //! Where writers lock rows ([`Dialect::ROW_LOCKS`]: Postgres), `hand_out`, `confirm` and
 //! `acknowledge` lock the recipient's receipt rows (`FOR NO KEY UPDATE OF r`) before they decide,
 //! in message id order (deterministic, so concurrent calls cannot deadlock), and, in `confirm`
-//! and `acknowledge`, after the run they write to ([`SqlLedger::check_run_owner`]): concurrent calls serialise per (message,
+//! and `acknowledge`, after the run they write to ([`LedgerHooks::check_run_owner`]): concurrent calls serialise per (message,
 //! recipient), and what they read next (a later statement, a fresh snapshot) includes the other
 //! call's writes. On SQLite every write runs in a write transaction on the one write connection
 //! (a part of its group commit), so what it read stays as read until it commits; the same
@@ -37,7 +37,7 @@ use uuid::Uuid;
 use crate::driver::{Conn, Dialect, Stmt, stmt};
 use crate::from_db;
 use crate::journal::append;
-use crate::ledger::SqlLedger;
+use crate::ledger::LedgerHooks;
 use crate::rows::{MESSAGE_COLUMNS, MessageRow, RECEIPT_COLUMNS, RECEIPTS, ReceiptRow};
 
 /// A candidate of one `hand_out` call as the ledger knows it: a `Stored` message of the team
@@ -56,13 +56,13 @@ pub struct Candidate {
 /// the latest by `ord` if several), `None` when every earlier one has lapsed.
 pub type Prior = Option<LiveHandOut<DeliveryId>>;
 
-/// What the shared delivery functions need of an SQL ledger beyond [`SqlLedger`]: the statements
+/// What the shared delivery functions need of an SQL ledger beyond [`LedgerHooks`]: the statements
 /// that differ by store (Postgres: one statement over `unnest` arrays with row locks; SQLite:
 /// `IN` lists and a statement per row, in its one write transaction) and the connection its
 /// two-statement reads run on.
 ///
 /// Implemented by `PostgresLedger` and `SqliteLedger`.
-pub trait SqlDelivery: SqlLedger {
+pub trait SqlDelivery: LedgerHooks {
     /// What `undelivered` and `receipts` read on (a lookup, then the rows): a pool connection on
     /// Postgres, a read transaction (one WAL snapshot) on SQLite.
     type DeliveryRead: DerefMut<Target = Conn<Self::D>> + Send;
@@ -147,7 +147,7 @@ fn receipt_lock<D: Dialect>() -> String {
 
 /// The message `message` of `team` (this tenant's). Errors: unknown → `NotFound`; a stored
 /// publication or sender kind the domain refuses → its error.
-pub async fn message_row<L: SqlLedger>(
+pub async fn message_row<L: LedgerHooks>(
     ledger: &L,
     conn: &mut Conn<L::D>,
     team: Uuid,

@@ -41,25 +41,25 @@ use uuid::Uuid;
 
 use crate::driver::{Conn, Dialect, Reads, Stmt, stmt};
 use crate::leases::{Ending, end_leases, lock_or_create_fence};
-use crate::ledger::SqlLedger;
+use crate::ledger::LedgerHooks;
 use crate::operators::{SqlOperators, operator_holds};
 use crate::rows::{AGENT_COLUMNS, AgentRow, MemberRow, TEAM_COLUMNS, TeamRow};
 
 /// How an operation holds the store.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Via {
-    /// A connection ([`SqlLedger::reader`]): each statement is its own transaction. On SQLite a
+    /// A connection ([`LedgerHooks::reader`]): each statement is its own transaction. On SQLite a
     /// read-pool connection, so for reads only.
     Connection,
-    /// A write transaction ([`SqlLedger::begin`], then [`SqlLedger::commit`]); on Postgres
+    /// A write transaction ([`LedgerHooks::begin`], then [`LedgerHooks::commit`]); on Postgres
     /// read committed.
     Transaction,
-    /// A read-only snapshot ([`SqlLedger::snapshot`], then [`SqlLedger::end_snapshot`]).
+    /// A read-only snapshot ([`LedgerHooks::snapshot`], then [`LedgerHooks::end_snapshot`]).
     Snapshot,
 }
 
 /// The store as an operation holds it ([`Via`]): a connection for its statements.
-pub enum Held<L: SqlLedger> {
+pub enum Held<L: LedgerHooks> {
     /// [`Via::Connection`].
     Connection(L::Reader),
     /// [`Via::Transaction`].
@@ -68,7 +68,7 @@ pub enum Held<L: SqlLedger> {
     Snapshot(L::Snapshot),
 }
 
-impl<L: SqlLedger> Deref for Held<L> {
+impl<L: LedgerHooks> Deref for Held<L> {
     type Target = Conn<L::D>;
     fn deref(&self) -> &Conn<L::D> {
         match self {
@@ -79,7 +79,7 @@ impl<L: SqlLedger> Deref for Held<L> {
     }
 }
 
-impl<L: SqlLedger> DerefMut for Held<L> {
+impl<L: LedgerHooks> DerefMut for Held<L> {
     fn deref_mut(&mut self) -> &mut Conn<L::D> {
         match self {
             Held::Connection(c) => c,
@@ -90,7 +90,7 @@ impl<L: SqlLedger> DerefMut for Held<L> {
 }
 
 /// Takes hold of the store `via` for the operation `what`. Errors: the store's, unavailable.
-pub async fn hold<L: SqlLedger>(ledger: &L, via: Via, what: &'static str) -> BusResult<Held<L>> {
+pub async fn hold<L: LedgerHooks>(ledger: &L, via: Via, what: &'static str) -> BusResult<Held<L>> {
     Ok(match via {
         Via::Connection => Held::Connection(ledger.reader(what).await?),
         Via::Transaction => Held::Transaction(ledger.begin(what).await?),
@@ -100,7 +100,11 @@ pub async fn hold<L: SqlLedger>(ledger: &L, via: Via, what: &'static str) -> Bus
 
 /// Lets go of what [`hold`] took: commits a transaction, ends a snapshot, returns a
 /// connection. (Dropping a [`Held`] instead rolls a transaction back.)
-pub async fn release<L: SqlLedger>(ledger: &L, held: Held<L>, what: &'static str) -> BusResult<()> {
+pub async fn release<L: LedgerHooks>(
+    ledger: &L,
+    held: Held<L>,
+    what: &'static str,
+) -> BusResult<()> {
     match held {
         Held::Connection(_) => Ok(()),
         Held::Transaction(tx) => ledger.commit(tx, what).await,
@@ -111,7 +115,7 @@ pub async fn release<L: SqlLedger>(ledger: &L, held: Held<L>, what: &'static str
 /// The rows of `select` after checking that `team` is this tenant's, both held `via` (on one
 /// snapshot where `via` is one). Errors: unknown team → `NotFound`; the statement's, as the
 /// error of `what`.
-pub async fn team_rows<L: SqlLedger, R: Send>(
+pub async fn team_rows<L: LedgerHooks, R: Send>(
     ledger: &L,
     via: Via,
     team: Uuid,
@@ -128,7 +132,7 @@ where
     Ok(rows)
 }
 
-/// What the shared directory needs of an SQL ledger beyond [`SqlLedger`] and its operators
+/// What the shared directory needs of an SQL ledger beyond [`LedgerHooks`] and its operators
 /// ([`SqlOperators`]: a new agent's token hash is checked against theirs): where the two stores
 /// differ (see the module docs).
 pub trait SqlDirectory: SqlOperators {
@@ -145,7 +149,7 @@ pub trait SqlDirectory: SqlOperators {
     /// SQLite.
     const BYTE_ORDER: &'static str;
     /// Whether `RETURNING` may name alias-qualified columns ([`AGENT_COLUMNS`]): Postgres yes;
-    /// SQLite no (the row is read back with [`SqlLedger::agent_row`]).
+    /// SQLite no (the row is read back with [`LedgerHooks::agent_row`]).
     const QUALIFIED_RETURNING: bool;
 
     /// Inserts the members `(agent, recipient key)` of the new `conversation`, joined at `at`.
@@ -177,7 +181,7 @@ pub trait SqlDirectory: SqlOperators {
 }
 
 /// The team `team` of this tenant. Errors: unknown → `NotFound`.
-pub async fn team_row<L: SqlLedger>(
+pub async fn team_row<L: LedgerHooks>(
     ledger: &L,
     conn: &mut Conn<L::D>,
     team: Uuid,
@@ -196,7 +200,7 @@ pub async fn team_row<L: SqlLedger>(
 
 /// The members of `conversations`, by conversation, each list by join time then agent id (no
 /// statement for no conversations).
-async fn members_of<L: SqlLedger>(
+async fn members_of<L: LedgerHooks>(
     ledger: &L,
     conn: &mut Conn<L::D>,
     conversations: &[Uuid],
@@ -230,7 +234,7 @@ pub type ConversationRow<T> = (Uuid, String, String, T);
 
 /// Completes conversation rows of `team` with their members, read on the same connection, in
 /// the rows' order.
-pub async fn with_members<L: SqlLedger>(
+pub async fn with_members<L: LedgerHooks>(
     ledger: &L,
     conn: &mut Conn<L::D>,
     team: Uuid,
@@ -577,7 +581,7 @@ pub async fn create_conversation<L: SqlDirectory>(
 
 /// The conversation `conversation` of `team` (this tenant's) without its members. Errors:
 /// unknown or another team's → `NotFound`.
-pub async fn conversation_row<L: SqlLedger>(
+pub async fn conversation_row<L: LedgerHooks>(
     ledger: &L,
     conn: &mut Conn<L::D>,
     team: Uuid,

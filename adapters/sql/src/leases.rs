@@ -7,7 +7,7 @@
 //! serde's JSON of [`LeaseEventKind`].
 //!
 //! The port's operations are here too, once for both stores ([`impl_leases!`](crate::impl_leases)), over
-//! [`SqlLedger`] and the statements below.
+//! [`LedgerHooks`] and the statements below.
 //!
 //! # Locks
 //! Where writers lock rows ([`Dialect::ROW_LOCKS`]: Postgres), every change to a team's leases
@@ -35,7 +35,7 @@ use uuid::Uuid;
 use crate::counter::{db_i64, from_db};
 use crate::driver::{Conn, Dialect, Stmt, stmt};
 use crate::journal::{append, lock_run};
-use crate::ledger::SqlLedger;
+use crate::ledger::LedgerHooks;
 
 /// The columns of a [`LeaseRow`], read from `leases l JOIN agents a ON a.id = l.agent_id`.
 pub const LEASE_COLUMNS: &str = "l.id, l.team_id, l.agent_id, a.name AS agent_name, l.pattern, \
@@ -389,7 +389,7 @@ pub async fn end_leases<D: Dialect>(
 }
 
 /// One lease of `team` (this tenant's). Errors: unknown → `NotFound`.
-async fn lease_row<L: SqlLedger>(
+async fn lease_row<L: LedgerHooks>(
     ledger: &L,
     conn: &mut Conn<L::D>,
     team: Uuid,
@@ -408,7 +408,7 @@ async fn lease_row<L: SqlLedger>(
 /// `Leases::acquire`: checks the holder (known, not revoked; its run its own and open) and the
 /// overlap with the team's live leases, then grants the next token of the team's fence. Errors:
 /// as the port states.
-pub async fn acquire<L: SqlLedger>(
+pub async fn acquire<L: LedgerHooks>(
     ledger: &L,
     team: Uuid,
     agent: Uuid,
@@ -516,7 +516,7 @@ pub async fn acquire<L: SqlLedger>(
 
 /// The lease `lease` of `team` to change: where writers lock rows, read once, its fence
 /// locked, and read again under it.
-async fn locked_lease<L: SqlLedger>(
+async fn locked_lease<L: LedgerHooks>(
     ledger: &L,
     tx: &mut Conn<L::D>,
     team: Uuid,
@@ -534,7 +534,7 @@ async fn locked_lease<L: SqlLedger>(
 
 /// `Leases::renew`: the holder's live lease expires `ttl` after `at`. Errors: as the port
 /// states.
-pub async fn renew<L: SqlLedger>(
+pub async fn renew<L: LedgerHooks>(
     ledger: &L,
     team: Uuid,
     agent: Uuid,
@@ -568,7 +568,7 @@ pub async fn renew<L: SqlLedger>(
 
 /// `Leases::release`: ends the lease (by its holder, or anyone when `agent` is `None`); an
 /// ended one is returned as it is. Errors: as the port states.
-pub async fn release<L: SqlLedger>(
+pub async fn release<L: LedgerHooks>(
     ledger: &L,
     team: Uuid,
     agent: Option<Uuid>,
@@ -591,7 +591,7 @@ pub async fn release<L: SqlLedger>(
 
 /// `Leases::leases`: the team's live leases `filter` admits, by token, at most
 /// `MAX_LEASE_LIST`. Errors: unknown team → `NotFound`.
-pub async fn list<L: SqlLedger>(
+pub async fn list<L: LedgerHooks>(
     ledger: &L,
     team: Uuid,
     filter: &LeaseFilter,
@@ -619,7 +619,7 @@ pub async fn list<L: SqlLedger>(
 
 /// `Leases::lease`: one lease with its history, from one snapshot. Errors: unknown →
 /// `NotFound`.
-pub async fn history<L: SqlLedger>(
+pub async fn history<L: LedgerHooks>(
     ledger: &L,
     team: Uuid,
     lease: Uuid,
@@ -642,7 +642,7 @@ pub async fn history<L: SqlLedger>(
 }
 
 /// `Leases::check`: whether `agent` holds a live lease with `token` covering `path` at `at`.
-pub async fn check<L: SqlLedger>(
+pub async fn check<L: LedgerHooks>(
     ledger: &L,
     team: Uuid,
     agent: Uuid,
@@ -668,7 +668,7 @@ pub async fn check<L: SqlLedger>(
 
 /// `Leases::expire`: ends at most `limit` of this tenant's leases lapsed at `at`, the earliest
 /// first; returns them by expiry then id.
-pub async fn expire<L: SqlLedger>(
+pub async fn expire<L: LedgerHooks>(
     ledger: &L,
     at: DateTime<Utc>,
     limit: usize,
@@ -702,7 +702,7 @@ pub async fn expire<L: SqlLedger>(
     Ok(ended)
 }
 
-/// Implements `crewbus_ports::Leases` for an [`SqlLedger`] type by delegating every method to
+/// Implements `crewbus_ports::Leases` for an [`LedgerHooks`] type by delegating every method to
 /// this module's function of the same operation, so that neither adapter restates the trait.
 ///
 /// ```ignore

@@ -1,4 +1,4 @@
-//! What the shared ledger functions need of an SQL ledger ([`SqlLedger`]), and the lookups and
+//! What the shared ledger functions need of an SQL ledger ([`LedgerHooks`]), and the lookups and
 //! run checks every section makes, written once over it.
 
 use std::future::Future;
@@ -17,7 +17,7 @@ use crate::rows::{AGENT_COLUMNS, AgentRow};
 /// `Snapshot` a repeatable-read, read-only transaction) and `SqliteLedger` (`Tx` a write
 /// transaction on the one write connection, `Reader` a read-pool connection, `Snapshot` a
 /// read-pool transaction: one WAL snapshot).
-pub trait SqlLedger: Send + Sync {
+pub trait LedgerHooks: Send + Sync {
     /// The store's dialect.
     type D: Dialect;
     /// A write transaction.
@@ -53,7 +53,7 @@ pub trait SqlLedger: Send + Sync {
         what: &'static str,
     ) -> impl Future<Output = BusResult<Self::Snapshot>> + Send;
 
-    /// Ends a snapshot taken with [`SqlLedger::snapshot`].
+    /// Ends a snapshot taken with [`LedgerHooks::snapshot`].
     fn end_snapshot(
         &self,
         snapshot: Self::Snapshot,

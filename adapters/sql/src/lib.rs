@@ -9,7 +9,7 @@
 //! directory section ([`directory`]), history pages ([`history`]), the oversight ([`oversight`],
 //! [`impl_oversight!`]), the body backend ([`body`], [`impl_body_backend!`], over a
 //! [`store::SqlStore`]), the inbox ([`inbox`], [`impl_inbox!`]), the ledger's retention section
-//! ([`retention`]) and the ledger's shared lookups ([`ledger::SqlLedger`]). The pools,
+//! ([`retention`]) and the ledger's shared lookups ([`ledger::LedgerHooks`]). The pools,
 //! transactions and error mapping stay in each adapter, as does the SQL text that differs by
 //! dialect.
 //!
@@ -25,7 +25,7 @@
 //! type (`Pg`, `Lite`): its `sqlx::Database`, how it binds a time (Postgres a `DateTime<Utc>`,
 //! SQLite its `Ts` microsecond codec), whether writers take row locks, and the few fragments
 //! that differ (`FOR UPDATE`, id lists) — over an adapter trait for what only the adapter knows
-//! (its transactions and error mapping: [`ledger::SqlLedger`], [`journal::SqlJournal`]).
+//! (its transactions and error mapping: [`ledger::LedgerHooks`], [`journal::SqlJournal`]).
 //! Statements use numbered placeholders (`$1`), which both drivers read. The port traits are
 //! implemented by the `impl_*!` macros, so neither adapter restates their signatures. Each
 //! generic function is instantiated twice (once per adapter), as the copies it replaces were

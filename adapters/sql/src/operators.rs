@@ -1,6 +1,6 @@
 //! The operators (schema: `20261201000003_console.sql`: `operators` and `operator_teams`,
 //! `sign_in_codes` and `operator_sessions`), once for both stores ([`impl_operators!`](crate::impl_operators)), over
-//! [`SqlOperators`]: an [`SqlLedger`] with what only the adapter knows of operators.
+//! [`SqlOperators`]: an [`LedgerHooks`] with what only the adapter knows of operators.
 //!
 //! - A token hash is an agent's or an operator's, never both: the creations check the other
 //!   table after [`SqlOperators::lock_token_hash`] (Postgres: a transaction-scoped advisory lock
@@ -34,7 +34,7 @@ use sqlx::{Database, FromRow};
 use uuid::Uuid;
 
 use crate::driver::{Conn, Dialect, Stmt, stmt};
-use crate::ledger::SqlLedger;
+use crate::ledger::LedgerHooks;
 
 /// The columns of `operators o` an operator row starts with (`crewbus_sql::rows::OperatorRow`:
 /// without the teams of its scope).
@@ -47,8 +47,8 @@ pub const INSERT_OPERATOR_ROW: &str =
     "INSERT INTO operators (id, tenant, name, token_hash, all_teams, created_at)
      VALUES ($1, $2, $3, $4, $5, $6)";
 
-/// An [`SqlLedger`] that holds operators: the statements and reads that differ by store.
-pub trait SqlOperators: SqlLedger {
+/// An [`LedgerHooks`] that holds operators: the statements and reads that differ by store.
+pub trait SqlOperators: LedgerHooks {
     /// An operator as [`SqlOperators::OPERATOR_COLUMNS`] reads it (completed into an
     /// [`Operator`] by [`SqlOperators::operators_of`]).
     type OperatorRow: for<'r> FromRow<'r, <<Self::D as Dialect>::Db as Database>::Row>
@@ -503,7 +503,7 @@ pub async fn session<L: SqlOperators>(
          WHERE s.session_hash = $1 AND s.ended_at IS NULL
            AND o.tenant = $2 AND o.revoked_at IS NULL{lock}"
     );
-    type Time<L> = <<L as SqlLedger>::D as Dialect>::Time;
+    type Time<L> = <<L as LedgerHooks>::D as Dialect>::Time;
     let live: Option<(Uuid, Time<L>, Time<L>)> = stmt::<L::D>(&sql)
         .arg(hash_arg(session_hash))
         .arg(ledger.tenant().as_str().to_owned())
@@ -584,13 +584,13 @@ macro_rules! impl_operators {
                 BusResult, DateTime, Duration, Operator, OperatorScope, OperatorSession, Operators,
                 TenantId, TokenHash, Utc, Uuid, async_trait,
             };
-            use $crate::ledger::SqlLedger;
+            use $crate::ledger::LedgerHooks;
             use $crate::operators::{self as sql, SqlOperators};
 
             #[async_trait]
             impl Operators for $ty {
                 fn tenant(&self) -> &TenantId {
-                    <$ty as SqlLedger>::tenant(self)
+                    <$ty as LedgerHooks>::tenant(self)
                 }
 
                 async fn create_operator(

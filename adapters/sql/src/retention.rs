@@ -9,11 +9,11 @@ use crewbus_domain::{BusResult, RetentionTarget};
 use uuid::Uuid;
 
 use crate::driver::{Conn, Dialect, stmt};
-use crate::ledger::SqlLedger;
+use crate::ledger::LedgerHooks;
 use crate::rows::retention_target;
 
 /// What only the ledger knows of its retention.
-pub trait SqlRetention: SqlLedger {
+pub trait SqlRetention: LedgerHooks {
     /// The read of what is due: per (team, backend) of the tenant `$1`, the count of stored,
     /// unretained messages stored before `$2`, ordered by team then backend (bytewise), at most
     /// `$3` rows of `(team_id, backend, count)`. Differs by the store's index hint and collation.

@@ -16,7 +16,7 @@ use uuid::Uuid;
 
 use crate::driver::{Conn, Dialect, stmt};
 use crate::from_db;
-use crate::ledger::SqlLedger;
+use crate::ledger::LedgerHooks;
 use crate::rows::{MESSAGE_COLUMNS, MessageRow};
 
 /// The columns of an [`IndexTarget`], read from `messages m JOIN conversations c`.
@@ -76,14 +76,14 @@ impl<T: Into<DateTime<Utc>>> HitRow<T> {
     }
 }
 
-/// What the shared search functions need of an SQL ledger beyond [`SqlLedger`]: the index's
+/// What the shared search functions need of an SQL ledger beyond [`LedgerHooks`]: the index's
 /// writes and its match query, which differ by store (Postgres: a `tsvector` per message under a
 /// GIN index, ranked by `ts_rank_cd`; SQLite: FTS5, ranked by `bm25`), the backlog's table, and
 /// the connection a search reads on.
 ///
 /// Implemented by `PostgresLedger` and `SqliteLedger`; [`impl_search!`](crate::impl_search)
 /// implements the port on it.
-pub trait SqlSearch: SqlLedger {
+pub trait SqlSearch: LedgerHooks {
     /// What a search reads on (the conversation check, then the hits): a pool connection on
     /// Postgres, a read transaction (one WAL snapshot) on SQLite.
     type SearchRead: DerefMut<Target = Conn<Self::D>> + Send;

@@ -14,11 +14,11 @@ use uuid::Uuid;
 
 use crate::counter::db_i64;
 use crate::driver::{Conn, Dialect, stmt};
-use crate::ledger::SqlLedger;
+use crate::ledger::LedgerHooks;
 
 /// The agent's bucket as stored, `(milli-tokens, refilled at in ms since the epoch)`, locked
 /// where writers lock rows; `None` when it has none yet (or is no agent of `team`).
-async fn stored<L: SqlLedger>(
+async fn stored<L: LedgerHooks>(
     ledger: &L,
     conn: &mut Conn<L::D>,
     team: Uuid,
@@ -50,7 +50,7 @@ async fn stored<L: SqlLedger>(
 
 /// `SendAllowance::take_tokens`: up to `want` tokens of `agent`'s bucket of shape `limit` at
 /// `at`. Errors: none held → `RateLimited`; the agent unknown in `team` → `NotFound`.
-pub async fn take_tokens<L: SqlLedger>(
+pub async fn take_tokens<L: LedgerHooks>(
     ledger: &L,
     team: Uuid,
     agent: Uuid,
@@ -99,7 +99,7 @@ pub async fn take_tokens<L: SqlLedger>(
     Ok(taken)
 }
 
-/// Implements `crewbus_ports::SendAllowance` for an [`SqlLedger`] type with [`take_tokens`].
+/// Implements `crewbus_ports::SendAllowance` for an [`LedgerHooks`] type with [`take_tokens`].
 ///
 /// ```ignore
 /// crewbus_sql::impl_send_allowance!(MyLedger);

@@ -11,7 +11,7 @@
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusError, BusResult, TenantId};
-use crewbus_sql::ledger::SqlLedger;
+use crewbus_sql::ledger::LedgerHooks;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgPool, Postgres, Transaction};
 
@@ -137,7 +137,7 @@ impl PostgresLedger {
     }
 }
 
-impl SqlLedger for PostgresLedger {
+impl LedgerHooks for PostgresLedger {
     type D = Pg;
     type Tx = Tx;
     type Reader = PoolConnection<Postgres>;

@@ -10,7 +10,7 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, DeliveryId, InboxAck, IssuedHandOut, LiveHandOut, SweepTarget};
 use crewbus_sql::delivery::{Candidate, Prior, SqlDelivery};
 use crewbus_sql::driver::{Dialect, Stmt, stmt};
-use crewbus_sql::ledger::SqlLedger;
+use crewbus_sql::ledger::LedgerHooks;
 use sqlx::{Sqlite, SqliteConnection, Transaction};
 use uuid::Uuid;
 

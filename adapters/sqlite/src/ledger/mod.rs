@@ -10,7 +10,7 @@
 //! lookups and run checks the sections share are here.
 
 use crewbus_domain::{BusError, BusResult, TenantId};
-use crewbus_sql::ledger::SqlLedger;
+use crewbus_sql::ledger::LedgerHooks;
 use sqlx::pool::PoolConnection;
 use sqlx::{Sqlite, Transaction};
 
@@ -118,7 +118,7 @@ impl SqliteLedger {
     }
 }
 
-impl SqlLedger for SqliteLedger {
+impl LedgerHooks for SqliteLedger {
     type D = Lite;
     type Tx = WriteTx;
     type Reader = PoolConnection<Sqlite>;
