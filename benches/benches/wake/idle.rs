@@ -32,7 +32,8 @@ const SPAWN_CHUNK: usize = 20;
 #[derive(Clone, Copy, Default, Debug)]
 pub struct WindowCpu {
     pub seconds: f64,
-    /// This process: the crewbus server, its workers (and the bench's idle main task).
+    /// This process: the crewbus server, its workers (and the bench's idle main task); utime +
+    /// stime, every thread's (clock ticks).
     pub crewbus: f64,
     /// The Postgres sessions of the bench's database (none on the embedded store).
     pub store: f64,
@@ -60,6 +61,32 @@ pub struct IdleFigures {
     pub armed_in: f64,
 }
 
+/// CPU seconds `pid` has run so far: the sum of its threads' `se.sum_exec_runtime`
+/// (`/proc/<pid>/task/*/sched`, nanosecond precision) when the kernel shows it, else utime +
+/// stime in clock ticks (`/proc/<pid>/stat`: 10 ms steps, so a process that runs 0.5 ms in a
+/// window mostly shows none). Only for processes whose threads live throughout (a thread that
+/// exits takes its time with it): the hooks (one runtime thread) and Postgres sessions (one
+/// thread each). `None`: the process is gone.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let precise = std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()
+        .and_then(|threads| {
+            threads
+                .flatten()
+                .map(|t| {
+                    let sched = std::fs::read_to_string(t.path().join("sched")).ok()?;
+                    let line = sched
+                        .lines()
+                        .find(|l| l.starts_with("se.sum_exec_runtime"))?;
+                    // Milliseconds, e.g. `se.sum_exec_runtime   :   1522.773316`.
+                    let ms: f64 = line.rsplit(':').next()?.trim().parse().ok()?;
+                    Some(ms / 1e3)
+                })
+                .sum::<Option<f64>>()
+        });
+    precise.or_else(|| Some(cpu_ticks(&pid.to_string())? as f64 * tick_seconds()))
+}
+
 /// Process ids of the Postgres sessions on the bench's database, read through a connection to
 /// `DATABASE_URL`'s own database (so the bench's reads are not counted as the store's).
 async fn sessions(admin: &mut PgConnection, database: &str) -> Vec<u32> {
@@ -84,19 +111,19 @@ async fn measure_window(s: &Scene, length: Duration, hooks: &mut [Child]) -> Win
         ),
         None => None,
     };
-    // (ticks when first seen, ticks when last seen) per session.
-    let mut store: HashMap<u32, (u64, u64)> = HashMap::new();
-    let sample = |store: &mut HashMap<u32, (u64, u64)>, pids: Vec<u32>| {
+    // (CPU seconds when first seen, when last seen) per session.
+    let mut store: HashMap<u32, (f64, f64)> = HashMap::new();
+    let sample = |store: &mut HashMap<u32, (f64, f64)>, pids: Vec<u32>| {
         for pid in pids {
-            if let Some(t) = cpu_ticks(&pid.to_string()) {
+            if let Some(t) = cpu_seconds(pid) {
                 store.entry(pid).or_insert((t, t)).1 = t;
             }
         }
     };
-    let hook_pids: Vec<String> = hooks.iter().map(|c| c.id().to_string()).collect();
-    let hook_ticks = |pids: &[String]| -> u64 {
+    let hook_pids: Vec<u32> = hooks.iter().map(Child::id).collect();
+    let hook_seconds = |pids: &[u32]| -> f64 {
         pids.iter()
-            .map(|p| cpu_ticks(p).expect("a hook process runs throughout the window"))
+            .map(|p| cpu_seconds(*p).expect("a hook process runs throughout the window"))
             .sum()
     };
     let metrics = s.bus.metrics();
@@ -107,7 +134,7 @@ async fn measure_window(s: &Scene, length: Duration, hooks: &mut [Child]) -> Win
     }
     let start = Instant::now();
     let crewbus = cpu_ticks("self").expect("/proc/self/stat");
-    let hooks_before = hook_ticks(&hook_pids);
+    let hooks_before = hook_seconds(&hook_pids);
     let end = start + length;
     // The window is the measurement: nothing to wait for but time, sampled as it passes.
     loop {
@@ -122,7 +149,7 @@ async fn measure_window(s: &Scene, length: Duration, hooks: &mut [Child]) -> Win
         }
     }
     let crewbus = cpu_ticks("self").expect("/proc/self/stat") - crewbus;
-    let hooks_spent = hook_ticks(&hook_pids) - hooks_before;
+    let hooks_spent = hook_seconds(&hook_pids) - hooks_before;
     let seconds = start.elapsed().as_secs_f64();
     for (k, child) in hooks.iter_mut().enumerate() {
         assert!(
@@ -130,13 +157,11 @@ async fn measure_window(s: &Scene, length: Duration, hooks: &mut [Child]) -> Win
             "armed hook {k} ended inside the window"
         );
     }
-    let tick = tick_seconds();
-    let store_ticks: u64 = store.values().map(|(a, b)| b - a).sum();
     WindowCpu {
         seconds,
-        crewbus: crewbus as f64 * tick,
-        store: store_ticks as f64 * tick,
-        hooks: hooks_spent as f64 * tick,
+        crewbus: crewbus as f64 * tick_seconds(),
+        store: store.values().fold(0.0, |sum, (a, b)| sum + (b - a)),
+        hooks: hooks_spent,
         watch_reads: metrics.watch_reads.get() - reads,
         sweeps: metrics.wait_sweeps.get() - sweeps,
     }

@@ -40,14 +40,16 @@
 //! **Idle cost** (per store, run before the latency phase, so no watch of it lingers): `HOOKS`
 //! agents, the first half each holding one message (sent to them all in one conversation) that
 //! a `UserPromptSubmit` check of its session already reported (checked: its
-//! `additionalContext` names it) and nobody fetches. CPU seconds (utime +
-//! stime from `/proc/<pid>/stat`) over a window with no hook, then over a window with a
-//! `crewbus hook claude-code --headless --wait 3600` Stop hook armed for every agent (same
-//! session as the check; all parked before the window opens, the old message by then older
-//! than `bus.topup_after_ms`): this process (the crewbus server and its workers; the bench's
-//! main task sleeps), the Postgres sessions of the bench's database (their pids from
-//! `pg_stat_activity`, read through a connection to another database, sampled every 5 s), and —
-//! stated apart — the hook processes (each must run throughout). Goal: crewbus and its store,
+//! `additionalContext` names it) and nobody fetches. CPU seconds over a window with no hook,
+//! then over a window with a `crewbus hook claude-code --headless --wait 3600` Stop hook armed
+//! for every agent (same session as the check; all parked before the window opens, the old
+//! message by then older than `bus.topup_after_ms`), of: this process (the crewbus server and
+//! its workers; the bench's main task sleeps; utime + stime of `/proc/self/stat`), the Postgres
+//! sessions of the bench's database (their pids from `pg_stat_activity`, read through a
+//! connection to another database, sampled every 5 s), and — stated apart — the hook processes
+//! (each must run throughout); the last two by their threads' `se.sum_exec_runtime`
+//! (`/proc/<pid>/task/*/sched`, ns), as a hook's few hundred µs a window are below the 10 ms
+//! step of utime + stime. Goal: crewbus and its store,
 //! (with − without) / window ≤ 0.02 of a core. After the window one message goes to every
 //! agent, and every hook must block with exactly that one as news (the old one: "2 waiting in
 //! all", not news again).
