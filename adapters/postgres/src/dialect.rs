@@ -1,10 +1,17 @@
 //! Postgres as a [`Dialect`] of the shared SQL code (`crewbus-sql`): times bound as
-//! `timestamptz` (`DateTime<Utc>`), row locks, id lists as one `uuid[]` (`= ANY($n)`).
+//! `timestamptz` (`DateTime<Utc>`), row locks, id lists as one `uuid[]` (`= ANY($n)`), a pool
+//! whose transactions are read committed, snapshots repeatable read, and one error mapping by
+//! SQLSTATE (`error.rs`).
 
 use chrono::{DateTime, Utc};
-use crewbus_sql::driver::{Dialect, Stmt};
-use sqlx::Postgres;
+use crewbus_domain::{BusError, StoreError};
+use crewbus_sql::dialect::Dialect;
+use crewbus_sql::driver::Stmt;
+use sqlx::pool::PoolConnection;
+use sqlx::{PgPool, Postgres, Transaction};
 use uuid::Uuid;
+
+use crate::error;
 
 /// The Postgres dialect.
 pub struct Pg;
@@ -12,9 +19,61 @@ pub struct Pg;
 impl Dialect for Pg {
     type Db = Postgres;
     type Time = DateTime<Utc>;
+    type Store = PgPool;
+    type Tx = Transaction<'static, Postgres>;
+    type Reader = PoolConnection<Postgres>;
+    type Snapshot = Transaction<'static, Postgres>;
+    type Write = PoolConnection<Postgres>;
+    const NAME: &'static str = crate::NAME;
     const ROW_LOCKS: bool = true;
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const FOR_NO_KEY_UPDATE: &'static str = " FOR NO KEY UPDATE";
+
+    async fn begin(pool: &PgPool) -> Result<Self::Tx, sqlx::Error> {
+        pool.begin().await
+    }
+
+    async fn commit(tx: Self::Tx) -> Result<(), sqlx::Error> {
+        tx.commit().await
+    }
+
+    async fn reader(pool: &PgPool) -> Result<Self::Reader, sqlx::Error> {
+        pool.acquire().await
+    }
+
+    /// A repeatable-read, read-only transaction.
+    async fn snapshot(pool: &PgPool) -> Result<Self::Snapshot, sqlx::Error> {
+        let mut tx = pool.begin().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
+            .execute(&mut *tx)
+            .await?;
+        Ok(tx)
+    }
+
+    async fn end_snapshot(snapshot: Self::Snapshot) -> Result<(), sqlx::Error> {
+        snapshot.commit().await
+    }
+
+    async fn write(pool: &PgPool) -> Result<Self::Write, sqlx::Error> {
+        pool.acquire().await
+    }
+
+    /// Returns the connection to the pool: its statements have committed.
+    async fn end_write(_write: Self::Write) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+
+    fn bus_error(_pool: &PgPool, err: sqlx::Error, what: &str) -> BusError {
+        error::bus_error(err, what)
+    }
+
+    fn store_error(_pool: &PgPool, err: sqlx::Error, what: &str) -> StoreError {
+        error::store_error(err, what)
+    }
+
+    fn may_have_committed(err: &sqlx::Error) -> bool {
+        error::may_have_committed(err)
+    }
 
     fn any_id(column: &str, first: usize, _n: usize) -> String {
         format!("{column} = ANY(${first})")

@@ -18,7 +18,8 @@ use crewbus_domain::{BusError, BusResult, Envelope, Locator, Published, stored_b
 use crewbus_ports::Clock;
 use uuid::Uuid;
 
-use crate::driver::{Conn, Dialect, stmt};
+use crate::dialect::{Conn, Dialect};
+use crate::driver::stmt;
 use crate::store::{SqlStore, finish};
 
 /// One team's bodies on the SQL store `S`: what the adapter's backend type wraps (a tuple

@@ -34,7 +34,8 @@ use crewbus_domain::{
 };
 use uuid::Uuid;
 
-use crate::driver::{Conn, Dialect, Stmt, stmt};
+use crate::dialect::{Conn, Dialect};
+use crate::driver::{Stmt, stmt};
 use crate::from_db;
 use crate::journal::append;
 use crate::ledger::LedgerHooks;

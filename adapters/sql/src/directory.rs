@@ -31,7 +31,6 @@
 
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
-use std::ops::{Deref, DerefMut};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
@@ -39,77 +38,30 @@ use crewbus_domain::{
 };
 use uuid::Uuid;
 
-use crate::driver::{Conn, Dialect, Reads, Stmt, stmt};
+use crate::dialect::{Conn, Dialect};
+pub use crate::dialect::{Held, Via};
+use crate::driver::{Reads, Stmt, stmt};
 use crate::leases::{Ending, end_leases, lock_or_create_fence};
 use crate::ledger::LedgerHooks;
 use crate::operators::{SqlOperators, operator_holds};
 use crate::rows::{AGENT_COLUMNS, AgentRow, MemberRow, TEAM_COLUMNS, TeamRow};
 
-/// How an operation holds the store.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Via {
-    /// A connection ([`LedgerHooks::reader`]): each statement is its own transaction. On SQLite a
-    /// read-pool connection, so for reads only.
-    Connection,
-    /// A write transaction ([`LedgerHooks::begin`], then [`LedgerHooks::commit`]); on Postgres
-    /// read committed.
-    Transaction,
-    /// A read-only snapshot ([`LedgerHooks::snapshot`], then [`LedgerHooks::end_snapshot`]).
-    Snapshot,
+/// [`SqlLedger::hold`] of the ledger underneath.
+pub async fn hold<L: LedgerHooks>(
+    ledger: &L,
+    via: Via,
+    what: &'static str,
+) -> BusResult<Held<L::D>> {
+    ledger.sql().hold(via, what).await
 }
 
-/// The store as an operation holds it ([`Via`]): a connection for its statements.
-pub enum Held<L: LedgerHooks> {
-    /// [`Via::Connection`].
-    Connection(L::Reader),
-    /// [`Via::Transaction`].
-    Transaction(L::Tx),
-    /// [`Via::Snapshot`].
-    Snapshot(L::Snapshot),
-}
-
-impl<L: LedgerHooks> Deref for Held<L> {
-    type Target = Conn<L::D>;
-    fn deref(&self) -> &Conn<L::D> {
-        match self {
-            Held::Connection(c) => c,
-            Held::Transaction(c) => c,
-            Held::Snapshot(c) => c,
-        }
-    }
-}
-
-impl<L: LedgerHooks> DerefMut for Held<L> {
-    fn deref_mut(&mut self) -> &mut Conn<L::D> {
-        match self {
-            Held::Connection(c) => c,
-            Held::Transaction(c) => c,
-            Held::Snapshot(c) => c,
-        }
-    }
-}
-
-/// Takes hold of the store `via` for the operation `what`. Errors: the store's, unavailable.
-pub async fn hold<L: LedgerHooks>(ledger: &L, via: Via, what: &'static str) -> BusResult<Held<L>> {
-    Ok(match via {
-        Via::Connection => Held::Connection(ledger.reader(what).await?),
-        Via::Transaction => Held::Transaction(ledger.begin(what).await?),
-        Via::Snapshot => Held::Snapshot(ledger.snapshot(what).await?),
-    })
-}
-
-/// Lets go of what [`hold`] took: commits a transaction, ends a snapshot, returns a
-/// connection. (Dropping a [`Held`] instead rolls a transaction back.)
+/// [`SqlLedger::release`] of the ledger underneath.
 pub async fn release<L: LedgerHooks>(
     ledger: &L,
-    held: Held<L>,
+    held: Held<L::D>,
     what: &'static str,
 ) -> BusResult<()> {
-    match held {
-        Held::Connection(_) => Ok(()),
-        Held::Transaction(tx) => ledger.commit(tx, what).await,
-        Held::Snapshot(s) => ledger.end_snapshot(s, what).await,
-    }
+    ledger.sql().release(held, what).await
 }
 
 /// The rows of `select` after checking that `team` is this tenant's, both held `via` (on one

@@ -1,6 +1,6 @@
-//! How this crate runs statements on either driver without naming one: the [`Dialect`] an
-//! adapter implements on a marker type, and the statements ([`Stmt`]) the shared
-//! functions build their queries with.
+//! How this crate runs statements on either driver without naming one: the capabilities of a
+//! database ([`Binds`], [`Runs`], [`Reads`]) the [`Dialect`] lists, and the statements
+//! ([`Stmt`]) the shared functions build their queries with.
 //!
 //! # Why a dialect trait with capability traits
 //! The shared functions are generic over a [`Dialect`] (its database, how it stores a time, and
@@ -22,14 +22,9 @@
 
 use std::future::Future;
 
-use chrono::{DateTime, Utc};
 use sqlx::{Database, Encode, Executor, FromRow, IntoArguments, Type};
-use uuid::Uuid;
 
-use crate::journal::{RecordRow, RunRow};
-use crate::leases::LeaseRow;
-use crate::push_store::{AttemptRow, PushRow};
-use crate::rows::{ActivityRow, AgentRow, MemberRow, MessageRow, RecipientRow, TeamRow};
+use crate::dialect::Dialect;
 
 /// sqlx's statement on `DB` with its own argument buffer.
 type Query<'q, DB> = sqlx::query::Query<'q, DB, <DB as Database>::Arguments<'q>>;
@@ -38,9 +33,6 @@ type Query<'q, DB> = sqlx::query::Query<'q, DB, <DB as Database>::Arguments<'q>>
 pub fn stmt<D: Dialect>(sql: &str) -> Stmt<'_, D::Db> {
     Stmt(sqlx::query(sql))
 }
-
-/// The connection of dialect `D` (`PgConnection`, `SqliteConnection`).
-pub type Conn<D> = <<D as Dialect>::Db as Database>::Connection;
 
 /// A database that can bind a `T` as a statement's argument.
 pub trait Binds<T>: Database {
@@ -217,92 +209,4 @@ impl<'q, DB: Database> Stmt<'q, DB> {
     {
         <DB as Runs>::execute(self.0, conn)
     }
-}
-
-/// One SQL dialect: what the shared functions need to know of a driver. Implemented by each
-/// SQL adapter on a marker type (`Pg`, `Lite`).
-pub trait Dialect: Send + Sync + 'static {
-    /// The driver's database. The bounds are what the shared functions bind and read (text as
-    /// `String`: SQLite encodes a `&str` only for the statement's own lifetime).
-    type Db: Runs
-        + Binds<Uuid>
-        + Binds<Option<Uuid>>
-        + Binds<i64>
-        + Binds<i32>
-        + Binds<String>
-        + Binds<Option<String>>
-        + Binds<Self::Time>
-        + Binds<Option<Self::Time>>
-        + Reads<(i64,)>
-        + Reads<(i32,)>
-        + Reads<(Uuid,)>
-        + Reads<(Uuid, Uuid, bool)>
-        + Reads<(i32, Self::Time, String)>
-        + Reads<(i64, Self::Time)>
-        + Reads<RecordRow<Self::Time>>
-        + Reads<LeaseRow<Self::Time>>
-        + Reads<RunRow<Self::Time>>
-        + Reads<AgentRow<Self::Time>>
-        + Reads<MessageRow<Self::Time>>
-        + Reads<crate::rows::ReceiptRow<Self::Time>>
-        + Reads<(Uuid, Uuid)>
-        + Reads<(Uuid, Uuid, Uuid, Option<String>, Option<String>, bool)>
-        + Binds<Vec<u8>>
-        + Binds<bool>
-        + Reads<(bool,)>
-        + Reads<(Uuid, Self::Time, Self::Time)>
-        + Binds<Option<i64>>
-        + Reads<PushRow<Self::Time>>
-        + Reads<AttemptRow<Self::Time>>
-        + Reads<(Uuid, Vec<u8>)>
-        + Reads<(Uuid, Uuid, Uuid)>
-        + Reads<(bool, i64, i64, i64)>
-        + Reads<(Uuid, String, i64)>
-        + Reads<(Uuid, String)>
-        + Reads<(Uuid, String, String, Self::Time)>
-        + Reads<TeamRow<Self::Time>>
-        + Reads<MemberRow<Self::Time>>
-        + Reads<(i64, i64, i64)>
-        + Reads<(String, i64, i64, i64)>
-        + Reads<(Uuid, String, String, Self::Time, i64, Option<Self::Time>)>
-        + Reads<ActivityRow<Self::Time>>
-        + Reads<RecipientRow<Self::Time>>
-        + Reads<crate::watch::SummaryRow<Self::Time>>
-        + Reads<crate::watch::NewsRow<Self::Time>>;
-
-    /// How a time is stored: Postgres binds a `DateTime<Utc>` (`timestamptz`), SQLite its
-    /// microsecond integer codec.
-    type Time: From<DateTime<Utc>> + Into<DateTime<Utc>> + Send + Sync + Unpin + 'static;
-
-    /// Whether writers take row locks (Postgres: concurrent transactions, so a change locks the
-    /// rows it decides on, in one order) or are serialised whole (SQLite: one write connection,
-    /// `BEGIN IMMEDIATE`, so what a write transaction read stays as read and there is nothing
-    /// to lock).
-    const ROW_LOCKS: bool;
-
-    /// What a select that locks its rows for an update ends with: ` FOR UPDATE` on Postgres,
-    /// nothing on SQLite.
-    const FOR_UPDATE: &'static str;
-
-    /// What a select of a run row to append to ends with: ` FOR NO KEY UPDATE` on Postgres (the
-    /// foreign-key checks of inserted records are not blocked), nothing on SQLite.
-    const FOR_NO_KEY_UPDATE: &'static str;
-
-    /// An SQL condition "`column` is one of `n` ids" whose arguments start at placeholder
-    /// `first`, bound by [`Dialect::bind_ids`]: Postgres `column = ANY($first)` (one array),
-    /// SQLite `column IN ($first, …)` (`n` placeholders; `n ≥ 1`).
-    fn any_id(column: &str, first: usize, n: usize) -> String;
-
-    /// Binds `ids` for the condition of [`Dialect::any_id`].
-    fn bind_ids<'q>(q: Stmt<'q, Self::Db>, ids: &[Uuid]) -> Stmt<'q, Self::Db>;
-
-    /// A time as the dialect binds it.
-    fn time(at: DateTime<Utc>) -> Self::Time {
-        Self::Time::from(at)
-    }
-
-    /// How many rows a statement run with [`Stmt::execute`] inserted, updated or deleted (sqlx
-    /// has no driver-generic accessor: `PgQueryResult::rows_affected`,
-    /// `SqliteQueryResult::rows_affected`).
-    fn rows_affected(done: &<Self::Db as Database>::QueryResult) -> u64;
 }

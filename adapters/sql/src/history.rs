@@ -6,8 +6,9 @@ use crewbus_domain::{BusResult, HistoryPage};
 use uuid::Uuid;
 
 use crate::counter::db_i64;
+use crate::dialect::Dialect;
 use crate::directory::{SqlDirectory, conversation_row, hold, release};
-use crate::driver::{Dialect, stmt};
+use crate::driver::stmt;
 use crate::rows::{MESSAGE_COLUMNS, MessageRow, history_page};
 
 /// `Ledger::history`: at most `limit` messages of `conversation` after `after_seq`, in seq

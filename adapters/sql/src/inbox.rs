@@ -29,7 +29,8 @@ use sqlx::Database;
 use uuid::Uuid;
 
 use crate::counter::from_db;
-use crate::driver::{Binds, Dialect, Reads, Stmt, stmt};
+use crate::dialect::Dialect;
+use crate::driver::{Binds, Reads, Stmt, stmt};
 use crate::store::{SqlStore, finish};
 
 /// The database of the store `S`.

@@ -13,7 +13,8 @@ use crewbus_domain::{
 use uuid::Uuid;
 
 use crate::counter::{db_i64, from_db};
-use crate::driver::{Conn, Dialect, stmt};
+use crate::dialect::{Conn, Dialect};
+use crate::driver::stmt;
 use crate::leases::{Ending, end_leases, lock_fence};
 
 /// The columns of a [`RunRow`], read from `runs`.

@@ -33,7 +33,8 @@ use crewbus_domain::{
 use uuid::Uuid;
 
 use crate::counter::{db_i64, from_db};
-use crate::driver::{Conn, Dialect, Stmt, stmt};
+use crate::dialect::{Conn, Dialect};
+use crate::driver::{Stmt, stmt};
 use crate::journal::{append, lock_run};
 use crate::ledger::LedgerHooks;
 

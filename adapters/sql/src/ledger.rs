@@ -1,113 +1,142 @@
-//! What the shared ledger functions need of an SQL ledger ([`LedgerHooks`]), and the lookups and
-//! run checks every section makes, written once over it.
+//! [`SqlLedger`]: one tenant's ledger on an SQL store of dialect `D`, with how its operations
+//! hold the store (transactions, reads, snapshots: [`Dialect`]'s, errors mapped) and the lookups
+//! and run checks every section makes; and [`LedgerHooks`], what the sections not yet written
+//! over [`SqlLedger`] take (a driver's ledger newtype over it).
 
 use std::future::Future;
-use std::ops::DerefMut;
 
 use crewbus_domain::{Agent, BusError, BusResult, RunId, TenantId};
 use uuid::Uuid;
 
-use crate::driver::{Conn, Dialect, stmt};
+use crate::dialect::{Conn, Dialect, Held, Via};
+use crate::driver::stmt;
 use crate::journal::lock_run;
 use crate::rows::{AGENT_COLUMNS, AgentRow};
 
-/// One tenant's ledger on an SQL store: its transactions, its reads and its error mapping.
-///
-/// Implemented by `PostgresLedger` (`Tx` a pool transaction, `Reader` a pool connection,
-/// `Snapshot` a repeatable-read, read-only transaction) and `SqliteLedger` (`Tx` a write
-/// transaction on the one write connection, `Reader` a read-pool connection, `Snapshot` a
-/// read-pool transaction: one WAL snapshot).
-pub trait LedgerHooks: Send + Sync {
-    /// The store's dialect.
-    type D: Dialect;
-    /// A write transaction.
-    type Tx: DerefMut<Target = Conn<Self::D>> + Send;
-    /// A connection for reads that need no snapshot across statements.
-    type Reader: DerefMut<Target = Conn<Self::D>> + Send;
-    /// A read-only transaction: one snapshot for several statements.
-    type Snapshot: DerefMut<Target = Conn<Self::D>> + Send;
+/// One tenant's ledger on an SQL store of dialect `D` (`PgPool`, `SqlitePools`: `D::Store`).
+/// Cheap to clone.
+pub struct SqlLedger<D: Dialect> {
+    store: D::Store,
+    tenant: TenantId,
+}
+
+impl<D: Dialect> Clone for SqlLedger<D> {
+    fn clone(&self) -> Self {
+        SqlLedger {
+            store: self.store.clone(),
+            tenant: self.tenant.clone(),
+        }
+    }
+}
+
+impl<D: Dialect> std::fmt::Debug for SqlLedger<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlLedger")
+            .field("store", &D::NAME)
+            .field("tenant", &self.tenant)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Dialect> SqlLedger<D> {
+    /// The ledger of `tenant` over `store` (migrated by the driver crate's `migrate`).
+    pub fn new(store: D::Store, tenant: TenantId) -> Self {
+        SqlLedger { store, tenant }
+    }
+
+    /// The store this ledger runs on.
+    pub fn store(&self) -> &D::Store {
+        &self.store
+    }
 
     /// The tenant whose teams this ledger holds.
-    fn tenant(&self) -> &TenantId;
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
 
-    /// A driver error of the operation `what` as the bus's error (the adapter's mapping: unique
-    /// violations → `Conflict`, unavailability → `Unavailable`, …).
-    fn bus_error(&self, err: sqlx::Error, what: &str) -> BusError;
-
-    /// Begins a write transaction.
-    fn begin(&self, what: &'static str) -> impl Future<Output = BusResult<Self::Tx>> + Send;
-
-    /// Commits a write transaction.
-    fn commit(
-        &self,
-        tx: Self::Tx,
-        what: &'static str,
-    ) -> impl Future<Output = BusResult<()>> + Send;
-
-    /// A connection for reads.
-    fn reader(&self, what: &'static str) -> impl Future<Output = BusResult<Self::Reader>> + Send;
-
-    /// Begins a snapshot.
-    fn snapshot(
-        &self,
-        what: &'static str,
-    ) -> impl Future<Output = BusResult<Self::Snapshot>> + Send;
-
-    /// Ends a snapshot taken with [`LedgerHooks::snapshot`].
-    fn end_snapshot(
-        &self,
-        snapshot: Self::Snapshot,
-        what: &'static str,
-    ) -> impl Future<Output = BusResult<()>> + Send;
+    /// A driver error of the operation `what` as the bus's error ([`Dialect::bus_error`]).
+    pub fn bus_error(&self, err: sqlx::Error, what: &str) -> BusError {
+        D::bus_error(&self.store, err, what)
+    }
 
     /// `|e| self.bus_error(e, what)`.
-    fn db<'a>(&'a self, what: &'a str) -> impl Fn(sqlx::Error) -> BusError + 'a {
+    pub fn db<'a>(&'a self, what: &'a str) -> impl Fn(sqlx::Error) -> BusError + 'a {
         move |e| self.bus_error(e, what)
     }
 
-    /// `NotFound` unless `team` is a team of this tenant.
-    fn require_team(
-        &self,
-        conn: &mut Conn<Self::D>,
-        team: Uuid,
-    ) -> impl Future<Output = BusResult<()>> + Send {
-        async move {
-            let found: Option<(i32,)> =
-                stmt::<Self::D>("SELECT 1 FROM teams WHERE id = $1 AND tenant = $2")
-                    .arg(team)
-                    .arg(self.tenant().as_str().to_owned())
-                    .optional(conn)
-                    .await
-                    .map_err(self.db("team lookup"))?;
-            found
-                .map(|_| ())
-                .ok_or_else(|| BusError::not_found(format!("team {team}")))
+    /// Begins a write transaction.
+    pub async fn begin(&self, what: &'static str) -> BusResult<D::Tx> {
+        D::begin(&self.store).await.map_err(self.db(what))
+    }
+
+    /// Commits a write transaction.
+    pub async fn commit(&self, tx: D::Tx, what: &'static str) -> BusResult<()> {
+        D::commit(tx).await.map_err(self.db(what))
+    }
+
+    /// A connection for reads.
+    pub async fn reader(&self, what: &'static str) -> BusResult<D::Reader> {
+        D::reader(&self.store).await.map_err(self.db(what))
+    }
+
+    /// Begins a snapshot.
+    pub async fn snapshot(&self, what: &'static str) -> BusResult<D::Snapshot> {
+        D::snapshot(&self.store).await.map_err(self.db(what))
+    }
+
+    /// Ends a snapshot taken with [`SqlLedger::snapshot`].
+    pub async fn end_snapshot(&self, snapshot: D::Snapshot, what: &'static str) -> BusResult<()> {
+        D::end_snapshot(snapshot).await.map_err(self.db(what))
+    }
+
+    /// Takes hold of the store `via` for the operation `what`. Errors: the store's, unavailable.
+    pub async fn hold(&self, via: Via, what: &'static str) -> BusResult<Held<D>> {
+        Ok(match via {
+            Via::Connection => Held::Connection(self.reader(what).await?),
+            Via::Transaction => Held::Transaction(self.begin(what).await?),
+            Via::Snapshot => Held::Snapshot(self.snapshot(what).await?),
+        })
+    }
+
+    /// Lets go of what [`SqlLedger::hold`] took: commits a transaction, ends a snapshot, returns
+    /// a connection. (Dropping a [`Held`] instead rolls a transaction back.)
+    pub async fn release(&self, held: Held<D>, what: &'static str) -> BusResult<()> {
+        match held {
+            Held::Connection(_) => Ok(()),
+            Held::Transaction(tx) => self.commit(tx, what).await,
+            Held::Snapshot(s) => self.end_snapshot(s, what).await,
         }
+    }
+
+    /// `NotFound` unless `team` is a team of this tenant.
+    pub async fn require_team(&self, conn: &mut Conn<D>, team: Uuid) -> BusResult<()> {
+        let found: Option<(i32,)> = stmt::<D>("SELECT 1 FROM teams WHERE id = $1 AND tenant = $2")
+            .arg(team)
+            .arg(self.tenant.as_str().to_owned())
+            .optional(conn)
+            .await
+            .map_err(self.db("team lookup"))?;
+        found
+            .map(|_| ())
+            .ok_or_else(|| BusError::not_found(format!("team {team}")))
     }
 
     /// The agent `agent` of `team` (this tenant's). Errors: unknown → `NotFound`; a stored
     /// token hash or kind the domain refuses → its error.
-    fn agent_row(
-        &self,
-        conn: &mut Conn<Self::D>,
-        team: Uuid,
-        agent: Uuid,
-    ) -> impl Future<Output = BusResult<Agent>> + Send {
-        async move {
-            let sql = format!(
-                "SELECT {AGENT_COLUMNS} FROM agents a JOIN teams t ON t.id = a.team_id
-                 WHERE a.id = $1 AND a.team_id = $2 AND t.tenant = $3"
-            );
-            let row: Option<AgentRow<<Self::D as Dialect>::Time>> = stmt::<Self::D>(&sql)
-                .arg(agent)
-                .arg(team)
-                .arg(self.tenant().as_str().to_owned())
-                .optional(conn)
-                .await
-                .map_err(self.db("agent lookup"))?;
-            row.ok_or_else(|| BusError::not_found(format!("agent {agent}")))?
-                .try_into()
-        }
+    pub async fn agent_row(&self, conn: &mut Conn<D>, team: Uuid, agent: Uuid) -> BusResult<Agent> {
+        let sql = format!(
+            "SELECT {AGENT_COLUMNS} FROM agents a JOIN teams t ON t.id = a.team_id
+             WHERE a.id = $1 AND a.team_id = $2 AND t.tenant = $3"
+        );
+        let row: Option<AgentRow<D::Time>> = stmt::<D>(&sql)
+            .arg(agent)
+            .arg(team)
+            .arg(self.tenant.as_str().to_owned())
+            .optional(conn)
+            .await
+            .map_err(self.db("agent lookup"))?;
+        row.ok_or_else(|| BusError::not_found(format!("agent {agent}")))?
+            .try_into()
     }
 
     /// The run rules without the seal, for `agent` of `team`: unknown or of another team →
@@ -115,6 +144,114 @@ pub trait LedgerHooks: Send + Sync {
     /// this team → `Forbidden`. Returns whether it is sealed (`false` without a run). Locks the
     /// run row where writers lock rows ([`lock_run`]); inside a SQLite write transaction the
     /// answer holds until the commit anyway.
+    pub async fn check_run_owner(
+        &self,
+        conn: &mut Conn<D>,
+        run: Option<RunId>,
+        team: Uuid,
+        agent: Uuid,
+    ) -> BusResult<bool> {
+        let Some(run) = run else { return Ok(false) };
+        let state = lock_run::<D>(conn, &self.tenant, run)
+            .await
+            .map_err(self.db("run lookup"))?
+            .filter(|state| state.team == team)
+            .ok_or_else(|| BusError::not_found(format!("run {run}")))?;
+        if state.agent != agent {
+            return Err(BusError::forbidden(format!(
+                "run {run} belongs to another agent"
+            )));
+        }
+        Ok(state.sealed)
+    }
+}
+
+/// What the sections not yet written over [`SqlLedger`] take: a driver's ledger newtype over
+/// one, each method forwarding to it.
+pub trait LedgerHooks: Send + Sync {
+    /// The store's dialect.
+    type D: Dialect;
+
+    /// The ledger underneath.
+    fn sql(&self) -> &SqlLedger<Self::D>;
+
+    /// [`SqlLedger::tenant`].
+    fn tenant(&self) -> &TenantId {
+        self.sql().tenant()
+    }
+
+    /// [`SqlLedger::bus_error`].
+    fn bus_error(&self, err: sqlx::Error, what: &str) -> BusError {
+        self.sql().bus_error(err, what)
+    }
+
+    /// [`SqlLedger::db`].
+    fn db<'a>(&'a self, what: &'a str) -> impl Fn(sqlx::Error) -> BusError + 'a {
+        self.sql().db(what)
+    }
+
+    /// [`SqlLedger::begin`].
+    fn begin(
+        &self,
+        what: &'static str,
+    ) -> impl Future<Output = BusResult<<Self::D as Dialect>::Tx>> + Send {
+        self.sql().begin(what)
+    }
+
+    /// [`SqlLedger::commit`].
+    fn commit(
+        &self,
+        tx: <Self::D as Dialect>::Tx,
+        what: &'static str,
+    ) -> impl Future<Output = BusResult<()>> + Send {
+        self.sql().commit(tx, what)
+    }
+
+    /// [`SqlLedger::reader`].
+    fn reader(
+        &self,
+        what: &'static str,
+    ) -> impl Future<Output = BusResult<<Self::D as Dialect>::Reader>> + Send {
+        self.sql().reader(what)
+    }
+
+    /// [`SqlLedger::snapshot`].
+    fn snapshot(
+        &self,
+        what: &'static str,
+    ) -> impl Future<Output = BusResult<<Self::D as Dialect>::Snapshot>> + Send {
+        self.sql().snapshot(what)
+    }
+
+    /// [`SqlLedger::end_snapshot`].
+    fn end_snapshot(
+        &self,
+        snapshot: <Self::D as Dialect>::Snapshot,
+        what: &'static str,
+    ) -> impl Future<Output = BusResult<()>> + Send {
+        self.sql().end_snapshot(snapshot, what)
+    }
+
+    /// [`SqlLedger::require_team`].
+    fn require_team(
+        &self,
+        conn: &mut Conn<Self::D>,
+        team: Uuid,
+    ) -> impl Future<Output = BusResult<()>> + Send {
+        self.sql().require_team(conn, team)
+    }
+
+    /// [`SqlLedger::agent_row`].
+    fn agent_row(
+        &self,
+        conn: &mut Conn<Self::D>,
+        team: Uuid,
+        agent: Uuid,
+    ) -> impl Future<Output = BusResult<Agent>> + Send {
+        self.sql().agent_row(conn, team, agent)
+    }
+
+    /// [`SqlLedger::check_run_owner`].
     fn check_run_owner(
         &self,
         conn: &mut Conn<Self::D>,
@@ -122,19 +259,6 @@ pub trait LedgerHooks: Send + Sync {
         team: Uuid,
         agent: Uuid,
     ) -> impl Future<Output = BusResult<bool>> + Send {
-        async move {
-            let Some(run) = run else { return Ok(false) };
-            let state = lock_run::<Self::D>(conn, self.tenant(), run)
-                .await
-                .map_err(self.db("run lookup"))?
-                .filter(|state| state.team == team)
-                .ok_or_else(|| BusError::not_found(format!("run {run}")))?;
-            if state.agent != agent {
-                return Err(BusError::forbidden(format!(
-                    "run {run} belongs to another agent"
-                )));
-            }
-            Ok(state.sealed)
-        }
+        self.sql().check_run_owner(conn, run, team, agent)
     }
 }

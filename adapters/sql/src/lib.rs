@@ -36,6 +36,7 @@
 pub mod body;
 pub mod counter;
 pub mod delivery;
+pub mod dialect;
 pub mod directory;
 pub mod driver;
 pub mod history;

@@ -33,7 +33,8 @@ use crewbus_domain::{
 use sqlx::{Database, FromRow};
 use uuid::Uuid;
 
-use crate::driver::{Conn, Dialect, Stmt, stmt};
+use crate::dialect::{Conn, Dialect};
+use crate::driver::{Stmt, stmt};
 use crate::ledger::LedgerHooks;
 
 /// The columns of `operators o` an operator row starts with (`crewbus_sql::rows::OperatorRow`:

@@ -31,10 +31,11 @@ use crewbus_domain::{
 use uuid::Uuid;
 
 use crate::counter::from_db;
+use crate::dialect::Dialect;
 use crate::directory::{
     SqlDirectory, agent_insert, hold, inserted_agent, release, team_rows, with_members,
 };
-use crate::driver::{Dialect, stmt};
+use crate::driver::stmt;
 use crate::operators::operator_row;
 use crate::rows::{AGENT_COLUMNS, ActivityRow, AgentRow, RecipientRow};
 

@@ -28,7 +28,8 @@ use crewbus_domain::{
 use uuid::Uuid;
 
 use crate::counter::db_i64;
-use crate::driver::{Conn, Dialect, Stmt, stmt};
+use crate::dialect::{Conn, Dialect};
+use crate::driver::{Stmt, stmt};
 
 /// The columns of a [`PushRow`], read from `push_registrations`.
 pub const PUSH_COLUMNS: &str = "run_id, id, url, auth_scheme, auth_credentials, next_seq, \

@@ -8,7 +8,8 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, RetentionTarget};
 use uuid::Uuid;
 
-use crate::driver::{Conn, Dialect, stmt};
+use crate::dialect::{Conn, Dialect};
+use crate::driver::stmt;
 use crate::ledger::LedgerHooks;
 use crate::rows::retention_target;
 

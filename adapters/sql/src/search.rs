@@ -14,7 +14,8 @@ use crewbus_domain::{
 };
 use uuid::Uuid;
 
-use crate::driver::{Conn, Dialect, stmt};
+use crate::dialect::{Conn, Dialect};
+use crate::driver::stmt;
 use crate::from_db;
 use crate::ledger::LedgerHooks;
 use crate::rows::{MESSAGE_COLUMNS, MessageRow};

@@ -13,7 +13,8 @@ use crewbus_domain::{BusError, BusResult, RateLimit, take_chunk};
 use uuid::Uuid;
 
 use crate::counter::db_i64;
-use crate::driver::{Conn, Dialect, stmt};
+use crate::dialect::{Conn, Dialect};
+use crate::driver::stmt;
 use crate::ledger::LedgerHooks;
 
 /// The agent's bucket as stored, `(milli-tokens, refilled at in ms since the epoch)`, locked

@@ -8,7 +8,7 @@ use std::ops::DerefMut;
 
 use crewbus_domain::{BusError, BusResult};
 
-use crate::driver::{Conn, Dialect};
+use crate::dialect::{Conn, Dialect};
 
 /// The pool side of an SQL body backend or inbox, implemented by each adapter on a newtype of
 /// its pool(s).

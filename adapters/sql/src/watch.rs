@@ -18,7 +18,8 @@ use crewbus_domain::{BusResult, InboxNews, Message, NewsItem, Reported};
 use uuid::Uuid;
 
 use crate::delivery::SqlDelivery;
-use crate::driver::{Dialect, stmt};
+use crate::dialect::Dialect;
+use crate::driver::stmt;
 use crate::rows::{MESSAGE_COLUMNS, MessageRow};
 
 /// A row of the news: the message (as [`MESSAGE_COLUMNS`]), its conversation's title and its

@@ -1,12 +1,17 @@
 //! SQLite as a [`Dialect`] of the shared SQL code (`crewbus-sql`): times bound as microsecond
 //! integers ([`Ts`]), no row locks (write transactions are serialised whole), id lists as
-//! `IN ($n, …)`.
+//! `IN ($n, …)`, the pools of [`SqlitePools`] (every write a part of the group commit, reads on
+//! the read pool) and one error mapping by result code (`error.rs`, counting busy errors).
 
-use crewbus_sql::driver::{Dialect, Stmt};
-use sqlx::Sqlite;
+use crewbus_domain::{BusError, StoreError};
+use crewbus_sql::dialect::Dialect;
+use crewbus_sql::driver::Stmt;
+use sqlx::pool::PoolConnection;
+use sqlx::{Sqlite, Transaction};
 use uuid::Uuid;
 
 use crate::codec::Ts;
+use crate::connect::{SqlitePools, WriteTx};
 
 /// The SQLite dialect.
 pub struct Lite;
@@ -14,9 +19,61 @@ pub struct Lite;
 impl Dialect for Lite {
     type Db = Sqlite;
     type Time = Ts;
+    type Store = SqlitePools;
+    type Tx = WriteTx;
+    type Reader = PoolConnection<Sqlite>;
+    type Snapshot = Transaction<'static, Sqlite>;
+    type Write = WriteTx;
+    const NAME: &'static str = crate::NAME;
     const ROW_LOCKS: bool = false;
     const FOR_UPDATE: &'static str = "";
     const FOR_NO_KEY_UPDATE: &'static str = "";
+
+    /// A part of the group commit's shared write transaction ([`SqlitePools::begin`]).
+    async fn begin(pools: &SqlitePools) -> Result<WriteTx, sqlx::Error> {
+        pools.group.begin().await
+    }
+
+    async fn commit(tx: WriteTx) -> Result<(), sqlx::Error> {
+        tx.commit().await
+    }
+
+    async fn reader(pools: &SqlitePools) -> Result<Self::Reader, sqlx::Error> {
+        pools.reader().acquire().await
+    }
+
+    /// A read-only transaction on the read pool: one WAL snapshot.
+    async fn snapshot(pools: &SqlitePools) -> Result<Self::Snapshot, sqlx::Error> {
+        pools.reader().begin().await
+    }
+
+    /// Drops the read transaction (it wrote nothing).
+    async fn end_snapshot(_snapshot: Self::Snapshot) -> Result<(), sqlx::Error> {
+        Ok(())
+    }
+
+    /// A write transaction, as [`Dialect::begin`].
+    async fn write(pools: &SqlitePools) -> Result<WriteTx, sqlx::Error> {
+        pools.group.begin().await
+    }
+
+    async fn end_write(write: WriteTx) -> Result<(), sqlx::Error> {
+        write.commit().await
+    }
+
+    fn bus_error(pools: &SqlitePools, err: sqlx::Error, what: &str) -> BusError {
+        pools.bus_error(err, what)
+    }
+
+    fn store_error(pools: &SqlitePools, err: sqlx::Error, what: &str) -> StoreError {
+        pools.store_error(err, what)
+    }
+
+    /// SQLite runs in process: any error but a lost worker thread means the transaction did not
+    /// commit.
+    fn may_have_committed(err: &sqlx::Error) -> bool {
+        matches!(err, sqlx::Error::WorkerCrashed)
+    }
 
     fn any_id(column: &str, first: usize, n: usize) -> String {
         let marks: Vec<String> = (first..first + n).map(|i| format!("${i}")).collect();

@@ -16,7 +16,7 @@ pub(super) async fn counts(ledger: &PostgresLedger, at: DateTime<Utc>) -> BusRes
         .execute(&mut *tx)
         .await
         .map_err(db(what))?;
-    let tenant = ledger.tenant.as_str();
+    let tenant = ledger.tenant().as_str();
     let (pending, failed, oldest): (i64, i64, Option<DateTime<Utc>>) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE m.publication = 'pending_publication'),
                 count(*) FILTER (WHERE m.publication = 'failed'),

@@ -29,7 +29,7 @@ impl SqlDelivery for PostgresLedger {
     const BYTEWISE: &'static str = " COLLATE \"C\"";
 
     async fn delivery_read(&self, what: &'static str) -> BusResult<PoolConnection<Postgres>> {
-        self.pool.acquire().await.map_err(db(what))
+        self.pool().acquire().await.map_err(db(what))
     }
 
     fn waiters(first: usize, _n: usize) -> String {
@@ -81,7 +81,7 @@ impl SqlDelivery for PostgresLedger {
         .bind(ids)
         .bind(recipient)
         .bind(team)
-        .bind(self.tenant.as_str())
+        .bind(self.tenant().as_str())
         .fetch_all(&mut *conn)
         .await
         .map_err(db("hand-out"))?;

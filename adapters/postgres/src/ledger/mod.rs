@@ -9,10 +9,11 @@
 //! `impl Operators`) and answers the console's reads (`oversight`: `impl Oversight`). The
 //! lookups and run checks the sections share are here.
 
+use std::ops::Deref;
+
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusError, BusResult, TenantId};
-use crewbus_sql::ledger::LedgerHooks;
-use sqlx::pool::PoolConnection;
+use crewbus_sql::ledger::{LedgerHooks, SqlLedger};
 use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::body::SCHEME;
@@ -72,17 +73,18 @@ mod settle;
 /// - **messages** is one `id = ANY($1)` read.
 /// - Time is always the caller's `at`, bound as a parameter (never `now()` in SQL). Postgres
 ///   keeps timestamps to the microsecond: times read back are the caller's truncated to µs.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct PostgresLedger {
-    pool: PgPool,
+    sql: SqlLedger<Pg>,
+    /// The tenant again, for `impl_ledger_by_sections!` (it reads a field), until `Ledger` is
+    /// implemented on [`SqlLedger`].
     tenant: TenantId,
 }
 
-impl std::fmt::Debug for PostgresLedger {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PostgresLedger")
-            .field("tenant", &self.tenant)
-            .finish_non_exhaustive()
+impl Deref for PostgresLedger {
+    type Target = SqlLedger<Pg>;
+    fn deref(&self) -> &SqlLedger<Pg> {
+        &self.sql
     }
 }
 
@@ -96,17 +98,29 @@ fn db(what: &'static str) -> impl Fn(sqlx::Error) -> BusError {
 impl PostgresLedger {
     /// The ledger of `tenant` over `pool` (migrated: [`crate::migrate`]).
     pub fn new(pool: PgPool, tenant: TenantId) -> Self {
-        PostgresLedger { pool, tenant }
+        PostgresLedger {
+            sql: SqlLedger::new(pool, tenant.clone()),
+            tenant,
+        }
+    }
+
+    /// The ledger written once for every SQL store, underneath this one.
+    pub fn sql(&self) -> &SqlLedger<Pg> {
+        &self.sql
     }
 
     /// The journal over the same database and tenant: the runs this ledger checks and writes the
     /// bus's records to.
     pub fn journal(&self) -> PostgresJournal {
-        PostgresJournal::new(self.pool.clone(), self.tenant.clone())
+        PostgresJournal::new(self.pool().clone(), self.sql.tenant().clone())
+    }
+
+    fn pool(&self) -> &PgPool {
+        self.sql.store()
     }
 
     async fn begin(&self, what: &'static str) -> BusResult<Tx> {
-        self.pool.begin().await.map_err(db(what))
+        self.sql.begin(what).await
     }
 
     async fn commit(tx: Tx, what: &'static str) -> BusResult<()> {
@@ -127,11 +141,11 @@ impl PostgresLedger {
         R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
     {
         sqlx::query_as(sql)
-            .bind(self.tenant.as_str())
+            .bind(self.sql.tenant().as_str())
             .bind(at)
             .bind(limit as i64)
             .bind(until)
-            .fetch_all(&self.pool)
+            .fetch_all(self.pool())
             .await
             .map_err(db(what))
     }
@@ -139,42 +153,9 @@ impl PostgresLedger {
 
 impl LedgerHooks for PostgresLedger {
     type D = Pg;
-    type Tx = Tx;
-    type Reader = PoolConnection<Postgres>;
-    type Snapshot = Tx;
 
-    fn tenant(&self) -> &TenantId {
-        &self.tenant
-    }
-
-    fn bus_error(&self, err: sqlx::Error, what: &str) -> BusError {
-        bus_error(err, what)
-    }
-
-    async fn begin(&self, what: &'static str) -> BusResult<Tx> {
-        PostgresLedger::begin(self, what).await
-    }
-
-    async fn commit(&self, tx: Tx, what: &'static str) -> BusResult<()> {
-        PostgresLedger::commit(tx, what).await
-    }
-
-    async fn reader(&self, what: &'static str) -> BusResult<PoolConnection<Postgres>> {
-        self.pool.acquire().await.map_err(db(what))
-    }
-
-    /// A repeatable-read, read-only transaction.
-    async fn snapshot(&self, what: &'static str) -> BusResult<Tx> {
-        let mut tx = PostgresLedger::begin(self, what).await?;
-        sqlx::query("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ, READ ONLY")
-            .execute(&mut *tx)
-            .await
-            .map_err(db(what))?;
-        Ok(tx)
-    }
-
-    async fn end_snapshot(&self, snapshot: Tx, what: &'static str) -> BusResult<()> {
-        PostgresLedger::commit(snapshot, what).await
+    fn sql(&self) -> &SqlLedger<Pg> {
+        &self.sql
     }
 }
 

@@ -41,7 +41,7 @@ impl SqlOperators for PostgresLedger {
          SELECT o.id, t FROM o, unnest($7::uuid[]) AS t";
 
     async fn operator_reader(&self, what: &'static str) -> BusResult<PoolConnection<Postgres>> {
-        self.pool.acquire().await.map_err(db(what))
+        self.pool().acquire().await.map_err(db(what))
     }
 
     /// The rows hold their teams: no query.
@@ -87,8 +87,8 @@ impl SqlOperators for PostgresLedger {
         )
         .bind(at)
         .bind(&session_hash.0[..])
-        .bind(self.tenant.as_str())
-        .execute(&self.pool)
+        .bind(self.tenant().as_str())
+        .execute(self.pool())
         .await
         .map_err(db("end session"))?;
         Ok(())
@@ -112,8 +112,8 @@ impl SqlOperators for PostgresLedger {
         )
         .bind(at)
         .bind(before(at, idle))
-        .bind(self.tenant.as_str())
-        .fetch_one(&self.pool)
+        .bind(self.tenant().as_str())
+        .fetch_one(self.pool())
         .await
         .map_err(db("prune sign-ins"))?;
         Ok(u64::try_from(pruned).unwrap_or(0))

@@ -104,8 +104,8 @@ impl SqlOversight for PostgresLedger {
         .bind(&teams)
         .bind(&agents)
         .bind(at)
-        .bind(self.tenant.as_str())
-        .execute(&self.pool)
+        .bind(self.tenant().as_str())
+        .execute(self.pool())
         .await
         .map_err(db("touch agents"))?;
         Ok(changed.rows_affected())

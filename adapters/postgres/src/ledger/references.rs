@@ -71,8 +71,8 @@ pub(super) async fn mark_published(
     let done =
         sqlx::query("DELETE FROM reference_marks WHERE message_id = ANY($1) AND tenant = $2")
             .bind(messages)
-            .bind(ledger.tenant.as_str())
-            .execute(&ledger.pool)
+            .bind(ledger.tenant().as_str())
+            .execute(ledger.pool())
             .await
             .map_err(db("mark references published"))?;
     Ok(done.rows_affected())

@@ -48,7 +48,7 @@ pub(super) async fn settle(
     }
     let what = "settle";
     let mut tx = ledger.begin(what).await?;
-    let outcomes = settle::settle(&mut tx, &ledger.tenant, settlements, at).await?;
+    let outcomes = settle::settle(&mut tx, ledger.tenant(), settlements, at).await?;
     PostgresLedger::commit(tx, what).await?;
     Ok(outcomes)
 }

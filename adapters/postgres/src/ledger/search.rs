@@ -100,7 +100,7 @@ impl SqlSearch for PostgresLedger {
     const BACKLOG: &'static str = "messages m";
 
     async fn search_read(&self, what: &'static str) -> BusResult<PoolConnection<Postgres>> {
-        self.pool.acquire().await.map_err(db(what))
+        self.pool().acquire().await.map_err(db(what))
     }
 
     /// Locks the entries' messages `FOR NO KEY UPDATE … SKIP LOCKED` in id order (see the
@@ -124,7 +124,7 @@ impl SqlSearch for PostgresLedger {
              FOR NO KEY UPDATE OF m SKIP LOCKED"
         ))
         .bind(&ids)
-        .bind(self.tenant.as_str())
+        .bind(self.tenant().as_str())
         .fetch_all(&mut *conn)
         .await
         .map_err(db(what))?;
@@ -220,7 +220,7 @@ impl SqlSearch for PostgresLedger {
         .bind(query.conversation)
         .bind(i64::from(query.limit) + 1)
         .bind(i64::from(query.offset))
-        .bind(self.tenant.as_str())
+        .bind(self.tenant().as_str())
         .bind(i64::from(MAX_SEARCH_DEPTH))
         .fetch_all(&mut *conn)
         .await

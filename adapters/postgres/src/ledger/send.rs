@@ -143,7 +143,7 @@ impl PostgresLedger {
              FOR NO KEY UPDATE OF c",
         )
         .bind(&conversations)
-        .bind(self.tenant.as_str())
+        .bind(self.tenant().as_str())
         .fetch_all(&mut **tx)
         .await
         .map_err(db(WHAT))?;
@@ -227,7 +227,7 @@ impl PostgresLedger {
                  FOR NO KEY UPDATE",
             )
             .bind(&runs)
-            .bind(self.tenant.as_str())
+            .bind(self.tenant().as_str())
             .fetch_all(&mut **tx)
             .await
             .map_err(db("run lookup"))?;
@@ -314,7 +314,7 @@ impl PostgresLedger {
             .bind(&cols.publish_key)
             .bind(&cols.body)
             .bind(at)
-            .bind(self.tenant.as_str())
+            .bind(self.tenant().as_str())
             .fetch_all(&mut **tx)
             .await
             .map_err(db(WHAT))?;

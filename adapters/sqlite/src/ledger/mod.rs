@@ -9,9 +9,10 @@
 //! `impl Operators`) and answers the console's reads (`oversight`: `impl Oversight`). The
 //! lookups and run checks the sections share are here.
 
+use std::ops::Deref;
+
 use crewbus_domain::{BusError, BusResult, TenantId};
-use crewbus_sql::ledger::LedgerHooks;
-use sqlx::pool::PoolConnection;
+use crewbus_sql::ledger::{LedgerHooks, SqlLedger};
 use sqlx::{Sqlite, Transaction};
 
 use crate::body::SCHEME;
@@ -63,44 +64,53 @@ mod settle;
 ///   read pool; WAL readers see the last commit before they start and never block the writer.
 /// - Time is always the caller's `at`, bound as a parameter, stored as microseconds since the
 ///   epoch: times read back are the caller's truncated to µs.
-#[derive(Clone)]
+#[derive(Clone, Debug)]
 pub struct SqliteLedger {
-    pools: SqlitePools,
+    sql: SqlLedger<Lite>,
+    /// The tenant again, for `impl_ledger_by_sections!` (it reads a field), until `Ledger` is
+    /// implemented on [`SqlLedger`].
     tenant: TenantId,
 }
 
-impl std::fmt::Debug for SqliteLedger {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SqliteLedger")
-            .field("tenant", &self.tenant)
-            .finish_non_exhaustive()
+impl Deref for SqliteLedger {
+    type Target = SqlLedger<Lite>;
+    fn deref(&self) -> &SqlLedger<Lite> {
+        &self.sql
     }
 }
 
 impl SqliteLedger {
     /// The ledger of `tenant` over `pools` (migrated: [`crate::migrate`]).
     pub fn new(pools: SqlitePools, tenant: TenantId) -> Self {
-        SqliteLedger { pools, tenant }
+        SqliteLedger {
+            sql: SqlLedger::new(pools, tenant.clone()),
+            tenant,
+        }
+    }
+
+    /// The ledger written once for every SQL store, underneath this one.
+    pub fn sql(&self) -> &SqlLedger<Lite> {
+        &self.sql
     }
 
     /// The journal over the same store and tenant: the runs this ledger checks and writes the
     /// bus's records to.
     pub fn journal(&self) -> SqliteJournal {
-        SqliteJournal::new(self.pools.clone(), self.tenant.clone())
+        SqliteJournal::new(self.pools().clone(), self.tenant.clone())
     }
 
     /// The pools this ledger runs on.
     pub fn pools(&self) -> &SqlitePools {
-        &self.pools
+        self.sql.store()
     }
 
     /// `|e| bus_error(e, what)`, counting busy errors.
     fn db<'a>(&'a self, what: &'a str) -> impl Fn(sqlx::Error) -> BusError + 'a {
-        self.pools.db(what)
+        self.pools().db(what)
     }
 
     async fn begin(&self, what: &str) -> BusResult<WriteTx> {
-        self.pools.begin(what).await
+        self.pools().begin(what).await
     }
 
     async fn commit(&self, tx: WriteTx, what: &str) -> BusResult<()> {
@@ -109,52 +119,15 @@ impl SqliteLedger {
 
     /// A read-only transaction on the read pool: one snapshot for several statements.
     async fn read(&self, what: &str) -> BusResult<Transaction<'static, Sqlite>> {
-        self.pools.reader().begin().await.map_err(self.db(what))
-    }
-
-    /// A connection of the read pool, for reads that need no snapshot across statements.
-    async fn read_connection(&self, what: &str) -> BusResult<PoolConnection<Sqlite>> {
-        self.pools.reader().acquire().await.map_err(self.db(what))
+        self.pools().reader().begin().await.map_err(self.db(what))
     }
 }
 
 impl LedgerHooks for SqliteLedger {
     type D = Lite;
-    type Tx = WriteTx;
-    type Reader = PoolConnection<Sqlite>;
-    type Snapshot = Transaction<'static, Sqlite>;
 
-    fn tenant(&self) -> &TenantId {
-        &self.tenant
-    }
-
-    fn bus_error(&self, err: sqlx::Error, what: &str) -> BusError {
-        self.pools.bus_error(err, what)
-    }
-
-    async fn begin(&self, what: &'static str) -> BusResult<WriteTx> {
-        SqliteLedger::begin(self, what).await
-    }
-
-    async fn commit(&self, tx: WriteTx, what: &'static str) -> BusResult<()> {
-        SqliteLedger::commit(self, tx, what).await
-    }
-
-    async fn reader(&self, what: &'static str) -> BusResult<PoolConnection<Sqlite>> {
-        self.read_connection(what).await
-    }
-
-    async fn snapshot(&self, what: &'static str) -> BusResult<Transaction<'static, Sqlite>> {
-        self.read(what).await
-    }
-
-    /// Drops the read transaction (it wrote nothing).
-    async fn end_snapshot(
-        &self,
-        _snapshot: Transaction<'static, Sqlite>,
-        _what: &'static str,
-    ) -> BusResult<()> {
-        Ok(())
+    fn sql(&self) -> &SqlLedger<Lite> {
+        &self.sql
     }
 }
 

@@ -298,7 +298,7 @@ impl SqliteLedger {
                         "send: the body store refused a fresh body ({refused})"
                     )));
                 }
-                Err(Err(e)) => return Err(self.pools.bus_error(e, what)),
+                Err(Err(e)) => return Err(self.pools().bus_error(e, what)),
             }
         } else {
             sqlx::query(

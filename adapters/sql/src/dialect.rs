@@ -1,0 +1,220 @@
+//! [`Dialect`]: one SQL store as the shared code sees it, implemented by each driver crate on a
+//! marker type (`crewbus_postgres::Pg`, `crewbus_sqlite::Lite`), as sqlx's `Database` is on
+//! `Postgres`: its driver, how it stores a time, the store it opens and how an operation holds
+//! it (transactions, reads, snapshots), its error mapping, and the few SQL words that differ.
+
+use std::future::Future;
+use std::ops::{Deref, DerefMut};
+
+use chrono::{DateTime, Utc};
+use crewbus_domain::{BusError, StoreError};
+use sqlx::Database;
+use uuid::Uuid;
+
+use crate::driver::{Binds, Reads, Runs, Stmt};
+use crate::journal::{RecordRow, RunRow};
+use crate::leases::LeaseRow;
+use crate::push_store::{AttemptRow, PushRow};
+use crate::rows::{ActivityRow, AgentRow, MemberRow, MessageRow, RecipientRow, TeamRow};
+
+/// The connection of dialect `D` (`PgConnection`, `SqliteConnection`).
+pub type Conn<D> = <<D as Dialect>::Db as Database>::Connection;
+
+/// One SQL dialect: what the shared functions need to know of a driver. Implemented by each
+/// SQL adapter on a marker type (`Pg`, `Lite`).
+pub trait Dialect: Sized + Send + Sync + 'static {
+    /// The driver's database. The bounds are what the shared functions bind and read (text as
+    /// `String`: SQLite encodes a `&str` only for the statement's own lifetime).
+    type Db: Runs
+        + Binds<Uuid>
+        + Binds<Option<Uuid>>
+        + Binds<i64>
+        + Binds<i32>
+        + Binds<String>
+        + Binds<Option<String>>
+        + Binds<Self::Time>
+        + Binds<Option<Self::Time>>
+        + Reads<(i64,)>
+        + Reads<(i32,)>
+        + Reads<(Uuid,)>
+        + Reads<(Uuid, Uuid, bool)>
+        + Reads<(i32, Self::Time, String)>
+        + Reads<(i64, Self::Time)>
+        + Reads<RecordRow<Self::Time>>
+        + Reads<LeaseRow<Self::Time>>
+        + Reads<RunRow<Self::Time>>
+        + Reads<AgentRow<Self::Time>>
+        + Reads<MessageRow<Self::Time>>
+        + Reads<crate::rows::ReceiptRow<Self::Time>>
+        + Reads<(Uuid, Uuid)>
+        + Reads<(Uuid, Uuid, Uuid, Option<String>, Option<String>, bool)>
+        + Binds<Vec<u8>>
+        + Binds<bool>
+        + Reads<(bool,)>
+        + Reads<(Uuid, Self::Time, Self::Time)>
+        + Binds<Option<i64>>
+        + Reads<PushRow<Self::Time>>
+        + Reads<AttemptRow<Self::Time>>
+        + Reads<(Uuid, Vec<u8>)>
+        + Reads<(Uuid, Uuid, Uuid)>
+        + Reads<(bool, i64, i64, i64)>
+        + Reads<(Uuid, String, i64)>
+        + Reads<(Uuid, String)>
+        + Reads<(Uuid, String, String, Self::Time)>
+        + Reads<TeamRow<Self::Time>>
+        + Reads<MemberRow<Self::Time>>
+        + Reads<(i64, i64, i64)>
+        + Reads<(String, i64, i64, i64)>
+        + Reads<(Uuid, String, String, Self::Time, i64, Option<Self::Time>)>
+        + Reads<ActivityRow<Self::Time>>
+        + Reads<RecipientRow<Self::Time>>
+        + Reads<crate::watch::SummaryRow<Self::Time>>
+        + Reads<crate::watch::NewsRow<Self::Time>>;
+
+    /// How a time is stored: Postgres binds a `DateTime<Utc>` (`timestamptz`), SQLite its
+    /// microsecond integer codec.
+    type Time: From<DateTime<Utc>> + Into<DateTime<Utc>> + Send + Sync + Unpin + 'static;
+
+    /// The open store every generic store type holds (cloned): `PgPool`, `SqlitePools`.
+    type Store: Clone + Send + Sync + 'static;
+
+    /// A write transaction, ended by [`Dialect::commit`] (dropped: rolled back). Postgres: a
+    /// pool transaction (read committed). SQLite: a part of the group-committed `BEGIN
+    /// IMMEDIATE` on the one write connection.
+    type Tx: DerefMut<Target = Conn<Self>> + Send;
+
+    /// A connection for reads that need no snapshot across statements. Postgres: a pool
+    /// connection. SQLite: a read-pool connection.
+    type Reader: DerefMut<Target = Conn<Self>> + Send;
+
+    /// One snapshot for several reads, ended by [`Dialect::end_snapshot`]. Postgres: a
+    /// repeatable-read, read-only transaction. SQLite: a read-pool transaction (one WAL
+    /// snapshot).
+    type Snapshot: DerefMut<Target = Conn<Self>> + Send;
+
+    /// What one autocommitted write runs on, ended by [`Dialect::end_write`]. Postgres: a pool
+    /// connection (each statement commits on its own). SQLite: a write transaction, as
+    /// [`Dialect::Tx`].
+    type Write: DerefMut<Target = Conn<Self>> + Send;
+
+    /// The store's name: the backend name, the scheme of its locators (`"postgres"`,
+    /// `"sqlite"`).
+    const NAME: &'static str;
+
+    /// Begins a write transaction.
+    fn begin(store: &Self::Store) -> impl Future<Output = Result<Self::Tx, sqlx::Error>> + Send;
+
+    /// Commits a write transaction.
+    fn commit(tx: Self::Tx) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+    /// A connection for reads.
+    fn reader(
+        store: &Self::Store,
+    ) -> impl Future<Output = Result<Self::Reader, sqlx::Error>> + Send;
+
+    /// Begins a snapshot.
+    fn snapshot(
+        store: &Self::Store,
+    ) -> impl Future<Output = Result<Self::Snapshot, sqlx::Error>> + Send;
+
+    /// Ends a snapshot (it wrote nothing).
+    fn end_snapshot(
+        snapshot: Self::Snapshot,
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+    /// A connection for one write.
+    fn write(store: &Self::Store) -> impl Future<Output = Result<Self::Write, sqlx::Error>> + Send;
+
+    /// Ends a write (Postgres: returns the connection, every statement has committed; SQLite:
+    /// commits the write transaction).
+    fn end_write(write: Self::Write) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+    /// A driver error of the operation `what` as the bus's error: the store's one mapping
+    /// (SQLSTATE, SQLite's result codes; unique violations → `Conflict`, unavailability →
+    /// `Unavailable`, …). SQLite counts busy errors on its store.
+    fn bus_error(store: &Self::Store, err: sqlx::Error, what: &str) -> BusError;
+
+    /// [`Dialect::bus_error`] for the stores' error (journal, push store).
+    fn store_error(store: &Self::Store, err: sqlx::Error, what: &str) -> StoreError;
+
+    /// Whether a failed statement or commit may nevertheless have committed (Postgres: the
+    /// connection broke after the request was sent; SQLite runs in process: only when the
+    /// driver's worker thread was lost).
+    fn may_have_committed(err: &sqlx::Error) -> bool;
+
+    /// Whether writers take row locks (Postgres: concurrent transactions, so a change locks the
+    /// rows it decides on, in one order) or are serialised whole (SQLite: one write connection,
+    /// `BEGIN IMMEDIATE`, so what a write transaction read stays as read and there is nothing
+    /// to lock).
+    const ROW_LOCKS: bool;
+
+    /// What a select that locks its rows for an update ends with: ` FOR UPDATE` on Postgres,
+    /// nothing on SQLite.
+    const FOR_UPDATE: &'static str;
+
+    /// What a select of a run row to append to ends with: ` FOR NO KEY UPDATE` on Postgres (the
+    /// foreign-key checks of inserted records are not blocked), nothing on SQLite.
+    const FOR_NO_KEY_UPDATE: &'static str;
+
+    /// An SQL condition "`column` is one of `n` ids" whose arguments start at placeholder
+    /// `first`, bound by [`Dialect::bind_ids`]: Postgres `column = ANY($first)` (one array),
+    /// SQLite `column IN ($first, …)` (`n` placeholders; `n ≥ 1`).
+    fn any_id(column: &str, first: usize, n: usize) -> String;
+
+    /// Binds `ids` for the condition of [`Dialect::any_id`].
+    fn bind_ids<'q>(q: Stmt<'q, Self::Db>, ids: &[Uuid]) -> Stmt<'q, Self::Db>;
+
+    /// A time as the dialect binds it.
+    fn time(at: DateTime<Utc>) -> Self::Time {
+        Self::Time::from(at)
+    }
+
+    /// How many rows a statement run with [`Stmt::execute`] inserted, updated or deleted (sqlx
+    /// has no driver-generic accessor: `PgQueryResult::rows_affected`,
+    /// `SqliteQueryResult::rows_affected`).
+    fn rows_affected(done: &<Self::Db as Database>::QueryResult) -> u64;
+}
+
+/// How an operation holds the store.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Via {
+    /// A connection ([`Dialect::reader`]): each statement is its own transaction. On SQLite a
+    /// read-pool connection, so for reads only.
+    Connection,
+    /// A write transaction ([`Dialect::begin`], then [`Dialect::commit`]); on Postgres read
+    /// committed.
+    Transaction,
+    /// A read-only snapshot ([`Dialect::snapshot`], then [`Dialect::end_snapshot`]).
+    Snapshot,
+}
+
+/// The store as an operation holds it ([`Via`]): a connection for its statements.
+pub enum Held<D: Dialect> {
+    /// [`Via::Connection`].
+    Connection(D::Reader),
+    /// [`Via::Transaction`].
+    Transaction(D::Tx),
+    /// [`Via::Snapshot`].
+    Snapshot(D::Snapshot),
+}
+
+impl<D: Dialect> Deref for Held<D> {
+    type Target = Conn<D>;
+    fn deref(&self) -> &Conn<D> {
+        match self {
+            Held::Connection(c) => c,
+            Held::Transaction(c) => c,
+            Held::Snapshot(c) => c,
+        }
+    }
+}
+
+impl<D: Dialect> DerefMut for Held<D> {
+    fn deref_mut(&mut self) -> &mut Conn<D> {
+        match self {
+            Held::Connection(c) => c,
+            Held::Transaction(c) => c,
+            Held::Snapshot(c) => c,
+        }
+    }
+}
