@@ -331,7 +331,7 @@ pub async fn postgres_with_pool(
         oversight: ledger.clone(),
         leases: ledger.clone(),
         // Servers share the database: each agent's bucket is one row of it.
-        send_allowance: Some(ledger.clone()),
+        send_allowance: Some(Arc::new(ledger.sql().clone())),
         search: ledger,
         registry: Arc::new(postgres),
         journal,

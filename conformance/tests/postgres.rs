@@ -240,7 +240,10 @@ impl LedgerFixture for PgLedger {
         Arc::new(self.other.clone())
     }
     fn send_allowances(&self) -> [Arc<dyn crewbus_ports::SendAllowance>; 2] {
-        [Arc::new(self.ledger.clone()), Arc::new(self.other.clone())]
+        [
+            Arc::new(self.ledger.sql().clone()),
+            Arc::new(self.other.sql().clone()),
+        ]
     }
     fn search(&self) -> Arc<dyn Search> {
         Arc::new(self.ledger.clone())

@@ -229,7 +229,10 @@ impl LedgerFixture for SqliteLedgerFixture {
     }
     fn send_allowances(&self) -> [Arc<dyn crewbus_ports::SendAllowance>; 2] {
         let other = SqliteLedger::new(self.ledger.pools().clone(), TenantId::default());
-        [Arc::new(self.ledger.clone()), Arc::new(other)]
+        [
+            Arc::new(self.ledger.sql().clone()),
+            Arc::new(other.sql().clone()),
+        ]
     }
     fn search(&self) -> Arc<dyn Search> {
         Arc::new(self.ledger.clone())

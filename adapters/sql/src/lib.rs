@@ -2,8 +2,8 @@
 //! ledger's, journal's and push store's tables with their conversions into domain types, how
 //! counters are stored, the pure steps around the queries, and the operations that are the same
 //! on both stores — the leases ([`leases`], [`impl_leases!`]), the journal ([`journal`],
-//! [`impl_journal!`]), the send allowances ([`send_allowance`], [`impl_send_allowance!`]), the
-//! operators ([`operators`], [`impl_operators!`]), the push store ([`push_store`],
+//! [`impl_journal!`]), the send allowances ([`send_allowance`]: `impl SendAllowance for
+//! SqlLedger<D>`), the operators ([`operators`], [`impl_operators!`]), the push store ([`push_store`],
 //! [`impl_push_store!`]), the ledger's delivery section ([`delivery`], over
 //! [`delivery::SqlDelivery`]) with the inbox watch's read ([`watch`]), the search index ([`search`], [`impl_search!`]), the
 //! directory section ([`directory`]), history pages ([`history`]), the oversight ([`oversight`],
@@ -60,7 +60,7 @@ pub mod watch;
 pub use counter::{db_i64, from_db};
 
 /// What the expansions of the `impl_*!` macros ([`impl_leases!`], [`impl_journal!`],
-/// [`impl_send_allowance!`], [`impl_operators!`], [`impl_push_store!`], [`impl_search!`],
+/// [`impl_operators!`], [`impl_push_store!`], [`impl_search!`],
 /// [`impl_oversight!`], [`impl_body_backend!`], [`impl_inbox!`]) name, so the adapter need not
 /// import it.
 #[doc(hidden)]
@@ -68,8 +68,8 @@ pub mod __private {
     pub use async_trait::async_trait;
     pub use chrono::{DateTime, Utc};
     pub use crewbus_domain::{
-        Acquired, BusResult, FencingToken, Lease, LeaseClaim, LeaseEvent, LeaseFilter, RateLimit,
-        Record, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
+        Acquired, BusResult, FencingToken, Lease, LeaseClaim, LeaseEvent, LeaseFilter, Record, Run,
+        RunId, RunOutcome, Seq, StoreError, TenantId,
     };
     pub use crewbus_domain::{
         ActivityBucket, AgentActivity, ConversationSummary, RecipientState, StorageUse,
@@ -84,7 +84,7 @@ pub mod __private {
     pub use crewbus_ports::MessagingBackend;
     pub use crewbus_ports::Oversight;
     pub use crewbus_ports::Search;
-    pub use crewbus_ports::{Journal, Leases, SendAllowance};
+    pub use crewbus_ports::{Journal, Leases};
     pub use crewbus_ports::{Operators, PushStore};
     pub use std::time::Duration;
     pub use uuid::Uuid;

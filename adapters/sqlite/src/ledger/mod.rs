@@ -132,7 +132,6 @@ impl LedgerHooks for SqliteLedger {
 }
 
 crewbus_sql::impl_leases!(SqliteLedger);
-crewbus_sql::impl_send_allowance!(SqliteLedger);
 
 crewbus_ports::impl_ledger_by_sections! {
     SqliteLedger { tenant: tenant, local_backend: Some(SCHEME), sections: async }
