@@ -225,7 +225,7 @@ pub fn sqlite_with(
         ledger: ledger.clone(),
         operators: ledger.clone(),
         oversight: ledger.clone(),
-        leases: ledger.clone(),
+        leases: Arc::new(ledger.sql().clone()),
         // One server holds the store: its buckets are exact in process.
         send_allowance: None,
         search: ledger,
@@ -329,7 +329,7 @@ pub async fn postgres_with_pool(
         ledger: ledger.clone(),
         operators: ledger.clone(),
         oversight: ledger.clone(),
-        leases: ledger.clone(),
+        leases: Arc::new(ledger.sql().clone()),
         // Servers share the database: each agent's bucket is one row of it.
         send_allowance: Some(Arc::new(ledger.sql().clone())),
         search: ledger,

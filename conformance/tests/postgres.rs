@@ -234,10 +234,10 @@ impl LedgerFixture for PgLedger {
         Arc::new(self.ledger.clone())
     }
     fn leases(&self) -> Arc<dyn Leases> {
-        Arc::new(self.ledger.clone())
+        Arc::new(self.ledger.sql().clone())
     }
     fn other_server_leases(&self) -> Arc<dyn Leases> {
-        Arc::new(self.other.clone())
+        Arc::new(self.other.sql().clone())
     }
     fn send_allowances(&self) -> [Arc<dyn crewbus_ports::SendAllowance>; 2] {
         [

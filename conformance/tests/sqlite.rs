@@ -217,15 +217,16 @@ impl LedgerFixture for SqliteLedgerFixture {
         Arc::new(self.ledger.clone())
     }
     fn leases(&self) -> Arc<dyn Leases> {
-        Arc::new(self.ledger.clone())
+        Arc::new(self.ledger.sql().clone())
     }
     /// A SQLite store has one server (its one-host rule): the "other server" is a second ledger
     /// value over the same pools, racing through the one write connection.
     fn other_server_leases(&self) -> Arc<dyn Leases> {
-        Arc::new(SqliteLedger::new(
-            self.ledger.pools().clone(),
-            TenantId::default(),
-        ))
+        Arc::new(
+            SqliteLedger::new(self.ledger.pools().clone(), TenantId::default())
+                .sql()
+                .clone(),
+        )
     }
     fn send_allowances(&self) -> [Arc<dyn crewbus_ports::SendAllowance>; 2] {
         let other = SqliteLedger::new(self.ledger.pools().clone(), TenantId::default());

@@ -6,8 +6,8 @@
 //! ended); each history entry (`lease_events`) is `(lease_id, seq, at, kind)` with `kind` as
 //! serde's JSON of [`LeaseEventKind`].
 //!
-//! The port's operations are here too, once for both stores ([`impl_leases!`](crate::impl_leases)), over
-//! [`LedgerHooks`] and the statements below.
+//! The port is implemented here once for every SQL store (`impl<D: Dialect> Leases for
+//! SqlLedger<D>`), over the statements below.
 //!
 //! # Locks
 //! Where writers lock rows ([`Dialect::ROW_LOCKS`]: Postgres), every change to a team's leases
@@ -23,6 +23,7 @@
 
 use std::time::Duration;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Acquired, BusError, BusResult, FencingToken, Lease, LeaseClaim, LeaseEnd, LeaseEnding,
@@ -30,13 +31,14 @@ use crewbus_domain::{
     RunId, StoreError, TenantId, check_lease_change, decide_acquire, release_ending,
     validate_lease_path, validate_lease_ttl, validate_limit,
 };
+use crewbus_ports::Leases;
 use uuid::Uuid;
 
 use crate::counter::{db_i64, from_db};
 use crate::dialect::{Conn, Dialect};
 use crate::driver::{Stmt, stmt};
 use crate::journal::{append, lock_run};
-use crate::ledger::LedgerHooks;
+use crate::ledger::SqlLedger;
 
 /// The columns of a [`LeaseRow`], read from `leases l JOIN agents a ON a.id = l.agent_id`.
 pub const LEASE_COLUMNS: &str = "l.id, l.team_id, l.agent_id, a.name AS agent_name, l.pattern, \
@@ -389,403 +391,311 @@ pub async fn end_leases<D: Dialect>(
     Ok(ended)
 }
 
-/// One lease of `team` (this tenant's). Errors: unknown → `NotFound`.
-async fn lease_row<L: LedgerHooks>(
-    ledger: &L,
-    conn: &mut Conn<L::D>,
-    team: Uuid,
-    lease: Uuid,
-) -> BusResult<Lease> {
-    let rows = select::<L::D>(conn, ledger.tenant(), "l.id = $2 AND l.team_id = $3", |q| {
-        q.arg(lease).arg(team)
-    })
-    .await
-    .map_err(ledger.db("lease lookup"))?;
-    leases(rows)?
-        .pop()
-        .ok_or_else(|| BusError::not_found(format!("lease {lease}")))
-}
-
-/// `Leases::acquire`: checks the holder (known, not revoked; its run its own and open) and the
-/// overlap with the team's live leases, then grants the next token of the team's fence. Errors:
-/// as the port states.
-pub async fn acquire<L: LedgerHooks>(
-    ledger: &L,
-    team: Uuid,
-    agent: Uuid,
-    claim: &LeaseClaim,
-    ttl: Duration,
-    run: Option<RunId>,
-    at: DateTime<Utc>,
-) -> BusResult<Acquired> {
-    validate_lease_ttl(ttl)?;
-    let what = "acquire lease";
-    let mut tx = ledger.begin(what).await?;
-    let last = if L::D::ROW_LOCKS {
-        ledger.agent_row(&mut tx, team, agent).await?;
-        lock_or_create_fence::<L::D>(&mut tx, team)
-            .await
-            .map_err(ledger.db(what))?
-    } else {
-        0
-    };
-    // Read (again) under the fence: a revocation takes it before it marks the agent revoked
-    // (whether or not the agent holds leases), so this read sees a revocation committed before
-    // the grant, and one after it ends this lease.
-    let holder = ledger.agent_row(&mut tx, team, agent).await?;
-    if holder.revoked() {
-        return Err(BusError::forbidden(format!("agent {agent} is revoked")));
-    }
-    if ledger.check_run_owner(&mut tx, run, team, agent).await? {
-        return Err(BusError::conflict(format!(
-            "run {} is sealed",
-            run.map(|r| r.to_string()).unwrap_or_default()
-        )));
-    }
-    let live = select::<L::D>(
-        &mut tx,
-        ledger.tenant(),
-        "l.team_id = $2 AND l.ended_at IS NULL AND l.expires_at > $3",
-        |q| q.arg(team).arg(L::D::time(at)),
-    )
-    .await
-    .map_err(ledger.db(what))?;
-    if let Err(conflicts) = decide_acquire(agent, claim, &leases(live)?, at)? {
-        return Ok(Acquired::Conflict(conflicts));
-    }
-    let last = if L::D::ROW_LOCKS {
-        last
-    } else {
-        lock_fence::<L::D>(&mut tx, team)
-            .await
-            .map_err(ledger.db(what))?
-            .unwrap_or(0)
-    };
-    let token = FencingToken(from_db(last))
-        .next()
-        .ok_or_else(|| BusError::conflict("the team's fencing counter is exhausted"))?;
-    let lease = Lease {
-        id: Uuid::new_v4(),
-        team,
-        agent,
-        agent_name: holder.name.clone(),
-        claim: claim.clone(),
-        token,
-        run,
-        acquired_at: at,
-        expires_at: at + ttl,
-        ended: None,
-    };
-    stmt::<L::D>(
-        "INSERT INTO lease_fences (team_id, last_token) VALUES ($1, $2)
-         ON CONFLICT (team_id) DO UPDATE SET last_token = $2",
-    )
-    .arg(team)
-    .arg(db_i64(token.0))
-    .run(&mut tx)
-    .await
-    .map_err(ledger.db(what))?;
-    stmt::<L::D>(
-        "INSERT INTO leases (id, team_id, agent_id, pattern, mode, token, run_id,
-                             acquired_at, expires_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-    )
-    .arg(lease.id)
-    .arg(team)
-    .arg(agent)
-    .arg(claim.pattern.as_str().to_owned())
-    .arg(mode_name(claim.mode).to_owned())
-    .arg(db_i64(token.0))
-    .arg(run.map(|r| r.0))
-    .arg(L::D::time(at))
-    .arg(L::D::time(lease.expires_at))
-    .run(&mut tx)
-    .await
-    .map_err(ledger.db(what))?;
-    let (entry, record) = grant_entries(&lease);
-    insert_event::<L::D>(&mut tx, lease.id, 1, at, &entry)
+impl<D: Dialect> SqlLedger<D> {
+    /// One lease of `team` (this tenant's). Errors: unknown → `NotFound`.
+    async fn lease_row(&self, conn: &mut Conn<D>, team: Uuid, lease: Uuid) -> BusResult<Lease> {
+        let rows = select::<D>(conn, self.tenant(), "l.id = $2 AND l.team_id = $3", |q| {
+            q.arg(lease).arg(team)
+        })
         .await
-        .map_err(ledger.db(what))?;
-    if let Some(run) = run {
-        append::<L::D>(&mut tx, run, at, &record)
-            .await
-            .map_err(ledger.db(what))?;
+        .map_err(self.db("lease lookup"))?;
+        leases(rows)?
+            .pop()
+            .ok_or_else(|| BusError::not_found(format!("lease {lease}")))
     }
-    ledger.commit(tx, what).await?;
-    Ok(Acquired::Granted(lease))
+
+    /// Begins the change `what` of the lease `lease` of `team`: a write transaction, the lease
+    /// in it (where writers lock rows, read once, its fence locked, and read again under it),
+    /// checked by `check_lease_change` (`agent` its holder, or anyone when `None`).
+    async fn begin_lease_change(
+        &self,
+        team: Uuid,
+        agent: Option<Uuid>,
+        lease: Uuid,
+        renewing: bool,
+        at: DateTime<Utc>,
+        what: &'static str,
+    ) -> BusResult<(D::Tx, Lease)> {
+        let mut tx = self.begin(what).await?;
+        if D::ROW_LOCKS {
+            self.lease_row(&mut tx, team, lease).await?;
+            lock_fence::<D>(&mut tx, team)
+                .await
+                .map_err(self.db(what))?;
+        }
+        let found = self.lease_row(&mut tx, team, lease).await?;
+        check_lease_change(&found, agent, renewing, at)?;
+        Ok((tx, found))
+    }
 }
 
-/// The lease `lease` of `team` to change: where writers lock rows, read once, its fence
-/// locked, and read again under it.
-async fn locked_lease<L: LedgerHooks>(
-    ledger: &L,
-    tx: &mut Conn<L::D>,
-    team: Uuid,
-    lease: Uuid,
-    what: &'static str,
-) -> BusResult<Lease> {
-    if L::D::ROW_LOCKS {
-        lease_row(ledger, tx, team, lease).await?;
-        lock_fence::<L::D>(tx, team)
-            .await
-            .map_err(ledger.db(what))?;
-    }
-    lease_row(ledger, tx, team, lease).await
-}
-
-/// `Leases::renew`: the holder's live lease expires `ttl` after `at`. Errors: as the port
-/// states.
-pub async fn renew<L: LedgerHooks>(
-    ledger: &L,
-    team: Uuid,
-    agent: Uuid,
-    lease: Uuid,
-    ttl: Duration,
-    at: DateTime<Utc>,
-) -> BusResult<Lease> {
-    validate_lease_ttl(ttl)?;
-    let what = "renew lease";
-    let mut tx = ledger.begin(what).await?;
-    let mut found = locked_lease(ledger, &mut tx, team, lease, what).await?;
-    check_lease_change(&found, Some(agent), true, at)?;
-    found.expires_at = at + ttl;
-    stmt::<L::D>("UPDATE leases SET expires_at = $2 WHERE id = $1")
-        .arg(lease)
-        .arg(L::D::time(found.expires_at))
+/// `Leases` on every SQL store: the operations written once over the statements above.
+#[async_trait]
+impl<D: Dialect> Leases for SqlLedger<D> {
+    /// Checks the holder (known, not revoked; its run its own and open) and the overlap with
+    /// the team's live leases, then grants the next token of the team's fence.
+    async fn acquire(
+        &self,
+        team: Uuid,
+        agent: Uuid,
+        claim: &LeaseClaim,
+        ttl: Duration,
+        run: Option<RunId>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Acquired> {
+        validate_lease_ttl(ttl)?;
+        let what = "acquire lease";
+        let mut tx = self.begin(what).await?;
+        let last = if D::ROW_LOCKS {
+            self.agent_row(&mut tx, team, agent).await?;
+            lock_or_create_fence::<D>(&mut tx, team)
+                .await
+                .map_err(self.db(what))?
+        } else {
+            0
+        };
+        // Read (again) under the fence: a revocation takes it before it marks the agent revoked
+        // (whether or not the agent holds leases), so this read sees a revocation committed
+        // before the grant, and one after it ends this lease.
+        let holder = self.agent_row(&mut tx, team, agent).await?;
+        if holder.revoked() {
+            return Err(BusError::forbidden(format!("agent {agent} is revoked")));
+        }
+        if self.check_run_owner(&mut tx, run, team, agent).await? {
+            return Err(BusError::conflict(format!(
+                "run {} is sealed",
+                run.map(|r| r.to_string()).unwrap_or_default()
+            )));
+        }
+        let live = select::<D>(
+            &mut tx,
+            self.tenant(),
+            "l.team_id = $2 AND l.ended_at IS NULL AND l.expires_at > $3",
+            |q| q.arg(team).arg(D::time(at)),
+        )
+        .await
+        .map_err(self.db(what))?;
+        if let Err(conflicts) = decide_acquire(agent, claim, &leases(live)?, at)? {
+            return Ok(Acquired::Conflict(conflicts));
+        }
+        let last = if D::ROW_LOCKS {
+            last
+        } else {
+            lock_fence::<D>(&mut tx, team)
+                .await
+                .map_err(self.db(what))?
+                .unwrap_or(0)
+        };
+        let token = FencingToken(from_db(last))
+            .next()
+            .ok_or_else(|| BusError::conflict("the team's fencing counter is exhausted"))?;
+        let lease = Lease {
+            id: Uuid::new_v4(),
+            team,
+            agent,
+            agent_name: holder.name.clone(),
+            claim: claim.clone(),
+            token,
+            run,
+            acquired_at: at,
+            expires_at: at + ttl,
+            ended: None,
+        };
+        stmt::<D>(
+            "INSERT INTO lease_fences (team_id, last_token) VALUES ($1, $2)
+             ON CONFLICT (team_id) DO UPDATE SET last_token = $2",
+        )
+        .arg(team)
+        .arg(db_i64(token.0))
         .run(&mut tx)
         .await
-        .map_err(ledger.db(what))?;
-    let expires_at = found.expires_at;
-    event::<L::D>(&mut tx, lease, at, &LeaseEventKind::Renewed { expires_at })
+        .map_err(self.db(what))?;
+        stmt::<D>(
+            "INSERT INTO leases (id, team_id, agent_id, pattern, mode, token, run_id,
+                                 acquired_at, expires_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        )
+        .arg(lease.id)
+        .arg(team)
+        .arg(agent)
+        .arg(claim.pattern.as_str().to_owned())
+        .arg(mode_name(claim.mode).to_owned())
+        .arg(db_i64(token.0))
+        .arg(run.map(|r| r.0))
+        .arg(D::time(at))
+        .arg(D::time(lease.expires_at))
+        .run(&mut tx)
         .await
-        .map_err(ledger.db(what))?;
-    let record = RecordKind::LeaseRenewed { lease, expires_at };
-    run_record::<L::D>(&mut tx, ledger.tenant(), found.run, at, &record)
-        .await
-        .map_err(ledger.db(what))?;
-    ledger.commit(tx, what).await?;
-    Ok(found)
-}
-
-/// `Leases::release`: ends the lease (by its holder, or anyone when `agent` is `None`); an
-/// ended one is returned as it is. Errors: as the port states.
-pub async fn release<L: LedgerHooks>(
-    ledger: &L,
-    team: Uuid,
-    agent: Option<Uuid>,
-    lease: Uuid,
-    at: DateTime<Utc>,
-) -> BusResult<Lease> {
-    let what = "release lease";
-    let mut tx = ledger.begin(what).await?;
-    let found = locked_lease(ledger, &mut tx, team, lease, what).await?;
-    check_lease_change(&found, agent, false, at)?;
-    let Some(end) = release_ending(&found, at) else {
-        return Ok(found);
-    };
-    let ended = finish::<L::D>(&mut tx, ledger.tenant(), found, end.reason, at)
-        .await
-        .map_err(ledger.db(what))?;
-    ledger.commit(tx, what).await?;
-    Ok(ended)
-}
-
-/// `Leases::leases`: the team's live leases `filter` admits, by token, at most
-/// `MAX_LEASE_LIST`. Errors: unknown team → `NotFound`.
-pub async fn list<L: LedgerHooks>(
-    ledger: &L,
-    team: Uuid,
-    filter: &LeaseFilter,
-    at: DateTime<Utc>,
-) -> BusResult<Vec<Lease>> {
-    let what = "list leases";
-    let mut conn = ledger.reader(what).await?;
-    ledger.require_team(&mut conn, team).await?;
-    let rows = select::<L::D>(
-        &mut conn,
-        ledger.tenant(),
-        "l.team_id = $2 AND l.ended_at IS NULL AND l.expires_at > $3
-         AND ($4 IS NULL OR l.agent_id = $4)",
-        |q| q.arg(team).arg(L::D::time(at)).arg(filter.agent),
-    )
-    .await
-    .map_err(ledger.db(what))?;
-    let mut out: Vec<Lease> = leases(rows)?
-        .into_iter()
-        .filter(|l| filter.admits(l))
-        .collect();
-    out.truncate(MAX_LEASE_LIST);
-    Ok(out)
-}
-
-/// `Leases::lease`: one lease with its history, from one snapshot. Errors: unknown →
-/// `NotFound`.
-pub async fn history<L: LedgerHooks>(
-    ledger: &L,
-    team: Uuid,
-    lease: Uuid,
-) -> BusResult<(Lease, Vec<LeaseEvent>)> {
-    let what = "lease history";
-    let mut snapshot = ledger.snapshot(what).await?;
-    let found = lease_row(ledger, &mut snapshot, team, lease).await?;
-    let rows: Vec<(i32, <L::D as Dialect>::Time, String)> =
-        stmt::<L::D>("SELECT seq, at, kind FROM lease_events WHERE lease_id = $1 ORDER BY seq")
-            .arg(lease)
-            .all(&mut snapshot)
+        .map_err(self.db(what))?;
+        let (entry, record) = grant_entries(&lease);
+        insert_event::<D>(&mut tx, lease.id, 1, at, &entry)
             .await
-            .map_err(ledger.db(what))?;
-    ledger.end_snapshot(snapshot, what).await?;
-    let rows = rows
-        .into_iter()
-        .map(|(seq, at, kind)| (i64::from(seq), at, kind))
-        .collect();
-    Ok((found, events(lease, rows)?))
-}
+            .map_err(self.db(what))?;
+        if let Some(run) = run {
+            append::<D>(&mut tx, run, at, &record)
+                .await
+                .map_err(self.db(what))?;
+        }
+        self.commit(tx, what).await?;
+        Ok(Acquired::Granted(lease))
+    }
 
-/// `Leases::check`: whether `agent` holds a live lease with `token` covering `path` at `at`.
-pub async fn check<L: LedgerHooks>(
-    ledger: &L,
-    team: Uuid,
-    agent: Uuid,
-    token: FencingToken,
-    path: &str,
-    at: DateTime<Utc>,
-) -> BusResult<bool> {
-    validate_lease_path(path)?;
-    let what = "check lease";
-    let mut conn = ledger.reader(what).await?;
-    let rows = select::<L::D>(
-        &mut conn,
-        ledger.tenant(),
-        "l.team_id = $2 AND l.agent_id = $3 AND l.token = $4",
-        |q| q.arg(team).arg(agent).arg(db_i64(token.0)),
-    )
-    .await
-    .map_err(ledger.db(what))?;
-    Ok(leases(rows)?
-        .iter()
-        .any(|l| l.fences(agent, token, path, at)))
-}
+    /// The holder's live lease expires `ttl` after `at`.
+    async fn renew(
+        &self,
+        team: Uuid,
+        agent: Uuid,
+        lease: Uuid,
+        ttl: Duration,
+        at: DateTime<Utc>,
+    ) -> BusResult<Lease> {
+        validate_lease_ttl(ttl)?;
+        let what = "renew lease";
+        let (mut tx, mut found) = self
+            .begin_lease_change(team, Some(agent), lease, true, at, what)
+            .await?;
+        found.expires_at = at + ttl;
+        stmt::<D>("UPDATE leases SET expires_at = $2 WHERE id = $1")
+            .arg(lease)
+            .arg(D::time(found.expires_at))
+            .run(&mut tx)
+            .await
+            .map_err(self.db(what))?;
+        let expires_at = found.expires_at;
+        event::<D>(&mut tx, lease, at, &LeaseEventKind::Renewed { expires_at })
+            .await
+            .map_err(self.db(what))?;
+        let record = RecordKind::LeaseRenewed { lease, expires_at };
+        run_record::<D>(&mut tx, self.tenant(), found.run, at, &record)
+            .await
+            .map_err(self.db(what))?;
+        self.commit(tx, what).await?;
+        Ok(found)
+    }
 
-/// `Leases::expire`: ends at most `limit` of this tenant's leases lapsed at `at`, the earliest
-/// first; returns them by expiry then id.
-pub async fn expire<L: LedgerHooks>(
-    ledger: &L,
-    at: DateTime<Utc>,
-    limit: usize,
-) -> BusResult<Vec<Lease>> {
-    validate_limit(limit)?;
-    let what = "expire leases";
-    let mut tx = ledger.begin(what).await?;
-    let due: Vec<(Uuid,)> = stmt::<L::D>(
-        "SELECT l.id FROM leases l JOIN teams t ON t.id = l.team_id AND t.tenant = $1
-         WHERE l.ended_at IS NULL AND l.expires_at <= $2
-         ORDER BY l.expires_at, l.id LIMIT $3",
-    )
-    .arg(ledger.tenant().as_str().to_owned())
-    .arg(L::D::time(at))
-    .arg(limit as i64)
-    .all(&mut tx)
-    .await
-    .map_err(ledger.db(what))?;
-    let due: Vec<Uuid> = due.into_iter().map(|(id,)| id).collect();
-    let mut ended = end_leases::<L::D>(
-        &mut tx,
-        ledger.tenant(),
-        Ending::Due(&due),
-        LeaseEnd::Expired,
-        at,
-    )
-    .await
-    .map_err(ledger.db(what))?;
-    ledger.commit(tx, what).await?;
-    ended.sort_by_key(|l| (l.expires_at, l.id));
-    Ok(ended)
-}
-
-/// Implements `crewbus_ports::Leases` for an [`LedgerHooks`] type by delegating every method to
-/// this module's function of the same operation, so that neither adapter restates the trait.
-///
-/// ```ignore
-/// crewbus_sql::impl_leases!(MyLedger);
-/// ```
-#[macro_export]
-macro_rules! impl_leases {
-    ($ty:ty) => {
-        const _: () = {
-            use $crate::__private::{
-                Acquired, BusResult, DateTime, Duration, FencingToken, Lease, LeaseClaim,
-                LeaseEvent, LeaseFilter, Leases, RunId, Utc, Uuid, async_trait,
-            };
-            use $crate::leases as sql;
-
-            #[async_trait]
-            impl Leases for $ty {
-                async fn acquire(
-                    &self,
-                    team: Uuid,
-                    agent: Uuid,
-                    claim: &LeaseClaim,
-                    ttl: Duration,
-                    run: Option<RunId>,
-                    at: DateTime<Utc>,
-                ) -> BusResult<Acquired> {
-                    sql::acquire(self, team, agent, claim, ttl, run, at).await
-                }
-
-                async fn renew(
-                    &self,
-                    team: Uuid,
-                    agent: Uuid,
-                    lease: Uuid,
-                    ttl: Duration,
-                    at: DateTime<Utc>,
-                ) -> BusResult<Lease> {
-                    sql::renew(self, team, agent, lease, ttl, at).await
-                }
-
-                async fn release(
-                    &self,
-                    team: Uuid,
-                    agent: Option<Uuid>,
-                    lease: Uuid,
-                    at: DateTime<Utc>,
-                ) -> BusResult<Lease> {
-                    sql::release(self, team, agent, lease, at).await
-                }
-
-                async fn leases(
-                    &self,
-                    team: Uuid,
-                    filter: &LeaseFilter,
-                    at: DateTime<Utc>,
-                ) -> BusResult<Vec<Lease>> {
-                    sql::list(self, team, filter, at).await
-                }
-
-                async fn lease(
-                    &self,
-                    team: Uuid,
-                    lease: Uuid,
-                ) -> BusResult<(Lease, Vec<LeaseEvent>)> {
-                    sql::history(self, team, lease).await
-                }
-
-                async fn check(
-                    &self,
-                    team: Uuid,
-                    agent: Uuid,
-                    token: FencingToken,
-                    path: &str,
-                    at: DateTime<Utc>,
-                ) -> BusResult<bool> {
-                    sql::check(self, team, agent, token, path, at).await
-                }
-
-                async fn expire(&self, at: DateTime<Utc>, limit: usize) -> BusResult<Vec<Lease>> {
-                    sql::expire(self, at, limit).await
-                }
-            }
+    /// Ends the lease (by its holder, or anyone when `agent` is `None`); an ended one is
+    /// returned as it is.
+    async fn release(
+        &self,
+        team: Uuid,
+        agent: Option<Uuid>,
+        lease: Uuid,
+        at: DateTime<Utc>,
+    ) -> BusResult<Lease> {
+        let what = "release lease";
+        let (mut tx, found) = self
+            .begin_lease_change(team, agent, lease, false, at, what)
+            .await?;
+        let Some(end) = release_ending(&found, at) else {
+            return Ok(found);
         };
-    };
+        let ended = finish::<D>(&mut tx, self.tenant(), found, end.reason, at)
+            .await
+            .map_err(self.db(what))?;
+        self.commit(tx, what).await?;
+        Ok(ended)
+    }
+
+    /// The team's live leases `filter` admits, by token, at most `MAX_LEASE_LIST`.
+    async fn leases(
+        &self,
+        team: Uuid,
+        filter: &LeaseFilter,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<Lease>> {
+        let what = "list leases";
+        let mut conn = self.reader(what).await?;
+        self.require_team(&mut conn, team).await?;
+        let rows = select::<D>(
+            &mut conn,
+            self.tenant(),
+            "l.team_id = $2 AND l.ended_at IS NULL AND l.expires_at > $3
+             AND ($4 IS NULL OR l.agent_id = $4)",
+            |q| q.arg(team).arg(D::time(at)).arg(filter.agent),
+        )
+        .await
+        .map_err(self.db(what))?;
+        let mut out: Vec<Lease> = leases(rows)?
+            .into_iter()
+            .filter(|l| filter.admits(l))
+            .collect();
+        out.truncate(MAX_LEASE_LIST);
+        Ok(out)
+    }
+
+    /// One lease with its history, from one snapshot.
+    async fn lease(&self, team: Uuid, lease: Uuid) -> BusResult<(Lease, Vec<LeaseEvent>)> {
+        let what = "lease history";
+        let mut snapshot = self.snapshot(what).await?;
+        let found = self.lease_row(&mut snapshot, team, lease).await?;
+        let rows: Vec<(i32, D::Time, String)> =
+            stmt::<D>("SELECT seq, at, kind FROM lease_events WHERE lease_id = $1 ORDER BY seq")
+                .arg(lease)
+                .all(&mut snapshot)
+                .await
+                .map_err(self.db(what))?;
+        self.end_snapshot(snapshot, what).await?;
+        let rows = rows
+            .into_iter()
+            .map(|(seq, at, kind)| (i64::from(seq), at, kind))
+            .collect();
+        Ok((found, events(lease, rows)?))
+    }
+
+    /// Whether `agent` holds a live lease with `token` covering `path` at `at`.
+    async fn check(
+        &self,
+        team: Uuid,
+        agent: Uuid,
+        token: FencingToken,
+        path: &str,
+        at: DateTime<Utc>,
+    ) -> BusResult<bool> {
+        validate_lease_path(path)?;
+        let what = "check lease";
+        let mut conn = self.reader(what).await?;
+        let rows = select::<D>(
+            &mut conn,
+            self.tenant(),
+            "l.team_id = $2 AND l.agent_id = $3 AND l.token = $4",
+            |q| q.arg(team).arg(agent).arg(db_i64(token.0)),
+        )
+        .await
+        .map_err(self.db(what))?;
+        Ok(leases(rows)?
+            .iter()
+            .any(|l| l.fences(agent, token, path, at)))
+    }
+
+    /// Ends at most `limit` of this tenant's leases lapsed at `at`, the earliest first; returns
+    /// them by expiry then id.
+    async fn expire(&self, at: DateTime<Utc>, limit: usize) -> BusResult<Vec<Lease>> {
+        validate_limit(limit)?;
+        let what = "expire leases";
+        let mut tx = self.begin(what).await?;
+        let due: Vec<(Uuid,)> = stmt::<D>(
+            "SELECT l.id FROM leases l JOIN teams t ON t.id = l.team_id AND t.tenant = $1
+             WHERE l.ended_at IS NULL AND l.expires_at <= $2
+             ORDER BY l.expires_at, l.id LIMIT $3",
+        )
+        .arg(self.tenant().as_str().to_owned())
+        .arg(D::time(at))
+        .arg(limit as i64)
+        .all(&mut tx)
+        .await
+        .map_err(self.db(what))?;
+        let due: Vec<Uuid> = due.into_iter().map(|(id,)| id).collect();
+        let mut ended = end_leases::<D>(
+            &mut tx,
+            self.tenant(),
+            Ending::Due(&due),
+            LeaseEnd::Expired,
+            at,
+        )
+        .await
+        .map_err(self.db(what))?;
+        self.commit(tx, what).await?;
+        ended.sort_by_key(|l| (l.expires_at, l.id));
+        Ok(ended)
+    }
 }

@@ -1,7 +1,7 @@
 //! The Rust the two SQL adapters (`crewbus-postgres`, `crewbus-sqlite`) share: the rows of the
 //! ledger's, journal's and push store's tables with their conversions into domain types, how
 //! counters are stored, the pure steps around the queries, and the operations that are the same
-//! on both stores — the leases ([`leases`], [`impl_leases!`]), the journal ([`journal`],
+//! on both stores — the leases ([`leases`]: `impl Leases for SqlLedger<D>`), the journal ([`journal`],
 //! [`impl_journal!`]), the send allowances ([`send_allowance`]: `impl SendAllowance for
 //! SqlLedger<D>`), the operators ([`operators`], [`impl_operators!`]), the push store ([`push_store`],
 //! [`impl_push_store!`]), the ledger's delivery section ([`delivery`], over
@@ -59,7 +59,7 @@ pub mod watch;
 
 pub use counter::{db_i64, from_db};
 
-/// What the expansions of the `impl_*!` macros ([`impl_leases!`], [`impl_journal!`],
+/// What the expansions of the `impl_*!` macros ([`impl_journal!`],
 /// [`impl_operators!`], [`impl_push_store!`], [`impl_search!`],
 /// [`impl_oversight!`], [`impl_body_backend!`], [`impl_inbox!`]) name, so the adapter need not
 /// import it.
@@ -68,23 +68,22 @@ pub mod __private {
     pub use async_trait::async_trait;
     pub use chrono::{DateTime, Utc};
     pub use crewbus_domain::{
-        Acquired, BusResult, FencingToken, Lease, LeaseClaim, LeaseEvent, LeaseFilter, Record, Run,
-        RunId, RunOutcome, Seq, StoreError, TenantId,
-    };
-    pub use crewbus_domain::{
         ActivityBucket, AgentActivity, ConversationSummary, RecipientState, StorageUse,
         WakeupTarget,
     };
     pub use crewbus_domain::{Agent, IndexEntry, IndexPosition, Message, SearchPage, SearchQuery};
+    pub use crewbus_domain::{
+        BusResult, Record, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
+    };
     pub use crewbus_domain::{Envelope, Locator, Published};
     pub use crewbus_domain::{InboxRef, InboxStatus};
     pub use crewbus_domain::{Operator, OperatorScope, OperatorSession, TokenHash};
     pub use crewbus_domain::{PushAttempt, PushConfig, PushRegistration};
     pub use crewbus_ports::Inbox;
+    pub use crewbus_ports::Journal;
     pub use crewbus_ports::MessagingBackend;
     pub use crewbus_ports::Oversight;
     pub use crewbus_ports::Search;
-    pub use crewbus_ports::{Journal, Leases};
     pub use crewbus_ports::{Operators, PushStore};
     pub use std::time::Duration;
     pub use uuid::Uuid;

@@ -159,8 +159,6 @@ impl LedgerHooks for PostgresLedger {
     }
 }
 
-crewbus_sql::impl_leases!(PostgresLedger);
-
 crewbus_ports::impl_ledger_by_sections! {
     PostgresLedger { tenant: tenant, local_backend: Some(SCHEME), sections: async }
 }

@@ -131,8 +131,6 @@ impl LedgerHooks for SqliteLedger {
     }
 }
 
-crewbus_sql::impl_leases!(SqliteLedger);
-
 crewbus_ports::impl_ledger_by_sections! {
     SqliteLedger { tenant: tenant, local_backend: Some(SCHEME), sections: async }
 }
