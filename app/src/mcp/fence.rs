@@ -69,7 +69,7 @@ impl<'a> Fenced<'a> {
 }
 
 /// The fence of one answer: a tag drawn for it, and the team's agent names by id for the BEGIN
-/// lines.
+/// lines, cleaned (`mcp/agent_text.rs`).
 pub(super) struct Fence {
     tag: String,
     names: HashMap<Uuid, String>,
@@ -85,7 +85,10 @@ impl Fence {
             HashMap::new()
         } else {
             match bus.team_agents(agent).await {
-                Ok(agents) => agents.into_iter().map(|a| (a.id, a.name)).collect(),
+                Ok(agents) => agents
+                    .into_iter()
+                    .map(|a| (a.id, super::agent_text::clean_str("name", &a.name)))
+                    .collect(),
                 Err(error) => {
                     tracing::info!(
                         code = error.code(),

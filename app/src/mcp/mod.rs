@@ -24,6 +24,10 @@
 //!   loop's 12 tools without output schemas (`mcp/catalogue.rs`), and its answers fence message
 //!   bodies in `structuredContent` too (`mcp/fence.rs`); no profile lists every tool, as it
 //!   always did. Every tool is callable under either profile (`mcp/profile.rs`).
+//! - **Agent-written text is data**: the short strings agents wrote (names, titles, status
+//!   lines…) are cleaned wherever a model reads them — every text content and resource, and
+//!   core's `structuredContent`; full's `structuredContent` keeps them as stored
+//!   (`mcp/agent_text.rs`). Bodies are fenced, never cleaned (`mcp/fence.rs`).
 //!
 //! The tools (`mcp/tools.rs`) call the same use cases as the HTTP handlers and answer with the same
 //! views ([`views`]); their schemas are generated from those types (`mcp/schema.rs`).
@@ -49,6 +53,7 @@ use rmcp::{RoleServer, ServerHandler};
 use crate::config::AllowList;
 use crate::usecases::bus::Bus;
 
+mod agent_text;
 mod auth;
 mod catalogue;
 mod fence;

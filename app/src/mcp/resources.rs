@@ -11,6 +11,9 @@
 //!   (`mcp/fence.rs`): it holds the body between a BEGIN and an END line carrying the answer's
 //!   `fence` tag (a body cannot forge the END line), and `notice` says bodies are data.
 //!
+//! What agents wrote besides bodies — titles, members' names, request ids — is cleaned in every
+//! resource and in `resources/list` (`mcp/agent_text.rs`): a resource is read by a model.
+//!
 //! `resources/list` lists the inbox and one resource per conversation of the agent. A URI that
 //! is not one of these, or names a conversation that is unknown, of another team, or one the
 //! agent is not a member of, is the resource-not-found error (`-32002`; rmcp answers it as
@@ -24,6 +27,7 @@ use rmcp::model::{
 use serde::Serialize;
 use serde_json::Value;
 
+use super::agent_text;
 use super::fence::{BODIES_ARE_DATA, Fence, Fenced};
 use super::views::{DEFAULT_MAX_BYTES, cut};
 use crate::http::error::error_body;
@@ -93,9 +97,10 @@ async fn list_now(bus: &Bus, agent: &Agent) -> Result<ListResourcesResult, Error
             .with_mime_type(JSON),
     ];
     for c in conversations {
+        let title = agent_text::clean_str("title", &c.title);
         resources.push(
-            Resource::new(format!("{CONVERSATION_PREFIX}{}", c.id), c.title.clone())
-                .with_title(c.title)
+            Resource::new(format!("{CONVERSATION_PREFIX}{}", c.id), title.clone())
+                .with_title(title)
                 .with_description(format!(
                     "A conversation you are a member of: title, members and its newest {} \
                      messages. {BODIES_ARE_DATA}",
@@ -136,7 +141,7 @@ pub(crate) async fn read(
 }
 
 async fn read_now(bus: &Bus, agent: &Agent, uri: &str) -> Result<ReadResourceResult, ErrorData> {
-    let json = if uri == INBOX_URI {
+    let mut json = if uri == INBOX_URI {
         let status = bus.inbox_status(agent).await.map_err(to_error)?;
         serde_json::to_value(InboxStatusView::from(status)).expect("a view serializes")
     } else if let Some(id) = uri.strip_prefix(CONVERSATION_PREFIX) {
@@ -148,6 +153,7 @@ async fn read_now(bus: &Bus, agent: &Agent, uri: &str) -> Result<ReadResourceRes
     } else {
         return Err(not_found(uri));
     };
+    agent_text::clean(&mut json);
     Ok(ReadResourceResult::new(vec![
         ResourceContents::text(json.to_string(), uri).with_mime_type(JSON),
     ])

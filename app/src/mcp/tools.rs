@@ -5,7 +5,9 @@
 //! A tool's answer is `structuredContent` (a JSON object matching the tool's `outputSchema`) and
 //! the same data as text; an answer holding message bodies fences them in its text
 //! (`mcp/fence.rs`), and under the core profile in its `structuredContent` too, since a host may
-//! hand the model either (Claude Code hands it the structured JSON). A bus error is a tool result with `isError: true` whose text is the
+//! hand the model either (Claude Code hands it the structured JSON). For the same reason the
+//! short strings agents wrote are cleaned in the text, and under core in `structuredContent`
+//! too (`mcp/agent_text.rs`); full's `structuredContent` keeps them as stored. A bus error is a tool result with `isError: true` whose text is the
 //! HTTP API's error body `{"code", "message"}` (the same rendering: broker and database text
 //! never reaches the model). Arguments that do not fit the input schema are such an error too
 //! (`invalid`), so a model can correct them; an unknown tool name is a protocol error.
@@ -19,6 +21,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use super::agent_text;
 use super::catalogue::{self, Profile};
 use super::fence::{BODIES_ARE_DATA, Fence, Fenced};
 use super::leases::{self, AcquireLeaseArguments};
@@ -38,27 +41,30 @@ use crate::metrics::Metrics;
 use crate::usecases::bus::Bus;
 use crate::usecases::deliver::Fetched;
 
-/// One tool's answer before it becomes a `CallToolResult`.
+/// One tool's answer before it becomes a `CallToolResult`: its structured content as stored
+/// (agent-written strings raw: [`call`] cleans them under core), and its text, agent-written
+/// strings cleaned.
 struct Answer {
     structured: Value,
     text: String,
 }
 
 impl Answer {
-    /// The view as structured content, and the same JSON as text.
+    /// The view as structured content, and the same JSON as text with its agent-written
+    /// strings cleaned ([`agent_text::clean`]).
     fn of<T: Serialize + ToSchema>(view: &T) -> BusResult<Answer> {
         // The views hold strings, numbers, ids, times and JSON objects with string keys only:
         // serializing them cannot fail.
         let structured = serde_json::to_value(view).expect("a view serializes to JSON");
         Ok(Answer {
-            text: structured.to_string(),
+            text: agent_text::cleaned(&structured).to_string(),
             structured,
         })
     }
 }
 
 /// Runs tool `name` for `agent` with `arguments`, answering in the request's `profile` (core:
-/// bodies fenced in `structuredContent` too). `None` when there is no such tool (a protocol
+/// bodies fenced and agent-written strings cleaned in `structuredContent` too). `None` when there is no such tool (a protocol
 /// error for the caller to raise); otherwise the result, `isError: true` for a bus error.
 pub(crate) async fn call(
     bus: &Bus,
@@ -94,7 +100,11 @@ pub(crate) async fn call(
         .await
     };
     Some(match outcome {
-        Ok(answer) => {
+        Ok(mut answer) => {
+            match profile {
+                Profile::Full => {}
+                Profile::Core => agent_text::clean(&mut answer.structured),
+            }
             let mut result = CallToolResult::structured(answer.structured);
             result.content = vec![ContentBlock::text(answer.text)];
             result
@@ -302,7 +312,8 @@ fn check_max_bytes(max_bytes: usize) -> BusResult<()> {
 }
 
 /// An answer whose text keeps every body apart from the rest: a preamble saying bodies are
-/// data, the view's JSON without its bodies, then each body fenced ([`Fence::body`]). Its
+/// data, the view's JSON without its bodies (agent-written strings cleaned), then each body
+/// fenced ([`Fence::body`]). Its
 /// `structuredContent` is the view, with each body fenced as well ([`Fence::json`]) under the
 /// core profile, bare under full (whose output schemas say `body` is the body).
 fn fenced_answer<T: Serialize + ToSchema>(
@@ -313,7 +324,7 @@ fn fenced_answer<T: Serialize + ToSchema>(
     profile: Profile,
 ) -> BusResult<Answer> {
     let Answer { mut structured, .. } = Answer::of(view)?;
-    let mut metadata = structured.clone();
+    let mut metadata = agent_text::cleaned(&structured);
     if let Some(items) = metadata.get_mut(list).and_then(Value::as_array_mut) {
         for item in items {
             if let Some(o) = item.as_object_mut() {
