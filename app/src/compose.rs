@@ -228,7 +228,7 @@ pub fn sqlite_with(
         leases: Arc::new(ledger.sql().clone()),
         // One server holds the store: its buckets are exact in process.
         send_allowance: None,
-        search: ledger,
+        search: Arc::new(ledger.sql().clone()),
         registry: Arc::new(registry),
         journal,
         push_store,
@@ -332,7 +332,7 @@ pub async fn postgres_with_pool(
         leases: Arc::new(ledger.sql().clone()),
         // Servers share the database: each agent's bucket is one row of it.
         send_allowance: Some(Arc::new(ledger.sql().clone())),
-        search: ledger,
+        search: Arc::new(ledger.sql().clone()),
         registry: Arc::new(postgres),
         journal,
         push_store,

@@ -246,7 +246,7 @@ impl LedgerFixture for PgLedger {
         ]
     }
     fn search(&self) -> Arc<dyn Search> {
-        Arc::new(self.ledger.clone())
+        Arc::new(self.ledger.sql().clone())
     }
 }
 

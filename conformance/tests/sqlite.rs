@@ -236,7 +236,7 @@ impl LedgerFixture for SqliteLedgerFixture {
         ]
     }
     fn search(&self) -> Arc<dyn Search> {
-        Arc::new(self.ledger.clone())
+        Arc::new(self.ledger.sql().clone())
     }
 }
 

@@ -4,14 +4,19 @@
 //! SQLSTATE (`error.rs`).
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusError, StoreError};
-use crewbus_sql::dialect::Dialect;
+use crewbus_domain::{
+    Agent, BusError, BusResult, IndexEntry, SearchQuery, SearchTerms, StoreError,
+};
+use crewbus_sql::dialect::{Dialect, Flavor, Via};
 use crewbus_sql::driver::Stmt;
+use crewbus_sql::ledger::SqlLedger;
+use crewbus_sql::search::HitRow;
 use sqlx::pool::PoolConnection;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::error;
+use crate::ledger::search;
 
 /// The Postgres dialect.
 pub struct Pg;
@@ -25,6 +30,8 @@ impl Dialect for Pg {
     type Snapshot = Transaction<'static, Postgres>;
     type Write = PoolConnection<Postgres>;
     const NAME: &'static str = crate::NAME;
+    const FLAVOR: Flavor = Flavor::Postgres;
+    const READS: Via = Via::Connection;
     const ROW_LOCKS: bool = true;
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const FOR_NO_KEY_UPDATE: &'static str = " FOR NO KEY UPDATE";
@@ -73,6 +80,25 @@ impl Dialect for Pg {
 
     fn may_have_committed(err: &sqlx::Error) -> bool {
         error::may_have_committed(err)
+    }
+
+    async fn write_index(
+        ledger: &SqlLedger<Pg>,
+        conn: &mut PgConnection,
+        entries: &[IndexEntry],
+        at: DateTime<Utc>,
+    ) -> BusResult<u64> {
+        search::write_index(ledger, conn, entries, at).await
+    }
+
+    async fn hits(
+        ledger: &SqlLedger<Pg>,
+        conn: &mut PgConnection,
+        agent: &Agent,
+        query: &SearchQuery,
+        terms: &SearchTerms,
+    ) -> BusResult<Vec<HitRow>> {
+        search::hits(ledger, conn, agent, query, terms).await
     }
 
     fn any_id(column: &str, first: usize, _n: usize) -> String {

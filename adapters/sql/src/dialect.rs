@@ -7,18 +7,51 @@ use std::future::Future;
 use std::ops::{Deref, DerefMut};
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusError, StoreError};
+use crewbus_domain::{
+    Agent, BusError, BusResult, IndexEntry, SearchQuery, SearchTerms, StoreError,
+};
 use sqlx::Database;
 use uuid::Uuid;
 
 use crate::driver::{Binds, Reads, Runs, Stmt};
 use crate::journal::{RecordRow, RunRow};
 use crate::leases::LeaseRow;
+use crate::ledger::SqlLedger;
 use crate::push_store::{AttemptRow, PushRow};
 use crate::rows::{ActivityRow, AgentRow, MemberRow, MessageRow, RecipientRow, TeamRow};
+use crate::search::HitRow;
 
 /// The connection of dialect `D` (`PgConnection`, `SqliteConnection`).
 pub type Conn<D> = <<D as Dialect>::Db as Database>::Connection;
+
+/// Which SQL store a [`Dialect`] is: picks its text of a [`PerDialect`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Flavor {
+    /// `crewbus_postgres::Pg`.
+    Postgres,
+    /// `crewbus_sqlite::Lite`.
+    Sqlite,
+}
+
+/// One thing — mostly a statement's text — as each store has it, written beside the shared code
+/// that uses it, so a reader sees both and a text that differs is changed in one file.
+#[derive(Clone, Copy, Debug)]
+pub struct PerDialect<T> {
+    /// Postgres's.
+    pub postgres: T,
+    /// SQLite's.
+    pub sqlite: T,
+}
+
+impl<T: Copy> PerDialect<T> {
+    /// Dialect `D`'s.
+    pub fn of<D: Dialect>(&self) -> T {
+        match D::FLAVOR {
+            Flavor::Postgres => self.postgres,
+            Flavor::Sqlite => self.sqlite,
+        }
+    }
+}
 
 /// One SQL dialect: what the shared functions need to know of a driver. Implemented by each
 /// SQL adapter on a marker type (`Pg`, `Lite`).
@@ -101,6 +134,14 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     /// `"sqlite"`).
     const NAME: &'static str;
 
+    /// Which of the two texts of a [`PerDialect`] this store runs.
+    const FLAVOR: Flavor;
+
+    /// How reads of more than one statement hold the store (a lookup, then the rows; a search's
+    /// conversation check, then its hits): Postgres [`Via::Connection`] (each statement its own
+    /// read-committed snapshot), SQLite [`Via::Snapshot`] (one WAL snapshot).
+    const READS: Via;
+
     /// Begins a write transaction.
     fn begin(store: &Self::Store) -> impl Future<Output = Result<Self::Tx, sqlx::Error>> + Send;
 
@@ -155,6 +196,34 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     /// What a select of a run row to append to ends with: ` FOR NO KEY UPDATE` on Postgres (the
     /// foreign-key checks of inserted records are not blocked), nothing on SQLite.
     const FOR_NO_KEY_UPDATE: &'static str;
+
+    /// `Search::index`'s writes, in the caller's write transaction: each entry's message, if it
+    /// is a stored, unretained message of this tenant (and, where writers lock rows, not held
+    /// by another index write), indexed (title and body) and marked indexed at `at`. `entries`
+    /// is not empty. Returns how many were (re)indexed: Postgres counts each message once (the
+    /// last entry for it wins; a `tsvector` under a GIN index), SQLite each entry in order (a
+    /// message repeated in the batch counts again; FTS5).
+    fn write_index(
+        ledger: &SqlLedger<Self>,
+        conn: &mut Conn<Self>,
+        entries: &[IndexEntry],
+        at: DateTime<Utc>,
+    ) -> impl Future<Output = BusResult<u64>> + Send;
+
+    /// The hits of `terms` for `agent` (its team's conversations it is a member of;
+    /// `query.conversation` only, when given, already checked), of the [`MAX_SEARCH_DEPTH`]
+    /// matches indexed last, best first — rank descending (Postgres `ts_rank_cd`, SQLite
+    /// `bm25`), then `sent_at` newest first, then message id — `query.offset` skipped, at most
+    /// `query.limit + 1` (the page's one more).
+    ///
+    /// [`MAX_SEARCH_DEPTH`]: crewbus_domain::MAX_SEARCH_DEPTH
+    fn hits(
+        ledger: &SqlLedger<Self>,
+        conn: &mut Conn<Self>,
+        agent: &Agent,
+        query: &SearchQuery,
+        terms: &SearchTerms,
+    ) -> impl Future<Output = BusResult<Vec<HitRow<Self::Time>>>> + Send;
 
     /// An SQL condition "`column` is one of `n` ids" whose arguments start at placeholder
     /// `first`, bound by [`Dialect::bind_ids`]: Postgres `column = ANY($first)` (one array),

@@ -5,7 +5,7 @@
 //! [`impl_journal!`]), the send allowances ([`send_allowance`]: `impl SendAllowance for
 //! SqlLedger<D>`), the operators ([`operators`], [`impl_operators!`]), the push store ([`push_store`],
 //! [`impl_push_store!`]), the ledger's delivery section ([`delivery`], over
-//! [`delivery::SqlDelivery`]) with the inbox watch's read ([`watch`]), the search index ([`search`], [`impl_search!`]), the
+//! [`delivery::SqlDelivery`]) with the inbox watch's read ([`watch`]), the search index ([`search`]: `impl Search for SqlLedger<D>`), the
 //! directory section ([`directory`]), history pages ([`history`]), the oversight ([`oversight`],
 //! [`impl_oversight!`]), the body backend ([`body`], [`impl_body_backend!`], over a
 //! [`store::SqlStore`]), the inbox ([`inbox`], [`impl_inbox!`]), the ledger's retention section
@@ -60,18 +60,18 @@ pub mod watch;
 pub use counter::{db_i64, from_db};
 
 /// What the expansions of the `impl_*!` macros ([`impl_journal!`],
-/// [`impl_operators!`], [`impl_push_store!`], [`impl_search!`],
+/// [`impl_operators!`], [`impl_push_store!`],
 /// [`impl_oversight!`], [`impl_body_backend!`], [`impl_inbox!`]) name, so the adapter need not
 /// import it.
 #[doc(hidden)]
 pub mod __private {
     pub use async_trait::async_trait;
     pub use chrono::{DateTime, Utc};
+    pub use crewbus_domain::Agent;
     pub use crewbus_domain::{
         ActivityBucket, AgentActivity, ConversationSummary, RecipientState, StorageUse,
         WakeupTarget,
     };
-    pub use crewbus_domain::{Agent, IndexEntry, IndexPosition, Message, SearchPage, SearchQuery};
     pub use crewbus_domain::{
         BusResult, Record, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
     };
@@ -83,7 +83,6 @@ pub mod __private {
     pub use crewbus_ports::Journal;
     pub use crewbus_ports::MessagingBackend;
     pub use crewbus_ports::Oversight;
-    pub use crewbus_ports::Search;
     pub use crewbus_ports::{Operators, PushStore};
     pub use std::time::Duration;
     pub use uuid::Uuid;

@@ -3,15 +3,21 @@
 //! `IN ($n, …)`, the pools of [`SqlitePools`] (every write a part of the group commit, reads on
 //! the read pool) and one error mapping by result code (`error.rs`, counting busy errors).
 
-use crewbus_domain::{BusError, StoreError};
-use crewbus_sql::dialect::Dialect;
+use chrono::{DateTime, Utc};
+use crewbus_domain::{
+    Agent, BusError, BusResult, IndexEntry, SearchQuery, SearchTerms, StoreError,
+};
+use crewbus_sql::dialect::{Dialect, Flavor, Via};
 use crewbus_sql::driver::Stmt;
+use crewbus_sql::ledger::SqlLedger;
+use crewbus_sql::search::HitRow;
 use sqlx::pool::PoolConnection;
-use sqlx::{Sqlite, Transaction};
+use sqlx::{Sqlite, SqliteConnection, Transaction};
 use uuid::Uuid;
 
 use crate::codec::Ts;
 use crate::connect::{SqlitePools, WriteTx};
+use crate::ledger::search;
 
 /// The SQLite dialect.
 pub struct Lite;
@@ -25,6 +31,8 @@ impl Dialect for Lite {
     type Snapshot = Transaction<'static, Sqlite>;
     type Write = WriteTx;
     const NAME: &'static str = crate::NAME;
+    const FLAVOR: Flavor = Flavor::Sqlite;
+    const READS: Via = Via::Snapshot;
     const ROW_LOCKS: bool = false;
     const FOR_UPDATE: &'static str = "";
     const FOR_NO_KEY_UPDATE: &'static str = "";
@@ -73,6 +81,25 @@ impl Dialect for Lite {
     /// commit.
     fn may_have_committed(err: &sqlx::Error) -> bool {
         matches!(err, sqlx::Error::WorkerCrashed)
+    }
+
+    async fn write_index(
+        ledger: &SqlLedger<Lite>,
+        conn: &mut SqliteConnection,
+        entries: &[IndexEntry],
+        at: DateTime<Utc>,
+    ) -> BusResult<u64> {
+        search::write_index(ledger, conn, entries, at).await
+    }
+
+    async fn hits(
+        ledger: &SqlLedger<Lite>,
+        conn: &mut SqliteConnection,
+        agent: &Agent,
+        query: &SearchQuery,
+        terms: &SearchTerms,
+    ) -> BusResult<Vec<HitRow<Ts>>> {
+        search::hits(ledger, conn, agent, query, terms).await
     }
 
     fn any_id(column: &str, first: usize, n: usize) -> String {

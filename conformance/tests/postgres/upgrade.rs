@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use chrono::{DateTime, TimeZone, Utc};
 use crewbus_conformance::postgres::TestDatabase;
 use crewbus_domain::{AgentKind, OperatorScope, Publication, SendRequest, TenantId, TokenHash};
-use crewbus_ports::{Ledger, Operators, Oversight};
+use crewbus_ports::{Ledger, Operators, Oversight, Search};
 use crewbus_postgres::PostgresLedger;
 use libtest_mimic::Failed;
 use sqlx::PgPool;
@@ -379,7 +379,8 @@ async fn a_database_from_before_request_ids_per_sender_upgrades() -> Result<(), 
     assert_eq!(ledger.receipts(team, m2).await?.len(), 2);
     assert_eq!(ledger.receipts(team, m3).await?.len(), 3);
     // Search (20261203000020): the messages stored before it are its backlog.
-    let backlog: BTreeSet<Uuid> = crewbus_ports::Search::unindexed(&ledger, None, 10)
+    let backlog: BTreeSet<Uuid> = ledger
+        .unindexed(None, 10)
         .await?
         .iter()
         .map(|m| m.id)

@@ -9,7 +9,7 @@ use std::borrow::Cow;
 use std::collections::BTreeSet;
 
 use crewbus_domain::{AgentKind, OperatorScope, Publication, SendRequest, TenantId, TokenHash};
-use crewbus_ports::{Ledger, Operators, Oversight};
+use crewbus_ports::{Ledger, Operators, Oversight, Search};
 use crewbus_sqlite::SqliteLedger;
 use libtest_mimic::Failed;
 use sqlx::migrate::Migrator;
@@ -505,7 +505,8 @@ async fn a_store_from_before_request_ids_per_sender_upgrades() -> Result<(), Fai
         "the stored ones"
     );
     // Search (20261203000020): the messages stored before it are its backlog, oldest first.
-    let backlog: Vec<Uuid> = crewbus_ports::Search::unindexed(&ledger, None, 10)
+    let backlog: Vec<Uuid> = ledger
+        .unindexed(None, 10)
         .await?
         .iter()
         .map(|m| m.id)

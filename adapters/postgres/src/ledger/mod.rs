@@ -31,7 +31,7 @@ mod references;
 mod relay;
 mod retention;
 mod rows;
-mod search;
+pub(crate) mod search;
 mod send;
 mod settle;
 

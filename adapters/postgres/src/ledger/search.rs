@@ -2,8 +2,8 @@
 //! message under a GIN index, matched with a `tsquery` built from the domain's terms and ranked
 //! by `ts_rank_cd` (body weight D = 1.0, title weight A = [`TITLE_WEIGHT`]).
 //!
-//! The port is `crewbus_sql::search`'s ([`crewbus_sql::impl_search!`]); this module holds the
-//! index writes and the match query ([`SqlSearch`]).
+//! The port is `crewbus_sql::search`'s (`impl Search for SqlLedger<D>`); this module holds the
+//! index writes and the match query (`Dialect::write_index`, `Dialect::hits`).
 //!
 //! # Cost
 //! Only the [`MAX_SEARCH_DEPTH`] matches indexed last are ranked (`recent`, by `ord`), so the
@@ -39,12 +39,13 @@ use crewbus_domain::{
     Agent, BusResult, IndexEntry, MAX_SEARCH_DEPTH, Phrase, SearchDocument, SearchQuery,
     SearchTerms, TITLE_WEIGHT, indexed_body,
 };
-use crewbus_sql::search::{HIT_COLUMNS, HitRow, INDEX_TARGET_COLUMNS, IndexTarget, SqlSearch};
-use sqlx::pool::PoolConnection;
-use sqlx::{PgConnection, Postgres};
+use crewbus_sql::ledger::SqlLedger;
+use crewbus_sql::search::{HIT_COLUMNS, HitRow, INDEX_TARGET_COLUMNS, IndexTarget};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
-use super::{PostgresLedger, db};
+use super::db;
+use crate::dialect::Pg;
 
 /// The greatest position a `tsvector` keeps (positions are 1..=16383).
 const MAX_POSITION: usize = 16_383;
@@ -95,61 +96,53 @@ fn tsquery(terms: &SearchTerms) -> String {
     parts.join(" & ")
 }
 
-impl SqlSearch for PostgresLedger {
-    type SearchRead = PoolConnection<Postgres>;
-    const BACKLOG: &'static str = "messages m";
-
-    async fn search_read(&self, what: &'static str) -> BusResult<PoolConnection<Postgres>> {
-        self.pool().acquire().await.map_err(db(what))
-    }
-
-    /// Locks the entries' messages `FOR NO KEY UPDATE … SKIP LOCKED` in id order (see the
-    /// module's doc), then writes their index rows (the last entry for a message wins; each
-    /// message counted once) and marks them indexed: one statement each.
-    async fn write_index(
-        &self,
-        conn: &mut PgConnection,
-        entries: &[IndexEntry],
-        at: DateTime<Utc>,
-    ) -> BusResult<u64> {
-        let what = "index messages";
-        let ids: Vec<Uuid> = entries.iter().map(|e| e.message).collect();
-        let targets: Vec<IndexTarget> = sqlx::query_as(&format!(
-            "SELECT {INDEX_TARGET_COLUMNS} FROM messages m
+/// `Dialect::write_index` on Postgres: locks the entries' messages `FOR NO KEY UPDATE … SKIP LOCKED` in id order (see the
+/// module's doc), then writes their index rows (the last entry for a message wins; each
+/// message counted once) and marks them indexed: one statement each.
+pub(crate) async fn write_index(
+    ledger: &SqlLedger<Pg>,
+    conn: &mut PgConnection,
+    entries: &[IndexEntry],
+    at: DateTime<Utc>,
+) -> BusResult<u64> {
+    let what = "index messages";
+    let ids: Vec<Uuid> = entries.iter().map(|e| e.message).collect();
+    let targets: Vec<IndexTarget> = sqlx::query_as(&format!(
+        "SELECT {INDEX_TARGET_COLUMNS} FROM messages m
              JOIN conversations c ON c.id = m.conversation_id
              JOIN teams t ON t.id = m.team_id
              WHERE m.id = ANY($1) AND t.tenant = $2 AND m.publication = 'stored'
                AND m.retained_at IS NULL
              ORDER BY m.id
              FOR NO KEY UPDATE OF m SKIP LOCKED"
-        ))
-        .bind(&ids)
-        .bind(self.tenant().as_str())
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db(what))?;
-        let mut rows = IndexRows::default();
-        for m in targets {
-            // The last entry for a message wins, as if the entries were applied in order.
-            let Some(e) = entries.iter().rev().find(|e| e.message == m.id) else {
-                continue;
-            };
-            let document = SearchDocument::new(&m.title, e.body.as_deref());
-            rows.id.push(m.id);
-            rows.team.push(m.team_id);
-            rows.conversation.push(m.conversation_id);
-            rows.sender.push(m.sender_id);
-            rows.seq.push(m.seq);
-            rows.sent_at.push(m.sent_at);
-            rows.body
-                .push(e.body.as_deref().map(indexed_body).unwrap_or_default());
-            rows.document.push(tsvector(&document));
-        }
-        if rows.id.is_empty() {
-            return Ok(0);
-        }
-        sqlx::query(
-            "INSERT INTO message_search
+    ))
+    .bind(&ids)
+    .bind(ledger.tenant().as_str())
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(db(what))?;
+    let mut rows = IndexRows::default();
+    for m in targets {
+        // The last entry for a message wins, as if the entries were applied in order.
+        let Some(e) = entries.iter().rev().find(|e| e.message == m.id) else {
+            continue;
+        };
+        let document = SearchDocument::new(&m.title, e.body.as_deref());
+        rows.id.push(m.id);
+        rows.team.push(m.team_id);
+        rows.conversation.push(m.conversation_id);
+        rows.sender.push(m.sender_id);
+        rows.seq.push(m.seq);
+        rows.sent_at.push(m.sent_at);
+        rows.body
+            .push(e.body.as_deref().map(indexed_body).unwrap_or_default());
+        rows.document.push(tsvector(&document));
+    }
+    if rows.id.is_empty() {
+        return Ok(0);
+    }
+    sqlx::query(
+        "INSERT INTO message_search
                  (message_id, team_id, conversation_id, sender_id, seq, sent_at, body, document)
              SELECT id, team, conversation, sender, seq, sent_at, body, document::tsvector
              FROM unnest($1::uuid[], $2::uuid[], $3::uuid[], $4::uuid[], $5::bigint[],
@@ -157,36 +150,38 @@ impl SqlSearch for PostgresLedger {
                   AS e(id, team, conversation, sender, seq, sent_at, body, document)
              ON CONFLICT (message_id) DO UPDATE
                  SET body = excluded.body, document = excluded.document",
-        )
+    )
+    .bind(&rows.id)
+    .bind(&rows.team)
+    .bind(&rows.conversation)
+    .bind(&rows.sender)
+    .bind(&rows.seq)
+    .bind(&rows.sent_at)
+    .bind(&rows.body)
+    .bind(&rows.document)
+    .execute(&mut *conn)
+    .await
+    .map_err(db(what))?;
+    sqlx::query("UPDATE messages SET indexed_at = $2 WHERE id = ANY($1)")
         .bind(&rows.id)
-        .bind(&rows.team)
-        .bind(&rows.conversation)
-        .bind(&rows.sender)
-        .bind(&rows.seq)
-        .bind(&rows.sent_at)
-        .bind(&rows.body)
-        .bind(&rows.document)
+        .bind(at)
         .execute(&mut *conn)
         .await
         .map_err(db(what))?;
-        sqlx::query("UPDATE messages SET indexed_at = $2 WHERE id = ANY($1)")
-            .bind(&rows.id)
-            .bind(at)
-            .execute(&mut *conn)
-            .await
-            .map_err(db(what))?;
-        Ok(rows.id.len() as u64)
-    }
+    Ok(rows.id.len() as u64)
+}
 
-    async fn hits(
-        &self,
-        conn: &mut PgConnection,
-        agent: &Agent,
-        query: &SearchQuery,
-        terms: &SearchTerms,
-    ) -> BusResult<Vec<HitRow>> {
-        sqlx::query_as(&format!(
-            "WITH recent AS (
+/// `Dialect::hits` on Postgres: the newest [`MAX_SEARCH_DEPTH`] matches of the `tsquery`,
+/// ranked by `ts_rank_cd`.
+pub(crate) async fn hits(
+    ledger: &SqlLedger<Pg>,
+    conn: &mut PgConnection,
+    agent: &Agent,
+    query: &SearchQuery,
+    terms: &SearchTerms,
+) -> BusResult<Vec<HitRow>> {
+    sqlx::query_as(&format!(
+        "WITH recent AS (
                  SELECT s.message_id, s.sent_at, s.document FROM message_search s
                  WHERE s.document @@ $1::tsquery AND s.team_id = $2
                    AND s.conversation_id IN
@@ -208,27 +203,24 @@ impl SqlSearch for PostgresLedger {
              JOIN message_search s ON s.message_id = r.message_id
              JOIN conversations c ON c.id = s.conversation_id
              ORDER BY r.rank DESC, r.sent_at DESC, r.message_id"
-        ))
-        // Planned for these values every time (an unnamed statement): a cached prepared
-        // statement goes generic after five runs, and the generic plan joins each of the
-        // agent's conversations instead of walking the newest matches (2.3 s instead of 2.7 ms
-        // for a common word over 1,000,000 messages; BENCHMARKS.md, the search section).
-        .persistent(false)
-        .bind(tsquery(terms))
-        .bind(agent.team)
-        .bind(agent.id)
-        .bind(query.conversation)
-        .bind(i64::from(query.limit) + 1)
-        .bind(i64::from(query.offset))
-        .bind(self.tenant().as_str())
-        .bind(i64::from(MAX_SEARCH_DEPTH))
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(db("search"))
-    }
+    ))
+    // Planned for these values every time (an unnamed statement): a cached prepared
+    // statement goes generic after five runs, and the generic plan joins each of the
+    // agent's conversations instead of walking the newest matches (2.3 s instead of 2.7 ms
+    // for a common word over 1,000,000 messages; BENCHMARKS.md, the search section).
+    .persistent(false)
+    .bind(tsquery(terms))
+    .bind(agent.team)
+    .bind(agent.id)
+    .bind(query.conversation)
+    .bind(i64::from(query.limit) + 1)
+    .bind(i64::from(query.offset))
+    .bind(ledger.tenant().as_str())
+    .bind(i64::from(MAX_SEARCH_DEPTH))
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(db("search"))
 }
-
-crewbus_sql::impl_search!(PostgresLedger);
 
 /// The columns of one index write, as arrays for `unnest`.
 #[derive(Default)]
