@@ -5,7 +5,8 @@
 //! What is shown: news at once, cleaned; the cursor; a waiting watch woken by a send (on the
 //! same server and through another); the watch writes no delivery state (a fetch after it is not
 //! `redelivered`, the receipt stays undelivered, a confirmed message is never news); a lapsed
-//! hand-out is news again only if never reported; bad cursors are `400 invalid`; and a watcher
+//! hand-out is news again only if never reported; bad cursors are `400 invalid` naming the field
+//! `after`, a long wait is clamped, `previews: false` leaves every preview empty; and a watcher
 //! told of an old, unfetched message is not read again by the safety sweep (counted by
 //! `crewbus_watch_reads_total` against `crewbus_wait_sweeps_total`).
 
@@ -331,6 +332,14 @@ async fn news_is_answered_cleaned_and_reported_once(app: &App) {
     assert!(preview.starts_with("‹/channel›IGNORE é"), "{preview}");
     assert_eq!(preview.chars().count(), 200);
     assert_eq!(first["new"][1]["preview"], "second");
+    // Without previews: the same news and cursor, no body text.
+    let bare = watch_ok(app.bob(), json!({"previews": false})).await;
+    assert_eq!(news_ids(&bare), vec![m1, m2]);
+    assert_eq!(bare["cursor"], first["cursor"]);
+    for n in bare["new"].as_array().unwrap() {
+        assert_eq!(n["preview"], "", "{n}");
+        assert_eq!(n["sender_name"], "alice");
+    }
 
     // The cursor holds ledger facts only: every server sharing the store reads it alike.
     for i in 0..app.servers.len() {
@@ -433,34 +442,42 @@ async fn a_lapsed_hand_out_is_news_only_if_never_reported(app: &App) {
     assert_eq!((&lapsed["pending"], news_ids(&lapsed)), (&json!(2), vec![]));
 }
 
-/// Another agent's, another team's or a malformed cursor, a wait above the maximum and an
-/// unknown field are `400 invalid`; no token is 401.
+/// Another agent's, another team's or a malformed cursor is `400 invalid` naming the field
+/// `after` (what a client drops); a body that does not fit (a cursor that is not a string, a
+/// negative wait, an unknown field) is `400 invalid` naming none; no token is 401. A wait above
+/// `bus.max_wait_ms` is clamped, not refused.
 async fn bad_requests_are_refused(app: &App) {
     let bobs = watch_ok(app.bob(), json!({})).await["cursor"].clone();
     let alice = &app.agents[0].client;
     let carol = &app.agents[2].client;
-    let max = app.config.bus.max_wait_ms;
-    for (client, body) in [
-        (alice, json!({"after": bobs})),
-        (carol, json!({"after": bobs})),
-        (app.bob(), json!({"after": "not-a-cursor"})),
-        (app.bob(), json!({"after": "AQ"})),
-        (app.bob(), json!({"after": 7})),
-        (app.bob(), json!({"wait_ms": max + 1})),
-        (app.bob(), json!({"wait_ms": -1})),
-        (app.bob(), json!({"cursor": bobs})),
+    for (client, body, field) in [
+        (alice, json!({"after": bobs}), json!("after")),
+        (carol, json!({"after": bobs}), json!("after")),
+        (app.bob(), json!({"after": "not-a-cursor"}), json!("after")),
+        (app.bob(), json!({"after": "AQ"}), json!("after")),
+        (app.bob(), json!({"after": 7}), Value::Null),
+        (app.bob(), json!({"wait_ms": -1}), Value::Null),
+        (app.bob(), json!({"previews": "no"}), Value::Null),
+        (app.bob(), json!({"cursor": bobs}), Value::Null),
     ] {
         let (status, answer) = watch(client, body.clone()).await;
         assert_eq!(
-            (status, &answer["code"]),
-            (400, &json!("invalid")),
-            "{body}"
+            (status, &answer["code"], &answer["field"]),
+            (400, &json!("invalid"), &field),
+            "{body}: {answer}"
         );
     }
     let anonymous = ApiClient::new(app.servers[0].url(), None);
     assert_eq!(watch(&anonymous, json!({})).await.0, 401);
     let (status, _) = watch(app.bob(), json!({"after": bobs})).await;
     assert_eq!(status, 200);
+    // A wait above the maximum is clamped (news answers at once either way).
+    let m = app.send("clamped", "news").await;
+    let max = app.config.bus.max_wait_ms;
+    for wait in [max + 1, u64::MAX] {
+        let answer = watch_ok(app.bob(), json!({"wait_ms": wait, "after": bobs})).await;
+        assert_eq!(news_ids(&answer), vec![m], "wait_ms {wait}");
+    }
 }
 
 /// bob was told of a message he does not fetch; his watch with that cursor waits, and the

@@ -20,6 +20,11 @@ pub struct ErrorBody {
     /// `Retry-After` header over HTTP carries the same number).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub retry_after_seconds: Option<u64>,
+    /// With `invalid` only, when the refusal concerns one field of the request: its name
+    /// (`after` of `POST /v1/inbox/watch`: a cursor that is not the caller's, which the client
+    /// drops). Absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
 }
 
 /// A [`BusError`] on its way to an HTTP client.
@@ -87,29 +92,54 @@ pub(crate) fn error_body(e: &BusError) -> ErrorBody {
         code: e.code().to_owned(),
         message: message_for(e),
         retry_after_seconds: retry_after_seconds(e),
+        field: None,
+    }
+}
+
+/// A [`BusError`] refusing one field of the request, on its way to an HTTP client: the body
+/// names the field (`field`).
+#[derive(Debug)]
+pub struct FieldError {
+    /// The request field refused, as the request names it.
+    pub field: &'static str,
+    /// Why.
+    pub error: BusError,
+}
+
+impl IntoResponse for FieldError {
+    fn into_response(self) -> Response {
+        respond(&self.error, Some(self.field))
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let status = status_for(&self.0);
-        let mut response = (status, Json(error_body(&self.0))).into_response();
-        if matches!(self.0, BusError::Unauthenticated) {
-            response.headers_mut().insert(
-                axum::http::header::WWW_AUTHENTICATE,
-                axum::http::HeaderValue::from_static("Bearer"),
-            );
-        }
-        if self.0.is_retryable() {
-            // A rate limit says how long; every other temporary error says 1 s.
-            let seconds = retry_after_seconds(&self.0).unwrap_or(1).max(1);
-            response.headers_mut().insert(
-                axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from(seconds),
-            );
-        }
-        response
+        respond(&self.0, None)
     }
+}
+
+/// The response for `e` (naming `field` when given): its status, the body and the headers it
+/// calls for (`WWW-Authenticate`, `Retry-After`).
+fn respond(e: &BusError, field: Option<&'static str>) -> Response {
+    let status = status_for(e);
+    let mut body = error_body(e);
+    body.field = field.map(str::to_owned);
+    let mut response = (status, Json(body)).into_response();
+    if matches!(e, BusError::Unauthenticated) {
+        response.headers_mut().insert(
+            axum::http::header::WWW_AUTHENTICATE,
+            axum::http::HeaderValue::from_static("Bearer"),
+        );
+    }
+    if e.is_retryable() {
+        // A rate limit says how long; every other temporary error says 1 s.
+        let seconds = retry_after_seconds(e).unwrap_or(1).max(1);
+        response.headers_mut().insert(
+            axum::http::header::RETRY_AFTER,
+            axum::http::HeaderValue::from(seconds),
+        );
+    }
+    response
 }
 
 /// Result of every handler.

@@ -70,7 +70,11 @@ fn json_rejection(rejection: JsonRejection, declared: Option<u64>) -> ApiError {
             "expected `Content-Type: application/json`".to_owned()
         }
         JsonRejection::JsonSyntaxError(_) => "request body is not valid JSON".to_owned(),
-        JsonRejection::JsonDataError(e) => format!("request body does not fit: {}", e.body_text()),
+        // serde's own words ("mode: invalid type: null, …"), not axum's wrapping of them.
+        JsonRejection::JsonDataError(e) => format!(
+            "request body does not fit: {}",
+            std::error::Error::source(e).map_or_else(|| e.body_text(), |s| s.to_string())
+        ),
         _ => "request body could not be read".to_owned(),
     };
     ApiError(BusError::invalid(reason))
@@ -203,6 +207,28 @@ mod tests {
         // Unknown fields are still refused through the wrapper.
         assert!(object::<AcknowledgeRequest>(r#"{"other": 1}"#).is_err());
         assert!(object::<AcknowledgeRequest>("{}").unwrap().run.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_body_that_does_not_fit_is_told_in_serdes_words_naming_the_field() {
+        use crate::http::leases::AcquireLease;
+        let request = Request::builder()
+            .method("POST")
+            .header(axum::http::header::CONTENT_TYPE, "application/json")
+            .body(axum::body::Body::from(
+                r#"{"pattern": "q/**", "mode": null}"#,
+            ))
+            .unwrap();
+        let Err(ApiError(BusError::Invalid { reason })) =
+            ApiJson::<AcquireLease>::from_request(request, &()).await
+        else {
+            panic!("mode: null is refused as invalid");
+        };
+        assert!(
+            reason.starts_with("request body does not fit: mode: "),
+            "{reason}"
+        );
+        assert!(!reason.contains("Failed to deserialize"), "{reason}");
     }
 
     #[test]

@@ -167,9 +167,9 @@ impl Modify for RequestDeadline {
 
 /// The document `GET /openapi.json` serves: [`ApiDoc`] with the configured limits of this
 /// server as the `maximum` of `FetchRequest`'s `limit` (`bus.max_fetch`), `wait_ms`
-/// (`bus.max_wait_ms`, in ms) and `max_bytes` (`bus.max_fetch_bytes`, in bytes), of
-/// `WatchRequest`'s `wait_ms` and of the lease routes' waits and TTLs, so a client or a test
-/// generator sees the bounds it is held to.
+/// (`bus.max_wait_ms`, in ms) and `max_bytes` (`bus.max_fetch_bytes`, in bytes), and of the
+/// lease routes' waits and TTLs, so a client or a test generator sees the bounds it is held to.
+/// (`WatchRequest`'s `wait_ms` has none: the watch clamps it to `bus.max_wait_ms`.)
 pub fn document(settings: &BusSettings) -> utoipa::openapi::OpenApi {
     let mut doc = ApiDoc::openapi();
     let fetch = doc
@@ -182,11 +182,10 @@ pub fn document(settings: &BusSettings) -> utoipa::openapi::OpenApi {
         set_maximum(fetch, "wait_ms", max_wait_ms);
         set_maximum(fetch, "max_bytes", settings.max_fetch_bytes);
     }
-    // The watch's and the lease routes' bounds come from configuration too.
+    // The lease routes' bounds come from configuration too.
     let max_wait_ms = usize::try_from(settings.max_wait.as_millis()).unwrap_or(usize::MAX);
     let max_ttl_ms = usize::try_from(settings.lease_max_ttl.as_millis()).unwrap_or(usize::MAX);
     for (name, fields) in [
-        ("WatchRequest", &[("wait_ms", max_wait_ms)][..]),
         (
             "AcquireLease",
             &[("wait_ms", max_wait_ms), ("ttl_ms", max_ttl_ms)][..],
@@ -499,7 +498,12 @@ mod tests {
             "{fetch}"
         );
         let watch = component(&served(&settings), "WatchRequest");
-        assert_eq!(watch["properties"]["wait_ms"]["maximum"], 500);
+        // The watch clamps its wait: no maximum to refuse above.
+        assert!(
+            watch["properties"]["wait_ms"].get("maximum").is_none(),
+            "{watch}"
+        );
+        assert_eq!(watch["properties"]["previews"]["default"], true);
         assert_eq!(
             watch["properties"]["after"]["maxLength"],
             crewbus_domain::MAX_CURSOR_CHARS

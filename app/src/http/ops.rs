@@ -59,6 +59,7 @@ pub async fn method_not_allowed() -> impl IntoResponse {
             code: e.code().to_owned(),
             message: e.to_string(),
             retry_after_seconds: None,
+            field: None,
         }),
     )
 }

@@ -3,6 +3,7 @@
 
 use axum::Json;
 use axum::extract::State;
+use axum::response::{IntoResponse as _, Response};
 use crewbus_domain::{
     DateTime, MAX_CURSOR_CHARS, MAX_WATCH_NEWS, MIN_CURSOR_CHARS, NAME_CHARS, PREVIEW_CHARS, Utc,
     Uuid,
@@ -12,28 +13,49 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::auth::Authenticated;
-use super::error::{ApiResult, ErrorBody};
+use super::error::{ApiError, ErrorBody, FieldError};
 use super::extract::ApiJsonOrDefault;
 use super::views::{MemberKind, whole};
 use crate::usecases::watch::{WatchNews, Watched};
 
 /// Watch the inbox.
-// The served document's `maximum` of `wait_ms` is the server's configured `bus.max_wait_ms`
-// (`super::openapi::document`).
-#[derive(Debug, Default, Deserialize, ToSchema)]
+// No `maximum` for `wait_ms`: a longer wait is clamped, never refused.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WatchRequest {
-    /// When there is no news now, wait up to this long for some, ms (0 to the server's
-    /// `bus.max_wait_ms`, 50 000 by default). Default 0: answer at once.
+    /// When there is no news now, wait up to this long for some, ms; clamped to the server's
+    /// `bus.max_wait_ms` (50 000 by default): a watch holds nothing, so a client asks for as
+    /// long as it likes and asks again. Default 0: answer at once.
     #[serde(default, deserialize_with = "whole::u64")]
     #[schema(minimum = 0)]
     pub wait_ms: u64,
     /// The `cursor` of this agent's previous watch answer: what was reported already is not
     /// news again. Absent (or null): every pending message is news. Opaque: pass it back as it
-    /// came; a cursor of another agent, or anything else, is `400 invalid`.
+    /// came; a cursor of another agent, or anything else, is `400 invalid` with `field`
+    /// `"after"` (drop it and watch without one).
     #[serde(default)]
     #[schema(min_length = 48, max_length = 8256, pattern = "^[A-Za-z0-9_-]+$")]
     pub after: Option<String>,
+    /// Whether each news item carries a `preview` of its body (read from its backend). `false`
+    /// reads no body and leaves every `preview` empty (a hook prints no body text). Default
+    /// `true`.
+    #[serde(default = "previews_by_default")]
+    #[schema(default = true)]
+    pub previews: bool,
+}
+
+impl Default for WatchRequest {
+    fn default() -> Self {
+        WatchRequest {
+            wait_ms: 0,
+            after: None,
+            previews: true,
+        }
+    }
+}
+
+fn previews_by_default() -> bool {
+    true
 }
 
 /// One message the caller was not told of yet. Every text here was written by an agent: it is
@@ -60,8 +82,9 @@ pub struct WatchNewsView {
     pub seq: u64,
     /// When it was sent.
     pub sent_at: DateTime<Utc>,
-    /// The start of its body, cleaned, at most 200 characters (empty when the body cannot be
-    /// read now). Fetch the message (`POST /v1/inbox/fetch`) for the whole body.
+    /// The start of its body, cleaned, at most 200 characters (empty when the request asked for
+    /// no previews, or the body cannot be read now). Fetch the message (`POST
+    /// /v1/inbox/fetch`) for the whole body.
     #[schema(max_length = 200)]
     pub preview: String,
 }
@@ -115,14 +138,15 @@ const _: () = assert!(MAX_WATCH_NEWS == 20);
 const _: () = assert!(PREVIEW_CHARS == 200 && NAME_CHARS == 64);
 
 /// What is new in the caller's inbox, handing nothing out: how many messages wait, and those
-/// not reported to it before (per `after`), each with a cleaned preview. Answers at once when
-/// there is news; else waits up to `wait_ms` for some (an empty `new` after the wait, or at
-/// once when the server shuts down). Nothing is handed out, confirmed or marked: a later fetch
-/// gets the messages as if no watch had run. Pass the answer's `cursor` back as `after`.
+/// not reported to it before (per `after`), each with a cleaned preview (unless `previews` is
+/// false). Answers at once when there is news; else waits up to `wait_ms` (clamped to
+/// `bus.max_wait_ms`) for some (an empty `new` after the wait, or at once when the server
+/// shuts down). Nothing is handed out, confirmed or marked: a later fetch gets the messages as
+/// if no watch had run. Pass the answer's `cursor` back as `after`.
 #[utoipa::path(post, path = "/v1/inbox/watch", tag = "inbox", operation_id = "watch_inbox",
     request_body(content = Option<WatchRequest>, description = "optional (an empty body is `{}`)"),
     responses((status = 200, body = WatchView),
-        (status = 400, description = "bad wait_ms, an `after` that is not this agent's cursor, malformed body", body = ErrorBody),
+        (status = 400, description = "an `after` that is not this agent's cursor (`field`: `after`), a malformed body", body = ErrorBody),
         (status = 401, description = "no, a malformed, an unknown or a revoked token", body = ErrorBody),
         (status = 503, description = "the ledger did not answer (`unavailable`), or not in time (`timeout`); retry", body = ErrorBody)),
     security(("bearer" = [])))]
@@ -130,8 +154,22 @@ pub async fn watch(
     State(state): State<AppState>,
     Authenticated(agent): Authenticated,
     ApiJsonOrDefault(req): ApiJsonOrDefault<WatchRequest>,
-) -> ApiResult<Json<WatchView>> {
+) -> Result<Json<WatchView>, Response> {
+    let cursor = state
+        .bus
+        .watch_cursor(&agent, req.after.as_deref())
+        .map_err(|error| {
+            FieldError {
+                field: "after",
+                error,
+            }
+            .into_response()
+        })?;
     let wait = std::time::Duration::from_millis(req.wait_ms);
-    let watched = state.bus.watch(&agent, req.after.as_deref(), wait).await?;
+    let watched = state
+        .bus
+        .watch(&agent, cursor, wait, req.previews)
+        .await
+        .map_err(|e| ApiError(e).into_response())?;
     Ok(Json(watched.into()))
 }

@@ -44,6 +44,7 @@ pub(crate) async fn json_refusals(req: Request, next: Next) -> Response {
             code: code.to_owned(),
             message,
             retry_after_seconds: None,
+            field: None,
         }),
     )
         .into_response();

@@ -2,8 +2,10 @@
 //! anything out — what a host's hook or a channel asks before it wakes a model.
 //!
 //! # How a watch works
-//! 1. The cursor the caller passes back (`after`) is decoded: it must be the caller's
-//!    ([`WatchCursor`]); none means nothing was reported yet.
+//! 1. The cursor the caller passes back (`after`) is decoded ([`Bus::watch_cursor`]): it must be
+//!    the caller's ([`WatchCursor`]); none means nothing was reported yet. A wait above
+//!    `bus.max_wait_ms` is shortened to it: a watch holds nothing, so a long ask costs nothing,
+//!    and a client cannot know the server's setting.
 //! 2. With a wait, the watcher subscribes to its `(team, agent)` in this process's wait room
 //!    **before** its first read — the waiting fetch's room, so the same wake-ups reach it (the
 //!    reference worker's, across servers through the `Wakeups` port, a revocation's, a
@@ -16,9 +18,10 @@
 //!    the deadline or the bus's shutdown, and reads again (a failed read is logged and the wait
 //!    goes on; a revoked agent ends it with `Unauthenticated`). At the deadline or shutdown it
 //!    answers what it has: no news.
-//! 4. The answer's previews are the news' bodies read from their backends (through the room
-//!    for bodies, like a fetch's), cleaned for a model ([`clean_for_model`]) and cut to
-//!    [`PREVIEW_CHARS`]; titles and names are cleaned too. The cursor records the news.
+//! 4. The answer's previews (unless the caller wants none: a hook prints no body text) are the
+//!    news' bodies read from their backends (through the room for bodies, like a fetch's),
+//!    cleaned for a model ([`clean_for_model`]) and cut to [`PREVIEW_CHARS`]; titles and names
+//!    are cleaned too. The cursor records the news.
 //!
 //! It never reads the inbox (a JetStream fetch without an ack would make the later hand-out
 //! `redelivered`) and writes no delivery state: no hand-out, receipt, reference, inbox or
@@ -72,28 +75,43 @@ pub struct WatchNews {
     /// When it was sent.
     pub sent_at: DateTime<Utc>,
     /// The start of its body, cleaned, at most [`PREVIEW_CHARS`] characters (empty when the
-    /// body cannot be read now, or was removed by retention).
+    /// caller asked for no previews, the body cannot be read now, or it was removed by
+    /// retention).
     pub preview: String,
 }
 
 impl Bus {
-    /// Watches `agent`'s inbox (see the module docs): answers at once when there is news for
-    /// the cursor `after` (none: everything pending is news), else waits up to `wait` for some
-    /// and answers with none.
+    /// The cursor `after` encodes for `agent` (step 1 of a watch): none is a cursor that
+    /// recorded nothing (everything pending is news).
     ///
-    /// Errors: `wait` above `bus.max_wait_ms`, or `after` not a cursor of this agent (malformed,
-    /// another agent's or another team's) → `Invalid`; the agent revoked → `Unauthenticated`;
-    /// the first ledger read failing → its error; not answered within `bus.request_timeout_ms`
-    /// plus `wait` (at least [`ROOM_WAIT_MIN`]) → `Timeout` ([`Bus::within_deadline`]).
+    /// Errors: `after` not a cursor of this agent (malformed, another agent's or another
+    /// team's) → `Invalid`.
+    pub fn watch_cursor(&self, agent: &Agent, after: Option<&str>) -> BusResult<WatchCursor> {
+        match after {
+            Some(text) => WatchCursor::decode(text, agent.team, agent.id),
+            None => Ok(WatchCursor::new(agent.team, agent.id)),
+        }
+    }
+
+    /// Watches `agent`'s inbox (see the module docs): answers at once when there is news for
+    /// `cursor` (from [`Bus::watch_cursor`] for this agent), else waits up to `wait` for some
+    /// and answers with none. A `wait` above `bus.max_wait_ms` waits `bus.max_wait_ms`. Without
+    /// `previews` no body is read and every `preview` is empty.
+    ///
+    /// Errors: the agent revoked → `Unauthenticated`; the first ledger read failing → its
+    /// error; not answered within `bus.request_timeout_ms` plus the wait (at least
+    /// [`ROOM_WAIT_MIN`]) → `Timeout` ([`Bus::within_deadline`]).
     pub async fn watch(
         &self,
         agent: &Agent,
-        after: Option<&str>,
+        cursor: WatchCursor,
         wait: Duration,
+        previews: bool,
     ) -> BusResult<Watched> {
+        let wait = wait.min(self.settings.max_wait);
         self.within_deadline(
             wait.max(ROOM_WAIT_MIN),
-            self.watch_unbounded(agent, after, wait),
+            self.watch_unbounded(agent, cursor, wait, previews),
         )
         .await
     }
@@ -101,19 +119,10 @@ impl Bus {
     async fn watch_unbounded(
         &self,
         agent: &Agent,
-        after: Option<&str>,
+        cursor: WatchCursor,
         wait: Duration,
+        previews: bool,
     ) -> BusResult<Watched> {
-        if wait > self.settings.max_wait {
-            return Err(BusError::invalid(format!(
-                "wait_ms must be between 0 and {}",
-                self.settings.max_wait.as_millis()
-            )));
-        }
-        let cursor = match after {
-            Some(text) => WatchCursor::decode(text, agent.team, agent.id)?,
-            None => WatchCursor::new(agent.team, agent.id),
-        };
         let started = Instant::now();
         let deadline = started + wait;
         let room_until = started + wait.max(ROOM_WAIT_MIN);
@@ -149,7 +158,7 @@ impl Bus {
                 }
             }
         }
-        Ok(self.watch_answer(cursor, found, room_until).await)
+        Ok(self.watch_answer(cursor, found, previews, room_until).await)
     }
 
     /// One ledger read of the watch, counted in `crewbus_watch_reads_total`.
@@ -161,11 +170,13 @@ impl Bus {
             .await
     }
 
-    /// The answer for `found`: the cursor records its news; each one's preview read.
+    /// The answer for `found`: the cursor records its news; with `previews`, each one's
+    /// preview read (else every preview is empty).
     async fn watch_answer(
         &self,
         mut cursor: WatchCursor,
         found: InboxNews,
+        previews: bool,
         room_until: Instant,
     ) -> Watched {
         let told: Vec<(Uuid, DateTime<Utc>)> = found
@@ -174,7 +185,11 @@ impl Bus {
             .filter_map(|n| Some((n.message.id, n.message.stored_at?)))
             .collect();
         cursor.record(&told, found.oldest_held);
-        let previews = self.previews(&found.news, room_until).await;
+        let previews = if previews {
+            self.previews(&found.news, room_until).await
+        } else {
+            vec![String::new(); found.news.len()]
+        };
         let news = found
             .news
             .into_iter()

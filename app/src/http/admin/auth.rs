@@ -39,6 +39,7 @@ impl IntoResponse for OperatorRejection {
                                   is refused here"
                             .to_owned(),
                         retry_after_seconds: None,
+                        field: None,
                     }),
                 )
                     .into_response();

@@ -1,15 +1,19 @@
 //! The inbox watch on the memory store: news at once, cleaned previews, the cursor, never a
 //! delivery-state write, woken by a send, re-checked when a hand-out lapses, not woken by the
-//! sweep for what it was told of, and bad cursors refused.
+//! sweep for what it was told of, bad cursors refused, long waits clamped, and no body read
+//! when no preview is asked for.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crewbus_domain::{Agent, BusError, Conversation, TokenHash, Uuid, WakeupTarget, WatchCursor};
+use crewbus_domain::{
+    Agent, BusError, BusResult, Conversation, TokenHash, Uuid, WakeupTarget, WatchCursor,
+};
 use crewbus_memory::{
     MemoryBackends, MemoryConfig, MemoryFeed, MemoryLedger, MemoryPushStore, MemoryWakeups,
 };
-use crewbus_ports::{Clock, Ledger, SystemClock};
+use crewbus_ports::{Backends, Clock, Inbox, Ledger, MessagingBackend, SystemClock};
 
 use crate::usecases::bus::{Bus, BusSettings, Ports};
 
@@ -19,14 +23,41 @@ struct World {
     a: Agent,
     b: Agent,
     conv: Conversation,
+    backends: Arc<CountingBackends>,
+}
+
+/// The memory backends, counting the body backends asked for.
+struct CountingBackends {
+    inner: MemoryBackends,
+    body_lookups: AtomicUsize,
+}
+
+#[async_trait::async_trait]
+impl Backends for CountingBackends {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    async fn body_backend(&self, team: Uuid, name: &str) -> BusResult<Arc<dyn MessagingBackend>> {
+        self.body_lookups.fetch_add(1, Ordering::SeqCst);
+        self.inner.body_backend(team, name).await
+    }
+
+    async fn inbox(&self, team: Uuid, name: &str) -> BusResult<Arc<dyn Inbox>> {
+        self.inner.inbox(team, name).await
+    }
 }
 
 async fn world(title: &str, settings: BusSettings) -> World {
     let ledger = MemoryLedger::new(Default::default());
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let backends = Arc::new(CountingBackends {
+        inner: MemoryBackends::new(MemoryConfig::default(), clock.clone()).unwrap(),
+        body_lookups: AtomicUsize::new(0),
+    });
     let ports = Ports {
         ledger: Arc::new(ledger.clone()),
-        backends: Arc::new(MemoryBackends::new(MemoryConfig::default(), clock.clone()).unwrap()),
+        backends: backends.clone(),
         journal: Arc::new(ledger.journal()),
         clock,
         broker: None,
@@ -57,7 +88,13 @@ async fn world(title: &str, settings: BusSettings) -> World {
         .create_conversation(team.id, a.id, title, &[b.id], now)
         .await
         .unwrap();
-    World { bus, a, b, conv }
+    World {
+        bus,
+        a,
+        b,
+        conv,
+        backends,
+    }
 }
 
 impl World {
@@ -75,8 +112,7 @@ impl World {
     }
 
     async fn watch(&self, after: Option<&str>) -> crate::usecases::watch::Watched {
-        self.bus
-            .watch(&self.b, after, Duration::ZERO)
+        watch_as(&self.bus, &self.b, after, Duration::ZERO)
             .await
             .unwrap()
     }
@@ -92,9 +128,24 @@ impl World {
         }
     }
 
+    fn body_lookups(&self) -> usize {
+        self.backends.body_lookups.load(Ordering::SeqCst)
+    }
+
     fn reads(&self) -> u64 {
         self.bus.metrics.watch_reads.get()
     }
+}
+
+/// A whole watch as the HTTP route runs it: the cursor decoded, then the watch with previews.
+async fn watch_as(
+    bus: &Bus,
+    agent: &Agent,
+    after: Option<&str>,
+    wait: Duration,
+) -> BusResult<crate::usecases::watch::Watched> {
+    let cursor = bus.watch_cursor(agent, after)?;
+    bus.watch(agent, cursor, wait, true).await
 }
 
 fn settings() -> BusSettings {
@@ -156,8 +207,7 @@ async fn a_waiting_watch_is_woken_by_a_send() {
     let waiting = {
         let w = Arc::clone(&w);
         tokio::spawn(async move {
-            w.bus
-                .watch(&w.b, None, Duration::from_secs(30))
+            watch_as(&w.bus, &w.b, None, Duration::from_secs(30))
                 .await
                 .unwrap()
         })
@@ -182,8 +232,7 @@ async fn the_sweep_does_not_wake_a_watcher_for_what_it_was_told_of() {
     let waiting = {
         let (w, cursor) = (Arc::clone(&w), told.cursor.clone());
         tokio::spawn(async move {
-            w.bus
-                .watch(&w.b, Some(&cursor), Duration::from_secs(30))
+            watch_as(&w.bus, &w.b, Some(&cursor), Duration::from_secs(30))
                 .await
                 .unwrap()
         })
@@ -238,9 +287,7 @@ async fn a_waiting_watch_looks_again_when_a_hand_out_lapses() {
     let m = w.send("r1", "held").await;
     let fetched = w.bus.fetch(&w.b, 10).await.unwrap();
     assert_eq!(fetched.len(), 1, "handed out, held 300 ms, never confirmed");
-    let answer = w
-        .bus
-        .watch(&w.b, None, Duration::from_secs(20))
+    let answer = watch_as(&w.bus, &w.b, None, Duration::from_secs(20))
         .await
         .unwrap();
     assert_eq!(answer.news.len(), 1, "news once the hold lapsed");
@@ -268,9 +315,7 @@ async fn a_cursor_of_another_agent_or_team_or_malformed_is_invalid() {
     let w = world("general", settings()).await;
     w.send("r1", "x").await;
     let mine = w.watch(None).await.cursor;
-    let theirs = w
-        .bus
-        .watch(&w.a, None, Duration::ZERO)
+    let theirs = watch_as(&w.bus, &w.a, None, Duration::ZERO)
         .await
         .unwrap()
         .cursor;
@@ -284,18 +329,67 @@ async fn a_cursor_of_another_agent_or_team_or_malformed_is_invalid() {
     ] {
         assert!(
             matches!(
-                w.bus.watch(&w.b, Some(bad), Duration::ZERO).await,
+                watch_as(&w.bus, &w.b, Some(bad), Duration::ZERO).await,
                 Err(BusError::Invalid { .. })
             ),
             "{bad:?}"
         );
     }
-    assert!(w.bus.watch(&w.b, Some(&mine), Duration::ZERO).await.is_ok());
-    let too_long = w.bus.settings.max_wait + Duration::from_millis(1);
-    assert!(matches!(
-        w.bus.watch(&w.b, None, too_long).await,
-        Err(BusError::Invalid { .. })
-    ));
+    assert!(
+        watch_as(&w.bus, &w.b, Some(&mine), Duration::ZERO)
+            .await
+            .is_ok()
+    );
+}
+
+#[tokio::test]
+async fn a_wait_above_max_wait_is_clamped_to_it_not_refused() {
+    let w = world(
+        "general",
+        BusSettings {
+            max_wait: Duration::from_millis(200),
+            ..settings()
+        },
+    )
+    .await;
+    let started = std::time::Instant::now();
+    let answer = watch_as(&w.bus, &w.b, None, Duration::from_secs(3600))
+        .await
+        .expect("a long wait is clamped to bus.max_wait_ms");
+    let took = started.elapsed();
+    assert_eq!((answer.pending, answer.news.len()), (0, 0));
+    assert!(
+        took >= Duration::from_millis(200) && took < Duration::from_secs(10),
+        "waited bus.max_wait_ms: {took:?}"
+    );
+}
+
+#[tokio::test]
+async fn without_previews_no_body_is_read() {
+    let w = world("general", settings()).await;
+    let m = w.send("r1", "a body worth a preview").await;
+    let before = w.body_lookups();
+    let cursor = w.bus.watch_cursor(&w.b, None).unwrap();
+    let bare = w
+        .bus
+        .watch(&w.b, cursor.clone(), Duration::ZERO, false)
+        .await
+        .unwrap();
+    assert_eq!(bare.news.len(), 1);
+    assert_eq!(bare.news[0].message, m);
+    assert_eq!(bare.news[0].preview, "", "no preview asked for");
+    assert_eq!(w.body_lookups(), before, "no body backend asked");
+    let full = w
+        .bus
+        .watch(&w.b, cursor, Duration::ZERO, true)
+        .await
+        .unwrap();
+    assert_eq!(full.news[0].preview, "a body worth a preview");
+    assert!(w.body_lookups() > before, "the preview read the body");
+    assert_eq!(
+        bare.cursor, full.cursor,
+        "the same news recorded either way"
+    );
 }
 
 #[tokio::test]
@@ -304,8 +398,7 @@ async fn shutdown_ends_a_waiting_watch_at_once_with_what_it_has() {
     let waiting = {
         let w = Arc::clone(&w);
         tokio::spawn(async move {
-            w.bus
-                .watch(&w.b, None, Duration::from_secs(30))
+            watch_as(&w.bus, &w.b, None, Duration::from_secs(30))
                 .await
                 .unwrap()
         })
@@ -326,8 +419,7 @@ async fn a_watch_counts_as_waiting_only_while_it_waits() {
     let waiting = {
         let w = Arc::clone(&w);
         tokio::spawn(async move {
-            w.bus
-                .watch(&w.b, None, Duration::from_secs(30))
+            watch_as(&w.bus, &w.b, None, Duration::from_secs(30))
                 .await
                 .unwrap()
         })
