@@ -3,8 +3,6 @@
 //! cause many times a second (a connection over the limit, a refused sign-in) to one line per
 //! period, with a count.
 
-use std::time::{Duration, Instant};
-
 use tracing::Subscriber;
 use tracing_subscriber::Layer;
 use tracing_subscriber::filter::Targets;
@@ -58,33 +56,9 @@ where
     }
 }
 
-/// How often, at most, a [`RepeatedWarning`] is logged.
-pub(crate) const WARNING_PERIOD: Duration = Duration::from_secs(5);
-
-/// Rate-limits one warning: at most one per [`WARNING_PERIOD`], each counting the occurrences
-/// since the previous one, so a client repeating what causes it (thousands of guesses a minute)
-/// cannot fill the log. The first occurrence is reported at once.
-#[derive(Debug, Default)]
-pub(crate) struct RepeatedWarning {
-    last_warning: Option<Instant>,
-    unreported: u64,
-}
-
-impl RepeatedWarning {
-    /// Counts one occurrence at `now`; returns the number to report when a warning is due (this
-    /// one included), `None` while the last warning is recent.
-    pub(crate) fn note(&mut self, now: Instant) -> Option<u64> {
-        self.unreported += 1;
-        let due = self
-            .last_warning
-            .is_none_or(|at| now.saturating_duration_since(at) >= WARNING_PERIOD);
-        if !due {
-            return None;
-        }
-        self.last_warning = Some(now);
-        Some(std::mem::take(&mut self.unreported))
-    }
-}
+/// Rate-limits a warning to one line per period, with a count (shared with the adapters: its
+/// home is the domain crate).
+pub(crate) use crewbus_domain::RepeatedWarning;
 
 #[cfg(test)]
 mod tests {
@@ -138,17 +112,5 @@ mod tests {
             "{text}"
         );
         assert!(serde_json::from_str::<serde_json::Value>(text.trim()).is_err());
-    }
-
-    #[test]
-    fn a_repeated_warning_is_one_per_period_and_counts_what_it_skipped() {
-        let mut r = RepeatedWarning::default();
-        let t0 = Instant::now();
-        assert_eq!(r.note(t0), Some(1));
-        assert_eq!(r.note(t0 + Duration::from_millis(10)), None);
-        assert_eq!(r.note(t0 + WARNING_PERIOD - Duration::from_secs(1)), None);
-        assert_eq!(r.note(t0 + WARNING_PERIOD), Some(3));
-        assert_eq!(r.note(t0 + WARNING_PERIOD + Duration::from_secs(1)), None);
-        assert_eq!(r.note(t0 + WARNING_PERIOD * 3), Some(2));
     }
 }

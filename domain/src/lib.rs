@@ -35,6 +35,7 @@ mod push_transport;
 mod quota;
 mod rate;
 mod receipt;
+mod repeated_warning;
 mod search;
 mod search_text;
 mod secret;
@@ -108,6 +109,7 @@ pub use push_transport::{PushRequest, PushResponse, TransportError};
 pub use quota::{Provisioned, QuotaChange, Quotas, Reservation, StorageAccount, StreamKind};
 pub use rate::{RateLimit, TokenBucket, retry_after_seconds, take_chunk};
 pub use receipt::Receipt;
+pub use repeated_warning::{MAX_WARNING_KINDS, RepeatedWarning, RepeatedWarnings, WARNING_PERIOD};
 pub use search::{
     DEFAULT_SEARCH_LIMIT, IndexEntry, IndexPosition, MAX_SEARCH_DEPTH, MAX_SEARCH_LIMIT,
     MAX_SEARCH_TEXT_CHARS, SearchHit, SearchPage, SearchQuery,

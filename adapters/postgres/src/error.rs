@@ -1,11 +1,12 @@
 //! The one place database errors are classified — by SQLSTATE and sqlx error kind, never by
 //! message text — and turned into the bus's [`BusError`] or the stores' [`StoreError`]. The
-//! database's own error is kept as the `source` of retryable and backend errors and logged; its
-//! text never reaches an agent.
+//! database's own error is kept as the `source` of retryable and backend errors and logged (one
+//! line of a kind per 5 s at most, counting the repeats); its text never reaches an agent.
 
 use std::sync::Arc;
+use std::time::Instant;
 
-use crewbus_domain::{BusError, StoreError};
+use crewbus_domain::{BusError, RepeatedWarnings, StoreError};
 
 /// SQLSTATE codes the adapter classifies (PostgreSQL manual, appendix A).
 pub(crate) mod sqlstate {
@@ -74,13 +75,23 @@ pub(crate) fn classify(err: &sqlx::Error) -> Class {
     }
 }
 
+/// The warnings and errors logged, by class and `what`: at most one line of a kind per
+/// [`crewbus_domain::WARNING_PERIOD`], counting the occurrences (a database that is gone or
+/// broken fails every worker pass and every request).
+static REPEATED: RepeatedWarnings = RepeatedWarnings::new();
+
 fn log(err: &sqlx::Error, class: Class, what: &str) {
+    let due = || REPEATED.note(&format!("{class:?} {what}"), Instant::now());
     match class {
         Class::Unavailable | Class::Timeout => {
-            tracing::warn!(what, error = %err, "postgres unavailable")
+            if let Some(repeated) = due() {
+                tracing::warn!(what, error = %err, repeated, "postgres unavailable")
+            }
         }
         Class::NoSchema | Class::Internal => {
-            tracing::error!(what, error = %err, "postgres failure")
+            if let Some(repeated) = due() {
+                tracing::error!(what, error = %err, repeated, "postgres failure")
+            }
         }
         Class::Conflict | Class::NotFound | Class::Refused => {
             tracing::debug!(what, error = %err, "postgres refused")

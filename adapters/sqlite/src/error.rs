@@ -1,7 +1,8 @@
 //! The one place database errors are classified — by SQLite's extended result code and sqlx's
 //! error kind, never by message text — and turned into the bus's [`BusError`] or the stores'
 //! [`StoreError`]. The database's own error is kept as the `source` of retryable and backend
-//! errors and logged; its text (`database is locked`, …) never reaches a caller.
+//! errors and logged (one line of a kind per 5 s at most, counting the repeats); its text
+//! (`database is locked`, …) never reaches a caller.
 //!
 //! A busy or locked database (`SQLITE_BUSY`, `SQLITE_LOCKED` and their extended codes), met once
 //! the busy timeout has run out, is `Unavailable` (retryable, 503) and counted on the
@@ -9,8 +10,9 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
-use crewbus_domain::{BusError, StoreError};
+use crewbus_domain::{BusError, RepeatedWarnings, StoreError};
 
 /// SQLite result codes the adapter classifies (<https://www.sqlite.org/rescode.html>). The
 /// primary code is the low byte of the extended one.
@@ -123,12 +125,24 @@ pub(crate) fn classify(err: &sqlx::Error) -> Class {
     }
 }
 
+/// The warnings and errors logged, by class and `what`: at most one line of a kind per
+/// [`crewbus_domain::WARNING_PERIOD`], counting the occurrences (a damaged store fails every
+/// worker pass and every request).
+static REPEATED: RepeatedWarnings = RepeatedWarnings::new();
+
 fn log(err: &sqlx::Error, class: Class, what: &str) {
+    let due = || REPEATED.note(&format!("{class:?} {what}"), Instant::now());
     match class {
         Class::Busy | Class::Unavailable | Class::Timeout => {
-            tracing::warn!(what, error = %err, "sqlite unavailable")
+            if let Some(repeated) = due() {
+                tracing::warn!(what, error = %err, repeated, "sqlite unavailable")
+            }
         }
-        Class::Internal | Class::Damaged => tracing::error!(what, error = %err, "sqlite failure"),
+        Class::Internal | Class::Damaged => {
+            if let Some(repeated) = due() {
+                tracing::error!(what, error = %err, repeated, "sqlite failure")
+            }
+        }
         Class::Conflict | Class::NotFound | Class::Refused => {
             tracing::debug!(what, error = %err, "sqlite refused")
         }

@@ -26,6 +26,7 @@ use tokio::task::JoinSet;
 use super::outbox::Outbox;
 use super::payload::{CloudEvents, Projection};
 use super::signing::{Signer, WEBHOOK_ID, WEBHOOK_SIGNATURE, WEBHOOK_TIMESTAMP, webhook_id};
+use crate::logging::RepeatedWarning;
 
 /// How the delivery worker paces itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -339,6 +340,8 @@ impl DeliveryWorker {
         // attempts untouched), so the claim never strands it until the lease runs out.
         let mut serving: HashMap<tokio::task::Id, (RunId, String)> = HashMap::new();
         let mut claimed_meanwhile: HashSet<(RunId, String)> = HashSet::new();
+        // A store that fails fails every poll: one line per period, with a count.
+        let mut claims_failed = RepeatedWarning::default();
         loop {
             let free = self.settings.concurrency.saturating_sub(in_flight.len());
             if free > 0 {
@@ -363,7 +366,9 @@ impl DeliveryWorker {
                         }
                     }
                     Err(error) => {
-                        tracing::warn!(tenant = %self.tenant(), %error, "push: claiming due registrations failed");
+                        if let Some(repeated) = claims_failed.note(std::time::Instant::now()) {
+                            tracing::warn!(tenant = %self.tenant(), %error, repeated, "push: claiming due registrations failed");
+                        }
                     }
                 }
             }

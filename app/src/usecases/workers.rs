@@ -1,7 +1,9 @@
 //! The background workers: relay, reference worker, search index worker, push delivery worker
 //! and retention job. Each runs passes until shutdown; a pass in progress completes (in-flight
 //! work is drained) unless the shutdown grace runs out first, then it is abandoned: its leases
-//! lapse and another process (or the next start) retries the work.
+//! lapse and another process (or the next start) retries the work. A worker that fails pass
+//! after pass (its store damaged or gone) logs one line per 5 s, counting the failures
+//! ([`RepeatedWarning`]).
 
 use std::future::Future;
 use std::time::Duration;
@@ -9,6 +11,7 @@ use std::time::Duration;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
+use crate::logging::RepeatedWarning;
 use crate::shutdown::Shutdown;
 use crate::usecases::bus::Bus;
 use crate::usecases::search::INDEX_EVERY;
@@ -108,6 +111,7 @@ impl Workers {
             handles.push((
                 "lease expiry",
                 tokio::spawn(async move {
+                    let mut failed = RepeatedWarning::default();
                     loop {
                         tokio::select! {
                             () = s.wait() => break,
@@ -116,7 +120,11 @@ impl Workers {
                         match bus.lease_sweep().await {
                             Ok(0) => {}
                             Ok(n) => tracing::debug!(expired = n, "lapsed leases recorded"),
-                            Err(error) => tracing::info!(code = error.code(), error = ?error, "recording lapsed leases failed; retrying"),
+                            Err(error) => {
+                                if let Some(repeated) = failed.note(std::time::Instant::now()) {
+                                    tracing::info!(code = error.code(), error = ?error, repeated, "recording lapsed leases failed; retrying");
+                                }
+                            }
                         }
                     }
                 }),
@@ -128,6 +136,7 @@ impl Workers {
             handles.push((
                 "search index",
                 tokio::spawn(async move {
+                    let mut failed = RepeatedWarning::default();
                     loop {
                         // At once again after a full batch; else the next look in INDEX_EVERY
                         // (the lag bound: usecases/search.rs).
@@ -139,7 +148,9 @@ impl Workers {
                                 if p.more { Duration::ZERO } else { INDEX_EVERY }
                             }
                             Err(error) => {
-                                tracing::info!(code = error.code(), error = ?error, "indexing messages for search failed; retrying");
+                                if let Some(repeated) = failed.note(std::time::Instant::now()) {
+                                    tracing::info!(code = error.code(), error = ?error, repeated, "indexing messages for search failed; retrying");
+                                }
                                 INDEX_EVERY
                             }
                         };
@@ -166,6 +177,7 @@ impl Workers {
             let bus = bus.clone();
             let s = shutdown.clone();
             handles.push(("retention", tokio::spawn(async move {
+                let mut failed = RepeatedWarning::default();
                 loop {
                     match bus.retention_run().await {
                         Ok(r) if r.removed + r.marked > 0 => {
@@ -173,7 +185,9 @@ impl Workers {
                         }
                         Ok(_) => {}
                         Err(error) => {
-                            tracing::warn!(code = error.code(), error = ?error, "retention run failed")
+                            if let Some(repeated) = failed.note(std::time::Instant::now()) {
+                                tracing::warn!(code = error.code(), error = ?error, repeated, "retention run failed")
+                            }
                         }
                     }
                     tokio::select! {
@@ -222,6 +236,7 @@ where
         _ => &bus.wakers.references,
     };
     let mut failures: u32 = 0;
+    let mut failed = RepeatedWarning::default();
     while !shutdown.is_triggered() {
         let wait = match pass().await {
             Ok(true) => {
@@ -234,7 +249,9 @@ where
             }
             Err(error) => {
                 failures = failures.saturating_add(1);
-                tracing::warn!(worker = name, code = error.code(), error = ?error, "worker pass failed");
+                if let Some(repeated) = failed.note(std::time::Instant::now()) {
+                    tracing::warn!(worker = name, code = error.code(), error = ?error, repeated, "worker pass failed");
+                }
                 bus.settings
                     .idle_poll
                     .saturating_mul(failures.min(100))
