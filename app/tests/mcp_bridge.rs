@@ -481,6 +481,10 @@ fn a_refused_token_and_an_unreachable_server_answer_the_request_with_an_error() 
     );
     let parse: Value = serde_json::from_str(&rest[0]).unwrap();
     assert_eq!(parse["error"]["code"], -32700);
+    assert!(
+        parse.as_object().unwrap().get("id") == Some(&Value::Null),
+        "JSON-RPC 2.0: the id of a parse error is null: {parse}"
+    );
     assert!(stderr.contains("401"), "{stderr}");
     assert!(!stderr.contains("cbt_wrong_token") && !stderr.contains(TOKEN));
     assert_eq!(
@@ -501,6 +505,62 @@ fn a_refused_token_and_an_unreachable_server_answer_the_request_with_an_error() 
     let (_, stderr, code) = b.finish();
     assert_eq!(code, Some(0));
     assert!(stderr.contains("cannot reach"), "{stderr}");
+}
+
+#[test]
+fn a_line_that_is_not_a_message_is_answered_with_the_id_it_carries() {
+    let (addr, fake) = fake_endpoint();
+    let mut b = bridge(&format!("http://{addr}"), Some(TOKEN), &[]);
+    // No "jsonrpc": invalid, but its id can be read.
+    b.send(&json!({"id": 4, "method": "ping"}));
+    let missing = b.next();
+    assert_eq!(
+        (&missing["id"], &missing["error"]["code"]),
+        (&json!(4), &json!(-32600)),
+        "{missing}"
+    );
+    b.send(&json!({"jsonrpc": "1.0", "id": "three", "method": "ping"}));
+    let old = b.next();
+    assert_eq!(
+        (&old["id"], &old["error"]["code"]),
+        (&json!("three"), &json!(-32600)),
+        "{old}"
+    );
+    // Nothing to read an id from: null, as JSON-RPC 2.0 requires.
+    b.send(&json!([1, 2]));
+    let array = b.next();
+    assert_eq!(array["error"]["code"], -32600, "{array}");
+    assert_eq!(
+        array.as_object().unwrap().get("id"),
+        Some(&Value::Null),
+        "{array}"
+    );
+    // An initialize without its params: -32602 with its id, not relayed as something else.
+    b.send(&json!({"jsonrpc": "2.0", "id": 5, "method": "initialize"}));
+    let init = b.next();
+    assert_eq!(
+        (&init["id"], &init["error"]["code"]),
+        (&json!(5), &json!(-32602)),
+        "{init}"
+    );
+    // The bridge goes on relaying.
+    b.send(&initialize(6));
+    assert_eq!(b.next()["id"], 6);
+    let (rest, stderr, code) = b.finish();
+    assert_eq!(code, Some(0), "{stderr}");
+    assert!(rest.is_empty(), "{rest:?}");
+    let relayed: Vec<Option<String>> = fake
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|s| s.method.clone())
+        .collect();
+    assert_eq!(
+        relayed,
+        [Some("initialize".to_owned())],
+        "only the valid initialize reached the server"
+    );
 }
 
 #[test]
@@ -599,6 +659,31 @@ impl Serve {
                     .unwrap();
                 (r.status().as_u16(), r.json().await.unwrap_or(Value::Null))
             })
+    }
+
+    /// `crewbus_watch_reads_total` of the server's `/metrics`.
+    fn watch_reads(&self) -> u64 {
+        let url = format!("{}/metrics", self.url);
+        let text = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+            .block_on(async move { reqwest::get(url).await.unwrap().text().await.unwrap() });
+        text.lines()
+            .find_map(|l| l.strip_prefix("crewbus_watch_reads_total "))
+            .expect("crewbus_watch_reads_total in /metrics")
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// Waits (10 s at most) until `crewbus_watch_reads_total` reaches `n`.
+    fn until_watch_reads(&self, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.watch_reads() < n {
+            assert!(Instant::now() < deadline, "watch reads stayed below {n}");
+            std::thread::sleep(Duration::from_millis(10));
+        }
     }
 
     /// bob creates a conversation with alice titled `title`: its id.
@@ -833,25 +918,70 @@ fn without_channel_no_capability_and_no_event() {
     assert_eq!(code, Some(0), "{stderr}");
 }
 
-#[test]
-fn a_server_with_a_shorter_max_wait_still_sends_events() {
-    // The bridge's watch asks for 25 s; this server takes at most 2 s: the watch is refused
-    // (400) until the bridge has shortened its wait, then works as usual.
-    let serve = Serve::start_with(&[("CREWBUS_BUS__MAX_WAIT_MS", "2000")]);
-    let conv = serve.conversation("short waits");
+/// A server with `bus.max_wait_ms` = `max_wait_ms` (below and above what the bridge asks): each
+/// send is one event, for it alone, never repeated; the idle bridge asks the server at the pace
+/// the server sets (clamped waits), never in a tight loop.
+fn channel_events_come_once_against_a_max_wait_of(max_wait_ms: u64) {
+    let serve = Serve::start_with(&[("CREWBUS_BUS__MAX_WAIT_MS", &max_wait_ms.to_string())]);
+    let conv = serve.conversation("waits");
     let mut b = bridge(&serve.url, Some(&serve.tokens["alice"]), &["--channel"]);
+    let reads_before = serve.watch_reads();
     b.send(&initialize(1));
     b.answer(1);
     b.send(&initialized());
-    let m0 = serve.send(&conv, "first");
-    let first = b.event();
-    assert_eq!(meta(&first)["message"], json!(m0));
-    let m1 = serve.send(&conv, "second");
-    let second = b.event();
-    assert_eq!(meta(&second)["message"], json!(m1));
-    assert_eq!(meta(&second)["new"], json!("1"));
-    let (_, stderr, code) = b.finish();
+    let started = Instant::now();
+    // The idle bridge's watch reads: one per request (and wake-up). Below the bridge's ask, the
+    // server's clamp paces it (about 2 a second at 500 ms), never thousands.
+    let paced = if max_wait_ms < 1_000 { 4 } else { 1 };
+    serve.until_watch_reads(reads_before + paced);
+    if max_wait_ms < 1_000 {
+        assert!(
+            started.elapsed() >= Duration::from_millis(max_wait_ms * 2),
+            "{paced} reads in {:?}: not paced by the {max_wait_ms} ms waits",
+            started.elapsed()
+        );
+    }
+    let mut sent = Vec::new();
+    for (i, body) in ["first", "second", "third"].iter().enumerate() {
+        let m = serve.send(&conv, body);
+        let event = b.event();
+        let meta = meta(&event);
+        assert_eq!(meta["message"], json!(m), "{event}");
+        assert_eq!(meta["new"], json!("1"), "only the new one: {event}");
+        assert_eq!(meta["pending"], json!((i + 1).to_string()), "{event}");
+        assert!(
+            event["content"]
+                .as_str()
+                .unwrap()
+                .contains(&format!("«{body}»")),
+            "{event}"
+        );
+        sent.push(m);
+    }
+    let elapsed = started.elapsed();
+    let reads = serve.watch_reads() - reads_before;
+    let bound = 10 + 3 * elapsed.as_secs() * 1_000 / max_wait_ms.min(1_000);
+    assert!(
+        reads <= bound,
+        "{reads} watch reads in {elapsed:?} (at most {bound})"
+    );
+    let (rest, stderr, code) = b.finish();
     assert_eq!(code, Some(0), "{stderr}");
+    assert!(
+        rest.iter().all(|l| !l.contains("claude/channel")),
+        "no event repeated: {rest:?}"
+    );
+    assert!(!stderr.contains("refused"), "{stderr}");
+}
+
+#[test]
+fn against_a_max_wait_below_the_bridges_ask_events_come_once_and_paced() {
+    channel_events_come_once_against_a_max_wait_of(500);
+}
+
+#[test]
+fn against_a_max_wait_of_20_s_events_come_once() {
+    channel_events_come_once_against_a_max_wait_of(20_000);
 }
 
 #[test]
@@ -869,7 +999,7 @@ fn a_server_without_the_watch_leaves_the_relay_working_and_says_so() {
     b.send(&request(2, "ping"));
     assert_eq!(b.next()["method"], "notifications/progress");
     assert_eq!(b.next()["id"], 2);
-    b.wait_stderr("no watch at");
+    b.wait_stderr("has no /v1/inbox/watch");
     // The relay goes on after the refusal.
     b.send(&request(3, "ping"));
     assert_eq!(b.next()["method"], "notifications/progress");

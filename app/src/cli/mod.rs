@@ -24,6 +24,7 @@ pub mod mcp_bridge;
 pub mod push_commands;
 pub mod search_command;
 pub mod streams;
+pub mod watch_client;
 
 /// The multi-threaded Tokio runtime a command runs on. Errors: it cannot start — said on stderr
 /// after `who` (`crewbus`, `crewbus mcp`), and the command's exit code (1).

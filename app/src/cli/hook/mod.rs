@@ -12,20 +12,20 @@
 //! by [`crewbus_domain::quote_for_model`] (at most [`crewbus_domain::NAME_CHARS`] characters
 //! each, quoted «…»), never body text: a Stop reason is read by the model as its next
 //! instruction. The modules: [`event`] (the host's event JSON), [`report`] (what is printed),
-//! [`state`] (the per-session cursor file), [`watch`] (the HTTP call), [`run`] (each event's
-//! flow).
+//! [`state`] (the per-session cursor file), [`run`] (each event's flow); the HTTP call is
+//! [`crate::cli::watch_client`], shared with `crewbus mcp --channel`.
 
 use std::ffi::OsString;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Parser, ValueEnum};
+use crewbus_domain::Secret;
 
 pub mod event;
 pub mod report;
 pub mod run;
 pub mod state;
-pub mod watch;
 
 /// The environment variable holding the agent's bearer token (`--token-file` wins).
 pub const TOKEN_ENV: &str = "CREWBUS_TOKEN";
@@ -93,6 +93,38 @@ Examples (`crewbus connect claude-code` writes these for you):
   crewbus hook claude-code --headless --wait 50 --url http://127.0.0.1:7700
   echo '{\"hook_event_name\":\"SessionStart\",\"session_id\":\"s1\"}' | \\
     CREWBUS_TOKEN=cbt_… crewbus hook claude-code";
+
+/// The token from `file` when given, else from [`TOKEN_ENV`], trimmed. Errors (a message naming
+/// the source, never the value): neither set, an unreadable or empty file.
+pub fn token(file: Option<&Path>) -> Result<Secret, String> {
+    let (text, source) = match file {
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => (text, format!("the token file {}", path.display())),
+            Err(e) => {
+                return Err(format!(
+                    "cannot read the token file {}: {e}",
+                    path.display()
+                ));
+            }
+        },
+        None => match std::env::var(TOKEN_ENV) {
+            Ok(text) => (text, format!("${TOKEN_ENV}")),
+            Err(_) => {
+                return Err(format!(
+                    "no token: pass --token-file PATH or set ${TOKEN_ENV} to the agent's bearer \
+                     token"
+                ));
+            }
+        },
+    };
+    let token = Secret::new(text.trim());
+    if token.is_empty() {
+        return Err(format!(
+            "{source} is empty: it must hold the agent's bearer token"
+        ));
+    }
+    Ok(token)
+}
 
 /// `crewbus hook` options.
 #[derive(Debug, Clone, Args)]
@@ -169,14 +201,30 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
                 print!("{e}");
                 return ExitCode::SUCCESS;
             }
-            let text = e.to_string();
-            let line = text.lines().next().unwrap_or("bad arguments");
-            let line = line.strip_prefix("error: ").unwrap_or(line);
-            run::fail(&format!("{line} (see crewbus hook --help)"));
+            run::fail(&format!("{} (see crewbus hook --help)", one_line(&e)));
             return ExitCode::SUCCESS;
         }
     };
     run::main(cli.args)
+}
+
+/// clap's error as one line: what it says before its usage, the arguments it names included
+/// (the missing ones, the possible values), without its tips.
+fn one_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let parts: Vec<&str> = text
+        .lines()
+        .map(str::trim)
+        .take_while(|l| !l.starts_with("Usage:") && !l.starts_with("For more information"))
+        .filter(|l| !l.is_empty() && !l.starts_with("tip:"))
+        .collect();
+    let line = parts.join(" ");
+    let line = line.strip_prefix("error: ").unwrap_or(&line);
+    if line.is_empty() {
+        "bad arguments".to_owned()
+    } else {
+        line.to_owned()
+    }
 }
 
 #[cfg(test)]
@@ -186,6 +234,18 @@ mod tests {
 
     fn os(v: &[&str]) -> Vec<OsString> {
         v.iter().map(OsString::from).collect()
+    }
+
+    #[test]
+    fn a_token_comes_from_the_file_and_is_never_shown() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("t");
+        std::fs::write(&file, "  cbt_secret\n").unwrap();
+        assert_eq!(token(Some(&file)).unwrap().expose(), "cbt_secret");
+        std::fs::write(&file, "\n").unwrap();
+        let empty = token(Some(&file)).err().unwrap();
+        assert!(empty.contains("empty") && !empty.contains("cbt"), "{empty}");
+        assert!(token(Some(&dir.path().join("none"))).is_err());
     }
 
     #[test]
@@ -212,6 +272,31 @@ mod tests {
         assert_eq!(dispatched(&os(&["crewbus", "serve", "hook"])), None);
         assert_eq!(dispatched(&os(&["crewbus", "--bogus", "hook"])), None);
         assert_eq!(dispatched(&os(&["crewbus"])), None);
+    }
+
+    #[test]
+    fn an_argument_error_is_one_line_naming_the_argument() {
+        let line = |args: &[&str]| {
+            let argv = std::iter::once("crewbus hook").chain(args.iter().copied());
+            one_line(&HookCli::try_parse_from(argv).unwrap_err())
+        };
+        let missing = line(&[]);
+        assert!(missing.contains("<HOST>"), "{missing}");
+        let host = line(&["nohost"]);
+        assert!(
+            host.contains("nohost") && host.contains("claude-code"),
+            "{host}"
+        );
+        let wait = line(&["claude-code", "--wait", "x"]);
+        assert!(wait.contains("--wait"), "{wait}");
+        let unknown = line(&["claude-code", "--bogus"]);
+        assert!(
+            unknown.contains("--bogus") && !unknown.contains("tip"),
+            "{unknown}"
+        );
+        for l in [missing, host, wait, unknown] {
+            assert!(!l.contains('\n') && !l.starts_with("error"), "{l}");
+        }
     }
 
     #[test]

@@ -11,7 +11,7 @@ use crewbus_domain::{NAME_CHARS, quote_for_model};
 use serde_json::json;
 
 use super::event::CheckEvent;
-use super::watch::{NewMessage, WatchAnswer};
+use crate::cli::watch_client::{News as NewMessage, WatchAnswer};
 
 /// How many distinct senders and conversations the summary names before "and N other(s)".
 const NAMED: usize = 3;
@@ -121,6 +121,8 @@ mod tests {
             sender: Uuid::new_v4(),
             sender_name: sender.to_owned(),
             sender_kind: "agent".to_owned(),
+            seq: 1,
+            preview: String::new(),
         }
     }
 

@@ -5,36 +5,34 @@
 //! - A **blocking stop** (Claude Code `--headless`, Codex's Stop, Cursor's stop) watches up to
 //!   `--wait` and prints the host's decision when news comes.
 //! - The **background stop** (Claude Code without `--headless`, installed with `asyncRewake`)
-//!   watches up to `--wait` in requests of at most the server's maximum wait; with news it
-//!   prints the summary on stderr and exits 2. A later background stop of the same session
-//!   supersedes it: the older one gives way at its next request.
+//!   watches up to `--wait` in requests of at most [`MAX_WAIT`] (each clamped by the server to
+//!   its `bus.max_wait_ms`); with news it prints the summary on stderr and exits 2. A later
+//!   background stop of the same session supersedes it: the older one gives way at its next
+//!   request.
 //!
 //! Never a loop: the cursor moves only when the hook reports (under the state lock, and only
 //! if nobody reported meanwhile: else the watch is asked again with the newer cursor), so what
-//! was reported never wakes again; consecutive wakes stop at `--max-wakes`.
+//! was reported never wakes again; consecutive wakes stop at `--max-wakes`. The stored cursor
+//! is dropped only when the server refuses it as not this agent's ([`Watcher`]); the watch
+//! asks for no previews (the hook prints no body text). A state file the hook does not believe
+//! is reported on stderr once, and the hook goes on from a fresh state.
 
+use std::cell::Cell;
 use std::io::{Read as _, Write as _};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use super::event::{self, CheckEvent, Event, EventKind};
 use super::report;
-use super::state::{self, PRUNE_AFTER, SessionState, StateDir};
-use super::watch::{self, WatchAnswer, WatchClient, WatchError};
+use super::state::{self, Locked, PRUNE_AFTER, SessionState, StateDir};
 use super::{HookArgs, Host};
+use crate::cli::watch_client::{MAX_WAIT, WatchAnswer, WatchClient, Watcher};
 
 /// How long a check may take in all.
 pub const CHECK_BUDGET: Duration = Duration::from_millis(300);
 
 /// How long the event on stdin may take to arrive.
 const STDIN_WAIT: Duration = Duration::from_secs(2);
-
-/// The longest single watch request: the servers' default `bus.max_wait_ms` (a server
-/// configured lower refuses it with 400, and the hook halves it).
-const MAX_CHUNK: Duration = Duration::from_secs(50);
-
-/// The shortest chunk the halving goes down to.
-const MIN_CHUNK: Duration = Duration::from_secs(1);
 
 /// Added to a request's wait for its whole round trip.
 const GRACE: Duration = Duration::from_millis(1500);
@@ -96,7 +94,7 @@ fn run(args: HookArgs) -> Outcome {
 
 fn try_run(args: HookArgs) -> Result<Outcome, String> {
     let event = read_event(args.host)?;
-    let token = watch::token(args.token_file.as_deref())?;
+    let token = super::token(args.token_file.as_deref())?;
     let connect = match event.kind {
         EventKind::Check(_) => CHECK_BUDGET,
         _ => Duration::from_secs(1),
@@ -111,11 +109,10 @@ fn try_run(args: HookArgs) -> Result<Outcome, String> {
         .map_err(|e| format!("cannot start the async runtime: {e}"))?;
     let mut hook = Hook {
         args,
-        client,
+        watcher: Watcher::new(client, false),
         dir,
         key,
-        chunk: MAX_CHUNK,
-        cursor_refused: false,
+        told_discarded: Cell::new(false),
     };
     runtime.block_on(hook.handle(event))
 }
@@ -145,13 +142,12 @@ fn read_event(host: Host) -> Result<Event, String> {
 /// One run's context.
 struct Hook {
     args: HookArgs,
-    client: WatchClient,
+    /// The watch, without previews.
+    watcher: Watcher,
     dir: StateDir,
     key: String,
-    /// The longest request the server accepts, as learnt.
-    chunk: Duration,
-    /// The stored cursor was refused (another server's, or malformed): watch without it.
-    cursor_refused: bool,
+    /// A state file not believed was reported on stderr (once a run).
+    told_discarded: Cell<bool>,
 }
 
 impl Hook {
@@ -179,7 +175,7 @@ impl Hook {
     /// written (or read, when `change` changed nothing).
     fn update(&self, change: impl FnOnce(&mut SessionState)) -> Result<SessionState, String> {
         let lock = self.dir.lock()?;
-        let before = lock.load(&self.key);
+        let before = self.load(&lock);
         let mut after = before.clone();
         change(&mut after);
         if after != before {
@@ -199,7 +195,7 @@ impl Hook {
         waiter: Option<&String>,
     ) -> Result<bool, String> {
         let lock = self.dir.lock()?;
-        let mut state = lock.load(&self.key);
+        let mut state = self.load(&lock);
         if state.cursor != *seen || (waiter.is_some() && state.waiter.as_ref() != waiter) {
             return Ok(false);
         }
@@ -244,7 +240,7 @@ impl Hook {
                 return Ok(Outcome::Print(report::additional_context(check, &text)));
             }
             // Another hook of this session reported meanwhile: ask again with its cursor.
-            seen = self.dir.lock()?.load(&self.key).cursor;
+            seen = self.current()?.cursor;
         }
         Ok(Outcome::Quiet)
     }
@@ -276,7 +272,7 @@ impl Hook {
         loop {
             let wait = deadline
                 .saturating_duration_since(Instant::now())
-                .min(self.chunk);
+                .min(MAX_WAIT);
             let answer = self.watch(seen.as_deref(), wait, GRACE).await?;
             if !answer.new.is_empty() {
                 if self.record(&seen, &answer, true, waiter.as_ref())? {
@@ -297,7 +293,7 @@ impl Hook {
                 }
                 return Ok(Outcome::Quiet);
             }
-            let now = self.dir.lock()?.load(&self.key);
+            let now = self.current()?;
             if waiter.is_some() && now.waiter != waiter {
                 // A later stop of this session waits instead (or the user moved on).
                 return Ok(Outcome::Quiet);
@@ -306,30 +302,35 @@ impl Hook {
         }
     }
 
-    /// One watch after `cursor` (dropped for good once the server refuses it), waiting `wait`
-    /// (halved while the server refuses it as too long).
+    /// One watch after `cursor` (unless the server refused it: then after none, and everything
+    /// pending is news again), waiting up to `wait` (clamped by the server); no previews.
     async fn watch(
         &mut self,
         cursor: Option<&str>,
         wait: Duration,
         grace: Duration,
     ) -> Result<WatchAnswer, String> {
-        let mut wait = wait;
-        loop {
-            let after = if self.cursor_refused { None } else { cursor };
-            match self.client.watch(after, wait, grace).await {
-                Ok(answer) => return Ok(answer),
-                Err(WatchError::Invalid) if after.is_some() => {
-                    // A cursor of another server or agent (or a damaged one): everything
-                    // pending is news again, reported once more.
-                    self.cursor_refused = true;
-                }
-                Err(WatchError::Invalid) if wait > MIN_CHUNK => {
-                    wait = (wait / 2).max(MIN_CHUNK);
-                    self.chunk = wait;
-                }
-                Err(e) => return Err(e.to_string()),
+        self.watcher
+            .watch(cursor, wait, grace)
+            .await
+            .map(|answered| answered.answer)
+            .map_err(|e| e.to_string())
+    }
+
+    /// The session's state under `lock`; one the hook does not believe is reported on stderr
+    /// (once a run) and read as fresh.
+    fn load(&self, lock: &Locked<'_>) -> SessionState {
+        lock.load(&self.key).unwrap_or_else(|discarded| {
+            if !self.told_discarded.replace(true) {
+                fail(&discarded.to_string());
             }
-        }
+            SessionState::fresh(&self.key)
+        })
+    }
+
+    /// The session's state now (under the lock for the read).
+    fn current(&self) -> Result<SessionState, String> {
+        let lock = self.dir.lock()?;
+        Ok(self.load(&lock))
     }
 }

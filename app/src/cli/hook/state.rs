@@ -9,8 +9,9 @@
 //! the directory's `.lock` file, and every write is a fresh 0600 temporary file renamed over the
 //! old one (`tempfile`'s `persist`), so a reader never sees half a file. A file someone else
 //! wrote — not a regular file, another owner, readable by others, malformed, or naming another
-//! key — is ignored (read as a fresh state) and replaced at the next write. Files untouched for
-//! [`PRUNE_AFTER`] are removed.
+//! key — is not believed ([`Discarded`], which the hook reports on stderr): the hook goes on from
+//! a fresh state, which replaces it at the next write. Files untouched for [`PRUNE_AFTER`] are
+//! removed.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
@@ -29,6 +30,52 @@ const LOCK_WAIT: Duration = Duration::from_millis(1500);
 /// The file format's version.
 const VERSION: u32 = 1;
 
+/// The largest state file believed (its cursor is at most 8 256 characters).
+const MAX_FILE_BYTES: u64 = 64 * 1024;
+
+/// A state file that was not believed (see [`Locked::load`]). Its `Display` is a stderr line's
+/// reason.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "ignored the state file {} ({reason}): starting from a fresh state, which replaces it",
+    path.display()
+)]
+pub struct Discarded {
+    /// The file.
+    pub path: PathBuf,
+    /// Why it was not believed.
+    pub reason: Reason,
+}
+
+/// Why a state file was not believed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum Reason {
+    /// A directory, a symbolic link, a device.
+    #[error("not a regular file")]
+    NotAFile,
+    /// Larger than any state the hook writes.
+    #[error("larger than {MAX_FILE_BYTES} bytes")]
+    TooLarge,
+    /// Another user's.
+    #[error("owned by another user")]
+    Owner,
+    /// Others may read or write it (the mode is shown in octal).
+    #[error("mode {0:o}: others may read or write it, the hook writes 600")]
+    Mode(u32),
+    /// It cannot be read.
+    #[error("cannot be read")]
+    Unreadable,
+    /// Not JSON of the hook's state.
+    #[error("not a hook state: malformed")]
+    Malformed,
+    /// A state of another format version.
+    #[error("format version {0}, this hook reads {VERSION}")]
+    Version(u32),
+    /// Another session's (or server's, or agent's) state under this name.
+    #[error("it names another session: copied or renamed")]
+    OtherKey,
+}
+
 /// One session's state.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionState {
@@ -45,7 +92,8 @@ pub struct SessionState {
 }
 
 impl SessionState {
-    fn fresh(key: &str) -> SessionState {
+    /// A state that records nothing: no cursor, no wakes, no waiter.
+    pub fn fresh(key: &str) -> SessionState {
         SessionState {
             v: VERSION,
             key: key.to_owned(),
@@ -170,29 +218,44 @@ impl Locked<'_> {
         self.dir.dir.join(format!("{key}.json"))
     }
 
-    /// The session's state; a missing file, or one someone else wrote (see the module
-    /// documentation), reads as a fresh state.
-    pub fn load(&self, key: &str) -> SessionState {
+    /// The session's state; a missing file reads as a fresh state. Errors: a file someone else
+    /// wrote (see the module documentation) is not believed: [`Discarded`] says why, and the
+    /// caller goes on with [`SessionState::fresh`] (the file is replaced at the next write).
+    pub fn load(&self, key: &str) -> Result<SessionState, Discarded> {
         let path = self.file(key);
-        let Ok(meta) = std::fs::symlink_metadata(&path) else {
-            return SessionState::fresh(key);
+        let discarded = |reason| Discarded {
+            path: path.clone(),
+            reason,
         };
-        if !meta.is_file() || meta.len() > 64 * 1024 {
-            return SessionState::fresh(key);
+        let meta = match std::fs::symlink_metadata(&path) {
+            Ok(meta) => meta,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(SessionState::fresh(key));
+            }
+            Err(_) => return Err(discarded(Reason::Unreadable)),
+        };
+        if !meta.is_file() {
+            return Err(discarded(Reason::NotAFile));
+        }
+        if meta.len() > MAX_FILE_BYTES {
+            return Err(discarded(Reason::TooLarge));
         }
         #[cfg(unix)]
         {
             use std::os::unix::fs::MetadataExt as _;
-            if meta.uid() != rustix::process::geteuid().as_raw() || meta.mode() & 0o077 != 0 {
-                return SessionState::fresh(key);
+            if meta.uid() != rustix::process::geteuid().as_raw() {
+                return Err(discarded(Reason::Owner));
+            }
+            if meta.mode() & 0o077 != 0 {
+                return Err(discarded(Reason::Mode(meta.mode() & 0o777)));
             }
         }
-        match std::fs::read(&path)
-            .ok()
-            .and_then(|b| serde_json::from_slice::<SessionState>(&b).ok())
-        {
-            Some(s) if s.v == VERSION && s.key == key => s,
-            _ => SessionState::fresh(key),
+        let bytes = std::fs::read(&path).map_err(|_| discarded(Reason::Unreadable))?;
+        match serde_json::from_slice::<SessionState>(&bytes) {
+            Ok(s) if s.v != VERSION => Err(discarded(Reason::Version(s.v))),
+            Ok(s) if s.key != key => Err(discarded(Reason::OtherKey)),
+            Ok(s) => Ok(s),
+            Err(_) => Err(discarded(Reason::Malformed)),
         }
     }
 
@@ -278,7 +341,7 @@ mod tests {
         let dir = open(tmp.path());
         let k = key("http://h", "t", "claude-code", "../../etc/passwd");
         let lock = dir.lock().unwrap();
-        let fresh = lock.load(&k);
+        let fresh = lock.load(&k).unwrap();
         assert_eq!(fresh, SessionState::fresh(&k));
         let s = SessionState {
             cursor: Some("c1".into()),
@@ -286,7 +349,7 @@ mod tests {
             ..fresh
         };
         lock.save(&s).unwrap();
-        assert_eq!(lock.load(&k), s);
+        assert_eq!(lock.load(&k).unwrap(), s);
         let file = dir.path().join(format!("{k}.json"));
         #[cfg(unix)]
         {
@@ -310,23 +373,33 @@ mod tests {
     }
 
     #[test]
-    fn a_state_file_someone_else_wrote_is_ignored() {
+    fn a_state_file_someone_else_wrote_is_not_believed_and_says_why() {
         let tmp = tempfile::tempdir().unwrap();
         let dir = open(tmp.path());
         let k = key("http://h", "t", "claude-code", "s");
         let file = dir.path().join(format!("{k}.json"));
         let lock = dir.lock().unwrap();
+        let reason = |lock: &Locked<'_>| lock.load(&k).map(|_| ()).unwrap_err().reason;
         // Malformed.
         std::fs::write(&file, "{not json").unwrap();
         set_mode(&file, 0o600);
-        assert_eq!(lock.load(&k), SessionState::fresh(&k));
+        assert_eq!(reason(&lock), Reason::Malformed);
+        let e = lock.load(&k).unwrap_err().to_string();
+        assert!(e.contains(&file.display().to_string()), "{e}");
         // Another key's state copied under this name.
         let other = SessionState {
             cursor: Some("theirs".into()),
             ..SessionState::fresh("ff")
         };
         std::fs::write(&file, serde_json::to_vec(&other).unwrap()).unwrap();
-        assert_eq!(lock.load(&k).cursor, None);
+        assert_eq!(reason(&lock), Reason::OtherKey);
+        // Another format version.
+        let future = SessionState {
+            v: VERSION + 1,
+            ..SessionState::fresh(&k)
+        };
+        std::fs::write(&file, serde_json::to_vec(&future).unwrap()).unwrap();
+        assert_eq!(reason(&lock), Reason::Version(VERSION + 1));
         // Readable by others.
         let mine = SessionState {
             cursor: Some("mine".into()),
@@ -334,22 +407,32 @@ mod tests {
         };
         std::fs::write(&file, serde_json::to_vec(&mine).unwrap()).unwrap();
         set_mode(&file, 0o644);
-        assert_eq!(lock.load(&k).cursor, None);
+        #[cfg(unix)]
+        assert_eq!(reason(&lock), Reason::Mode(0o644));
         set_mode(&file, 0o600);
-        assert_eq!(lock.load(&k).cursor.as_deref(), Some("mine"));
+        assert_eq!(lock.load(&k).unwrap().cursor.as_deref(), Some("mine"));
+        // Too large.
+        std::fs::write(&file, vec![b' '; MAX_FILE_BYTES as usize + 1]).unwrap();
+        assert_eq!(reason(&lock), Reason::TooLarge);
         // A symbolic link is not followed.
         std::fs::remove_file(&file).unwrap();
+        assert_eq!(
+            lock.load(&k).unwrap(),
+            SessionState::fresh(&k),
+            "missing: fresh"
+        );
         let target = tmp.path().join("elsewhere.json");
         std::fs::write(&target, serde_json::to_vec(&mine).unwrap()).unwrap();
         set_mode(&target, 0o600);
         #[cfg(unix)]
         {
             std::os::unix::fs::symlink(&target, &file).unwrap();
-            assert_eq!(lock.load(&k).cursor, None);
+            assert_eq!(reason(&lock), Reason::NotAFile);
             // And a save replaces the link, leaving its target alone.
             lock.save(&SessionState::fresh(&k)).unwrap();
             assert!(!std::fs::symlink_metadata(&file).unwrap().is_symlink());
             assert!(std::fs::read_to_string(&target).unwrap().contains("mine"));
+            assert_eq!(lock.load(&k).unwrap(), SessionState::fresh(&k));
         }
     }
 
@@ -405,7 +488,7 @@ mod tests {
             .set_modified(eight_days)
             .unwrap();
         assert_eq!(lock.prune(PRUNE_AFTER), 1);
-        assert_eq!(lock.load(&old.key), SessionState::fresh(&old.key));
+        assert_eq!(lock.load(&old.key).unwrap(), SessionState::fresh(&old.key));
         assert!(dir.path().join(format!("{}.json", new.key)).exists());
     }
 }

@@ -1,11 +1,15 @@
 //! `crewbus mcp --channel`: news of messages pushed into the host's session as Claude Code
 //! channel events.
 //!
-//! The bridge runs its own watch loop: `POST URL/v1/inbox/watch` with the agent's token and long
-//! waits ([`WAIT_MS`]), keeping the answer's cursor in memory, and sends the host one
-//! `notifications/claude/channel` (`params: {content, meta}`) per answer with news. The watch
-//! reads the ledger only: it hands nothing out, so a message announced here is fetched with
-//! `fetch_inbox` as any other, not marked `redelivered`.
+//! The bridge runs its own watch loop ([`crate::cli::watch_client::Watcher`], shared with the
+//! hook): `POST URL/v1/inbox/watch` with the agent's token and long waits (clamped by the
+//! server to its `bus.max_wait_ms`), keeping the answer's cursor in memory, and sends the host
+//! one `notifications/claude/channel` (`params: {content, meta}`) per answer with news. The
+//! watch reads the ledger only: it hands nothing out, so a message announced here is fetched
+//! with `fetch_inbox` as any other, not marked `redelivered`. The cursor is dropped only when
+//! the server refuses it as not this agent's; a failing server is asked again after a growing
+//! pause (1 s doubling to 30 s), one stderr line when it starts failing and one when it answers
+//! again.
 //!
 //! The loop starts once the host is past its handshake, with a new cursor, so its first answer
 //! reports what was already waiting when the session started: mail that came while no session
@@ -22,151 +26,74 @@
 
 use std::time::Duration;
 
-use crewbus_domain::{Backoff, NAME_CHARS, PREVIEW_CHARS, Uuid, quote_for_model};
-use reqwest::StatusCode;
+use crewbus_domain::{NAME_CHARS, PREVIEW_CHARS, quote_for_model};
 use rmcp::model::{CustomNotification, JsonObject, ServerJsonRpcMessage, ServerNotification};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::mpsc;
 
 use super::Settings;
 use super::upstream::CONNECT_TIMEOUT;
+use crate::cli::watch_client::{MAX_WAIT, WatchAnswer, WatchClient, WatchError, Watcher};
 
 /// The notification's method (Claude Code's channels).
 pub(crate) const METHOD: &str = "notifications/claude/channel";
 
-/// How long one watch waits for news, ms: long, as a watch holds nothing, and under the server's
-/// default `bus.max_wait_ms` (50 s). A server configured with less answers `400`; the loop then
-/// halves its wait (down to [`MIN_WAIT_MS`]).
-const WAIT_MS: u64 = 25_000;
-
-/// The shortest wait the loop falls back to.
-const MIN_WAIT_MS: u64 = 1_000;
-
 /// How much longer than its wait a watch may take before the loop gives up on that call.
 const ANSWER_MARGIN: Duration = Duration::from_secs(15);
-
-/// The retry schedule after a failed watch: 1 s doubling to 30 s.
-const RETRY: Backoff = Backoff {
-    base: Duration::from_secs(1),
-    cap: Duration::from_secs(30),
-    max_attempts: u32::MAX,
-};
-
-/// One watch answer, as far as the bridge reads it (see `POST /v1/inbox/watch`).
-#[derive(Debug, Deserialize)]
-pub(crate) struct WatchAnswer {
-    /// Messages waiting for the agent now, reported or not.
-    pub(crate) pending: u64,
-    /// The news: waiting messages not reported before, oldest first.
-    pub(crate) new: Vec<News>,
-    /// Everything reported so far, for the next call.
-    pub(crate) cursor: String,
-}
-
-/// One piece of news.
-#[derive(Debug, Deserialize)]
-pub(crate) struct News {
-    pub(crate) message: Uuid,
-    pub(crate) conversation: Uuid,
-    pub(crate) conversation_title: String,
-    pub(crate) sender_name: String,
-    pub(crate) sender_kind: String,
-    pub(crate) seq: u64,
-    pub(crate) preview: String,
-}
 
 /// The watch loop (see the module docs): runs until the host's side ends (`out` closed), the
 /// token is refused, or the server has no watch; every failure is one stderr line.
 pub(crate) async fn watch(settings: Settings, out: mpsc::UnboundedSender<ServerJsonRpcMessage>) {
-    let client = match reqwest::Client::builder()
-        .connect_timeout(CONNECT_TIMEOUT)
-        .build()
-    {
+    let client = match WatchClient::new(&settings.endpoint, &settings.token, CONNECT_TIMEOUT) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("crewbus mcp: channel: cannot build the HTTP client: {e}");
+            eprintln!("crewbus mcp: channel: {e}");
             return;
         }
     };
-    let seed = rand::random::<u64>();
+    let mut watcher = Watcher::new(client, true);
     let mut cursor: Option<String> = None;
-    let mut wait_ms = WAIT_MS;
-    let mut failures = 0u32;
+    let mut failing = false;
     loop {
-        let mut body = json!({"wait_ms": wait_ms});
-        if let Some(c) = &cursor {
-            body["after"] = Value::String(c.clone());
-        }
-        let sent = client
-            .post(&settings.watch)
-            .bearer_auth(settings.token.expose())
-            .json(&body)
-            .timeout(Duration::from_millis(wait_ms) + ANSWER_MARGIN)
-            .send()
-            .await;
-        let failure = match sent {
-            Ok(r) if r.status() == StatusCode::OK => match r.json::<WatchAnswer>().await {
-                Ok(answer) => {
-                    if failures > 0 {
-                        eprintln!("crewbus mcp: channel: the watch answers again");
-                        failures = 0;
-                    }
-                    if !answer.new.is_empty() && out.send(notification(&answer)).is_err() {
-                        return;
-                    }
-                    cursor = Some(answer.cursor);
-                    continue;
-                }
-                Err(e) => format!("an answer that is not a watch answer: {e}"),
-            },
-            Ok(r) if r.status() == StatusCode::UNAUTHORIZED => {
-                eprintln!(
-                    "crewbus mcp: channel: crewbus refused the token (wrong or revoked); no \
-                     more channel events"
-                );
-                return;
-            }
-            Ok(r)
-                if matches!(
-                    r.status(),
-                    StatusCode::NOT_FOUND | StatusCode::METHOD_NOT_ALLOWED
-                ) =>
-            {
-                eprintln!(
-                    "crewbus mcp: channel: no watch at {} (HTTP {}; a crewbus server older than \
-                     this bridge?); no channel events",
-                    settings.watch,
-                    r.status().as_u16()
-                );
-                return;
-            }
-            Ok(r) if r.status() == StatusCode::BAD_REQUEST => {
-                // The wait is over the server's `bus.max_wait_ms`, or the cursor is not one it
-                // takes (another server's ledger): shorten the wait first, then start afresh.
-                if wait_ms > MIN_WAIT_MS {
-                    wait_ms = (wait_ms / 2).max(MIN_WAIT_MS);
-                    continue;
-                }
-                eprintln!("crewbus mcp: channel: the watch refused the cursor; starting afresh");
-                cursor = None;
-                wait_ms = WAIT_MS;
-                continue;
-            }
-            Ok(r) => format!("HTTP {}", r.status().as_u16()),
-            Err(e) => format!("cannot reach crewbus: {e}"),
-        };
-        failures = failures.saturating_add(1);
-        if failures == 1 {
-            eprintln!(
-                "crewbus mcp: channel: POST {}: {failure}; retrying",
-                settings.watch
-            );
-        }
-        let pause = RETRY.delay(failures, seed);
-        tokio::select! {
-            () = tokio::time::sleep(pause) => {}
+        let next = tokio::select! {
+            next = watcher.watch(cursor.as_deref(), MAX_WAIT, ANSWER_MARGIN) => next,
             () = out.closed() => return,
+        };
+        match next {
+            Ok(answered) => {
+                if failing {
+                    eprintln!("crewbus mcp: channel: the watch answers again");
+                    failing = false;
+                }
+                if answered.dropped_cursor {
+                    eprintln!(
+                        "crewbus mcp: channel: the server refused the cursor (not this agent's); \
+                         what waits is reported afresh"
+                    );
+                }
+                let answer = answered.answer;
+                if !answer.new.is_empty() && out.send(notification(&answer)).is_err() {
+                    return;
+                }
+                cursor = Some(answer.cursor);
+            }
+            Err(e @ WatchError::Unauthenticated) => {
+                eprintln!("crewbus mcp: channel: {e}; no more channel events");
+                return;
+            }
+            Err(e @ WatchError::NoRoute { .. }) => {
+                eprintln!("crewbus mcp: channel: {e}; no channel events");
+                return;
+            }
+            Err(e) => {
+                if !failing {
+                    eprintln!(
+                        "crewbus mcp: channel: POST {}: {e}; retrying",
+                        watcher.client().endpoint()
+                    );
+                    failing = true;
+                }
+            }
         }
     }
 }
@@ -227,12 +154,15 @@ fn meta(answer: &WatchAnswer) -> JsonObject {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::watch_client::News;
+    use crewbus_domain::Uuid;
 
     fn news(name: &str, title: &str, preview: &str) -> News {
         News {
             message: Uuid::new_v4(),
             conversation: Uuid::new_v4(),
             conversation_title: title.to_owned(),
+            sender: Uuid::new_v4(),
             sender_name: name.to_owned(),
             sender_kind: "agent".to_owned(),
             seq: 7,

@@ -4,10 +4,14 @@
 //! The relay works at the transport level, on rmcp's two transports, and is not an MCP server
 //! of its own (it answers nothing itself, so the host's session is with crewbus):
 //!
-//! - **Host side**: rmcp's stdio transport ([`AsyncRwTransport`] over [`rmcp::transport::stdio`]),
-//!   one JSON-RPC message a line, read as rmcp's typed messages. rmcp ignores a line that is not
-//!   JSON; the bridge checks each line's JSON syntax before handing it on and answers a line that
-//!   is not JSON with `-32700` itself, as it always did (`stdin.rs`).
+//! - **Host side**: rmcp's stdio transport ([`AsyncRwTransport`] over stdin), one JSON-RPC
+//!   message a line, read as rmcp's typed messages. rmcp ignores a line that is not JSON; the
+//!   bridge checks each line before handing it on and answers one that is not a message itself
+//!   (`stdin.rs`): `-32700` with `"id": null` for broken JSON, `-32600` with the line's id (or
+//!   null) for JSON that is not a JSON-RPC 2.0 message, `-32602` for an `initialize` without
+//!   params. Answers go to stdout through the bridge's one writer, one message a line; an error
+//!   whose id could not be read carries `"id": null`, as JSON-RPC 2.0 requires (rmcp's types
+//!   would leave it out).
 //! - **Server side**: rmcp's Streamable HTTP client ([`StreamableHttpClientTransport`] over
 //!   reqwest) with the agent's bearer token. It carries the session: the `Mcp-Session-Id` a
 //!   server returns, the `MCP-Protocol-Version` header (from the `initialize` result, or a
@@ -38,6 +42,7 @@ use rmcp::RoleServer;
 use rmcp::model::{ClientJsonRpcMessage, ClientNotification, ClientRequest, ServerJsonRpcMessage};
 use rmcp::transport::Transport as _;
 use rmcp::transport::async_rw::AsyncRwTransport;
+use tokio::io::AsyncWriteExt as _;
 use tokio::sync::mpsc;
 
 use crate::cli::McpArgs;
@@ -63,8 +68,6 @@ pub const RELAY_ERROR: i32 = -32000;
 pub(crate) struct Settings {
     /// `…/mcp`.
     pub(crate) endpoint: String,
-    /// `…/v1/inbox/watch`, for `--channel`.
-    pub(crate) watch: String,
     pub(crate) token: Secret,
     /// The tool profile sent as the `Crewbus-Tools` header, when `--tools` is given.
     pub(crate) profile: Option<Profile>,
@@ -84,7 +87,6 @@ impl Settings {
         let root = base.strip_suffix("/mcp").unwrap_or(base);
         Ok(Settings {
             endpoint: format!("{root}/mcp"),
-            watch: format!("{root}/v1/inbox/watch"),
             token,
             profile: args.tools.as_deref().and_then(Profile::named),
             channel: args.channel,
@@ -164,13 +166,14 @@ fn token(file: Option<&Path>) -> Result<Secret, String> {
 }
 
 /// The relay: stdin (checked, then read by rmcp's stdio transport) to the current upstream
-/// session; every session's answers, parse errors and channel notifications to stdout, in the
-/// order they come.
+/// session; every session's answers, the check's answers and channel notifications to stdout,
+/// in the order they come.
 async fn run(settings: Settings, upstream: upstream::Upstream) -> std::io::Result<()> {
     let (out, mut answers) = mpsc::unbounded_channel::<ServerJsonRpcMessage>();
-    let (stdin, stdout) = rmcp::transport::stdio();
-    let checked = stdin::syntax_checked(stdin, out.clone());
-    let mut host = AsyncRwTransport::<RoleServer, _, _>::new_server(checked, stdout);
+    let checked = stdin::syntax_checked(tokio::io::stdin(), out.clone());
+    // The transport only reads: every line it could refuse was answered by the check.
+    let mut host = AsyncRwTransport::<RoleServer, _, _>::new_server(checked, tokio::io::sink());
+    let mut stdout = tokio::io::stdout();
     // Every sender of `out` ends at the end of input, so `answers` ends when all is written.
     let mut out = Some(out);
     let mut current: Option<upstream::Session> = None;
@@ -205,11 +208,25 @@ async fn run(settings: Settings, upstream: upstream::Upstream) -> std::io::Resul
             answer = answers.recv() => {
                 let Some(answer) = answer else { break };
                 // An error: the host closed stdout, nobody reads the answers any more.
-                host.send(answer).await?;
+                stdout.write_all(&line(&answer)?).await?;
+                stdout.flush().await?;
             }
         }
     }
     host.close().await
+}
+
+/// `message` as one stdout line: its JSON and a newline; an error without an id gets
+/// `"id": null` (JSON-RPC 2.0: the id is null when it could not be read).
+fn line(message: &ServerJsonRpcMessage) -> std::io::Result<Vec<u8>> {
+    let mut line = match message {
+        ServerJsonRpcMessage::Error(e) if e.id.is_none() => {
+            serde_json::to_vec(&serde_json::json!({"jsonrpc": "2.0", "id": null, "error": e.error}))
+        }
+        other => serde_json::to_vec(other),
+    }?;
+    line.push(b'\n');
+    Ok(line)
 }
 
 /// Hands `message` to the current session (opening one when there is none); gives it back when
@@ -278,13 +295,31 @@ mod tests {
     fn the_endpoints_come_from_the_base_url() {
         let s = Settings::new(&args("http://127.0.0.1:1/"), Secret::new("t")).unwrap();
         assert_eq!(s.endpoint, "http://127.0.0.1:1/mcp");
-        assert_eq!(s.watch, "http://127.0.0.1:1/v1/inbox/watch");
         let s = Settings::new(&args("https://h/bus/mcp"), Secret::new("t")).unwrap();
-        assert_eq!(
-            (s.endpoint.as_str(), s.watch.as_str()),
-            ("https://h/bus/mcp", "https://h/bus/v1/inbox/watch")
-        );
+        assert_eq!(s.endpoint, "https://h/bus/mcp");
         assert!(Settings::new(&args("127.0.0.1:7700"), Secret::new("t")).is_err());
+    }
+
+    #[test]
+    fn an_error_without_an_id_is_written_with_id_null() {
+        let parse =
+            ServerJsonRpcMessage::error(rmcp::model::ErrorData::parse_error("p", None), None);
+        let v: serde_json::Value = serde_json::from_slice(&line(&parse).unwrap()).unwrap();
+        assert_eq!(v["id"], serde_json::Value::Null);
+        assert!(v.as_object().unwrap().contains_key("id"), "{v}");
+        assert_eq!(
+            (&v["jsonrpc"], &v["error"]["code"]),
+            (&"2.0".into(), &(-32700).into())
+        );
+        let with_id = ServerJsonRpcMessage::error(
+            rmcp::model::ErrorData::invalid_request("r", None),
+            Some(rmcp::model::NumberOrString::Number(4)),
+        );
+        let bytes = line(&with_id).unwrap();
+        assert_eq!(bytes.iter().filter(|b| **b == b'\n').count(), 1);
+        assert!(bytes.ends_with(b"\n"));
+        let v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["id"], 4);
     }
 
     #[test]

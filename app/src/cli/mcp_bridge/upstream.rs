@@ -394,7 +394,6 @@ mod tests {
     fn the_client_builds_with_tls_and_the_profile_header() {
         let settings = Settings {
             endpoint: "https://bus.example.com/mcp".into(),
-            watch: "https://bus.example.com/v1/inbox/watch".into(),
             token: crewbus_domain::Secret::new("cbt_x"),
             profile: Some(profile::Profile::Core),
             channel: true,
