@@ -2309,7 +2309,10 @@ async fn agent_written_strings_reach_a_model_cleaned_and_full_structured_content
         let stored = s["deliveries"][0]["body"].as_str().unwrap();
         if profile == "core" {
             assert!(stored.contains(&format!("\n{body}\n")), "{stored}");
-            assert!(stored.contains(&format!("from mallory (agent")), "{stored}");
+            assert!(
+                stored.contains(&format!("from mallory (agent {mallory_id})")),
+                "{stored}"
+            );
         } else {
             assert_eq!(stored, body);
         }
