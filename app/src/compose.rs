@@ -223,7 +223,7 @@ pub fn sqlite_with(
     let ledger = Arc::new(ledger);
     let stores = Stores {
         ledger: ledger.clone(),
-        operators: ledger.clone(),
+        operators: Arc::new(ledger.sql().clone()),
         oversight: ledger.clone(),
         leases: Arc::new(ledger.sql().clone()),
         // One server holds the store: its buckets are exact in process.
@@ -327,7 +327,7 @@ pub async fn postgres_with_pool(
     let ledger = Arc::new(ledger);
     let stores = Stores {
         ledger: ledger.clone(),
-        operators: ledger.clone(),
+        operators: Arc::new(ledger.sql().clone()),
         oversight: ledger.clone(),
         leases: Arc::new(ledger.sql().clone()),
         // Servers share the database: each agent's bucket is one row of it.

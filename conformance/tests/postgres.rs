@@ -228,7 +228,7 @@ impl LedgerFixture for PgLedger {
         Arc::new(self.ledger.journal())
     }
     fn operators(&self) -> Arc<dyn Operators> {
-        Arc::new(self.ledger.clone())
+        Arc::new(self.ledger.sql().clone())
     }
     fn oversight(&self) -> Arc<dyn Oversight> {
         Arc::new(self.ledger.clone())

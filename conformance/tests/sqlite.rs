@@ -211,7 +211,7 @@ impl LedgerFixture for SqliteLedgerFixture {
         Arc::new(self.ledger.journal())
     }
     fn operators(&self) -> Arc<dyn Operators> {
-        Arc::new(self.ledger.clone())
+        Arc::new(self.ledger.sql().clone())
     }
     fn oversight(&self) -> Arc<dyn Oversight> {
         Arc::new(self.ledger.clone())

@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, IndexEntry, SearchQuery, SearchTerms, StoreError,
+    Agent, BusError, BusResult, IndexEntry, Operator, SearchQuery, SearchTerms, StoreError,
 };
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
 use crewbus_sql::driver::Stmt;
@@ -16,7 +16,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::error;
-use crate::ledger::search;
+use crate::ledger::{operators, search};
 
 /// The Postgres dialect.
 pub struct Pg;
@@ -32,6 +32,8 @@ impl Dialect for Pg {
     const NAME: &'static str = crate::NAME;
     const FLAVOR: Flavor = Flavor::Postgres;
     const READS: Via = Via::Connection;
+    type OperatorRow = operators::OperatorRow;
+    const OPERATOR_COLUMNS: &'static str = operators::OPERATOR_COLUMNS;
     const ROW_LOCKS: bool = true;
     const FOR_UPDATE: &'static str = " FOR UPDATE";
     const FOR_NO_KEY_UPDATE: &'static str = " FOR NO KEY UPDATE";
@@ -80,6 +82,23 @@ impl Dialect for Pg {
 
     fn may_have_committed(err: &sqlx::Error) -> bool {
         error::may_have_committed(err)
+    }
+
+    async fn operators_of(
+        _ledger: &SqlLedger<Pg>,
+        _conn: &mut PgConnection,
+        rows: Vec<operators::OperatorRow>,
+    ) -> BusResult<Vec<Operator>> {
+        operators::operators_of(rows)
+    }
+
+    async fn insert_operator<'q>(
+        conn: &mut PgConnection,
+        insert: Stmt<'q, Postgres>,
+        _id: Uuid,
+        teams: &[Uuid],
+    ) -> Result<(), sqlx::Error> {
+        operators::insert_operator(conn, insert, teams).await
     }
 
     async fn write_index(

@@ -8,7 +8,7 @@ use std::ops::{Deref, DerefMut};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, IndexEntry, SearchQuery, SearchTerms, StoreError,
+    Agent, BusError, BusResult, IndexEntry, Operator, SearchQuery, SearchTerms, StoreError,
 };
 use sqlx::Database;
 use uuid::Uuid;
@@ -32,6 +32,19 @@ pub enum Flavor {
     /// `crewbus_sqlite::Lite`.
     Sqlite,
 }
+
+/// What makes an `ORDER BY` of text compare bytes: ` COLLATE "C"` on Postgres, nothing on SQLite
+/// (its default `BINARY` collation is byte order).
+pub const BYTEWISE: PerDialect<&str> = PerDialect {
+    postgres: " COLLATE \"C\"",
+    sqlite: "",
+};
+
+/// The scalar "larger of two values".
+pub const GREATEST: PerDialect<&str> = PerDialect {
+    postgres: "GREATEST",
+    sqlite: "max",
+};
 
 /// One thing — mostly a statement's text — as each store has it, written beside the shared code
 /// that uses it, so a reader sees both and a text that differs is changed in one file.
@@ -102,7 +115,8 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         + Reads<ActivityRow<Self::Time>>
         + Reads<RecipientRow<Self::Time>>
         + Reads<crate::watch::SummaryRow<Self::Time>>
-        + Reads<crate::watch::NewsRow<Self::Time>>;
+        + Reads<crate::watch::NewsRow<Self::Time>>
+        + Reads<Self::OperatorRow>;
 
     /// How a time is stored: Postgres binds a `DateTime<Utc>` (`timestamptz`), SQLite its
     /// microsecond integer codec.
@@ -196,6 +210,33 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     /// What a select of a run row to append to ends with: ` FOR NO KEY UPDATE` on Postgres (the
     /// foreign-key checks of inserted records are not blocked), nothing on SQLite.
     const FOR_NO_KEY_UPDATE: &'static str;
+
+    /// An operator as [`Dialect::OPERATOR_COLUMNS`] reads it (completed into an [`Operator`] by
+    /// [`Dialect::operators_of`]): Postgres with the teams of its scope aggregated in the query,
+    /// SQLite without them.
+    type OperatorRow: Send + Unpin + 'static;
+
+    /// The columns of an [`Dialect::OperatorRow`], read from `operators o`.
+    const OPERATOR_COLUMNS: &'static str;
+
+    /// The operators of `rows`, in their order, with the teams of their scopes (SQLite reads
+    /// them on `conn`, one statement; Postgres' rows hold them). Errors: a stored token hash the
+    /// domain refuses.
+    fn operators_of(
+        ledger: &SqlLedger<Self>,
+        conn: &mut Conn<Self>,
+        rows: Vec<Self::OperatorRow>,
+    ) -> impl Future<Output = BusResult<Vec<Operator>>> + Send;
+
+    /// Runs `insert` (the operator row's insert, its six arguments bound) and records `teams`
+    /// as the scope of the operator `id` (`operator_teams`: Postgres in the same statement, one
+    /// `uuid[]`; SQLite one row per statement). Errors are the driver's (the caller maps them).
+    fn insert_operator<'q>(
+        conn: &mut Conn<Self>,
+        insert: Stmt<'q, Self::Db>,
+        id: Uuid,
+        teams: &[Uuid],
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
     /// `Search::index`'s writes, in the caller's write transaction: each entry's message, if it
     /// is a stored, unretained message of this tenant (and, where writers lock rows, not held

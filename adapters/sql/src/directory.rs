@@ -26,7 +26,8 @@
 //!   on Postgres; SQLite's default `BINARY` collation is byte order already).
 //! - **The members' insert** ([`SqlDirectory::insert_members`]): one row per statement unless
 //!   the store writes them in one (Postgres: `unnest`).
-//! - **The token-hash check** against operators is the shared operators' ([`operator_holds`]:
+//! - **The token-hash check** against operators is the shared operators'
+//!   ([`SqlLedger::operator_holds`](crate::ledger::SqlLedger::operator_holds):
 //!   Postgres takes an advisory lock on the hash first).
 
 use std::collections::{HashMap, HashSet};
@@ -43,7 +44,6 @@ pub use crate::dialect::{Held, Via};
 use crate::driver::{Reads, Stmt, stmt};
 use crate::leases::{Ending, end_leases, lock_or_create_fence};
 use crate::ledger::LedgerHooks;
-use crate::operators::{SqlOperators, operator_holds};
 use crate::rows::{AGENT_COLUMNS, AgentRow, MemberRow, TEAM_COLUMNS, TeamRow};
 
 /// [`SqlLedger::hold`] of the ledger underneath.
@@ -84,10 +84,9 @@ where
     Ok(rows)
 }
 
-/// What the shared directory needs of an SQL ledger beyond [`LedgerHooks`] and its operators
-/// ([`SqlOperators`]: a new agent's token hash is checked against theirs): where the two stores
-/// differ (see the module docs).
-pub trait SqlDirectory: SqlOperators {
+/// What the shared directory needs of an SQL ledger beyond [`LedgerHooks`]: where the two
+/// stores differ (see the module docs).
+pub trait SqlDirectory: LedgerHooks {
     /// How `create_team` and `set_team_backends` (one statement each) write: Postgres
     /// [`Via::Connection`], SQLite [`Via::Transaction`].
     const ONE_WRITE: Via;
@@ -296,7 +295,7 @@ pub async fn create_agent<L: SqlDirectory>(
     let mut tx = ledger.begin(what).await?;
     ledger.require_team(&mut tx, team).await?;
     let taken = || BusError::conflict("the agent name or token hash is already in use");
-    if operator_holds(ledger, &mut tx, &token_hash).await? {
+    if ledger.sql().operator_holds(&mut tx, &token_hash).await? {
         return Err(taken());
     }
     let id = Uuid::new_v4();

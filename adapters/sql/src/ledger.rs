@@ -89,6 +89,16 @@ impl<D: Dialect> SqlLedger<D> {
         D::end_snapshot(snapshot).await.map_err(self.db(what))
     }
 
+    /// A connection for one write ([`Dialect::write`]).
+    pub async fn write(&self, what: &'static str) -> BusResult<D::Write> {
+        D::write(&self.store).await.map_err(self.db(what))
+    }
+
+    /// Ends a write taken with [`SqlLedger::write`].
+    pub async fn end_write(&self, write: D::Write, what: &'static str) -> BusResult<()> {
+        D::end_write(write).await.map_err(self.db(what))
+    }
+
     /// Takes hold of the store `via` for the operation `what`. Errors: the store's, unavailable.
     pub async fn hold(&self, via: Via, what: &'static str) -> BusResult<Held<D>> {
         Ok(match via {

@@ -3,7 +3,7 @@
 //! counters are stored, the pure steps around the queries, and the operations that are the same
 //! on both stores — the leases ([`leases`]: `impl Leases for SqlLedger<D>`), the journal ([`journal`],
 //! [`impl_journal!`]), the send allowances ([`send_allowance`]: `impl SendAllowance for
-//! SqlLedger<D>`), the operators ([`operators`], [`impl_operators!`]), the push store ([`push_store`],
+//! SqlLedger<D>`), the operators ([`operators`]: `impl Operators for SqlLedger<D>`), the push store ([`push_store`],
 //! [`impl_push_store!`]), the ledger's delivery section ([`delivery`], over
 //! [`delivery::SqlDelivery`]) with the inbox watch's read ([`watch`]), the search index ([`search`]: `impl Search for SqlLedger<D>`), the
 //! directory section ([`directory`]), history pages ([`history`]), the oversight ([`oversight`],
@@ -60,7 +60,7 @@ pub mod watch;
 pub use counter::{db_i64, from_db};
 
 /// What the expansions of the `impl_*!` macros ([`impl_journal!`],
-/// [`impl_operators!`], [`impl_push_store!`],
+/// [`impl_push_store!`],
 /// [`impl_oversight!`], [`impl_body_backend!`], [`impl_inbox!`]) name, so the adapter need not
 /// import it.
 #[doc(hidden)]
@@ -77,13 +77,13 @@ pub mod __private {
     };
     pub use crewbus_domain::{Envelope, Locator, Published};
     pub use crewbus_domain::{InboxRef, InboxStatus};
-    pub use crewbus_domain::{Operator, OperatorScope, OperatorSession, TokenHash};
+    pub use crewbus_domain::{Operator, TokenHash};
     pub use crewbus_domain::{PushAttempt, PushConfig, PushRegistration};
     pub use crewbus_ports::Inbox;
     pub use crewbus_ports::Journal;
     pub use crewbus_ports::MessagingBackend;
     pub use crewbus_ports::Oversight;
-    pub use crewbus_ports::{Operators, PushStore};
+    pub use crewbus_ports::PushStore;
     pub use std::time::Duration;
     pub use uuid::Uuid;
 }

@@ -36,7 +36,6 @@ use crate::directory::{
     SqlDirectory, agent_insert, hold, inserted_agent, release, team_rows, with_members,
 };
 use crate::driver::stmt;
-use crate::operators::operator_row;
 use crate::rows::{AGENT_COLUMNS, ActivityRow, AgentRow, RecipientRow};
 
 /// What the shared oversight needs of an SQL ledger beyond [`SqlDirectory`]: the statements
@@ -288,7 +287,9 @@ pub async fn human_member<L: SqlOversight>(
     if known.is_none() {
         return Err(BusError::not_found(format!("conversation {conversation}")));
     }
-    let stored = operator_row(ledger, &mut tx, operator.id)
+    let stored = ledger
+        .sql()
+        .operator_row(&mut tx, operator.id)
         .await?
         .filter(|o| !o.revoked() && !operator.revoked())
         .ok_or_else(|| BusError::forbidden("the operator is revoked"))?;

@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, IndexEntry, SearchQuery, SearchTerms, StoreError,
+    Agent, BusError, BusResult, IndexEntry, Operator, SearchQuery, SearchTerms, StoreError,
 };
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
 use crewbus_sql::driver::Stmt;
@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::codec::Ts;
 use crate::connect::{SqlitePools, WriteTx};
-use crate::ledger::search;
+use crate::ledger::{operators, search};
 
 /// The SQLite dialect.
 pub struct Lite;
@@ -33,6 +33,8 @@ impl Dialect for Lite {
     const NAME: &'static str = crate::NAME;
     const FLAVOR: Flavor = Flavor::Sqlite;
     const READS: Via = Via::Snapshot;
+    type OperatorRow = operators::OperatorRow;
+    const OPERATOR_COLUMNS: &'static str = operators::OPERATOR_COLUMNS;
     const ROW_LOCKS: bool = false;
     const FOR_UPDATE: &'static str = "";
     const FOR_NO_KEY_UPDATE: &'static str = "";
@@ -81,6 +83,23 @@ impl Dialect for Lite {
     /// commit.
     fn may_have_committed(err: &sqlx::Error) -> bool {
         matches!(err, sqlx::Error::WorkerCrashed)
+    }
+
+    async fn operators_of(
+        ledger: &SqlLedger<Lite>,
+        conn: &mut SqliteConnection,
+        rows: Vec<operators::OperatorRow>,
+    ) -> BusResult<Vec<Operator>> {
+        operators::operators_of(ledger, conn, rows).await
+    }
+
+    async fn insert_operator<'q>(
+        conn: &mut SqliteConnection,
+        insert: Stmt<'q, Sqlite>,
+        id: Uuid,
+        teams: &[Uuid],
+    ) -> Result<(), sqlx::Error> {
+        operators::insert_operator(conn, insert, id, teams).await
     }
 
     async fn write_index(

@@ -24,7 +24,7 @@ mod counts;
 mod delivery;
 mod directory;
 mod history;
-mod operators;
+pub(crate) mod operators;
 mod oversight;
 mod references;
 mod relay;
