@@ -224,7 +224,7 @@ pub fn sqlite_with(
     let stores = Stores {
         ledger: ledger.clone(),
         operators: Arc::new(ledger.sql().clone()),
-        oversight: ledger.clone(),
+        oversight: Arc::new(ledger.sql().clone()),
         leases: Arc::new(ledger.sql().clone()),
         // One server holds the store: its buckets are exact in process.
         send_allowance: None,
@@ -328,7 +328,7 @@ pub async fn postgres_with_pool(
     let stores = Stores {
         ledger: ledger.clone(),
         operators: Arc::new(ledger.sql().clone()),
-        oversight: ledger.clone(),
+        oversight: Arc::new(ledger.sql().clone()),
         leases: Arc::new(ledger.sql().clone()),
         // Servers share the database: each agent's bucket is one row of it.
         send_allowance: Some(Arc::new(ledger.sql().clone())),

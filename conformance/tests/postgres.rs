@@ -231,7 +231,7 @@ impl LedgerFixture for PgLedger {
         Arc::new(self.ledger.sql().clone())
     }
     fn oversight(&self) -> Arc<dyn Oversight> {
-        Arc::new(self.ledger.clone())
+        Arc::new(self.ledger.sql().clone())
     }
     fn leases(&self) -> Arc<dyn Leases> {
         Arc::new(self.ledger.sql().clone())

@@ -6,6 +6,7 @@
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, IndexEntry, Operator, SearchQuery, SearchTerms, StoreError,
+    WakeupTarget,
 };
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
 use crewbus_sql::driver::Stmt;
@@ -16,7 +17,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::error;
-use crate::ledger::{operators, search};
+use crate::ledger::{directory, operators, oversight, search};
 
 /// The Postgres dialect.
 pub struct Pg;
@@ -32,6 +33,8 @@ impl Dialect for Pg {
     const NAME: &'static str = crate::NAME;
     const FLAVOR: Flavor = Flavor::Postgres;
     const READS: Via = Via::Connection;
+    const LISTS: Via = Via::Transaction;
+    const ONE_WRITE: Via = Via::Connection;
     type OperatorRow = operators::OperatorRow;
     const OPERATOR_COLUMNS: &'static str = operators::OPERATOR_COLUMNS;
     const ROW_LOCKS: bool = true;
@@ -99,6 +102,24 @@ impl Dialect for Pg {
         teams: &[Uuid],
     ) -> Result<(), sqlx::Error> {
         operators::insert_operator(conn, insert, teams).await
+    }
+
+    async fn insert_members(
+        _ledger: &SqlLedger<Pg>,
+        conn: &mut PgConnection,
+        conversation: Uuid,
+        members: &[(Uuid, String)],
+        at: DateTime<Utc>,
+    ) -> BusResult<()> {
+        directory::insert_members(conn, conversation, members, at).await
+    }
+
+    async fn touch_agents(
+        ledger: &SqlLedger<Pg>,
+        seen: &[WakeupTarget],
+        at: DateTime<Utc>,
+    ) -> BusResult<u64> {
+        oversight::touch_agents(ledger, seen, at).await
     }
 
     async fn write_index(

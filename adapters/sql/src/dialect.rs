@@ -9,11 +9,12 @@ use std::ops::{Deref, DerefMut};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, IndexEntry, Operator, SearchQuery, SearchTerms, StoreError,
+    WakeupTarget,
 };
 use sqlx::Database;
 use uuid::Uuid;
 
-use crate::driver::{Binds, Reads, Runs, Stmt};
+use crate::driver::{Binds, Reads, Runs, Stmt, stmt};
 use crate::journal::{RecordRow, RunRow};
 use crate::leases::LeaseRow;
 use crate::ledger::SqlLedger;
@@ -156,6 +157,16 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     /// read-committed snapshot), SQLite [`Via::Snapshot`] (one WAL snapshot).
     const READS: Via;
 
+    /// How lists of several statements (`conversations`, `conversations_for`, the oversight's
+    /// conversation summaries) hold the store: Postgres [`Via::Transaction`] (read committed),
+    /// SQLite [`Via::Snapshot`].
+    const LISTS: Via;
+
+    /// How a write of one statement (`create_team`, `set_team_backends`, `set_status`) holds
+    /// the store: Postgres [`Via::Connection`] (the statement is its own transaction), SQLite
+    /// [`Via::Transaction`] (its one write connection).
+    const ONE_WRITE: Via;
+
     /// Begins a write transaction.
     fn begin(store: &Self::Store) -> impl Future<Output = Result<Self::Tx, sqlx::Error>> + Send;
 
@@ -237,6 +248,43 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         id: Uuid,
         teams: &[Uuid],
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+
+    /// Inserts the members `(agent, recipient key)` of the new `conversation`, joined at `at`.
+    /// By default one statement per member; Postgres writes them in one (`unnest`).
+    fn insert_members(
+        ledger: &SqlLedger<Self>,
+        conn: &mut Conn<Self>,
+        conversation: Uuid,
+        members: &[(Uuid, String)],
+        at: DateTime<Utc>,
+    ) -> impl Future<Output = BusResult<()>> + Send {
+        async move {
+            for (agent, key) in members {
+                stmt::<Self>(
+                    "INSERT INTO members (conversation_id, agent_id, recipient_key, joined_at)
+                     VALUES ($1, $2, $3, $4)",
+                )
+                .arg(conversation)
+                .arg(*agent)
+                .arg(key.clone())
+                .arg(Self::time(at))
+                .run(conn)
+                .await
+                .map_err(ledger.db("create conversation"))?;
+            }
+            Ok(())
+        }
+    }
+
+    /// `Oversight::touch_agents`' write: marks each of `seen` (non-empty, each once) active at
+    /// `at` unless it was later already; returns how many agents changed. Unknown agents are
+    /// left out. Postgres: one `UPDATE … FROM unnest` on a pool connection; SQLite: one write
+    /// transaction of one update per agent.
+    fn touch_agents(
+        ledger: &SqlLedger<Self>,
+        seen: &[WakeupTarget],
+        at: DateTime<Utc>,
+    ) -> impl Future<Output = BusResult<u64>> + Send;
 
     /// `Search::index`'s writes, in the caller's write transaction: each entry's message, if it
     /// is a stored, unretained message of this tenant (and, where writers lock rows, not held

@@ -6,8 +6,7 @@
 //! SqlLedger<D>`), the operators ([`operators`]: `impl Operators for SqlLedger<D>`), the push store ([`push_store`],
 //! [`impl_push_store!`]), the ledger's delivery section ([`delivery`], over
 //! [`delivery::SqlDelivery`]) with the inbox watch's read ([`watch`]), the search index ([`search`]: `impl Search for SqlLedger<D>`), the
-//! directory section ([`directory`]), history pages ([`history`]), the oversight ([`oversight`],
-//! [`impl_oversight!`]), the body backend ([`body`], [`impl_body_backend!`], over a
+//! directory section ([`directory`]), history pages ([`history`]), the oversight ([`oversight`]: `impl Oversight for SqlLedger<D>`), the body backend ([`body`], [`impl_body_backend!`], over a
 //! [`store::SqlStore`]), the inbox ([`inbox`], [`impl_inbox!`]), the ledger's retention section
 //! ([`retention`]) and the ledger's shared lookups ([`ledger::LedgerHooks`]). The pools,
 //! transactions and error mapping stay in each adapter, as does the SQL text that differs by
@@ -61,28 +60,21 @@ pub use counter::{db_i64, from_db};
 
 /// What the expansions of the `impl_*!` macros ([`impl_journal!`],
 /// [`impl_push_store!`],
-/// [`impl_oversight!`], [`impl_body_backend!`], [`impl_inbox!`]) name, so the adapter need not
+/// [`impl_body_backend!`], [`impl_inbox!`]) name, so the adapter need not
 /// import it.
 #[doc(hidden)]
 pub mod __private {
     pub use async_trait::async_trait;
     pub use chrono::{DateTime, Utc};
-    pub use crewbus_domain::Agent;
-    pub use crewbus_domain::{
-        ActivityBucket, AgentActivity, ConversationSummary, RecipientState, StorageUse,
-        WakeupTarget,
-    };
     pub use crewbus_domain::{
         BusResult, Record, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
     };
     pub use crewbus_domain::{Envelope, Locator, Published};
     pub use crewbus_domain::{InboxRef, InboxStatus};
-    pub use crewbus_domain::{Operator, TokenHash};
     pub use crewbus_domain::{PushAttempt, PushConfig, PushRegistration};
     pub use crewbus_ports::Inbox;
     pub use crewbus_ports::Journal;
     pub use crewbus_ports::MessagingBackend;
-    pub use crewbus_ports::Oversight;
     pub use crewbus_ports::PushStore;
     pub use std::time::Duration;
     pub use uuid::Uuid;

@@ -6,6 +6,7 @@
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, IndexEntry, Operator, SearchQuery, SearchTerms, StoreError,
+    WakeupTarget,
 };
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
 use crewbus_sql::driver::Stmt;
@@ -17,7 +18,7 @@ use uuid::Uuid;
 
 use crate::codec::Ts;
 use crate::connect::{SqlitePools, WriteTx};
-use crate::ledger::{operators, search};
+use crate::ledger::{operators, oversight, search};
 
 /// The SQLite dialect.
 pub struct Lite;
@@ -33,6 +34,8 @@ impl Dialect for Lite {
     const NAME: &'static str = crate::NAME;
     const FLAVOR: Flavor = Flavor::Sqlite;
     const READS: Via = Via::Snapshot;
+    const LISTS: Via = Via::Snapshot;
+    const ONE_WRITE: Via = Via::Transaction;
     type OperatorRow = operators::OperatorRow;
     const OPERATOR_COLUMNS: &'static str = operators::OPERATOR_COLUMNS;
     const ROW_LOCKS: bool = false;
@@ -100,6 +103,14 @@ impl Dialect for Lite {
         teams: &[Uuid],
     ) -> Result<(), sqlx::Error> {
         operators::insert_operator(conn, insert, id, teams).await
+    }
+
+    async fn touch_agents(
+        ledger: &SqlLedger<Lite>,
+        seen: &[WakeupTarget],
+        at: DateTime<Utc>,
+    ) -> BusResult<u64> {
+        oversight::touch_agents(ledger, seen, at).await
     }
 
     async fn write_index(

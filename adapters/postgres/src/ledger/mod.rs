@@ -23,10 +23,10 @@ use crate::journal::PostgresJournal;
 
 mod counts;
 mod delivery;
-mod directory;
+pub(crate) mod directory;
 mod history;
 pub(crate) mod operators;
-mod oversight;
+pub(crate) mod oversight;
 mod references;
 mod relay;
 mod retention;

@@ -22,10 +22,10 @@ use crate::journal::SqliteJournal;
 
 mod counts;
 mod delivery;
-mod directory;
+pub(crate) mod directory;
 mod history;
 pub(crate) mod operators;
-mod oversight;
+pub(crate) mod oversight;
 mod references;
 mod relay;
 mod retention;
