@@ -3,11 +3,14 @@
 //! whose transactions are read committed, snapshots repeatable read, and one error mapping by
 //! SQLSTATE (`error.rs`).
 
+use std::collections::{BTreeMap, HashMap};
+
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, IndexEntry, Operator, SearchQuery, SearchTerms, StoreError,
-    WakeupTarget,
+    Agent, BusError, BusResult, DeliveryId, InboxAck, IndexEntry, IssuedHandOut, Operator,
+    SearchQuery, SearchTerms, StoreError, SweepTarget, WakeupTarget,
 };
+use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
 use crewbus_sql::driver::Stmt;
 use crewbus_sql::ledger::SqlLedger;
@@ -17,7 +20,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::error;
-use crate::ledger::{directory, operators, oversight, search};
+use crate::ledger::{delivery, directory, operators, oversight, search};
 
 /// The Postgres dialect.
 pub struct Pg;
@@ -87,6 +90,36 @@ impl Dialect for Pg {
         error::may_have_committed(err)
     }
 
+    async fn hand_out_candidates(
+        ledger: &SqlLedger<Pg>,
+        conn: &mut PgConnection,
+        team: Uuid,
+        recipient: Uuid,
+        ids: &[Uuid],
+    ) -> BusResult<HashMap<Uuid, Candidate>> {
+        delivery::hand_out_candidates(ledger, conn, team, recipient, ids).await
+    }
+
+    async fn prior_hand_outs(
+        _ledger: &SqlLedger<Pg>,
+        conn: &mut PgConnection,
+        recipient: Uuid,
+        ids: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> BusResult<HashMap<Uuid, Prior>> {
+        delivery::prior_hand_outs(conn, recipient, ids, at).await
+    }
+
+    async fn write_hand_outs(
+        _ledger: &SqlLedger<Pg>,
+        conn: &mut PgConnection,
+        team: Uuid,
+        acks: &BTreeMap<DeliveryId, InboxAck>,
+        issued: &[IssuedHandOut],
+    ) -> BusResult<()> {
+        delivery::write_hand_outs(conn, team, acks, issued).await
+    }
+
     async fn operators_of(
         _ledger: &SqlLedger<Pg>,
         _conn: &mut PgConnection,
@@ -147,6 +180,17 @@ impl Dialect for Pg {
 
     fn bind_ids<'q>(q: Stmt<'q, Postgres>, ids: &[Uuid]) -> Stmt<'q, Postgres> {
         q.arg(ids.to_vec())
+    }
+
+    fn sweep_targets(first: usize, _n: usize) -> String {
+        delivery::sweep_targets(first)
+    }
+
+    fn bind_sweep_targets<'q>(
+        q: Stmt<'q, Postgres>,
+        targets: &[SweepTarget],
+    ) -> Stmt<'q, Postgres> {
+        delivery::bind_sweep_targets(q, targets)
     }
 
     fn rows_affected(done: &sqlx::postgres::PgQueryResult) -> u64 {

@@ -1,6 +1,8 @@
 //! The ledger's delivery section for both SQL adapters: messages as they stand, hand-outs, the
 //! top-up and wake-up reads, confirmations, acknowledgements and receipts, written once over
-//! [`SqlDelivery`] (the [`LedgerHooks`] and the few statements that differ by store).
+//! [`SqlLedger`]; `hand_out`'s reads and writes are the dialect's (Postgres: one statement over
+//! `unnest` arrays with row locks; SQLite: `IN` lists and a statement per row, in its one write
+//! transaction).
 //!
 //! Each adapter's `delivery` section module re-exports this module's port functions
 //! ([`message`], [`messages`], [`hand_out`], [`undelivered`], [`wakeable`], [`confirm`],
@@ -16,29 +18,27 @@
 //! Where writers lock rows ([`Dialect::ROW_LOCKS`]: Postgres), `hand_out`, `confirm` and
 //! `acknowledge` lock the recipient's receipt rows (`FOR NO KEY UPDATE OF r`) before they decide,
 //! in message id order (deterministic, so concurrent calls cannot deadlock), and, in `confirm`
-//! and `acknowledge`, after the run they write to ([`LedgerHooks::check_run_owner`]): concurrent calls serialise per (message,
-//! recipient), and what they read next (a later statement, a fresh snapshot) includes the other
+//! and `acknowledge`, after the run they write to ([`SqlLedger::check_run_owner`]): concurrent
+//! calls serialise per (message, recipient), and what they read next (a later statement, a fresh snapshot) includes the other
 //! call's writes. On SQLite every write runs in a write transaction on the one write connection
 //! (a part of its group commit), so what it read stays as read until it commits; the same
 //! statements run without the locks.
 
-use std::collections::{BTreeMap, HashMap};
-use std::future::Future;
-use std::ops::DerefMut;
+use std::collections::HashMap;
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     BusError, BusResult, CandidateFacts, ConfirmFacts, ConfirmOutcome, DeliveryId, HandOutOutcome,
-    HandOutRequest, InboxAck, IssuedHandOut, LiveHandOut, Message, Receipt, RecordKind, RunId,
-    SweepTarget, WakeupTarget, decide_confirms, plan_hand_outs,
+    HandOutRequest, InboxAck, LiveHandOut, Message, Receipt, RecordKind, RunId, SweepTarget,
+    WakeupTarget, decide_confirms, plan_hand_outs,
 };
 use uuid::Uuid;
 
-use crate::dialect::{Conn, Dialect};
-use crate::driver::{Stmt, stmt};
+use crate::dialect::{BYTEWISE, Conn, Dialect, PerDialect};
+use crate::driver::stmt;
 use crate::from_db;
 use crate::journal::append;
-use crate::ledger::LedgerHooks;
+use crate::ledger::SqlLedger;
 use crate::rows::{MESSAGE_COLUMNS, MessageRow, RECEIPT_COLUMNS, RECEIPTS, ReceiptRow};
 
 /// A candidate of one `hand_out` call as the ledger knows it: a `Stored` message of the team
@@ -53,88 +53,19 @@ pub struct Candidate {
 }
 
 /// The hand-outs of one (message, recipient) recorded before a `hand_out` call, as
-/// [`SqlDelivery::prior_hand_outs`] answers them: the live one (`held_until > at`;
+/// [`Dialect::prior_hand_outs`] answers them: the live one (`held_until > at`;
 /// the latest by `ord` if several), `None` when every earlier one has lapsed.
 pub type Prior = Option<LiveHandOut<DeliveryId>>;
 
-/// What the shared delivery functions need of an SQL ledger beyond [`LedgerHooks`]: the statements
-/// that differ by store (Postgres: one statement over `unnest` arrays with row locks; SQLite:
-/// `IN` lists and a statement per row, in its one write transaction) and the connection its
-/// two-statement reads run on.
-///
-/// Implemented by `PostgresLedger` and `SqliteLedger`.
-pub trait SqlDelivery: LedgerHooks {
-    /// What `undelivered` and `receipts` read on (a lookup, then the rows): a pool connection on
-    /// Postgres, a read transaction (one WAL snapshot) on SQLite.
-    type DeliveryRead: DerefMut<Target = Conn<Self::D>> + Send;
-
-    /// How the top-up reads join a receipt `r` to its message `m` (`… r {RECEIPT_JOIN} messages
-    /// m ON …`): `JOIN` on Postgres; `CROSS JOIN` on SQLite, which pins that join order (its
-    /// planner otherwise may drive the query from `messages_sent (team_id, sent_at)` and walk
-    /// every message of the team).
-    const RECEIPT_JOIN: &'static str;
-
-    /// What makes an `ORDER BY` of text compare bytes: ` COLLATE "C"` on Postgres, nothing on
-    /// SQLite (its default `BINARY` collation).
-    const BYTEWISE: &'static str;
-
-    /// Begins what [`SqlDelivery::DeliveryRead`] reads on.
-    fn delivery_read(
-        &self,
-        what: &'static str,
-    ) -> impl Future<Output = BusResult<Self::DeliveryRead>> + Send;
-
-    /// The select of the wake-up sweep's `n` waiters, named `w(team, agent, stored_after)`
-    /// (`stored_after` NULL for none), from placeholder `first` on, bound by
-    /// [`SqlDelivery::bind_waiters`]: `SELECT DISTINCT w.team, w.agent FROM …` (the sweep's
-    /// condition follows as its `WHERE`).
-    fn waiters(first: usize, n: usize) -> String;
-
-    /// Binds `targets` for the select of [`SqlDelivery::waiters`].
-    fn bind_waiters<'q>(
-        q: Stmt<'q, <Self::D as Dialect>::Db>,
-        targets: &[SweepTarget],
-    ) -> Stmt<'q, <Self::D as Dialect>::Db>;
-
-    /// `hand_out`, step 1: the recipient checked (unknown or another team's → `NotFound`;
-    /// revoked → `Unauthenticated`, whatever the app's token cache says), and the candidates
-    /// among `ids` (sorted, distinct; possibly none) by message id. Where writers lock rows, the
-    /// candidates' receipt rows are locked, in message id order.
-    fn hand_out_candidates(
-        &self,
-        conn: &mut Conn<Self::D>,
-        team: Uuid,
-        recipient: Uuid,
-        ids: &[Uuid],
-    ) -> impl Future<Output = BusResult<HashMap<Uuid, Candidate>>> + Send;
-
-    /// `hand_out`, step 2: the hand-outs of `ids` (at least one) to `recipient` recorded so far,
-    /// by message id (a message never handed out is absent), live ones as of `at`.
-    fn prior_hand_outs(
-        &self,
-        conn: &mut Conn<Self::D>,
-        recipient: Uuid,
-        ids: &[Uuid],
-        at: DateTime<Utc>,
-    ) -> impl Future<Output = BusResult<HashMap<Uuid, Prior>>> + Send;
-
-    /// `hand_out`, step 3: replaces the acks of hand-outs recorded before the call (`acks`
-    /// possibly empty).
-    fn replace_acks(
-        &self,
-        conn: &mut Conn<Self::D>,
-        acks: &BTreeMap<DeliveryId, InboxAck>,
-    ) -> impl Future<Output = BusResult<()>> + Send;
-
-    /// `hand_out`, step 4: inserts the new hand-outs of `team` (`rows` possibly empty; they share
-    /// their recipient and times).
-    fn insert_hand_outs(
-        &self,
-        conn: &mut Conn<Self::D>,
-        team: Uuid,
-        rows: &[IssuedHandOut],
-    ) -> impl Future<Output = BusResult<()>> + Send;
-}
+/// How the top-up reads join a receipt `r` to its message `m` (`… r {RECEIPT_JOIN} messages m ON
+/// …`): `JOIN` on Postgres; `CROSS JOIN` on SQLite, which pins that join order (its planner
+/// otherwise may drive the query from `messages_sent (team_id, sent_at)` and walk every message
+/// of the team: seen, the top-up and the wake-up sweep grew with the team's history; the SQLite
+/// crate's `plans` tests check the order).
+pub const RECEIPT_JOIN: PerDialect<&str> = PerDialect {
+    postgres: "JOIN",
+    sqlite: "CROSS JOIN",
+};
 
 /// What a select of receipts `r` to change ends with: ` FOR NO KEY UPDATE OF r` where writers
 /// lock rows, nothing on SQLite.
@@ -148,9 +79,9 @@ fn receipt_lock<D: Dialect>() -> String {
 
 /// The message `message` of `team` (this tenant's). Errors: unknown → `NotFound`; a stored
 /// publication or sender kind the domain refuses → its error.
-pub async fn message_row<L: LedgerHooks>(
-    ledger: &L,
-    conn: &mut Conn<L::D>,
+pub async fn message_row<D: Dialect>(
+    ledger: &SqlLedger<D>,
+    conn: &mut Conn<D>,
     team: Uuid,
     message: Uuid,
 ) -> BusResult<Message> {
@@ -158,7 +89,7 @@ pub async fn message_row<L: LedgerHooks>(
         "SELECT {MESSAGE_COLUMNS} FROM messages m JOIN teams t ON t.id = m.team_id
          WHERE m.id = $1 AND m.team_id = $2 AND t.tenant = $3"
     );
-    let row: Option<MessageRow<<L::D as Dialect>::Time>> = stmt::<L::D>(&sql)
+    let row: Option<MessageRow<D::Time>> = stmt::<D>(&sql)
         .arg(message)
         .arg(team)
         .arg(ledger.tenant().as_str().to_owned())
@@ -170,15 +101,19 @@ pub async fn message_row<L: LedgerHooks>(
 }
 
 /// `Ledger::message`: one message of `team` as it stands. Errors: unknown → `NotFound`.
-pub async fn message<L: SqlDelivery>(ledger: &L, team: Uuid, message: Uuid) -> BusResult<Message> {
+pub async fn message<D: Dialect>(
+    ledger: &SqlLedger<D>,
+    team: Uuid,
+    message: Uuid,
+) -> BusResult<Message> {
     let mut conn = ledger.reader("message lookup").await?;
     message_row(ledger, &mut conn, team, message).await
 }
 
 /// `Ledger::messages`: the messages of `team` among `ids`, in the order of their first
 /// appearance there (unknown ids left out, a repeated one answered once), in one statement.
-pub async fn messages<L: SqlDelivery>(
-    ledger: &L,
+pub async fn messages<D: Dialect>(
+    ledger: &SqlLedger<D>,
     team: Uuid,
     ids: &[Uuid],
 ) -> BusResult<Vec<Message>> {
@@ -189,13 +124,13 @@ pub async fn messages<L: SqlDelivery>(
     let sql = format!(
         "SELECT {MESSAGE_COLUMNS} FROM messages m JOIN teams t ON t.id = m.team_id
          WHERE m.team_id = $1 AND t.tenant = $2 AND {}",
-        L::D::any_id("m.id", 3, ids.len())
+        D::any_id("m.id", 3, ids.len())
     );
     let mut conn = ledger.reader(what).await?;
-    let q = stmt::<L::D>(&sql)
+    let q = stmt::<D>(&sql)
         .arg(team)
         .arg(ledger.tenant().as_str().to_owned());
-    let rows: Vec<MessageRow<<L::D as Dialect>::Time>> = L::D::bind_ids(q, ids)
+    let rows: Vec<MessageRow<D::Time>> = D::bind_ids(q, ids)
         .all(&mut conn)
         .await
         .map_err(ledger.db(what))?;
@@ -213,8 +148,8 @@ pub async fn messages<L: SqlDelivery>(
 /// candidates (receipts locked where writers lock rows), then the earlier hand-outs of the
 /// undelivered ones — and the acks that move and the new hand-outs written. Errors: as the port
 /// states (unknown recipient → `NotFound`, revoked → `Unauthenticated`).
-pub async fn hand_out<L: SqlDelivery>(
-    ledger: &L,
+pub async fn hand_out<D: Dialect>(
+    ledger: &SqlLedger<D>,
     team: Uuid,
     recipient: Uuid,
     requests: &[HandOutRequest],
@@ -226,9 +161,7 @@ pub async fn hand_out<L: SqlDelivery>(
     let mut ids: Vec<Uuid> = requests.iter().map(|r| r.message).collect();
     ids.sort_unstable();
     ids.dedup();
-    let candidates = ledger
-        .hand_out_candidates(&mut tx, team, recipient, &ids)
-        .await?;
+    let candidates = D::hand_out_candidates(ledger, &mut tx, team, recipient, &ids).await?;
     if requests.is_empty() {
         ledger.commit(tx, what).await?;
         return Ok(Vec::new());
@@ -240,9 +173,7 @@ pub async fn hand_out<L: SqlDelivery>(
     let prior = if open.is_empty() {
         HashMap::new()
     } else {
-        ledger
-            .prior_hand_outs(&mut tx, recipient, &open, at)
-            .await?
+        D::prior_hand_outs(ledger, &mut tx, recipient, &open, at).await?
     };
     let plan = plan_hand_outs(
         recipient,
@@ -261,8 +192,7 @@ pub async fn hand_out<L: SqlDelivery>(
         held_until,
         || DeliveryId(Uuid::new_v4()),
     );
-    ledger.replace_acks(&mut tx, &plan.moved_acks).await?;
-    ledger.insert_hand_outs(&mut tx, team, &plan.issued).await?;
+    D::write_hand_outs(ledger, &mut tx, team, &plan.moved_acks, &plan.issued).await?;
     ledger.commit(tx, what).await?;
     Ok(plan.outcomes)
 }
@@ -270,9 +200,9 @@ pub async fn hand_out<L: SqlDelivery>(
 /// The top-up query: `$1` the recipient, `$2` the team, `$3` stored before, `$4` the time the
 /// holds are compared with, `$5` at most that many; rows `(message id,)`, oldest stored first.
 /// Driven by the recipient's undelivered receipts (the partial index `receipts_undelivered`, a
-/// handful of rows) joined to their messages ([`SqlDelivery::RECEIPT_JOIN`]).
-pub fn undelivered_sql<L: SqlDelivery>() -> String {
-    let join = L::RECEIPT_JOIN;
+/// handful of rows) joined to their messages ([`RECEIPT_JOIN`]).
+pub fn undelivered_sql<D: Dialect>() -> String {
+    let join = RECEIPT_JOIN.of::<D>();
     format!(
         "SELECT m.id FROM receipts r {join} messages m ON m.id = r.message_id
          WHERE r.recipient_id = $1 AND r.delivered_at IS NULL AND m.team_id = $2
@@ -289,8 +219,8 @@ pub fn undelivered_sql<L: SqlDelivery>() -> String {
 /// `Ledger::undelivered`: the recipient's messages stored before `stored_before` that are not
 /// delivered and not held at `at`, oldest stored first, at most `limit`. Errors: unknown
 /// recipient → `NotFound`; revoked → `Unauthenticated` (whatever the app's token cache says).
-pub async fn undelivered<L: SqlDelivery>(
-    ledger: &L,
+pub async fn undelivered<D: Dialect>(
+    ledger: &SqlLedger<D>,
     team: Uuid,
     recipient: Uuid,
     stored_before: DateTime<Utc>,
@@ -298,17 +228,17 @@ pub async fn undelivered<L: SqlDelivery>(
     limit: usize,
 ) -> BusResult<Vec<Uuid>> {
     let what = "undelivered";
-    let mut conn = ledger.delivery_read(what).await?;
+    let mut conn = ledger.hold(D::READS, what).await?;
     ledger
         .agent_row(&mut conn, team, recipient)
         .await?
         .ensure_active()?;
-    let sql = undelivered_sql::<L>();
-    let ids: Vec<(Uuid,)> = stmt::<L::D>(&sql)
+    let sql = undelivered_sql::<D>();
+    let ids: Vec<(Uuid,)> = stmt::<D>(&sql)
         .arg(recipient)
         .arg(team)
-        .arg(L::D::time(stored_before))
-        .arg(L::D::time(at))
+        .arg(D::time(stored_before))
+        .arg(D::time(at))
         .arg(limit as i64)
         .all(&mut conn)
         .await
@@ -317,13 +247,13 @@ pub async fn undelivered<L: SqlDelivery>(
 }
 
 /// The wake-up sweep for `n` waiters: `$1` the tenant, `$2` stored before, `$3` the time the
-/// holds are compared with, the waiters from `$4` on ([`SqlDelivery::waiters`]); rows `(team,
+/// holds are compared with, the waiters from `$4` on ([`Dialect::sweep_targets`]); rows `(team,
 /// agent)` of the waiters whose agent is gone or revoked, or for whom the top-up query
 /// ([`undelivered_sql`]) finds a message (the same join) stored after the waiter's
 /// `stored_after` (when it has one).
-pub fn wakeable_sql<L: SqlDelivery>(n: usize) -> String {
-    let waiters = L::waiters(4, n);
-    let join = L::RECEIPT_JOIN;
+pub fn wakeable_sql<D: Dialect>(n: usize) -> String {
+    let waiters = D::sweep_targets(4, n);
+    let join = RECEIPT_JOIN.of::<D>();
     format!(
         "{waiters}
          WHERE NOT EXISTS (
@@ -346,8 +276,8 @@ pub fn wakeable_sql<L: SqlDelivery>(n: usize) -> String {
 /// `Ledger::wakeable`: the `targets` to wake — their agent gone or revoked, or the top-up
 /// query's condition holding for at least one message stored after the target's
 /// `stored_after` — in one statement.
-pub async fn wakeable<L: SqlDelivery>(
-    ledger: &L,
+pub async fn wakeable<D: Dialect>(
+    ledger: &SqlLedger<D>,
     targets: &[SweepTarget],
     stored_before: DateTime<Utc>,
     at: DateTime<Utc>,
@@ -356,13 +286,13 @@ pub async fn wakeable<L: SqlDelivery>(
         return Ok(Vec::new());
     }
     let what = "wakeable";
-    let sql = wakeable_sql::<L>(targets.len());
+    let sql = wakeable_sql::<D>(targets.len());
     let mut conn = ledger.reader(what).await?;
-    let q = stmt::<L::D>(&sql)
+    let q = stmt::<D>(&sql)
         .arg(ledger.tenant().as_str().to_owned())
-        .arg(L::D::time(stored_before))
-        .arg(L::D::time(at));
-    let rows: Vec<(Uuid, Uuid)> = L::bind_waiters(q, targets)
+        .arg(D::time(stored_before))
+        .arg(D::time(at));
+    let rows: Vec<(Uuid, Uuid)> = D::bind_sweep_targets(q, targets)
         .all(&mut conn)
         .await
         .map_err(ledger.db(what))?;
@@ -383,8 +313,8 @@ type Found = (Uuid, Uuid, Uuid, Option<String>, Option<String>, bool);
 /// `MessageDelivered` record each (the hand-outs are not written again: a confirmation is the
 /// receipt's). Errors: unknown recipient → `NotFound`, revoked → `Unauthenticated`; the run
 /// sealed → `Conflict`, another team's → `NotFound`, another agent's → `Forbidden`.
-pub async fn confirm<L: SqlDelivery>(
-    ledger: &L,
+pub async fn confirm<D: Dialect>(
+    ledger: &SqlLedger<D>,
     team: Uuid,
     recipient: Uuid,
     deliveries: &[DeliveryId],
@@ -412,7 +342,7 @@ pub async fn confirm<L: SqlDelivery>(
     let mut ids: Vec<Uuid> = deliveries.iter().map(|d| d.0).collect();
     ids.sort_unstable();
     ids.dedup();
-    let order = if L::D::ROW_LOCKS {
+    let order = if D::ROW_LOCKS {
         " ORDER BY h.message_id, h.delivery_id"
     } else {
         ""
@@ -423,11 +353,11 @@ pub async fn confirm<L: SqlDelivery>(
          FROM hand_outs h
          JOIN receipts r ON r.message_id = h.message_id AND r.recipient_id = h.recipient_id
          WHERE h.team_id = $1 AND h.recipient_id = $2 AND {}{order}{}",
-        L::D::any_id("h.delivery_id", 3, ids.len()),
-        receipt_lock::<L::D>()
+        D::any_id("h.delivery_id", 3, ids.len()),
+        receipt_lock::<D>()
     );
-    let q = stmt::<L::D>(&sql).arg(team).arg(recipient);
-    let rows: Vec<Found> = L::D::bind_ids(q, &ids)
+    let q = stmt::<D>(&sql).arg(team).arg(recipient);
+    let rows: Vec<Found> = D::bind_ids(q, &ids)
         .all(&mut tx)
         .await
         .map_err(ledger.db(what))?;
@@ -464,17 +394,17 @@ pub async fn confirm<L: SqlDelivery>(
         confirmed.sort_unstable();
         let sql = format!(
             "UPDATE receipts SET delivered_at = $1 WHERE recipient_id = $2 AND {}",
-            L::D::any_id("message_id", 3, confirmed.len())
+            D::any_id("message_id", 3, confirmed.len())
         );
-        let q = stmt::<L::D>(&sql).arg(L::D::time(at)).arg(recipient);
-        L::D::bind_ids(q, &confirmed)
+        let q = stmt::<D>(&sql).arg(D::time(at)).arg(recipient);
+        D::bind_ids(q, &confirmed)
             .run(&mut tx)
             .await
             .map_err(ledger.db(what))?;
     }
     if let Some(run) = run {
         for kind in &records {
-            append::<L::D>(&mut tx, run, at, kind)
+            append::<D>(&mut tx, run, at, kind)
                 .await
                 .map_err(ledger.db(what))?;
         }
@@ -508,8 +438,8 @@ async fn receipt_row<D: Dialect>(
 /// `confirm` too, so the two never deadlock. Errors: unknown message → `NotFound`; not a
 /// recipient → `Forbidden`; not delivered yet, or the run sealed → `Conflict`; the run another
 /// team's → `NotFound`, another agent's → `Forbidden`.
-pub async fn acknowledge<L: SqlDelivery>(
-    ledger: &L,
+pub async fn acknowledge<D: Dialect>(
+    ledger: &SqlLedger<D>,
     team: Uuid,
     agent: Uuid,
     message: Uuid,
@@ -521,7 +451,7 @@ pub async fn acknowledge<L: SqlDelivery>(
     let conversation = message_row(ledger, &mut tx, team, message)
         .await?
         .conversation;
-    let found = receipt_row::<L::D>(&mut tx, message, agent, "")
+    let found = receipt_row::<D>(&mut tx, message, agent, "")
         .await
         .map_err(ledger.db(what))?;
     let Some(mut receipt) = found else {
@@ -530,9 +460,9 @@ pub async fn acknowledge<L: SqlDelivery>(
         ));
     };
     let sealed = ledger.check_run_owner(&mut tx, run, team, agent).await?;
-    if L::D::ROW_LOCKS {
+    if D::ROW_LOCKS {
         // Read again under the receipt's lock (after the run's).
-        receipt = receipt_row::<L::D>(&mut tx, message, agent, &receipt_lock::<L::D>())
+        receipt = receipt_row::<D>(&mut tx, message, agent, &receipt_lock::<D>())
             .await
             .map_err(ledger.db(what))?
             .ok_or_else(|| ledger.bus_error(sqlx::Error::RowNotFound, what))?;
@@ -552,12 +482,12 @@ pub async fn acknowledge<L: SqlDelivery>(
     if sealed {
         return Err(BusError::conflict("the run is sealed"));
     }
-    stmt::<L::D>(
+    stmt::<D>(
         "UPDATE receipts SET acknowledged_at = $3 WHERE message_id = $1 AND recipient_id = $2",
     )
     .arg(message)
     .arg(agent)
-    .arg(L::D::time(at))
+    .arg(D::time(at))
     .run(&mut tx)
     .await
     .map_err(ledger.db(what))?;
@@ -566,7 +496,7 @@ pub async fn acknowledge<L: SqlDelivery>(
             conversation,
             message,
         };
-        append::<L::D>(&mut tx, run, at, &kind)
+        append::<D>(&mut tx, run, at, &kind)
             .await
             .map_err(ledger.db(what))?;
     }
@@ -579,20 +509,20 @@ pub async fn acknowledge<L: SqlDelivery>(
 
 /// `Ledger::receipts`: every receipt of the message, by recipient key (bytewise). Errors:
 /// unknown message → `NotFound`.
-pub async fn receipts<L: SqlDelivery>(
-    ledger: &L,
+pub async fn receipts<D: Dialect>(
+    ledger: &SqlLedger<D>,
     team: Uuid,
     message: Uuid,
 ) -> BusResult<Vec<Receipt>> {
     let what = "receipts";
-    let mut conn = ledger.delivery_read(what).await?;
+    let mut conn = ledger.hold(D::READS, what).await?;
     message_row(ledger, &mut conn, team, message).await?;
     let sql = format!(
         "SELECT {RECEIPT_COLUMNS} FROM {RECEIPTS} WHERE r.message_id = $1
          ORDER BY r.recipient_key{}",
-        L::BYTEWISE
+        BYTEWISE.of::<D>()
     );
-    let rows: Vec<ReceiptRow<<L::D as Dialect>::Time>> = stmt::<L::D>(&sql)
+    let rows: Vec<ReceiptRow<D::Time>> = stmt::<D>(&sql)
         .arg(message)
         .all(&mut conn)
         .await

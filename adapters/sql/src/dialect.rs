@@ -3,17 +3,19 @@
 //! `Postgres`: its driver, how it stores a time, the store it opens and how an operation holds
 //! it (transactions, reads, snapshots), its error mapping, and the few SQL words that differ.
 
+use std::collections::{BTreeMap, HashMap};
 use std::future::Future;
 use std::ops::{Deref, DerefMut};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, IndexEntry, Operator, SearchQuery, SearchTerms, StoreError,
-    WakeupTarget,
+    Agent, BusError, BusResult, DeliveryId, InboxAck, IndexEntry, IssuedHandOut, Operator,
+    SearchQuery, SearchTerms, StoreError, SweepTarget, WakeupTarget,
 };
 use sqlx::Database;
 use uuid::Uuid;
 
+use crate::delivery::{Candidate, Prior};
 use crate::driver::{Binds, Reads, Runs, Stmt, stmt};
 use crate::journal::{RecordRow, RunRow};
 use crate::leases::LeaseRow;
@@ -249,6 +251,41 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         teams: &[Uuid],
     ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
 
+    /// `hand_out`, step 1: the recipient checked (unknown or another team's → `NotFound`;
+    /// revoked → `Unauthenticated`, whatever the app's token cache says), and the candidates
+    /// among `ids` (sorted, distinct; possibly none) by message id: `Stored` messages of `team`
+    /// with a receipt for `recipient`. Where writers lock rows, the candidates' receipt rows are
+    /// locked, in message id order (Postgres: one statement).
+    fn hand_out_candidates(
+        ledger: &SqlLedger<Self>,
+        conn: &mut Conn<Self>,
+        team: Uuid,
+        recipient: Uuid,
+        ids: &[Uuid],
+    ) -> impl Future<Output = BusResult<HashMap<Uuid, Candidate>>> + Send;
+
+    /// `hand_out`, step 2: the hand-outs of `ids` (at least one) to `recipient` recorded so far,
+    /// by message id (a message never handed out is absent), live ones as of `at`.
+    fn prior_hand_outs(
+        ledger: &SqlLedger<Self>,
+        conn: &mut Conn<Self>,
+        recipient: Uuid,
+        ids: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> impl Future<Output = BusResult<HashMap<Uuid, Prior>>> + Send;
+
+    /// `hand_out`, step 3: replaces the acks of hand-outs recorded before the call (`acks`
+    /// possibly empty), then inserts the new hand-outs of `team` (`issued` possibly empty; they
+    /// share their recipient and times). Postgres: one statement each (`unnest`); SQLite: one
+    /// per row.
+    fn write_hand_outs(
+        ledger: &SqlLedger<Self>,
+        conn: &mut Conn<Self>,
+        team: Uuid,
+        acks: &BTreeMap<DeliveryId, InboxAck>,
+        issued: &[IssuedHandOut],
+    ) -> impl Future<Output = BusResult<()>> + Send;
+
     /// Inserts the members `(agent, recipient key)` of the new `conversation`, joined at `at`.
     /// By default one statement per member; Postgres writes them in one (`unnest`).
     fn insert_members(
@@ -321,6 +358,16 @@ pub trait Dialect: Sized + Send + Sync + 'static {
 
     /// Binds `ids` for the condition of [`Dialect::any_id`].
     fn bind_ids<'q>(q: Stmt<'q, Self::Db>, ids: &[Uuid]) -> Stmt<'q, Self::Db>;
+
+    /// The select of the wake-up sweep's `n` waiters, named `w(team, agent, stored_after)`
+    /// (`stored_after` NULL for none), from placeholder `first` on, bound by
+    /// [`Dialect::bind_sweep_targets`]: `SELECT DISTINCT w.team, w.agent FROM …` (the sweep's
+    /// condition follows as its `WHERE`). Postgres: `unnest` of three arrays; SQLite: `VALUES`.
+    fn sweep_targets(first: usize, n: usize) -> String;
+
+    /// Binds `targets` for the select of [`Dialect::sweep_targets`].
+    fn bind_sweep_targets<'q>(q: Stmt<'q, Self::Db>, targets: &[SweepTarget])
+    -> Stmt<'q, Self::Db>;
 
     /// A time as the dialect binds it.
     fn time(at: DateTime<Utc>) -> Self::Time {

@@ -1,9 +1,6 @@
 //! [`SqlLedger`]: one tenant's ledger on an SQL store of dialect `D`, with how its operations
 //! hold the store (transactions, reads, snapshots: [`Dialect`]'s, errors mapped) and the lookups
-//! and run checks every section makes; and [`LedgerHooks`], what the sections not yet written
-//! over [`SqlLedger`] take (a driver's ledger newtype over it).
-
-use std::future::Future;
+//! and run checks every section makes.
 
 use crewbus_domain::{Agent, BusError, BusResult, RunId, TenantId};
 use uuid::Uuid;
@@ -173,102 +170,5 @@ impl<D: Dialect> SqlLedger<D> {
             )));
         }
         Ok(state.sealed)
-    }
-}
-
-/// What the sections not yet written over [`SqlLedger`] take: a driver's ledger newtype over
-/// one, each method forwarding to it.
-pub trait LedgerHooks: Send + Sync {
-    /// The store's dialect.
-    type D: Dialect;
-
-    /// The ledger underneath.
-    fn sql(&self) -> &SqlLedger<Self::D>;
-
-    /// [`SqlLedger::tenant`].
-    fn tenant(&self) -> &TenantId {
-        self.sql().tenant()
-    }
-
-    /// [`SqlLedger::bus_error`].
-    fn bus_error(&self, err: sqlx::Error, what: &str) -> BusError {
-        self.sql().bus_error(err, what)
-    }
-
-    /// [`SqlLedger::db`].
-    fn db<'a>(&'a self, what: &'a str) -> impl Fn(sqlx::Error) -> BusError + 'a {
-        self.sql().db(what)
-    }
-
-    /// [`SqlLedger::begin`].
-    fn begin(
-        &self,
-        what: &'static str,
-    ) -> impl Future<Output = BusResult<<Self::D as Dialect>::Tx>> + Send {
-        self.sql().begin(what)
-    }
-
-    /// [`SqlLedger::commit`].
-    fn commit(
-        &self,
-        tx: <Self::D as Dialect>::Tx,
-        what: &'static str,
-    ) -> impl Future<Output = BusResult<()>> + Send {
-        self.sql().commit(tx, what)
-    }
-
-    /// [`SqlLedger::reader`].
-    fn reader(
-        &self,
-        what: &'static str,
-    ) -> impl Future<Output = BusResult<<Self::D as Dialect>::Reader>> + Send {
-        self.sql().reader(what)
-    }
-
-    /// [`SqlLedger::snapshot`].
-    fn snapshot(
-        &self,
-        what: &'static str,
-    ) -> impl Future<Output = BusResult<<Self::D as Dialect>::Snapshot>> + Send {
-        self.sql().snapshot(what)
-    }
-
-    /// [`SqlLedger::end_snapshot`].
-    fn end_snapshot(
-        &self,
-        snapshot: <Self::D as Dialect>::Snapshot,
-        what: &'static str,
-    ) -> impl Future<Output = BusResult<()>> + Send {
-        self.sql().end_snapshot(snapshot, what)
-    }
-
-    /// [`SqlLedger::require_team`].
-    fn require_team(
-        &self,
-        conn: &mut Conn<Self::D>,
-        team: Uuid,
-    ) -> impl Future<Output = BusResult<()>> + Send {
-        self.sql().require_team(conn, team)
-    }
-
-    /// [`SqlLedger::agent_row`].
-    fn agent_row(
-        &self,
-        conn: &mut Conn<Self::D>,
-        team: Uuid,
-        agent: Uuid,
-    ) -> impl Future<Output = BusResult<Agent>> + Send {
-        self.sql().agent_row(conn, team, agent)
-    }
-
-    /// [`SqlLedger::check_run_owner`].
-    fn check_run_owner(
-        &self,
-        conn: &mut Conn<Self::D>,
-        run: Option<RunId>,
-        team: Uuid,
-        agent: Uuid,
-    ) -> impl Future<Output = BusResult<bool>> + Send {
-        self.sql().check_run_owner(conn, run, team, agent)
     }
 }

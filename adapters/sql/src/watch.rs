@@ -1,10 +1,10 @@
-//! The ledger's inbox watch read for both SQL adapters (`Ledger::inbox_news`), written once over
-//! [`SqlDelivery`]: each adapter's `delivery` section re-exports [`inbox_news`].
+//! The ledger's inbox watch read for every SQL store (`Ledger::inbox_news`), written once over
+//! [`SqlLedger`]: each adapter's `delivery` section re-exports [`inbox_news`].
 //!
 //! # Cost
 //! Both statements are driven by the recipient's undelivered receipts (the partial index
 //! `receipts_undelivered (recipient_id, message_id) WHERE delivered_at IS NULL`), joined to
-//! their messages by primary key ([`SqlDelivery::RECEIPT_JOIN`]: SQLite's join order pinned),
+//! their messages by primary key ([`RECEIPT_JOIN`]: SQLite's join order pinned),
 //! with each message's latest hold read from `hand_outs_pair (message_id, recipient_id, ord)`:
 //! the cost grows with what the recipient has not had delivered, never with the team's
 //! history. One statement reads them once and answers the summary with the news' ids (at most
@@ -17,9 +17,10 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, InboxNews, Message, NewsItem, Reported};
 use uuid::Uuid;
 
-use crate::delivery::SqlDelivery;
+use crate::delivery::RECEIPT_JOIN;
 use crate::dialect::Dialect;
 use crate::driver::stmt;
+use crate::ledger::SqlLedger;
 use crate::rows::{MESSAGE_COLUMNS, MessageRow};
 
 /// A row of the news: the message (as [`MESSAGE_COLUMNS`]), its conversation's title and its
@@ -45,9 +46,9 @@ pub type SummaryRow<T> = (i64, i64, Option<T>, Option<T>, Option<Uuid>);
 /// message's latest hold is read once: Postgres would otherwise repeat the subquery at each
 /// use), each with its latest hold (`held`, NULL when never handed out) and whether the cursor
 /// reports it (`reported`).
-pub fn news_summary_sql<L: SqlDelivery>(ids: usize) -> String {
-    let join = L::RECEIPT_JOIN;
-    let listed = L::D::any_id("m.id", 6, ids);
+pub fn news_summary_sql<D: Dialect>(ids: usize) -> String {
+    let join = RECEIPT_JOIN.of::<D>();
+    let listed = D::any_id("m.id", 6, ids);
     format!(
         "WITH w AS MATERIALIZED (
              SELECT m.id, m.stored_at, m.conversation_id, m.seq,
@@ -77,23 +78,23 @@ pub fn news_summary_sql<L: SqlDelivery>(ids: usize) -> String {
 }
 
 /// The news statement: `$1` the team, the news' ids from `$2` on; [`NewsRow`]s in no order.
-pub fn news_items_sql<L: SqlDelivery>(ids: usize) -> String {
+pub fn news_items_sql<D: Dialect>(ids: usize) -> String {
     format!(
         "SELECT {MESSAGE_COLUMNS}, c.title AS conversation_title, a.name AS sender_name
          FROM messages m
          JOIN conversations c ON c.id = m.conversation_id
          JOIN agents a ON a.id = m.sender_id
          WHERE m.team_id = $1 AND {}",
-        L::D::any_id("m.id", 2, ids)
+        D::any_id("m.id", 2, ids)
     )
 }
 
 /// `Ledger::inbox_news`: the recipient checked (unknown or another team's → `NotFound`;
 /// revoked → `Unauthenticated`), then the summary with the news' ids (one statement), then —
 /// only when there is news — those messages with their conversations' titles and senders'
-/// names (by primary key), on one [`SqlDelivery::DeliveryRead`]. Writes nothing.
-pub async fn inbox_news<L: SqlDelivery>(
-    ledger: &L,
+/// names (by primary key), on one hold of [`Dialect::READS`]. Writes nothing.
+pub async fn inbox_news<D: Dialect>(
+    ledger: &SqlLedger<D>,
     team: Uuid,
     recipient: Uuid,
     reported: &Reported,
@@ -101,19 +102,19 @@ pub async fn inbox_news<L: SqlDelivery>(
     limit: usize,
 ) -> BusResult<InboxNews> {
     let what = "inbox news";
-    let mut conn = ledger.delivery_read(what).await?;
+    let mut conn = ledger.hold(D::READS, what).await?;
     ledger
         .agent_row(&mut conn, team, recipient)
         .await?
         .ensure_active()?;
-    let sql = news_summary_sql::<L>(reported.ids.len());
-    let q = stmt::<L::D>(&sql)
+    let sql = news_summary_sql::<D>(reported.ids.len());
+    let q = stmt::<D>(&sql)
         .arg(recipient)
         .arg(team)
-        .arg(L::D::time(at))
-        .arg(reported.floor.map(L::D::time))
+        .arg(D::time(at))
+        .arg(reported.floor.map(D::time))
         .arg(limit as i64);
-    let rows: Vec<SummaryRow<<L::D as Dialect>::Time>> = L::D::bind_ids(q, &reported.ids)
+    let rows: Vec<SummaryRow<D::Time>> = D::bind_ids(q, &reported.ids)
         .all(&mut conn)
         .await
         .map_err(ledger.db(what))?;
@@ -128,9 +129,9 @@ pub async fn inbox_news<L: SqlDelivery>(
     if order.is_empty() {
         return Ok(answer);
     }
-    let sql = news_items_sql::<L>(order.len());
-    let q = stmt::<L::D>(&sql).arg(team);
-    let rows: Vec<NewsRow<<L::D as Dialect>::Time>> = L::D::bind_ids(q, &order)
+    let sql = news_items_sql::<D>(order.len());
+    let q = stmt::<D>(&sql).arg(team);
+    let rows: Vec<NewsRow<D::Time>> = D::bind_ids(q, &order)
         .all(&mut conn)
         .await
         .map_err(ledger.db(what))?;

@@ -13,7 +13,7 @@ use std::ops::Deref;
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusError, BusResult, TenantId};
-use crewbus_sql::ledger::{LedgerHooks, SqlLedger};
+use crewbus_sql::ledger::SqlLedger;
 use sqlx::{PgPool, Postgres, Transaction};
 
 use crate::body::SCHEME;
@@ -22,7 +22,7 @@ use crate::error::bus_error;
 use crate::journal::PostgresJournal;
 
 mod counts;
-mod delivery;
+pub(crate) mod delivery;
 pub(crate) mod directory;
 mod history;
 pub(crate) mod operators;
@@ -148,14 +148,6 @@ impl PostgresLedger {
             .fetch_all(self.pool())
             .await
             .map_err(db(what))
-    }
-}
-
-impl LedgerHooks for PostgresLedger {
-    type D = Pg;
-
-    fn sql(&self) -> &SqlLedger<Pg> {
-        &self.sql
     }
 }
 

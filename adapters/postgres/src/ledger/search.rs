@@ -235,22 +235,6 @@ struct IndexRows {
     document: Vec<String>,
 }
 
-/// Removes the index rows of `messages` (retention removed their bodies); called by
-/// `mark_retained` in its transaction, after its update.
-pub(super) async fn unindex(
-    conn: &mut sqlx::PgConnection,
-    messages: &[Uuid],
-) -> Result<(), sqlx::Error> {
-    if messages.is_empty() {
-        return Ok(());
-    }
-    sqlx::query("DELETE FROM message_search WHERE message_id = ANY($1)")
-        .bind(messages)
-        .execute(&mut *conn)
-        .await
-        .map(|_| ())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

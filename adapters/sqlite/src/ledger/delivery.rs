@@ -8,14 +8,13 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, DeliveryId, InboxAck, IssuedHandOut, LiveHandOut, SweepTarget};
-use crewbus_sql::delivery::{Candidate, Prior, SqlDelivery};
+use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::Dialect;
 use crewbus_sql::driver::{Stmt, stmt};
-use crewbus_sql::ledger::LedgerHooks;
-use sqlx::{Sqlite, SqliteConnection, Transaction};
+use crewbus_sql::ledger::SqlLedger;
+use sqlx::{Sqlite, SqliteConnection};
 use uuid::Uuid;
 
-use super::SqliteLedger;
 use crate::codec::{Ts, db_i64};
 use crate::dialect::Lite;
 
@@ -24,171 +23,157 @@ pub(super) use crewbus_sql::delivery::{
 };
 pub(super) use crewbus_sql::watch::inbox_news;
 
-impl SqlDelivery for SqliteLedger {
-    type DeliveryRead = Transaction<'static, Sqlite>;
-    /// Pins the join order: SQLite's planner otherwise may drive the top-up query from
-    /// `messages_sent (team_id, sent_at)` and walk every message of the team (seen: the top-up
-    /// and the wake-up sweep grew with the team's history). `plans` below checks the order.
-    const RECEIPT_JOIN: &'static str = "CROSS JOIN";
-    const BYTEWISE: &'static str = "";
-
-    async fn delivery_read(&self, what: &'static str) -> BusResult<Transaction<'static, Sqlite>> {
-        self.read(what).await
-    }
-
-    fn waiters(first: usize, n: usize) -> String {
-        let values: Vec<String> = (0..n)
-            .map(|i| {
-                let p = first + 3 * i;
-                format!("(${p}, ${}, ${})", p + 1, p + 2)
-            })
-            .collect();
-        format!(
-            "WITH w(team, agent, stored_after) AS (VALUES {})
-             SELECT DISTINCT w.team, w.agent FROM w",
-            values.join(", ")
-        )
-    }
-
-    fn bind_waiters<'q>(q: Stmt<'q, Sqlite>, targets: &[SweepTarget]) -> Stmt<'q, Sqlite> {
-        targets.iter().fold(q, |q, t| {
-            q.arg(t.target.team)
-                .arg(t.target.agent)
-                .arg(t.stored_after.map(Ts))
+/// `Dialect::sweep_targets` on SQLite: the waiters as `VALUES`.
+pub(crate) fn sweep_targets(first: usize, n: usize) -> String {
+    let values: Vec<String> = (0..n)
+        .map(|i| {
+            let p = first + 3 * i;
+            format!("(${p}, ${}, ${})", p + 1, p + 2)
         })
-    }
+        .collect();
+    format!(
+        "WITH w(team, agent, stored_after) AS (VALUES {})
+         SELECT DISTINCT w.team, w.agent FROM w",
+        values.join(", ")
+    )
+}
 
-    /// The recipient looked up (`agent_row`), then the candidates: `Stored` messages of `team`
-    /// (of this tenant) with a receipt for `recipient`.
-    async fn hand_out_candidates(
-        &self,
-        conn: &mut SqliteConnection,
-        team: Uuid,
-        recipient: Uuid,
-        ids: &[Uuid],
-    ) -> BusResult<HashMap<Uuid, Candidate>> {
-        self.agent_row(conn, team, recipient)
-            .await?
-            .ensure_active()?;
-        if ids.is_empty() {
-            return Ok(HashMap::new());
+/// `Dialect::bind_sweep_targets` on SQLite.
+pub(crate) fn bind_sweep_targets<'q>(
+    q: Stmt<'q, Sqlite>,
+    targets: &[SweepTarget],
+) -> Stmt<'q, Sqlite> {
+    targets.iter().fold(q, |q, t| {
+        q.arg(t.target.team)
+            .arg(t.target.agent)
+            .arg(t.stored_after.map(Ts))
+    })
+}
+
+/// `Dialect::hand_out_candidates` on SQLite: the recipient looked up (`agent_row`), then
+/// the candidates: `Stored` messages of `team` (of this tenant) with a receipt for
+/// `recipient`.
+pub(crate) async fn hand_out_candidates(
+    ledger: &SqlLedger<Lite>,
+    conn: &mut SqliteConnection,
+    team: Uuid,
+    recipient: Uuid,
+    ids: &[Uuid],
+) -> BusResult<HashMap<Uuid, Candidate>> {
+    ledger
+        .agent_row(conn, team, recipient)
+        .await?
+        .ensure_active()?;
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let sql = format!(
+        "SELECT m.id, m.conversation_id, m.seq, r.delivered_at IS NOT NULL
+         FROM messages m
+         JOIN teams t ON t.id = m.team_id AND t.tenant = $1
+         JOIN receipts r ON r.message_id = m.id AND r.recipient_id = $2
+         WHERE m.team_id = $3 AND m.publication = 'stored' AND {}",
+        Lite::any_id("m.id", 4, ids.len())
+    );
+    let q = stmt::<Lite>(&sql)
+        .arg(ledger.tenant().as_str().to_owned())
+        .arg(recipient)
+        .arg(team);
+    let rows: Vec<(Uuid, Uuid, i64, bool)> = Lite::bind_ids(q, ids)
+        .all(conn)
+        .await
+        .map_err(ledger.db("hand-out"))?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, conversation, seq, delivered)| {
+            let candidate = Candidate {
+                conversation,
+                seq,
+                delivered,
+            };
+            (id, candidate)
+        })
+        .collect())
+}
+
+/// `Dialect::prior_hand_outs` on SQLite: every earlier hand-out read; the live one with the
+/// greatest `ord` kept.
+pub(crate) async fn prior_hand_outs(
+    ledger: &SqlLedger<Lite>,
+    conn: &mut SqliteConnection,
+    recipient: Uuid,
+    ids: &[Uuid],
+    at: DateTime<Utc>,
+) -> BusResult<HashMap<Uuid, Prior>> {
+    let sql = format!(
+        "SELECT message_id, held_until > $1, delivery_id, held_until, ord
+         FROM hand_outs WHERE recipient_id = $2 AND {}",
+        Lite::any_id("message_id", 3, ids.len())
+    );
+    let q = stmt::<Lite>(&sql).arg(Ts(at)).arg(recipient);
+    let rows: Vec<(Uuid, bool, Uuid, Ts, i64)> = Lite::bind_ids(q, ids)
+        .all(conn)
+        .await
+        .map_err(ledger.db("hand-out"))?;
+    let mut prior: HashMap<Uuid, Option<(i64, LiveHandOut<DeliveryId>)>> = HashMap::new();
+    for (message, live, delivery, until, ord) in rows {
+        let entry = prior.entry(message).or_default();
+        if live && entry.as_ref().is_none_or(|(o, _)| *o < ord) {
+            let hand_out = LiveHandOut {
+                holder: DeliveryId(delivery),
+                held_until: until.0,
+            };
+            *entry = Some((ord, hand_out));
         }
-        let sql = format!(
-            "SELECT m.id, m.conversation_id, m.seq, r.delivered_at IS NOT NULL
-             FROM messages m
-             JOIN teams t ON t.id = m.team_id AND t.tenant = $1
-             JOIN receipts r ON r.message_id = m.id AND r.recipient_id = $2
-             WHERE m.team_id = $3 AND m.publication = 'stored' AND {}",
-            Lite::any_id("m.id", 4, ids.len())
-        );
-        let q = stmt::<Lite>(&sql)
-            .arg(self.tenant.as_str().to_owned())
-            .arg(recipient)
-            .arg(team);
-        let rows: Vec<(Uuid, Uuid, i64, bool)> = Lite::bind_ids(q, ids)
-            .all(conn)
-            .await
-            .map_err(self.db("hand-out"))?;
-        Ok(rows
-            .into_iter()
-            .map(|(id, conversation, seq, delivered)| {
-                let candidate = Candidate {
-                    conversation,
-                    seq,
-                    delivered,
-                };
-                (id, candidate)
-            })
-            .collect())
     }
+    Ok(prior
+        .into_iter()
+        .map(|(message, live)| (message, live.map(|(_, l)| l)))
+        .collect())
+}
 
-    /// Every earlier hand-out read; the live one with the greatest `ord` kept.
-    async fn prior_hand_outs(
-        &self,
-        conn: &mut SqliteConnection,
-        recipient: Uuid,
-        ids: &[Uuid],
-        at: DateTime<Utc>,
-    ) -> BusResult<HashMap<Uuid, Prior>> {
-        let sql = format!(
-            "SELECT message_id, held_until > $1, delivery_id, held_until, ord
-             FROM hand_outs WHERE recipient_id = $2 AND {}",
-            Lite::any_id("message_id", 3, ids.len())
-        );
-        let q = stmt::<Lite>(&sql).arg(Ts(at)).arg(recipient);
-        let rows: Vec<(Uuid, bool, Uuid, Ts, i64)> = Lite::bind_ids(q, ids)
-            .all(conn)
-            .await
-            .map_err(self.db("hand-out"))?;
-        let mut prior: HashMap<Uuid, Option<(i64, LiveHandOut<DeliveryId>)>> = HashMap::new();
-        for (message, live, delivery, until, ord) in rows {
-            let entry = prior.entry(message).or_default();
-            if live && entry.as_ref().is_none_or(|(o, _)| *o < ord) {
-                let hand_out = LiveHandOut {
-                    holder: DeliveryId(delivery),
-                    held_until: until.0,
-                };
-                *entry = Some((ord, hand_out));
-            }
-        }
-        Ok(prior
-            .into_iter()
-            .map(|(message, live)| (message, live.map(|(_, l)| l)))
-            .collect())
-    }
-
-    /// A statement per hand-out.
-    async fn replace_acks(
-        &self,
-        conn: &mut SqliteConnection,
-        acks: &BTreeMap<DeliveryId, InboxAck>,
-    ) -> BusResult<()> {
-        for (delivery, ack) in acks {
-            sqlx::query(
-                "UPDATE hand_outs SET ack_inbox = ?, ack_subject = ? WHERE delivery_id = ?",
-            )
+/// `Dialect::write_hand_outs` on SQLite: a statement per hand-out whose ack moves, then one
+/// per new hand-out.
+pub(crate) async fn write_hand_outs(
+    ledger: &SqlLedger<Lite>,
+    conn: &mut SqliteConnection,
+    team: Uuid,
+    acks: &BTreeMap<DeliveryId, InboxAck>,
+    rows: &[IssuedHandOut],
+) -> BusResult<()> {
+    for (delivery, ack) in acks {
+        sqlx::query("UPDATE hand_outs SET ack_inbox = ?, ack_subject = ? WHERE delivery_id = ?")
             .bind(&ack.inbox)
             .bind(&ack.ack_subject)
             .bind(delivery.0)
             .execute(&mut *conn)
             .await
-            .map_err(self.db("hand-out"))?;
-        }
-        Ok(())
+            .map_err(ledger.db("hand-out"))?;
     }
-
-    /// A statement per hand-out.
-    async fn insert_hand_outs(
-        &self,
-        conn: &mut SqliteConnection,
-        team: Uuid,
-        rows: &[IssuedHandOut],
-    ) -> BusResult<()> {
-        for issued in rows {
-            let h = &issued.hand_out;
-            sqlx::query(
-                "INSERT INTO hand_outs
-                     (delivery_id, team_id, message_id, recipient_id, conversation_id, seq,
-                      redelivered, issued_at, held_until, ack_inbox, ack_subject)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            )
-            .bind(h.delivery.0)
-            .bind(team)
-            .bind(h.message)
-            .bind(h.recipient)
-            .bind(h.conversation)
-            .bind(db_i64(h.seq))
-            .bind(h.redelivered)
-            .bind(Ts(h.issued_at))
-            .bind(Ts(h.held_until))
-            .bind(issued.ack.as_ref().map(|a| a.inbox.as_str()))
-            .bind(issued.ack.as_ref().map(|a| a.ack_subject.as_str()))
-            .execute(&mut *conn)
-            .await
-            .map_err(self.db("hand-out"))?;
-        }
-        Ok(())
+    for issued in rows {
+        let h = &issued.hand_out;
+        sqlx::query(
+            "INSERT INTO hand_outs
+                 (delivery_id, team_id, message_id, recipient_id, conversation_id, seq,
+                  redelivered, issued_at, held_until, ack_inbox, ack_subject)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(h.delivery.0)
+        .bind(team)
+        .bind(h.message)
+        .bind(h.recipient)
+        .bind(h.conversation)
+        .bind(db_i64(h.seq))
+        .bind(h.redelivered)
+        .bind(Ts(h.issued_at))
+        .bind(Ts(h.held_until))
+        .bind(issued.ack.as_ref().map(|a| a.inbox.as_str()))
+        .bind(issued.ack.as_ref().map(|a| a.ack_subject.as_str()))
+        .execute(&mut *conn)
+        .await
+        .map_err(ledger.db("hand-out"))?;
     }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -237,18 +222,18 @@ mod plans {
 
     #[tokio::test]
     async fn the_top_up_starts_from_the_recipients_undelivered_receipts() {
-        assert_driven_by_receipts(&plan(&undelivered_sql::<SqliteLedger>(), 5).await);
+        assert_driven_by_receipts(&plan(&undelivered_sql::<Lite>(), 5).await);
     }
 
     #[tokio::test]
     async fn the_wakeup_sweep_starts_from_each_waiters_undelivered_receipts() {
-        assert_driven_by_receipts(&plan(&wakeable_sql::<SqliteLedger>(3), 3 + 3 * 3).await);
+        assert_driven_by_receipts(&plan(&wakeable_sql::<Lite>(3), 3 + 3 * 3).await);
     }
 
     #[tokio::test]
     async fn the_inbox_watch_starts_from_the_recipients_undelivered_receipts() {
-        assert_driven_by_receipts(&plan(&news_summary_sql::<SqliteLedger>(2), 5 + 2).await);
-        let items = plan(&news_items_sql::<SqliteLedger>(2), 1 + 2).await;
+        assert_driven_by_receipts(&plan(&news_summary_sql::<Lite>(2), 5 + 2).await);
+        let items = plan(&news_items_sql::<Lite>(2), 1 + 2).await;
         assert!(
             items
                 .iter()

@@ -12,7 +12,7 @@
 use std::ops::Deref;
 
 use crewbus_domain::{BusError, BusResult, TenantId};
-use crewbus_sql::ledger::{LedgerHooks, SqlLedger};
+use crewbus_sql::ledger::SqlLedger;
 use sqlx::{Sqlite, Transaction};
 
 use crate::body::SCHEME;
@@ -21,7 +21,7 @@ use crate::dialect::Lite;
 use crate::journal::SqliteJournal;
 
 mod counts;
-mod delivery;
+pub(crate) mod delivery;
 pub(crate) mod directory;
 mod history;
 pub(crate) mod operators;
@@ -120,14 +120,6 @@ impl SqliteLedger {
     /// A read-only transaction on the read pool: one snapshot for several statements.
     async fn read(&self, what: &str) -> BusResult<Transaction<'static, Sqlite>> {
         self.pools().reader().begin().await.map_err(self.db(what))
-    }
-}
-
-impl LedgerHooks for SqliteLedger {
-    type D = Lite;
-
-    fn sql(&self) -> &SqlLedger<Lite> {
-        &self.sql
     }
 }
 
