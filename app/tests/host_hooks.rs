@@ -46,14 +46,16 @@ struct Serve {
 }
 
 impl Serve {
-    fn start(home: &Path) -> Serve {
-        Self::start_with(home, None)
-    }
-
     /// `serve` on the embedded store, or with `database` (a Postgres URL) on Postgres with the
     /// dev team `local` (alice and bob).
     fn start_with(home: &Path, database: Option<&str>) -> Serve {
+        Self::start_configured(home, database, &[])
+    }
+
+    /// [`Serve::start_with`] with configuration from `env` (`CREWBUS_…` variables).
+    fn start_configured(home: &Path, database: Option<&str>, env: &[(&str, &str)]) -> Serve {
         let mut cmd = crewbus(home);
+        cmd.envs(env.iter().copied());
         cmd.args(["--json", "serve", "--listen", "127.0.0.1:0"]);
         if let Some(url) = database {
             cmd.env("CREWBUS_DATABASE__URL", url)
@@ -101,8 +103,13 @@ struct World {
 
 impl World {
     fn new() -> World {
+        Self::configured(&[])
+    }
+
+    /// A world whose server has configuration from `env` (`CREWBUS_…` variables).
+    fn configured(env: &[(&str, &str)]) -> World {
         let home = tempfile::tempdir().unwrap();
-        let serve = Serve::start(home.path());
+        let serve = Serve::start_configured(home.path(), None, env);
         let alice_token = home.path().join("alice.token");
         std::fs::write(&alice_token, format!("{}\n", serve.tokens["alice"])).unwrap();
         World {
@@ -119,6 +126,31 @@ impl World {
     /// bob sends `BODY` to alice in a conversation titled `title`.
     async fn bob_sends(&self, title: &str) {
         send(&self.serve.url, &self.serve.tokens["bob"], title, "alice").await;
+    }
+
+    /// `crewbus_watch_reads_total` of the server's `/metrics`.
+    async fn watch_reads(&self) -> u64 {
+        let text = reqwest::get(format!("{}/metrics", self.serve.url))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix("crewbus_watch_reads_total "))
+            .expect("crewbus_watch_reads_total in /metrics")
+            .trim()
+            .parse()
+            .unwrap()
+    }
+
+    /// Waits (10 s at most) until `crewbus_watch_reads_total` reaches `n`.
+    async fn until_watch_reads(&self, n: u64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.watch_reads().await < n {
+            assert!(Instant::now() < deadline, "watch reads stayed below {n}");
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
     }
 
     fn hook(&self, args: &[&str], event: &Value) -> Run {
@@ -455,6 +487,12 @@ async fn bad_input_ends_with_exit_0_no_decision_and_one_line() {
     );
     bogus.assert_quiet_failure("an unknown flag");
     raw(&["nohost"], &stop("s", false).to_string()).assert_quiet_failure("an unknown host");
+    let missing = raw(&[], &stop("s", false).to_string());
+    missing.assert_quiet_failure("no host");
+    assert!(
+        missing.stderr.contains("<HOST>"),
+        "names the argument: {missing:?}"
+    );
     raw(&["claude-code", "--wait", "x"], "{}").assert_quiet_failure("a bad value");
     // No token at all.
     let mut cmd = crewbus(w.home());
@@ -575,6 +613,142 @@ async fn no_server_and_a_revoked_token_end_quietly_and_quickly() {
     assert!(run.stderr.contains("401"), "{run:?}");
     assert!(run.took < Duration::from_secs(2), "{run:?}");
     assert!(!run.stderr.contains(&w.serve.tokens["alice"]));
+}
+
+/// A server with `bus.max_wait_ms` = `max_wait_ms`, below or above what the hook asks (50 s a
+/// request): bob's message is reported once, by the first Stop; a later headless Stop and a
+/// background Stop of the same session wait (at the pace the server's clamp sets, never in a
+/// tight loop) and report only what came since; a check after them has nothing to say.
+async fn the_stop_hook_reports_once_against_a_max_wait_of(max_wait_ms: u64) {
+    let w = World::configured(&[("CREWBUS_BUS__MAX_WAIT_MS", &max_wait_ms.to_string())]);
+    w.bob_sends("first").await;
+    let run = w.hook(
+        &["claude-code", "--headless", "--wait", "50"],
+        &stop("s", false),
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(
+        run.json()["reason"],
+        "crewbus: 1 new message from «bob» in «first»; fetch_inbox returns it",
+        "{run:?}"
+    );
+    assert!(run.took < Duration::from_secs(5), "{run:?}");
+    for (title, background, waiting_in_all) in [("second", false, 2), ("third", true, 3)] {
+        let reads_before = w.watch_reads().await;
+        let waiting = {
+            let (home, url, token) = (
+                w.home().to_owned(),
+                w.serve.url.clone(),
+                w.alice_token.clone(),
+            );
+            let mut args = vec!["claude-code", "--wait", "30"];
+            if !background {
+                args.push("--headless");
+            }
+            std::thread::spawn(move || {
+                run_hook(&home, &url, &token, &args, &stop("s", true).to_string())
+            })
+        };
+        let started = Instant::now();
+        // Parked on its watch; below the hook's ask, asking again at the server's pace.
+        let paced = if max_wait_ms < 1_000 { 4 } else { 1 };
+        w.until_watch_reads(reads_before + paced).await;
+        if max_wait_ms < 1_000 {
+            assert!(
+                started.elapsed() >= Duration::from_millis(max_wait_ms * 2),
+                "{paced} reads in {:?}: not paced by the {max_wait_ms} ms waits",
+                started.elapsed()
+            );
+        }
+        assert!(!waiting.is_finished(), "nothing new: still waiting");
+        w.bob_sends(title).await;
+        let run = waiting.join().unwrap();
+        let elapsed = started.elapsed();
+        let expected = format!(
+            "crewbus: 1 new message from «bob» in «{title}» ({waiting_in_all} waiting in all); \
+             fetch_inbox returns it"
+        );
+        if background {
+            assert_eq!(
+                (run.code, run.stderr.trim()),
+                (Some(2), expected.as_str()),
+                "{run:?}"
+            );
+        } else {
+            assert_eq!(run.code, Some(0), "{run:?}");
+            assert_eq!(run.stderr, "", "{run:?}");
+            assert_eq!(
+                run.json()["reason"],
+                expected,
+                "only the new message: {run:?}"
+            );
+        }
+        let reads = w.watch_reads().await - reads_before;
+        let bound = 10 + 3 * elapsed.as_secs() * 1_000 / max_wait_ms.min(1_000);
+        assert!(
+            reads <= bound,
+            "{reads} watch reads in {elapsed:?} (at most {bound})"
+        );
+    }
+    w.hook(&["claude-code"], &check("PostToolUse", "s"))
+        .assert_silent("everything was reported");
+}
+
+#[tokio::test]
+async fn against_a_max_wait_below_the_hooks_ask_news_is_reported_once() {
+    the_stop_hook_reports_once_against_a_max_wait_of(500).await;
+}
+
+#[tokio::test]
+async fn against_a_max_wait_of_20_s_news_is_reported_once() {
+    the_stop_hook_reports_once_against_a_max_wait_of(20_000).await;
+}
+
+#[tokio::test]
+async fn a_state_file_the_hook_does_not_believe_is_named_once_and_replaced() {
+    let w = World::new();
+    w.bob_sends("before").await;
+    let told = w.hook(&["claude-code"], &check("SessionStart", "s"));
+    assert_eq!((told.code, told.stderr.as_str()), (Some(0), ""), "{told:?}");
+    let files = state_files(w.home());
+    assert_eq!(files.len(), 1, "{files:?}");
+    let file = &files[0];
+    w.bob_sends("after the damage").await;
+    use std::os::unix::fs::PermissionsExt as _;
+    for (what, text, mode) in [
+        ("malformed", "{not json".to_owned(), 0o600),
+        (
+            "readable by others",
+            std::fs::read_to_string(file).unwrap(),
+            0o644,
+        ),
+    ] {
+        std::fs::write(file, text).unwrap();
+        std::fs::set_permissions(file, std::fs::Permissions::from_mode(mode)).unwrap();
+        let run = w.hook(&["claude-code"], &check("UserPromptSubmit", "s"));
+        // It goes on from a fresh state: everything pending is news.
+        assert_eq!(run.code, Some(0), "{what}: {run:?}");
+        assert!(
+            run.json()["hookSpecificOutput"]["additionalContext"]
+                .as_str()
+                .unwrap()
+                .contains("«after the damage»"),
+            "{what}: {run:?}"
+        );
+        assert_eq!(run.stderr.lines().count(), 1, "{what}: one line: {run:?}");
+        assert!(
+            run.stderr.starts_with("crewbus hook: ")
+                && run.stderr.contains(&file.display().to_string()),
+            "{what}: {run:?}"
+        );
+        // Replaced by a state of its own: believed, and the news is not told again.
+        assert_eq!(
+            std::fs::metadata(file).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
+        w.hook(&["claude-code"], &check("PostToolUse", "s"))
+            .assert_silent(what);
+    }
 }
 
 #[tokio::test]
@@ -701,24 +875,41 @@ fn written(project: &Path) -> (Value, Value) {
     )
 }
 
+/// The directory of the built binary, and a `PATH` holding it first.
+fn bin_path() -> (PathBuf, String) {
+    let dir = Path::new(env!("CARGO_BIN_EXE_crewbus"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let path = format!("{}:/usr/bin:/bin", dir.display());
+    (dir, path)
+}
+
 /// Runs the stdio MCP server `server` (a `.mcp.json` entry) as Claude Code does — its command
-/// and arguments, no shell, none of the test's environment — and asks it `initialize`,
-/// `tools/list` and `tools/call whoami`: the listed tools' names and whoami's answer. Each
-/// answer within 10 s.
-fn ask_stdio_server(home: &Path, server: &Value) -> (Vec<String>, Value) {
+/// and arguments with `${HOME}` expanded (Claude Code 2.1.328 expands `${VAR}` there, checked
+/// with the pinned host), the command found through `PATH` (the built binary's directory, then
+/// the system's), no shell, none of the test's environment — and asks it `initialize`,
+/// `tools/list` and `tools/call whoami`: the listed tools and whoami's answer. Each answer
+/// within 10 s.
+fn ask_stdio_server(home: &Path, server: &Value) -> (Vec<Value>, Value) {
     use std::sync::mpsc;
     assert_eq!(server["type"], "stdio", "{server}");
-    let args: Vec<&str> = server["args"]
+    let expand = |v: &Value| {
+        v.as_str()
+            .unwrap()
+            .replace("${HOME}", home.to_str().unwrap())
+    };
+    let args: Vec<String> = server["args"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|a| a.as_str().unwrap())
+        .map(expand)
         .collect();
-    let mut child = Command::new(server["command"].as_str().unwrap())
+    let mut child = Command::new(expand(&server["command"]))
         .args(&args)
         .env_clear()
         .env("HOME", home)
-        .env("PATH", "/usr/bin:/bin")
+        .env("PATH", bin_path().1)
         .current_dir(home)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -766,12 +957,7 @@ fn ask_stdio_server(home: &Path, server: &Value) -> (Vec<String>, Value) {
     )
     .unwrap();
     let tools = ask(&mut stdin, 2, "tools/list", json!({}));
-    let names = tools["tools"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|t| t["name"].as_str().unwrap().to_owned())
-        .collect();
+    let tools = tools["tools"].as_array().unwrap().clone();
     let who = ask(
         &mut stdin,
         3,
@@ -780,7 +966,7 @@ fn ask_stdio_server(home: &Path, server: &Value) -> (Vec<String>, Value) {
     );
     drop(stdin);
     let _ = child.wait();
-    (names, who)
+    (tools, who)
 }
 
 /// Checks that a hook command names an absolute crewbus binary and an absolute token file,
@@ -866,7 +1052,7 @@ async fn connect_is_idempotent_prints_a_dry_run_and_remove_restores_every_byte()
     );
     let (tools, who) = ask_stdio_server(w.home(), &server);
     assert!(
-        tools.len() == 12 && tools.iter().any(|t| t == "fetch_inbox"),
+        tools.len() == 12 && tools.iter().any(|t| t["name"] == "fetch_inbox"),
         "{tools:?}"
     );
     let (_, me) = call(
@@ -1084,7 +1270,10 @@ async fn over_http_connect_writes_a_headers_helper_and_a_users_own_rule_stays_th
         left["permissions"]["allow"],
         json!(["mcp__crewbus", "Read"])
     );
-    assert_eq!(left["hooks"]["Stop"], json!([]), "crewbus's hooks are gone");
+    assert!(
+        left.get("hooks").is_none(),
+        "crewbus's hooks are gone, with the hooks object connect made for them: {left}"
+    );
 
     // connect's own rule, in a file edited since, leaves with --remove; the user's edit stays.
     let project = w.home().join("stdio");
@@ -1223,4 +1412,603 @@ async fn connect_keeps_the_token_outside_the_work_tree() {
         ],
     );
     assert_eq!(run.code, Some(0), "{run:?}");
+}
+
+/// The agents of team `local` in the store beside `home`'s server, by name: whether revoked.
+fn agents_beside(home: &Path) -> std::collections::HashMap<String, bool> {
+    let out = crewbus(home)
+        .args(["--json", "agent", "list", "--team", "local"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    v.as_array()
+        .unwrap()
+        .iter()
+        .map(|a| {
+            (
+                a["name"].as_str().unwrap().to_owned(),
+                !a["revoked_at"].is_null(),
+            )
+        })
+        .collect()
+}
+
+/// A loopback port nothing listens on.
+fn dead_url() -> String {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    drop(l);
+    format!("http://127.0.0.1:{port}")
+}
+
+/// The backticked names of the `- ` items of crewbus's CLAUDE.md section, item by item.
+fn instruction_items(claude_md: &str) -> Vec<Vec<String>> {
+    let names = regex::Regex::new(r"`([a-z_]+)`").unwrap();
+    let section = &claude_md[claude_md.find("crewbus:begin").unwrap()..];
+    let section = &section[..section.find("crewbus:end").unwrap()];
+    let mut items: Vec<String> = Vec::new();
+    for line in section.lines() {
+        if let Some(rest) = line.strip_prefix("- ") {
+            items.push(rest.to_owned());
+        } else if line.starts_with("  ")
+            && let Some(last) = items.last_mut()
+        {
+            last.push_str(line);
+        }
+    }
+    items
+        .iter()
+        .map(|i| names.captures_iter(i).map(|c| c[1].to_owned()).collect())
+        .collect()
+}
+
+/// Every property name anywhere in a JSON schema.
+fn schema_fields(schema: &Value, out: &mut std::collections::HashSet<String>) {
+    match schema {
+        Value::Object(o) => {
+            if let Some(Value::Object(props)) = o.get("properties") {
+                out.extend(props.keys().cloned());
+            }
+            o.values().for_each(|v| schema_fields(v, out));
+        }
+        Value::Array(a) => a.iter().for_each(|v| schema_fields(v, out)),
+        _ => {}
+    }
+}
+
+#[tokio::test]
+async fn the_instructions_name_only_arguments_the_core_tools_take() {
+    let w = World::new();
+    let project = w.home().join("taught");
+    std::fs::create_dir(&project).unwrap();
+    let token = w.alice_token.to_str().unwrap();
+    let run = connect(
+        w.home(),
+        &project,
+        &[
+            "--instructions",
+            "--url",
+            &w.serve.url,
+            "--token-file",
+            token,
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    // The tools as the host sees them: core (names, input schemas), and full's output schemas
+    // for the answers' fields an item may name.
+    let (server, _) = written(&project);
+    let (core, _) = ask_stdio_server(w.home(), &server);
+    let mut full_server = server.clone();
+    let args = full_server["args"].as_array_mut().unwrap();
+    let last = args.len() - 1;
+    args[last] = json!("full");
+    let (full, _) = ask_stdio_server(w.home(), &full_server);
+    let by_name = |tools: &[Value], name: &str| {
+        tools
+            .iter()
+            .find(|t| t["name"] == name)
+            .cloned()
+            .unwrap_or_else(|| panic!("no tool {name}"))
+    };
+    let claude_md = std::fs::read_to_string(project.join("CLAUDE.md")).unwrap();
+    let items = instruction_items(&claude_md);
+    assert!(items.len() >= 4, "{claude_md}");
+    let (mut named, mut arguments) = (Vec::new(), 0);
+    for item in &items {
+        let mut current: Option<String> = None;
+        for name in item {
+            if core.iter().any(|t| t["name"] == name.as_str()) {
+                named.push(name.clone());
+                current = Some(name.clone());
+                continue;
+            }
+            let tool = current
+                .as_deref()
+                .unwrap_or_else(|| panic!("`{name}` before any tool in {item:?}"));
+            let input = &by_name(&core, tool)["inputSchema"]["properties"];
+            if input.get(name.as_str()).is_some() {
+                arguments += 1;
+                continue;
+            }
+            // Else a field of an answer of a tool named so far.
+            let mut fields = std::collections::HashSet::new();
+            for t in &named {
+                schema_fields(&by_name(&full, t)["outputSchema"], &mut fields);
+            }
+            assert!(
+                fields.contains(name.as_str()),
+                "`{name}` is neither an argument of {tool} ({input}) nor a field of the answers \
+                 of {named:?}: {item:?}"
+            );
+        }
+    }
+    for tool in [
+        "fetch_inbox",
+        "confirm_deliveries",
+        "send_message",
+        "acquire_lease",
+    ] {
+        assert!(named.iter().any(|t| t == tool), "{tool} taught: {named:?}");
+    }
+    assert!(arguments >= 6, "the items name arguments: {items:?}");
+}
+
+#[tokio::test]
+async fn channel_connect_says_how_to_start_claude_code_with_channels_and_writes_no_hooks() {
+    let w = World::new();
+    let project = w.home().join("channel");
+    std::fs::create_dir(&project).unwrap();
+    let token = w.alice_token.to_str().unwrap();
+    let args = ["--channel", "--url", &w.serve.url, "--token-file", token];
+    for round in ["first run", "second run (nothing to change)"] {
+        let run = connect(w.home(), &project, &args);
+        assert_eq!(run.code, Some(0), "{round}: {run:?}");
+        assert!(
+            run.stdout
+                .contains("`claude --dangerously-load-development-channels server:crewbus`"),
+            "{round}: {run:?}"
+        );
+        assert!(
+            run.stdout.contains("claude.ai login") && run.stdout.contains("API-key"),
+            "{round}: the caveat: {run:?}"
+        );
+    }
+    let (server, settings) = written(&project);
+    assert!(
+        args_of(&server).contains(&"--channel".to_owned()),
+        "{server}"
+    );
+    assert!(settings.get("hooks").is_none(), "no hooks: {settings}");
+}
+
+fn args_of(server: &Value) -> Vec<String> {
+    server["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_wait_out_of_bounds_is_a_usage_error_and_the_longest_one_is_written_exactly() {
+    let w = World::new();
+    let project = w.home().join("waits");
+    std::fs::create_dir(&project).unwrap();
+    let token = w.alice_token.to_str().unwrap();
+    for wait in ["18446744073709551615", "86401", "0"] {
+        let run = connect(
+            w.home(),
+            &project,
+            &["--headless", "--wait", wait, "--token-file", token],
+        );
+        assert_eq!(run.code, Some(2), "--wait {wait}: {run:?}");
+        assert!(run.stderr.contains("--wait"), "{run:?}");
+        assert!(snapshot(&project).is_empty(), "nothing written");
+    }
+    let run = connect(
+        w.home(),
+        &project,
+        &[
+            "--headless",
+            "--wait",
+            "86400",
+            "--url",
+            &w.serve.url,
+            "--token-file",
+            token,
+        ],
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let (_, settings) = written(&project);
+    assert_eq!(settings["hooks"]["Stop"][0]["hooks"][0]["timeout"], 86_410);
+}
+
+#[tokio::test]
+async fn an_agent_is_created_beside_the_store_only_for_the_server_that_knows_its_token() {
+    let w = World::new();
+    let project = w.home().join("dave");
+    std::fs::create_dir(&project).unwrap();
+    let connect_dir = w.home().join("config/crewbus/connect");
+    // No server at --url: nothing is created, nothing written.
+    let dead = dead_url();
+    let run = connect(w.home(), &project, &["--agent", "dave", "--url", &dead]);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains("does not answer") && run.stderr.contains("--token-file"),
+        "{run:?}"
+    );
+    assert!(!agents_beside(w.home()).contains_key("dave"));
+    assert!(snapshot(&project).is_empty());
+    assert!(!connect_dir.exists() || snapshot(&connect_dir).is_empty());
+    // Its dry run says the same, reading only.
+    let dry = connect(
+        w.home(),
+        &project,
+        &["--agent", "dave", "--url", &dead, "--dry-run"],
+    );
+    assert_eq!(dry.code, Some(1), "{dry:?}");
+    assert!(dry.stderr.contains("does not answer"), "{dry:?}");
+    // A server on another store: dave is created here, its token is refused there, and it is
+    // revoked again.
+    let other = World::new();
+    let run = connect(
+        w.home(),
+        &project,
+        &["--agent", "dave", "--url", &other.serve.url],
+    );
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stderr.contains("revoked again"), "{run:?}");
+    assert_eq!(agents_beside(w.home()).get("dave"), Some(&true), "revoked");
+    assert!(!agents_beside(other.home()).contains_key("dave"));
+    assert!(snapshot(&project).is_empty());
+    // The name is taken now (names are not reused): a dry run says so.
+    let dry = connect(
+        w.home(),
+        &project,
+        &["--agent", "dave", "--url", &w.serve.url, "--dry-run"],
+    );
+    assert_eq!(dry.code, Some(1), "{dry:?}");
+    assert!(dry.stderr.contains("already exists"), "{dry:?}");
+    // The server on this store: erin is created and kept.
+    let run = connect(
+        w.home(),
+        &project,
+        &["--agent", "erin", "--url", &w.serve.url],
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(agents_beside(w.home()).get("erin"), Some(&false));
+}
+
+#[tokio::test]
+async fn a_dry_run_checks_the_team_and_the_operator_token_and_creates_nothing() {
+    let w = World::new();
+    let project = w.home().join("dry");
+    std::fs::create_dir(&project).unwrap();
+    let url = w.serve.url.as_str();
+    let run = connect(
+        w.home(),
+        &project,
+        &[
+            "--agent",
+            "al",
+            "--team",
+            "nosuchteam",
+            "--url",
+            url,
+            "--dry-run",
+        ],
+    );
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stderr.contains("nosuchteam"), "{run:?}");
+    let bad = w.home().join("operator.token");
+    std::fs::write(&bad, "cbo_not_an_operator\n").unwrap();
+    let run = connect(
+        w.home(),
+        &project,
+        &[
+            "--agent",
+            "al",
+            "--url",
+            url,
+            "--operator-token-file",
+            bad.to_str().unwrap(),
+            "--dry-run",
+        ],
+    );
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stderr.contains("operator token"), "{run:?}");
+    let run = connect(
+        w.home(),
+        &project,
+        &["--agent", "al", "--url", url, "--dry-run"],
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(run.stdout.contains("would create the agent al"), "{run:?}");
+    assert!(!agents_beside(w.home()).contains_key("al"));
+    assert!(snapshot(&project).is_empty());
+}
+
+#[tokio::test]
+async fn a_users_own_crewbus_server_and_a_file_with_comments_are_refused() {
+    let w = World::new();
+    let token = w.alice_token.to_str().unwrap();
+    let project = w.home().join("theirs");
+    std::fs::create_dir_all(project.join(".claude")).unwrap();
+    let theirs = "{\"mcpServers\": {\"crewbus\": {\"type\": \"http\", \"url\": \
+                  \"http://127.0.0.1:7700/mcp\", \"headers\": {\"Authorization\": \"Bearer \
+                  cbt_theirs\"}}}}\n";
+    std::fs::write(project.join(".mcp.json"), theirs).unwrap();
+    let before = snapshot(&project);
+    let args = ["--url", w.serve.url.as_str(), "--token-file", token];
+    let run = connect(w.home(), &project, &args);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stderr.contains("--force"), "{run:?}");
+    assert!(!run.stderr.contains("cbt_theirs"), "{run:?}");
+    assert_eq!(snapshot(&project), before, "nothing written");
+    // With --force it is replaced, and --remove puts it back byte for byte.
+    let mut forced = args.to_vec();
+    forced.push("--force");
+    let run = connect(w.home(), &project, &forced);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert_eq!(written(&project).0["type"], "stdio");
+    let removed = connect(w.home(), &project, &["--remove"]);
+    assert_eq!(removed.code, Some(0), "{removed:?}");
+    assert_eq!(snapshot(&project), before);
+    // A settings file with a comment: Claude Code would skip it whole; refused, untouched.
+    let commented = "{\n  // mine\n  \"env\": {\"A\": \"1\"}\n}\n";
+    std::fs::write(project.join(".claude/settings.local.json"), commented).unwrap();
+    std::fs::remove_file(project.join(".mcp.json")).unwrap();
+    let before = snapshot(&project);
+    let run = connect(w.home(), &project, &args);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(
+        run.stderr.contains("comments") && run.stderr.contains("settings.local.json"),
+        "{run:?}"
+    );
+    assert_eq!(snapshot(&project), before);
+}
+
+#[tokio::test]
+async fn remove_deletes_every_token_it_made_names_the_team_and_tells_edits_apart() {
+    let w = World::new();
+    let project = w.home().join("switch");
+    std::fs::create_dir(&project).unwrap();
+    let url = w.serve.url.as_str();
+    // bob (his dev token, kept in a file connect makes), then carol (a new agent).
+    let run = connect(w.home(), &project, &["--agent", "bob", "--url", url]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let run = connect(w.home(), &project, &["--agent", "carol", "--url", url]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let cdir = std::fs::read_dir(w.home().join("config/crewbus/connect"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert!(cdir.join("bob.token").exists() && cdir.join("carol.token").exists());
+    // The user adds a setting of their own to the settings file connect created.
+    let settings_path = project.join(".claude/settings.local.json");
+    let mut settings: Value =
+        serde_json::from_str(&std::fs::read_to_string(&settings_path).unwrap()).unwrap();
+    settings["env"] = json!({"MINE": "1"});
+    std::fs::write(&settings_path, settings.to_string()).unwrap();
+    let removed = connect(w.home(), &project, &["--remove"]);
+    assert_eq!(removed.code, Some(0), "{removed:?}");
+    let out = &removed.stdout;
+    assert!(!cdir.join("bob.token").exists(), "{out}");
+    assert!(!cdir.join("carol.token").exists(), "{out}");
+    assert!(
+        out.contains("crewbus agent revoke --team local carol"),
+        "{out}"
+    );
+    assert!(!out.contains("TEAM"), "{out}");
+    assert!(!out.contains("deleted — deleted"), "{out}");
+    assert!(out.contains(".mcp.json: deleted"), "{out}");
+    assert!(
+        !out.contains("back as it was"),
+        "an edited file is not: {out}"
+    );
+    assert!(out.contains("edited since"), "{out}");
+    let left: Value =
+        serde_json::from_str(&std::fs::read_to_string(&settings_path).unwrap()).unwrap();
+    assert_eq!(
+        left,
+        json!({"env": {"MINE": "1"}}),
+        "the user's edit, and nothing connect made"
+    );
+    // An unedited project: each file back as it was.
+    let run = connect(w.home(), &project, &["--agent", "bob", "--url", url]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let removed = connect(w.home(), &project, &["--remove"]);
+    assert!(
+        removed.stdout.contains("each file is back as it was"),
+        "{removed:?}"
+    );
+    assert!(
+        removed
+            .stdout
+            .contains(".mcp.json: deleted — `crewbus connect` created it")
+    );
+}
+
+#[tokio::test]
+async fn shared_files_are_the_same_for_every_teammate_and_name_no_home() {
+    let w = World::new();
+    let (_, path) = bin_path();
+    let shared_connect = |home: &Path, project: &Path, args: &[&str]| {
+        let mut cmd = crewbus(home);
+        cmd.env("PATH", &path)
+            .current_dir(project)
+            .args([
+                "connect",
+                "claude-code",
+                "--shared",
+                "--headless",
+                "--url",
+                &w.serve.url,
+            ])
+            .args(args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        run_command(cmd, "")
+    };
+    let project = w.home().join("team/proj");
+    std::fs::create_dir_all(&project).unwrap();
+    let run = shared_connect(w.home(), &project, &["--agent", "alice"]);
+    assert_eq!(run.code, Some(0), "{run:?}");
+    let mcp = std::fs::read_to_string(project.join(".mcp.json")).unwrap();
+    let settings_text = std::fs::read_to_string(project.join(".claude/settings.json")).unwrap();
+    let home = w.home().to_str().unwrap();
+    for text in [&mcp, &settings_text] {
+        assert!(!text.contains(home), "no path of this home: {text}");
+    }
+    assert!(!project.join(".claude/settings.local.json").exists());
+    let rel = ".config/crewbus/connect/shared/proj.token";
+    let server = &serde_json::from_str::<Value>(&mcp).unwrap()["mcpServers"]["crewbus"];
+    assert_eq!(server["command"], "crewbus");
+    assert_eq!(args_of(server)[4], format!("${{HOME}}/{rel}"));
+    assert_eq!(
+        std::fs::read_to_string(w.home().join(rel)).unwrap().trim(),
+        w.serve.tokens["alice"]
+    );
+    // The hook, run as Claude Code runs it (a shell, with HOME and PATH), reports alice's news.
+    let settings: Value = serde_json::from_str(&settings_text).unwrap();
+    let stop = settings["hooks"]["Stop"][0]["hooks"][0]["command"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(stop.starts_with("crewbus hook claude-code "), "{stop}");
+    w.bob_sends("shared news").await;
+    let mut sh = Command::new("sh");
+    sh.args(["-c", &stop])
+        .env_clear()
+        .env("HOME", w.home())
+        .env("PATH", &path)
+        .env("XDG_STATE_HOME", w.home().join("state"))
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let ran = run_command(sh, &stop_event("s1"));
+    assert!(ran.stdout.contains("«shared news»"), "{ran:?}");
+    // A teammate with another home and their own token: the same files, unchanged.
+    let mate = w.home().join("mate");
+    let clone = mate.join("src/proj");
+    std::fs::create_dir_all(clone.join(".claude")).unwrap();
+    std::fs::write(clone.join(".mcp.json"), &mcp).unwrap();
+    std::fs::write(clone.join(".claude/settings.json"), &settings_text).unwrap();
+    let bob_token = mate.join("bob.token");
+    std::fs::write(&bob_token, format!("{}\n", w.serve.tokens["bob"])).unwrap();
+    let run = shared_connect(
+        &mate,
+        &clone,
+        &["--token-file", bob_token.to_str().unwrap()],
+    );
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(run.stdout.contains(".mcp.json: unchanged"), "{run:?}");
+    assert!(
+        run.stdout.contains(".claude/settings.json: unchanged"),
+        "{run:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(clone.join(".mcp.json")).unwrap(),
+        mcp
+    );
+    let (_, who) = ask_stdio_server(&mate, server);
+    let (_, bob) = call(
+        &w.serve.url,
+        &w.serve.tokens["bob"],
+        "GET",
+        "/v1/me",
+        Value::Null,
+    )
+    .await;
+    assert!(
+        who.to_string().contains(bob["id"].as_str().unwrap()),
+        "the teammate's server answers as bob: {who}"
+    );
+    // The shared token file holds alice's: connecting there as bob is refused.
+    let run = shared_connect(w.home(), &project, &["--agent", "bob"]);
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stderr.contains("alice"), "{run:?}");
+    // No crewbus on PATH: refused, saying so.
+    let other = w.home().join("other/proj2");
+    std::fs::create_dir_all(&other).unwrap();
+    let mut cmd = crewbus(w.home());
+    cmd.env("PATH", "/usr/bin:/bin")
+        .current_dir(&other)
+        .args(["connect", "claude-code", "--shared", "--agent", "alice"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let run = run_command(cmd, "");
+    assert_eq!(run.code, Some(1), "{run:?}");
+    assert!(run.stderr.contains("PATH"), "{run:?}");
+    assert!(snapshot(&other).is_empty());
+    // --remove takes the shared token file it made with it.
+    let removed = shared_connect(w.home(), &project, &["--remove"]);
+    assert_eq!(removed.code, Some(0), "{removed:?}");
+    assert!(!w.home().join(rel).exists());
+}
+
+fn stop_event(session: &str) -> String {
+    stop(session, false).to_string()
+}
+
+#[test]
+fn serve_names_the_connect_command_that_sets_claude_code_up() {
+    let home = tempfile::tempdir().unwrap();
+    let data = home.path().join("state dir");
+    let mut child = crewbus(home.path())
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn_tied()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut suggested = None;
+    let url = loop {
+        let line = lines.next().expect("serve printed its address").unwrap();
+        if let Some(rest) = line.strip_prefix("crewbus listening on ") {
+            break rest.split_whitespace().next().unwrap().to_owned();
+        }
+        if let Some(at) = line.find("crewbus connect claude-code") {
+            suggested = Some(line[at..].to_owned());
+        }
+    };
+    std::thread::spawn(move || for _ in lines.by_ref() {});
+    let suggested = suggested.expect("a line naming `crewbus connect claude-code`");
+    assert!(
+        suggested.contains("--agent alice") && suggested.contains(&format!("--url {url}")),
+        "{suggested}"
+    );
+    // The command as printed, run in a project (`crewbus` being this binary), sets it up as
+    // alice.
+    let project = home.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    let (_, path) = bin_path();
+    let env = crewbus(home.path());
+    let mut cmd = Command::new("sh");
+    cmd.args(["-c", &suggested])
+        .env_clear()
+        .envs(
+            env.get_envs()
+                .filter_map(|(k, v)| v.map(|v| (k.to_owned(), v.to_owned()))),
+        )
+        .env("PATH", &path)
+        .current_dir(&project)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let run = run_command(cmd, "");
+    assert_eq!(run.code, Some(0), "{run:?}");
+    assert!(run.stdout.contains("dev token"), "{run:?}");
+    let (server, _) = written(&project);
+    let (_, who) = ask_stdio_server(home.path(), &server);
+    assert!(who["isError"] != true, "{who}");
+    let _ = child.kill();
+    let _ = child.wait();
 }

@@ -288,6 +288,15 @@ fn print_host_config(
     println!("{}", dev_team::http_host_config(mcp_url, token));
     println!("stdio (the host starts the bridge):");
     println!("{}", dev_team::stdio_host_config(&exe, base, token));
+    println!(
+        "Claude Code, in your project (the MCP server, its permission, hooks that wake the session): {}",
+        crate::cli::connect::suggestion(
+            name,
+            &team.name,
+            base,
+            tokens.path().and_then(|p| p.parent())
+        )
+    );
     println!();
 }
 

@@ -1,12 +1,18 @@
 //! Format-preserving edits of a host's JSON files (`.mcp.json`, `.claude/settings*.json`) on
 //! dprint's concrete syntax tree (`jsonc-parser`): every byte outside what is changed — other
-//! servers, hooks and keys, their order, whitespace and comments — stays as it was.
+//! servers, hooks and keys, their order and whitespace — stays as it was.
+//!
+//! Only plain JSON is edited: Claude Code (2.1.328) reads these files with a strict JSON parser
+//! and skips one holding a comment or a trailing comma entirely ("MCP config is not a valid
+//! JSON", "Invalid or malformed JSON" in its debug log), so such a file is refused with a
+//! message saying so rather than edited into a configuration the host would not load. Only
+//! `--remove`, taking crewbus's entries out of a file edited since, reads it leniently.
 //!
 //! crewbus's entries are recognised by their content, never by position: the MCP server by its
 //! name, a hook group by a command that runs `crewbus … hook claude-code`.
 
 use jsonc_parser::ParseOptions;
-use jsonc_parser::cst::{CstInputValue, CstObject, CstRootNode};
+use jsonc_parser::cst::{CstInputValue, CstNode, CstObject, CstRootNode};
 use serde_json::Value;
 
 /// A JSON document being edited.
@@ -44,10 +50,56 @@ pub fn to_serde(v: &CstInputValue) -> Value {
     }
 }
 
+/// A node of a parsed document as a [`CstInputValue`], object keys in the document's order
+/// (comments and layout are not kept). `None`: a node that is no JSON value.
+fn input_of(node: &CstNode) -> Option<CstInputValue> {
+    if let Some(o) = node.as_object() {
+        let mut entries = Vec::new();
+        for prop in o.properties() {
+            let name = prop.name()?.decoded_value().ok()?;
+            entries.push((name, input_of(&prop.value()?)?));
+        }
+        return Some(CstInputValue::Object(entries));
+    }
+    if let Some(a) = node.as_array() {
+        let items = a.elements().iter().map(input_of).collect::<Option<_>>()?;
+        return Some(CstInputValue::Array(items));
+    }
+    Some(match node.to_serde_value()? {
+        Value::Null => CstInputValue::Null,
+        Value::Bool(b) => CstInputValue::Bool(b),
+        Value::Number(n) => CstInputValue::Number(n.to_string()),
+        Value::String(s) => CstInputValue::String(s),
+        _ => return None,
+    })
+}
+
 impl JsonDoc {
-    /// Parses `text` (`None`: a file that does not exist yet, started as `{}`). Errors (a
-    /// message naming `what`): not JSON, or not an object at its root.
+    /// Parses `text` (`None`: a file that does not exist yet, started as `{}`; blank text is
+    /// an empty document) as plain JSON, what Claude Code reads. Errors (a message naming
+    /// `what`): comments, trailing commas or other JSON5 (Claude Code would skip the file), not
+    /// JSON at all, or not an object at its root.
     pub fn parse(text: Option<&str>, what: &str) -> Result<JsonDoc, String> {
+        if let Some(t) = text
+            && !t.trim().is_empty()
+            && let Err(e) = serde_json::from_str::<Value>(t)
+        {
+            return Err(match CstRootNode::parse(t, &ParseOptions::default()) {
+                Ok(_) => format!(
+                    "{what} holds comments, trailing commas or other JSON5 ({e}): Claude Code \
+                     reads it only as plain JSON and skips the whole file otherwise; remove \
+                     them, then run again"
+                ),
+                Err(_) => format!("{what} is not valid JSON ({e}); fix or move it, then run again"),
+            });
+        }
+        Self::parse_lenient(text, what)
+    }
+
+    /// As [`JsonDoc::parse`], but also reading comments, trailing commas and the rest of
+    /// JSONC/JSON5, which stay as they are: for taking crewbus's entries out of a file the user
+    /// edited since. Errors: not even that, or not an object at its root.
+    pub fn parse_lenient(text: Option<&str>, what: &str) -> Result<JsonDoc, String> {
         let created = text.is_none();
         let source = text.unwrap_or("{}\n");
         let root = CstRootNode::parse(source, &ParseOptions::default()).map_err(|e| {
@@ -136,6 +188,38 @@ impl JsonDoc {
             .get(key)?
             .value()?
             .to_serde_value()
+    }
+
+    /// The value at `path.key` as an input value (keys in the document's order), to put back
+    /// elsewhere with [`JsonDoc::set`].
+    pub fn get_input(&self, path: &[&str], key: &str) -> Option<CstInputValue> {
+        let value = self
+            .object_at(path, false)
+            .ok()
+            .flatten()?
+            .get(key)?
+            .value()?;
+        input_of(&value)
+    }
+
+    /// Removes `path.key` when it holds an empty array or object. Returns whether it did.
+    pub fn remove_if_empty(&self, path: &[&str], key: &str) -> Result<bool, String> {
+        let empty = match self.get(path, key) {
+            Some(Value::Array(a)) => a.is_empty(),
+            Some(Value::Object(o)) => o.is_empty(),
+            _ => false,
+        };
+        if empty {
+            self.set(path, key, None)?;
+        }
+        Ok(empty)
+    }
+
+    /// Whether the document is an empty object.
+    pub fn is_empty_object(&self) -> bool {
+        self.root
+            .object_value()
+            .is_some_and(|o| o.properties().is_empty())
     }
 
     /// Whether the array at `path.key` holds the string `item`.
@@ -361,6 +445,62 @@ mod tests {
             v,
             serde_json::json!({"mcpServers": {"crewbus": {"type": "http"}}})
         );
+    }
+
+    #[test]
+    fn comments_and_trailing_commas_are_refused_as_claude_code_would_skip_the_file() {
+        for text in [
+            "{\n  // mine\n  \"a\": 1\n}",
+            "{\"a\": [1, 2,],}",
+            "{/* x */ \"a\": 1}",
+            "{'a': 1}",
+        ] {
+            let e = JsonDoc::parse(Some(text), "settings.json").err();
+            assert!(
+                e.as_deref().is_some_and(|e| e.contains("comments")
+                    && e.contains("Claude Code")
+                    && e.starts_with("settings.json")),
+                "{text}: {e:?}"
+            );
+            // --remove still reads it, and what it does not change stays.
+            let doc = JsonDoc::parse_lenient(Some(text), "settings.json").unwrap();
+            assert!(!doc.set(&["x"], "y", None).unwrap());
+            assert_eq!(doc.text(), text);
+        }
+        assert!(
+            JsonDoc::parse(Some("  \n"), "f").is_ok(),
+            "blank is an empty document"
+        );
+        let e = JsonDoc::parse(Some("{\"a\": "), "f").err().unwrap();
+        assert!(e.contains("not valid JSON"), "{e}");
+    }
+
+    #[test]
+    fn a_value_is_read_back_in_its_documents_key_order() {
+        let doc = JsonDoc::parse(
+            Some(r#"{"s": {"z": 1, "a": [true, null, "x"], "m": {}}}"#),
+            "f",
+        )
+        .unwrap();
+        let v = doc.get_input(&[], "s").unwrap();
+        let other = JsonDoc::parse(None, "g").unwrap();
+        other.set(&[], "s", Some(v)).unwrap();
+        let text = other.text();
+        let (z, a, m) = (
+            text.find("\"z\"").unwrap(),
+            text.find("\"a\"").unwrap(),
+            text.find("\"m\"").unwrap(),
+        );
+        assert!(z < a && a < m, "{text}");
+        let back: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            back["s"],
+            serde_json::json!({"z": 1, "a": [true, null, "x"], "m": {}})
+        );
+        assert!(doc.remove_if_empty(&["s"], "m").unwrap());
+        assert!(!doc.remove_if_empty(&["s"], "a").unwrap());
+        assert!(!doc.is_empty_object());
+        assert!(JsonDoc::parse(Some("{}"), "f").unwrap().is_empty_object());
     }
 
     #[test]

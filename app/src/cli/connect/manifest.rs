@@ -38,10 +38,17 @@ pub struct Manifest {
     pub project: PathBuf,
     /// The agent's name, when known.
     pub agent: Option<String>,
+    /// The agent's team (name or id), when known.
+    #[serde(default)]
+    pub team: Option<String>,
     /// The token file the configuration points at.
     pub token_file: Option<PathBuf>,
     /// Whether `connect` made that token file (then `--remove` deletes it).
     pub token_created: bool,
+    /// Every token file `connect` made for the project, of the agent now and of those before
+    /// (`--remove` deletes them all).
+    #[serde(default)]
+    pub created_tokens: Vec<PathBuf>,
     /// Directories `connect` created (removed again when empty).
     #[serde(default)]
     pub created_dirs: Vec<PathBuf>,
@@ -57,17 +64,10 @@ pub fn digest(text: &str) -> String {
     hex::encode(Sha256::digest(text.as_bytes()))
 }
 
-/// The connect directory of `project` (an absolute path). Errors: neither
-/// `$XDG_CONFIG_HOME` nor `$HOME` is set.
-pub fn connect_dir(project: &Path) -> Result<PathBuf, String> {
-    let base = match std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from) {
-        Some(x) if x.is_absolute() => x,
-        _ => match std::env::var_os("HOME").map(PathBuf::from) {
-            Some(h) if h.is_absolute() => h.join(".config"),
-            _ => return Err("neither $XDG_CONFIG_HOME nor $HOME is set".to_owned()),
-        },
-    };
-    let name: String = project
+/// The name of `project` as connect's files use it: its last component, with every character
+/// but ASCII letters, digits, `-` and `_` replaced by `_`, at most 40 characters.
+pub fn project_name(project: &Path) -> String {
+    project
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default()
@@ -80,7 +80,20 @@ pub fn connect_dir(project: &Path) -> Result<PathBuf, String> {
             }
         })
         .take(40)
-        .collect();
+        .collect()
+}
+
+/// The connect directory of `project` (an absolute path). Errors: neither
+/// `$XDG_CONFIG_HOME` nor `$HOME` is set.
+pub fn connect_dir(project: &Path) -> Result<PathBuf, String> {
+    let base = match std::env::var_os("XDG_CONFIG_HOME").map(PathBuf::from) {
+        Some(x) if x.is_absolute() => x,
+        _ => match std::env::var_os("HOME").map(PathBuf::from) {
+            Some(h) if h.is_absolute() => h.join(".config"),
+            _ => return Err("neither $XDG_CONFIG_HOME nor $HOME is set".to_owned()),
+        },
+    };
+    let name = project_name(project);
     let hash = &digest(&project.to_string_lossy())[..12];
     Ok(base
         .join("crewbus")
@@ -93,9 +106,17 @@ impl Manifest {
     pub fn load(dir: &Path) -> Result<Option<Manifest>, String> {
         let path = dir.join(FILE);
         match std::fs::read(&path) {
-            Ok(bytes) => serde_json::from_slice(&bytes)
-                .map(Some)
-                .map_err(|e| format!("{} is not a connect manifest: {e}", path.display())),
+            Ok(bytes) => {
+                let mut m: Manifest = serde_json::from_slice(&bytes)
+                    .map_err(|e| format!("{} is not a connect manifest: {e}", path.display()))?;
+                // Written before `created_tokens`: the one token file it knew of.
+                if m.token_created
+                    && let Some(t) = m.token_file.clone()
+                {
+                    m.token_made(&t);
+                }
+                Ok(Some(m))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             Err(e) => Err(format!("cannot read {}: {e}", path.display())),
         }
@@ -126,6 +147,25 @@ impl Manifest {
             });
         entry.written = digest(written);
         entry.allow_added = allow_added;
+    }
+
+    /// The token files `--remove` deletes: those `connect` made ([`Manifest::created_tokens`]).
+    pub fn created_token_files(&self) -> Vec<PathBuf> {
+        self.created_tokens.clone()
+    }
+
+    /// Records that `connect` made the token file `path`.
+    pub fn token_made(&mut self, path: &Path) {
+        if !self.created_tokens.iter().any(|t| t == path) {
+            self.created_tokens.push(path.to_owned());
+        }
+    }
+
+    /// Points the configuration at `path`: [`Manifest::token_created`] then tells whether
+    /// `connect` made that file (a file the user gave is never deleted).
+    pub fn use_token(&mut self, path: &Path) {
+        self.token_file = Some(path.to_owned());
+        self.token_created = self.created_tokens.iter().any(|t| t == path);
     }
 
     /// Whether `connect` added its permission rule to `path`.

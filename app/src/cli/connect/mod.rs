@@ -11,10 +11,12 @@
 //! the trust dialog, would reach `/mcp` without a token. A stdio server has no such condition.
 //!
 //! Edits are format-preserving ([`json_edit`]), computed first ([`plan`]) so `--dry-run` prints
-//! them and a second run finds nothing to do, and recorded ([`manifest`]) so `--remove` restores
-//! each file exactly. The token lives in a 0600 file outside the work tree (or where `git
-//! check-ignore` confirms it is ignored), never in a file the configuration is written to
-//! ([`token`]).
+//! them, a second run finds nothing to do and no agent is created for a change that cannot be
+//! made, and recorded ([`manifest`]) so `--remove` restores each file exactly ([`removal`]). The
+//! token ([`resolve`], [`token`]) lives in a 0600 file outside the work tree (or where `git
+//! check-ignore` confirms it is ignored), never in a file the configuration is written to;
+//! with `--shared` at one path under the home directory, named relative to it. What is done is
+//! printed by [`report`].
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -22,19 +24,27 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, anyhow, bail};
 use clap::{Args, Subcommand, ValueEnum};
-use crewbus_domain::Secret;
 use serde_json::json;
 
 use crate::config::Config;
 
+pub mod host_path;
 pub mod instructions;
 pub mod json_edit;
 pub mod manifest;
 pub mod plan;
+pub mod removal;
+pub mod report;
+pub mod resolve;
 pub mod token;
 
+use host_path::{HostPath, shell_quote};
 use manifest::Manifest;
-use plan::{Change, Setup};
+use plan::Setup;
+use report::{Said, report};
+
+/// The server `connect` points at by default.
+pub const DEFAULT_URL: &str = "http://127.0.0.1:7700";
 
 /// `crewbus connect …`
 #[derive(Debug, Subcommand)]
@@ -53,14 +63,19 @@ What it writes (in --dir, default the working directory):
                                `crewbus hook claude-code` on Stop, SessionStart, UserPromptSubmit
                                and PostToolUse (--shared: settings.json)
   CLAUDE.md (or AGENTS.md)     with --instructions, a marked section
-Other servers, hooks and keys stay byte for byte; a second run changes nothing; --remove puts
-each file back as it was (or deletes the one it created). The token is written to a 0600 file
-outside the work tree ($XDG_CONFIG_HOME/crewbus/connect/…), never into these files: they name
-the crewbus binary and the token file by absolute path.
+Other servers, hooks and keys stay byte for byte; a second run changes nothing; an MCP server
+\"crewbus\" connect did not write is replaced only with --force; a file holding comments or
+trailing commas (which Claude Code skips) is refused. --remove puts each file back as it was (or
+deletes the one it created; in a file edited since it takes out only crewbus's entries). The
+token is written to a 0600 file outside the work tree ($XDG_CONFIG_HOME/crewbus/connect/…),
+never into these files: they name the crewbus binary and the token file by absolute path, or
+with --shared as `crewbus` (through PATH) and ${HOME}/.config/crewbus/connect/shared/NAME.token,
+the same for every teammate.
 
 The agent: --token-file PATH (an existing agent's token), or --agent NAME: the token `crewbus
 serve` keeps for a dev agent (dev-tokens.json), else a new agent, created through the admin API
-with --operator-token-file, else beside the store (as `crewbus agent add`).
+with --operator-token-file, else beside the store (as `crewbus agent add`) when the server at
+--url answers and takes its token. --dry-run checks the team, the name and the operator token.
 
 Examples:
   crewbus serve &                                     then, in the project:
@@ -134,8 +149,12 @@ pub struct ClaudeCodeArgs {
     /// Undo what an earlier `connect` wrote for this project.
     #[arg(long)]
     pub remove: bool,
+    /// Replace an MCP server named "crewbus" in .mcp.json that `connect` did not write
+    /// (`--remove` puts it back).
+    #[arg(long)]
+    pub force: bool,
     /// Base URL of the crewbus server.
-    #[arg(long, value_name = "URL", default_value = "http://127.0.0.1:7700")]
+    #[arg(long, value_name = "URL", default_value = DEFAULT_URL)]
     pub url: String,
     /// The tool profile the host lists.
     #[arg(long, value_enum, default_value = "core")]
@@ -146,9 +165,10 @@ pub struct ClaudeCodeArgs {
     /// An operator token file: create --agent through the admin API of --url.
     #[arg(long, value_name = "PATH")]
     pub operator_token_file: Option<PathBuf>,
-    /// How long the Stop hook waits for news, seconds. Default: 50 with --headless, else
-    /// 28800 (8 h, in the background).
-    #[arg(long, value_name = "SECONDS")]
+    /// How long the Stop hook waits for news, seconds (1 to 86400). Default: 50 with
+    /// --headless, else 28800 (8 h, in the background).
+    #[arg(long, value_name = "SECONDS",
+          value_parser = clap::value_parser!(u64).range(1..=plan::MAX_WAIT_S))]
     pub wait: Option<u64>,
     /// Consecutive wakes before the Stop hook lets the session stop (above 7 also raises
     /// Claude Code's own cap, CLAUDE_CODE_STOP_HOOK_BLOCK_CAP).
@@ -189,24 +209,6 @@ pub async fn run(config: Config, cmd: ConnectCommand, json: bool) -> anyhow::Res
     }
 }
 
-/// Where the token comes from.
-enum TokenPlan {
-    /// A file that exists (given, or made by an earlier run).
-    File(PathBuf, &'static str),
-    /// A token to write to a new file.
-    New(PathBuf, Secret, String),
-    /// `--dry-run`: an agent that would be created.
-    WouldCreate(PathBuf, String),
-}
-
-impl TokenPlan {
-    fn path(&self) -> &Path {
-        match self {
-            TokenPlan::File(p, _) | TokenPlan::New(p, _, _) | TokenPlan::WouldCreate(p, _) => p,
-        }
-    }
-}
-
 fn project_dir(dir: Option<&Path>) -> anyhow::Result<PathBuf> {
     let dir = match dir {
         Some(d) => d.to_owned(),
@@ -225,74 +227,77 @@ fn absolute(path: &Path) -> anyhow::Result<PathBuf> {
     std::path::absolute(path).with_context(|| format!("the path {}", path.display()))
 }
 
-async fn resolve_token(
-    config: &Config,
-    a: &ClaudeCodeArgs,
-    cdir: &Path,
-    manifest: &Manifest,
-) -> anyhow::Result<TokenPlan> {
-    if let Some(p) = &a.token_file {
-        return Ok(TokenPlan::File(absolute(p)?, "the given token file"));
+/// The command `crewbus serve` suggests for connecting Claude Code as its dev agent `agent`
+/// of `team`, served at `url` with its data directory `data_dir` (each option only when not
+/// the default).
+pub fn suggestion(agent: &str, team: &str, url: &str, data_dir: Option<&Path>) -> String {
+    let mut c = format!("crewbus connect claude-code --agent {}", shell_quote(agent));
+    if team != crate::dev_team::DEFAULT_TEAM {
+        c.push_str(&format!(" --team {}", shell_quote(team)));
     }
-    if let Some(p) = &manifest.token_file
-        && p.exists()
-        && (a.agent.is_none() || a.agent == manifest.agent)
+    if url.trim_end_matches('/') != DEFAULT_URL {
+        c.push_str(&format!(" --url {}", shell_quote(url)));
+    }
+    let default_dir = crate::config::StorageConfig::default().data_dir().ok();
+    if let Some(d) = data_dir
+        && Some(d) != default_dir.as_deref()
     {
-        return Ok(TokenPlan::File(
-            p.clone(),
-            "the token file of an earlier connect",
+        // Absolute: the command runs in the project, not where serve was started.
+        let d = std::path::absolute(d).unwrap_or_else(|_| d.to_owned());
+        c.push_str(&format!(
+            " --data-dir {}",
+            shell_quote(&d.to_string_lossy())
         ));
     }
-    let Some(agent) = &a.agent else {
-        bail!(
-            "name the agent (--agent NAME: a dev agent of `crewbus serve`, or a new one) or give \
-             an existing agent's token (--token-file PATH)"
-        );
-    };
-    crewbus_domain::validate_recipient_key(agent).map_err(|e| anyhow!("--agent: {e}"))?;
-    let path = cdir.join(format!("{agent}.token"));
-    if path.exists() {
-        return Ok(TokenPlan::File(
-            path,
-            "the token file of an earlier connect",
-        ));
+    c
+}
+
+/// The binary the configuration names: this one by its absolute path, or with `--shared`
+/// `crewbus` as `PATH` finds it (a note when that is another file). Errors: `--shared` and no
+/// `crewbus` on `PATH`.
+fn binary(shared: bool, notes: &mut Vec<String>) -> anyhow::Result<HostPath> {
+    let this = std::env::current_exe()
+        .and_then(|p| p.canonicalize())
+        .context("the path of the crewbus binary")?;
+    if !shared {
+        return Ok(HostPath::Absolute(this));
     }
-    if let Some(t) = token::dev_token(config, &a.team, agent) {
-        return Ok(TokenPlan::New(
-            path,
-            t,
-            format!(
-                "the dev token `crewbus serve` keeps for {agent} (team {})",
-                a.team
-            ),
-        ));
-    }
-    if a.dry_run {
-        return Ok(TokenPlan::WouldCreate(
-            path,
-            format!("would create the agent {agent} in team {}", a.team),
-        ));
-    }
-    let token = match &a.operator_token_file {
-        Some(op) => {
-            let op = token::read(op).map_err(|e| anyhow!(e))?;
-            token::create_via_admin_api(&a.url, &op, &a.team, agent)
-                .await
-                .map_err(|e| anyhow!(e))?
+    match resolve::on_path("crewbus") {
+        None => bail!(
+            "--shared names the binary as `crewbus`, found through PATH (the same name on every \
+             teammate's machine), and no `crewbus` is on PATH here: put {} on PATH (or install \
+             crewbus there), then run again",
+            this.parent().unwrap_or(&this).display()
+        ),
+        Some(found) => {
+            if found.canonicalize().ok().as_deref() != Some(this.as_path()) {
+                notes.push(format!(
+                    "`crewbus` on PATH is {}, not this binary ({}): the shared files run that one",
+                    found.display(),
+                    this.display()
+                ));
+            }
+            Ok(HostPath::OnPath("crewbus"))
         }
-        None => token::create_beside_store(config.clone(), &a.team, agent)
-            .await
-            .map_err(|e| anyhow!(e))?,
-    };
-    let how = match a.operator_token_file {
-        Some(_) => "created through the admin API",
-        None => "created beside the store",
-    };
-    Ok(TokenPlan::New(
-        path,
-        token,
-        format!("agent {agent} {how} in team {}", a.team),
-    ))
+    }
+}
+
+/// What to do after `--channel`: the launch command and its conditions.
+fn channel_next(project: &Path) -> Vec<String> {
+    vec![
+        format!(
+            "start Claude Code in {} with `claude --dangerously-load-development-channels \
+             server:crewbus`: crewbus is not on the channels allowlist, and without that flag \
+             the session gets no channel events",
+            project.display()
+        ),
+        "channels are a research preview of Claude Code (2.1.80 or later): they need a claude.ai \
+         login and are not loaded with API-key or console authentication (Team and Enterprise \
+         organizations must enable them). --channel installs no hooks, so the same news never \
+         arrives twice: where channels do not load, run connect again without --channel for the \
+         hooks"
+            .to_owned(),
+    ]
 }
 
 async fn claude_code(config: Config, a: ClaudeCodeArgs, json: bool) -> anyhow::Result<ExitCode> {
@@ -300,7 +305,7 @@ async fn claude_code(config: Config, a: ClaudeCodeArgs, json: bool) -> anyhow::R
     let cdir = manifest::connect_dir(&project).map_err(|e| anyhow!(e))?;
     let existing = Manifest::load(&cdir).map_err(|e| anyhow!(e))?;
     if a.remove {
-        return remove(&project, &cdir, existing, a.dry_run, json);
+        return removal::run(&project, &cdir, existing, a.dry_run, json);
     }
     if a.channel && a.headless {
         bail!(
@@ -315,27 +320,30 @@ async fn claude_code(config: Config, a: ClaudeCodeArgs, json: bool) -> anyhow::R
         project: project.clone(),
         ..Manifest::default()
     });
-    let plan_token = resolve_token(&config, &a, &cdir, &manifest).await?;
-    let token_file = plan_token.path().to_owned();
-    token::check_location(&project, &token_file).map_err(|e| anyhow!(e))?;
     let mut notes = Vec::new();
-    let who = match &plan_token {
-        TokenPlan::File(p, how) => {
-            let t = token::read(p).map_err(|e| anyhow!(e))?;
-            notes.push(format!("token: {how}, {}", p.display()));
+    let exe = binary(a.shared, &mut notes)?;
+    let shared = match a.shared {
+        true => Some(resolve::shared_token(&project)?),
+        false => None,
+    };
+    let token = resolve::resolve(&config, &a, &url, &cdir, &manifest, shared.as_ref()).await?;
+    let token_file = token.path.clone();
+    token::check_location(&project, &token_file).map_err(|e| anyhow!(e))?;
+    let mut who = match &token.source {
+        resolve::Source::File => {
+            let t = token::read(&token_file).map_err(|e| anyhow!(e))?;
+            notes.push(format!("token: {}, {}", token.how, token_file.display()));
             token::whoami(&url, &t).await.map_err(|e| anyhow!(e))?
         }
-        TokenPlan::New(p, t, how) => {
-            notes.push(format!("token: {how}; kept in {} (0600)", p.display()));
+        resolve::Source::New(t) => {
+            notes.push(format!(
+                "token: {}; kept in {} (0600)",
+                token.how,
+                token_file.display()
+            ));
             token::whoami(&url, t).await.map_err(|e| anyhow!(e))?
         }
-        TokenPlan::WouldCreate(p, how) => {
-            notes.push(format!(
-                "{how}; its token would be kept in {} (0600)",
-                p.display()
-            ));
-            None
-        }
+        resolve::Source::Create => None,
     };
     if a.http {
         notes.push(
@@ -345,25 +353,35 @@ async fn claude_code(config: Config, a: ClaudeCodeArgs, json: bool) -> anyhow::R
                 .to_owned(),
         );
     }
-    if who.is_none() && !matches!(plan_token, TokenPlan::WouldCreate(..)) {
+    if shared.is_some() {
+        notes.push(format!(
+            "--shared: the shared files name `crewbus` (through PATH) and the token file as \
+             ${{HOME}}/{}, the same on every teammate's machine; each teammate runs this command \
+             once with their own --agent or --token-file",
+            shared.as_ref().map(|s| s.rel.as_str()).unwrap_or_default()
+        ));
+    }
+    if who.is_none() && !matches!(token.source, resolve::Source::Create) {
         notes.push(format!(
             "crewbus does not answer at {url} now: the configuration is written anyway, and the \
              hooks stay quiet until it runs"
         ));
     }
     let agent = who
-        .clone()
+        .as_ref()
+        .map(|m| m.name.clone())
         .or_else(|| a.agent.clone())
         .or_else(|| manifest.agent.clone())
         .unwrap_or_else(|| "this session's".to_owned());
     let wait = a.wait.unwrap_or(if a.headless { 50 } else { 28_800 });
     let setup = Setup {
         project: project.clone(),
-        exe: std::env::current_exe()
-            .and_then(|p| p.canonicalize())
-            .context("the path of the crewbus binary")?,
+        exe,
         url: url.clone(),
-        token_file: token_file.clone(),
+        token_file: match &shared {
+            Some(s) => HostPath::Home(s.rel.clone()),
+            None => HostPath::Absolute(token_file.clone()),
+        },
         agent: agent.clone(),
         headless: a.headless,
         channel: a.channel,
@@ -376,21 +394,56 @@ async fn claude_code(config: Config, a: ClaudeCodeArgs, json: bool) -> anyhow::R
         },
         wait,
         max_wakes: a.max_wakes,
+        force: a.force,
     };
+    // Every file's change is known (and possible) before an agent is created or a file written.
     let changes = plan::plan(&setup, &manifest).map_err(|e| anyhow!(e))?;
     let done = format!(
         "done. Start Claude Code in {}; `crewbus connect claude-code --remove` undoes this.",
         project.display()
     );
+    let next = if a.channel {
+        channel_next(&project)
+    } else {
+        Vec::new()
+    };
     if a.dry_run {
-        return Ok(report(&project, &changes, &notes, json, true, &done));
+        if let resolve::Source::Create = token.source {
+            notes.push(format!(
+                "{}; its token would be kept in {} (0600)",
+                token.how,
+                token_file.display()
+            ));
+        }
+        let said = Said {
+            notes: &notes,
+            done: &done,
+            next: &next,
+            removing: false,
+        };
+        return Ok(report(&project, &changes, &said, json, true));
     }
+    let new_token = match token.source {
+        resolve::Source::New(t) => Some(t),
+        resolve::Source::Create => {
+            let (t, how) = resolve::create(&config, &a, &url).await?;
+            notes.push(format!(
+                "token: {how}; kept in {} (0600)",
+                token_file.display()
+            ));
+            who = token::whoami(&url, &t).await.ok().flatten();
+            Some(t)
+        }
+        resolve::Source::File => None,
+    };
     // The token first: nothing points at a file that is not there.
-    let mut token_created = false;
-    if let TokenPlan::New(p, t, _) = &plan_token {
-        manifest::create_private_dir(&cdir).map_err(|e| anyhow!(e))?;
-        manifest::write_private(p, &format!("{}\n", t.expose())).map_err(|e| anyhow!(e))?;
-        token_created = true;
+    if let Some(t) = &new_token {
+        if let Some(dir) = token_file.parent() {
+            manifest::create_private_dir(dir).map_err(|e| anyhow!(e))?;
+        }
+        manifest::write_private(&token_file, &format!("{}\n", t.expose()))
+            .map_err(|e| anyhow!(e))?;
+        manifest.token_made(&token_file);
     }
     manifest::create_private_dir(&cdir).map_err(|e| anyhow!(e))?;
     for change in changes.iter().filter(|c| c.changes()) {
@@ -411,132 +464,72 @@ async fn claude_code(config: Config, a: ClaudeCodeArgs, json: bool) -> anyhow::R
         );
     }
     manifest.project = project.clone();
-    manifest.agent = who.or_else(|| a.agent.clone()).or(manifest.agent.take());
-    manifest.token_file = Some(token_file);
-    manifest.token_created |= token_created;
+    manifest.team = token
+        .team
+        .clone()
+        .or_else(|| who.as_ref().map(|m| m.team.clone()));
+    manifest.agent = who
+        .map(|m| m.name)
+        .or_else(|| a.agent.clone())
+        .or(manifest.agent.take());
+    manifest.use_token(&token_file);
     manifest.block_cap_set |= setup.block_cap().is_some();
     manifest.save(&cdir).map_err(|e| anyhow!(e))?;
-    Ok(report(&project, &changes, &notes, json, false, &done))
+    let said = Said {
+        notes: &notes,
+        done: &done,
+        next: &next,
+        removing: false,
+    };
+    Ok(report(&project, &changes, &said, json, false))
 }
 
-/// Prints what was (or, `dry_run`, would be) done: the notes, then per file its change (a
-/// diff with `dry_run`); `--json`: one JSON document.
-fn report(
-    project: &Path,
-    changes: &[Change],
-    notes: &[String],
-    json: bool,
-    dry_run: bool,
-    done: &str,
-) -> ExitCode {
-    let state = |c: &Change| match (&c.before, &c.after, c.changes()) {
-        (_, _, false) => "unchanged",
-        (None, Some(_), true) => "created",
-        (Some(_), None, true) => "deleted",
-        _ => "updated",
-    };
-    let mut out = std::io::stdout().lock();
-    if json {
-        let files: Vec<_> = changes
-            .iter()
-            .map(|c| {
-                let mut v = json!({"path": c.path, "change": state(c), "what": c.what});
-                if dry_run && c.changes() {
-                    v["diff"] = plan::diff(project, c).into();
-                }
-                v
-            })
-            .collect();
-        let doc = json!({"project": project, "dry_run": dry_run, "notes": notes, "files": files});
-        let _ = writeln!(out, "{doc}");
-        return ExitCode::SUCCESS;
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: ClaudeCodeArgs,
     }
-    let verb = if dry_run { "would be" } else { "" };
-    for note in notes {
-        let _ = writeln!(out, "crewbus connect: {note}");
-    }
-    for c in changes {
-        let name = c.path.strip_prefix(project).unwrap_or(&c.path).display();
-        let s = state(c);
-        let s = if dry_run && c.changes() {
-            format!("{verb} {s}")
-        } else {
-            s.to_owned()
-        };
-        let _ = writeln!(out, "crewbus connect: {name}: {s} — {}", c.what);
-        if dry_run && c.changes() {
-            let _ = write!(out, "{}", plan::diff(project, c));
+
+    #[test]
+    fn wait_is_bounded_when_parsed() {
+        let parse = |w: &str| Cli::try_parse_from(["connect", "--wait", w]);
+        for bad in ["0", "86401", "18446744073709551615", "-1"] {
+            let e = parse(bad)
+                .err()
+                .unwrap_or_else(|| panic!("--wait {bad} accepted"));
+            assert!(
+                matches!(
+                    e.kind(),
+                    clap::error::ErrorKind::ValueValidation
+                        | clap::error::ErrorKind::UnknownArgument
+                ),
+                "--wait {bad}: {e}"
+            );
         }
+        assert_eq!(parse("86400").unwrap().args.wait, Some(plan::MAX_WAIT_S));
+        assert_eq!(parse("1").unwrap().args.wait, Some(1));
     }
-    if dry_run {
-        let _ = writeln!(out, "crewbus connect: dry run: nothing was written");
-    } else if changes.iter().all(|c| !c.changes()) && !done.starts_with("removed") {
-        let _ = writeln!(
-            out,
-            "crewbus connect: nothing to change: {} is set up",
-            project.display()
+
+    #[test]
+    fn serve_suggests_only_the_options_that_differ() {
+        assert_eq!(
+            suggestion("alice", "local", "http://127.0.0.1:7700/", None),
+            "crewbus connect claude-code --agent alice"
         );
-    } else {
-        let _ = writeln!(out, "crewbus connect: {done}");
+        assert_eq!(
+            suggestion(
+                "bob",
+                "demo team",
+                "http://127.0.0.1:4000",
+                Some(Path::new("/s/d d"))
+            ),
+            "crewbus connect claude-code --agent bob --team 'demo team' --url \
+             http://127.0.0.1:4000 --data-dir '/s/d d'"
+        );
     }
-    ExitCode::SUCCESS
-}
-
-fn remove(
-    project: &Path,
-    cdir: &Path,
-    manifest: Option<Manifest>,
-    dry_run: bool,
-    json: bool,
-) -> anyhow::Result<ExitCode> {
-    let Some(manifest) = manifest else {
-        let mut out = std::io::stdout().lock();
-        if json {
-            let _ = writeln!(
-                out,
-                "{}",
-                json!({"project": project, "removed": false, "files": []})
-            );
-        } else {
-            let _ = writeln!(
-                out,
-                "crewbus connect: nothing to remove: no earlier `crewbus connect` for {}",
-                project.display()
-            );
-        }
-        return Ok(ExitCode::SUCCESS);
-    };
-    let changes = plan::removal(&manifest).map_err(|e| anyhow!(e))?;
-    let mut notes = Vec::new();
-    if let Some(agent) = &manifest.agent {
-        notes.push(format!(
-            "the agent {agent} still exists (`crewbus agent revoke --team TEAM {agent}` revokes it)"
-        ));
-    }
-    let done = "removed: each file is back as it was before `crewbus connect`";
-    if dry_run {
-        return Ok(report(project, &changes, &notes, json, true, done));
-    }
-    for change in changes.iter().filter(|c| c.changes()) {
-        match &change.after {
-            Some(text) => {
-                manifest::write_atomically(&change.path, text, None).map_err(|e| anyhow!(e))?
-            }
-            None => std::fs::remove_file(&change.path)
-                .with_context(|| format!("cannot delete {}", change.path.display()))?,
-        }
-    }
-    for dir in manifest.created_dirs.iter().rev() {
-        // Only when empty: whatever else is in it stays.
-        let _ = std::fs::remove_dir(dir);
-    }
-    if manifest.token_created
-        && let Some(t) = &manifest.token_file
-    {
-        let _ = std::fs::remove_file(t);
-        notes.push(format!("deleted the token file {}", t.display()));
-    }
-    let _ = std::fs::remove_file(cdir.join(manifest::FILE));
-    let _ = std::fs::remove_dir(cdir);
-    Ok(report(project, &changes, &notes, json, false, done))
 }

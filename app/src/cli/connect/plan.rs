@@ -5,10 +5,12 @@
 use std::path::{Path, PathBuf};
 
 use jsonc_parser::cst::CstInputValue;
+use serde_json::Value;
 
+use super::host_path::{HostPath, shell_quote};
 use super::instructions;
-use super::json_edit::{JsonDoc, is_crewbus_hook_group, object, string};
-use super::manifest::{Manifest, digest};
+use super::json_edit::{JsonDoc, is_crewbus_hook_group, object, string, to_serde};
+use super::manifest::Manifest;
 
 /// Claude Code's cap on consecutive Stop-hook blocks, raised with `--max-wakes`.
 pub const BLOCK_CAP_ENV: &str = "CLAUDE_CODE_STOP_HOOK_BLOCK_CAP";
@@ -18,6 +20,10 @@ pub const EVENTS: [&str; 4] = ["Stop", "SessionStart", "UserPromptSubmit", "Post
 
 /// The timeout of a check hook (it takes at most 300 ms), in seconds.
 const CHECK_TIMEOUT_S: u64 = 10;
+
+/// The longest Stop-hook wait `--wait` takes, in seconds (24 h; the background default is
+/// 8 h). The hook's `timeout` is written above it (+10 s blocking, +60 s in the background).
+pub const MAX_WAIT_S: u64 = 86_400;
 
 /// The permission rule `connect` adds to `permissions.allow`: every tool of the MCP server named
 /// `crewbus` (Claude Code's rule syntax: `mcp__<server>` for all of a server's tools,
@@ -30,12 +36,12 @@ pub const ALLOW_RULE: &str = "mcp__crewbus";
 pub struct Setup {
     /// The project directory (absolute).
     pub project: PathBuf,
-    /// The `crewbus` binary (absolute).
-    pub exe: PathBuf,
+    /// The `crewbus` binary.
+    pub exe: HostPath,
     /// The server's base URL.
     pub url: String,
-    /// The token file (absolute).
-    pub token_file: PathBuf,
+    /// The token file.
+    pub token_file: HostPath,
     /// The agent's name, for the instructions.
     pub agent: String,
     /// Print mode: a blocking Stop hook.
@@ -54,6 +60,8 @@ pub struct Setup {
     pub wait: u64,
     /// Consecutive wakes before the Stop hook lets the session stop.
     pub max_wakes: u32,
+    /// Replace an MCP server named `crewbus` that `connect` did not write.
+    pub force: bool,
 }
 
 /// One file's change.
@@ -70,6 +78,9 @@ pub struct Change {
     /// A settings file: whether it then holds [`ALLOW_RULE`] because `connect` added it (now or
     /// earlier), for the manifest.
     pub allow_added: bool,
+    /// What the summary calls the change, when not what the texts tell (`created`,
+    /// `updated`, `deleted`, `unchanged`): `--remove`'s `restored`.
+    pub state: Option<&'static str>,
 }
 
 impl Change {
@@ -77,26 +88,6 @@ impl Change {
     pub fn changes(&self) -> bool {
         self.before != self.after
     }
-}
-
-/// Quotes `s` for a POSIX shell (as is when it holds only safe characters).
-pub fn shell_quote(s: &str) -> String {
-    let safe = !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "/._-+:@%,=".contains(c));
-    if safe {
-        s.to_owned()
-    } else {
-        format!("'{}'", s.replace('\'', r"'\''"))
-    }
-}
-
-fn command(parts: &[&str]) -> String {
-    parts
-        .iter()
-        .map(|p| shell_quote(p))
-        .collect::<Vec<_>>()
-        .join(" ")
 }
 
 fn number(n: u64) -> CstInputValue {
@@ -127,8 +118,8 @@ impl Setup {
     /// --tools …`, which Claude Code starts itself), or with `http` the HTTP endpoint and a
     /// `headersHelper` printing the token's header.
     pub fn server(&self) -> CstInputValue {
-        let exe = self.exe.to_string_lossy();
-        let token = self.token_file.to_string_lossy();
+        let exe = self.exe.for_mcp();
+        let token = self.token_file.for_mcp();
         if !self.http {
             let mut args = vec!["mcp", "--url", &self.url, "--token-file", &token];
             if self.channel {
@@ -137,7 +128,7 @@ impl Setup {
             args.extend(["--tools", self.tools]);
             object(vec![
                 ("type", string("stdio")),
-                ("command", string(exe.as_ref())),
+                ("command", string(exe)),
                 (
                     "args",
                     CstInputValue::Array(args.iter().map(|a| string(*a)).collect()),
@@ -154,13 +145,11 @@ impl Setup {
                 ("url", string(format!("{}/mcp{query}", self.url))),
                 (
                     "headersHelper",
-                    string(command(&[
-                        &exe,
-                        "connect",
-                        "headers",
-                        "--token-file",
-                        &token,
-                    ])),
+                    string(format!(
+                        "{} connect headers --token-file {}",
+                        self.exe.for_shell(),
+                        self.token_file.for_shell()
+                    )),
                 ),
             ])
         }
@@ -168,17 +157,12 @@ impl Setup {
 
     /// The hook command of the check events.
     pub fn check_command(&self) -> String {
-        let exe = self.exe.to_string_lossy();
-        let token = self.token_file.to_string_lossy();
-        command(&[
-            &exe,
-            "hook",
-            "claude-code",
-            "--url",
-            &self.url,
-            "--token-file",
-            &token,
-        ])
+        format!(
+            "{} hook claude-code --url {} --token-file {}",
+            self.exe.for_shell(),
+            shell_quote(&self.url),
+            self.token_file.for_shell()
+        )
     }
 
     /// The Stop hook's command.
@@ -207,10 +191,10 @@ impl Setup {
                 ("command", string(self.stop_command())),
             ];
             if self.headless {
-                h.push(("timeout", number(self.wait + 10)));
+                h.push(("timeout", number(self.wait.saturating_add(10))));
             } else {
                 h.push(("asyncRewake", CstInputValue::Bool(true)));
-                h.push(("timeout", number(self.wait + 60)));
+                h.push(("timeout", number(self.wait.saturating_add(60))));
             }
             object(h)
         } else {
@@ -242,6 +226,29 @@ impl Setup {
     }
 }
 
+/// A user's MCP server entry in a few words: its command or its URL without the query, never
+/// its arguments, environment or headers (they may hold a token).
+fn describe_server(server: &Value) -> String {
+    if let Some(c) = server["command"].as_str() {
+        format!("command {c:?}")
+    } else if let Some(u) = server["url"].as_str() {
+        let u = u.split(['?', '#']).next().unwrap_or(u);
+        // No user information (`user:secret@`) either.
+        let u = match u.split_once("://") {
+            Some((scheme, rest)) => {
+                let end = rest.find('/').unwrap_or(rest.len());
+                let (authority, path) = rest.split_at(end);
+                let host = authority.rsplit('@').next().unwrap_or(authority);
+                format!("{scheme}://{host}{path}")
+            }
+            None => u.to_owned(),
+        };
+        format!("URL {u:?}")
+    } else {
+        "no command or URL".to_owned()
+    }
+}
+
 /// `.claude/settings.json` (`shared`) or `.claude/settings.local.json`.
 pub fn settings_path(project: &Path, shared: bool) -> PathBuf {
     let name = if shared {
@@ -252,7 +259,8 @@ pub fn settings_path(project: &Path, shared: bool) -> PathBuf {
     project.join(".claude").join(name)
 }
 
-fn rel(project: &Path, path: &Path) -> String {
+/// `path` relative to `project` when inside it, for messages.
+pub fn rel(project: &Path, path: &Path) -> String {
     path.strip_prefix(project)
         .unwrap_or(path)
         .display()
@@ -266,8 +274,22 @@ pub fn plan(setup: &Setup, manifest: &Manifest) -> Result<Vec<Change>, String> {
     // .mcp.json
     let path = setup.mcp_path();
     let before = read_optional(&path)?;
-    let doc = JsonDoc::parse(before.as_deref(), &rel(&setup.project, &path))?;
-    doc.set(&["mcpServers"], "crewbus", Some(setup.server()))?;
+    let shown = rel(&setup.project, &path);
+    let doc = JsonDoc::parse(before.as_deref(), &shown)?;
+    let server = setup.server();
+    if let Some(theirs) = doc.get(&["mcpServers"], "crewbus")
+        && theirs != to_serde(&server)
+        && !manifest.files.contains_key(&path)
+        && !setup.force
+    {
+        return Err(format!(
+            "{shown} already holds an MCP server named \"crewbus\" that `crewbus connect` did \
+             not write ({}): pass --force to replace it (`crewbus connect claude-code --remove` \
+             puts it back), or rename or remove it yourself",
+            describe_server(&theirs)
+        ));
+    }
+    doc.set(&["mcpServers"], "crewbus", Some(server))?;
     let what = if setup.http {
         format!(
             "MCP server \"crewbus\": HTTP {}/mcp ({} tools), the token through headersHelper",
@@ -287,6 +309,7 @@ pub fn plan(setup: &Setup, manifest: &Manifest) -> Result<Vec<Change>, String> {
         before,
         what,
         allow_added: false,
+        state: None,
     });
     // The settings file, and the other one when an earlier run wrote it.
     let target = setup.settings_path();
@@ -324,6 +347,12 @@ pub fn plan(setup: &Setup, manifest: &Manifest) -> Result<Vec<Change>, String> {
             }
             None => {}
         }
+        // What connect made to hold entries it no longer writes goes with them.
+        let original = match manifest.files.get(&path) {
+            Some(record) => record.original.as_deref(),
+            None => before.as_deref(),
+        };
+        super::removal::prune(&doc, original)?;
         let allow = format!("permission: {ALLOW_RULE} (every crewbus tool) allowed");
         let what = if !ours {
             "crewbus's hooks and permission moved to ".to_owned() + &rel(&setup.project, &target)
@@ -346,6 +375,7 @@ pub fn plan(setup: &Setup, manifest: &Manifest) -> Result<Vec<Change>, String> {
             before,
             what,
             allow_added,
+            state: None,
         });
     }
     if setup.instructions {
@@ -359,69 +389,10 @@ pub fn plan(setup: &Setup, manifest: &Manifest) -> Result<Vec<Change>, String> {
             what: "a marked section teaching the loop (fetch, confirm, request ids, leases)"
                 .to_owned(),
             allow_added: false,
+            state: None,
         });
     }
     Ok(changes)
-}
-
-/// The changes `--remove` makes: each file back to its text before the first `connect` when
-/// it still holds what `connect` wrote, else only crewbus's entries taken out. Errors: a file
-/// that cannot be read, or no longer the JSON it should be.
-pub fn removal(manifest: &Manifest) -> Result<Vec<Change>, String> {
-    let mut changes = Vec::new();
-    for (path, record) in &manifest.files {
-        let Some(current) = read_optional(path)? else {
-            continue;
-        };
-        let (after, what) = if digest(&current) == record.written {
-            let what = if record.original.is_some() {
-                "restored as it was"
-            } else {
-                "deleted (crewbus connect created it)"
-            };
-            (record.original.clone(), what.to_owned())
-        } else {
-            (
-                Some(strip(path, &current, manifest)?),
-                "edited since: crewbus's entries taken out".to_owned(),
-            )
-        };
-        changes.push(Change {
-            path: path.clone(),
-            before: Some(current),
-            after,
-            what,
-            allow_added: false,
-        });
-    }
-    Ok(changes)
-}
-
-/// `text` of `path` without crewbus's entries.
-fn strip(path: &Path, text: &str, manifest: &Manifest) -> Result<String, String> {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    let shown = path.display().to_string();
-    match name {
-        ".mcp.json" => {
-            let doc = JsonDoc::parse(Some(text), &shown)?;
-            doc.set(&["mcpServers"], "crewbus", None)?;
-            Ok(doc.text())
-        }
-        "settings.json" | "settings.local.json" => {
-            let doc = JsonDoc::parse(Some(text), &shown)?;
-            for event in EVENTS {
-                doc.set_hook_group(event, None, &is_crewbus_hook_group)?;
-            }
-            if manifest.allow_added(path) {
-                doc.set_in_array(&["permissions"], "allow", ALLOW_RULE, false)?;
-            }
-            if manifest.block_cap_set {
-                doc.set(&["env"], BLOCK_CAP_ENV, None)?;
-            }
-            Ok(doc.text())
-        }
-        _ => Ok(instructions::remove(text)),
-    }
 }
 
 /// The unified diff of `change`, paths shown relative to `project`.
@@ -465,9 +436,9 @@ mod tests {
     fn setup(dir: &Path) -> Setup {
         Setup {
             project: dir.to_owned(),
-            exe: PathBuf::from("/opt/crew bus/crewbus"),
+            exe: HostPath::Absolute(PathBuf::from("/opt/crew bus/crewbus")),
             url: "http://127.0.0.1:7700".into(),
-            token_file: PathBuf::from("/home/u/.config/crewbus/alice.token"),
+            token_file: HostPath::Absolute(PathBuf::from("/home/u/.config/crewbus/alice.token")),
             agent: "alice".into(),
             headless: true,
             channel: false,
@@ -477,6 +448,7 @@ mod tests {
             tools: "core",
             wait: 50,
             max_wakes: 7,
+            force: false,
         }
     }
 
@@ -491,15 +463,6 @@ mod tests {
             .iter()
             .map(|a| a.as_str().unwrap())
             .collect()
-    }
-
-    #[test]
-    fn shell_quoting_is_posix() {
-        assert_eq!(shell_quote("/usr/bin/crewbus"), "/usr/bin/crewbus");
-        assert_eq!(shell_quote("/a b/c"), "'/a b/c'");
-        assert_eq!(shell_quote("it's"), r"'it'\''s'");
-        assert_eq!(shell_quote(""), "''");
-        assert_eq!(shell_quote("$HOME"), "'$HOME'");
     }
 
     #[test]
@@ -642,24 +605,8 @@ mod tests {
         assert!(!changes[1].allow_added, "the user's rule is not connect's");
         let v = json(&changes[1].after);
         assert_eq!(v["permissions"]["allow"], serde_json::json!([ALLOW_RULE]));
-        // Edited since: stripping keeps the user's rule, takes connect's out.
-        let mut m = Manifest::default();
-        let edited = changes[1].after.clone().unwrap() + "\n";
-        m.record(&path, Some(&users), "something else", false);
-        let kept: Value = serde_json::from_str(&strip(&path, &edited, &m).unwrap()).unwrap();
-        assert_eq!(
-            kept["permissions"]["allow"],
-            serde_json::json!([ALLOW_RULE])
-        );
-        assert!(
-            kept.get("hooks")
-                .is_some_and(|h| h["Stop"] == serde_json::json!([]))
-        );
-        m.record(&path, Some(&users), "something else", true);
-        let gone: Value = serde_json::from_str(&strip(&path, &edited, &m).unwrap()).unwrap();
-        assert_eq!(gone["permissions"]["allow"], serde_json::json!([]));
         // Moving to settings.json takes connect's rule out of the local file only when it
-        // added it there.
+        // added it there, and the hooks object connect made goes with its hooks.
         let shared = Setup {
             shared: true,
             ..setup(d.path())
@@ -674,12 +621,10 @@ mod tests {
         );
         let moved = plan(&shared, &m).unwrap();
         assert_eq!(moved.len(), 3);
-        let left = json(&moved[2].after);
         assert_eq!(
-            left["permissions"]["allow"],
-            serde_json::json!([ALLOW_RULE])
+            json(&moved[2].after),
+            serde_json::json!({"permissions": {"allow": [ALLOW_RULE]}})
         );
-        assert_eq!(left["hooks"]["Stop"], serde_json::json!([]));
         m.record(
             &path,
             Some(&users),
@@ -692,6 +637,89 @@ mod tests {
             serde_json::json!([])
         );
         assert!(moved[1].allow_added);
+    }
+
+    #[test]
+    fn a_huge_wait_saturates_instead_of_wrapping() {
+        let d = tempfile::tempdir().unwrap();
+        for (headless, wait, timeout) in [
+            (true, MAX_WAIT_S, MAX_WAIT_S + 10),
+            (false, MAX_WAIT_S, MAX_WAIT_S + 60),
+            (true, u64::MAX, u64::MAX),
+            (false, u64::MAX - 1, u64::MAX),
+        ] {
+            let s = Setup {
+                headless,
+                wait,
+                ..setup(d.path())
+            };
+            let changes = plan(&s, &Manifest::default()).unwrap();
+            let stop = &json(&changes[1].after)["hooks"]["Stop"][0]["hooks"][0];
+            assert_eq!(stop["timeout"], timeout, "--wait {wait}");
+        }
+    }
+
+    #[test]
+    fn shared_files_name_crewbus_through_path_and_the_token_under_home() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Setup {
+            shared: true,
+            exe: HostPath::OnPath("crewbus"),
+            token_file: HostPath::Home(".config/crewbus/connect/shared/p.token".into()),
+            ..setup(d.path())
+        };
+        let changes = plan(&s, &Manifest::default()).unwrap();
+        let server = &json(&changes[0].after)["mcpServers"]["crewbus"];
+        assert_eq!(server["command"], "crewbus");
+        assert_eq!(
+            args(server)[4],
+            "${HOME}/.config/crewbus/connect/shared/p.token"
+        );
+        assert_eq!(changes[1].path, d.path().join(".claude/settings.json"));
+        let stop = &json(&changes[1].after)["hooks"]["Stop"][0]["hooks"][0];
+        assert_eq!(
+            stop["command"],
+            "crewbus hook claude-code --url http://127.0.0.1:7700 --token-file \
+             \"${HOME}\"/.config/crewbus/connect/shared/p.token --wait 50 --max-wakes 7 --headless"
+        );
+        let http = Setup { http: true, ..s };
+        let server =
+            &json(&plan(&http, &Manifest::default()).unwrap()[0].after)["mcpServers"]["crewbus"];
+        assert_eq!(
+            server["headersHelper"],
+            "crewbus connect headers --token-file \"${HOME}\"/.config/crewbus/connect/shared/p.token"
+        );
+    }
+
+    #[test]
+    fn a_users_own_crewbus_server_is_replaced_only_with_force_or_when_connect_wrote_it() {
+        let d = tempfile::tempdir().unwrap();
+        let s = setup(d.path());
+        let users = "{\"mcpServers\": {\"crewbus\": {\"type\": \"http\", \"url\": \
+                     \"http://u:pw@h/mcp?k=v\", \"headers\": {\"Authorization\": \"Bearer cbt_x\"}}}}\n";
+        std::fs::write(s.mcp_path(), users).unwrap();
+        let e = plan(&s, &Manifest::default()).unwrap_err();
+        assert!(e.contains("--force") && e.contains("http://h/mcp"), "{e}");
+        assert!(
+            !e.contains("cbt_x") && !e.contains("k=v"),
+            "no headers or query: {e}"
+        );
+        let forced = Setup {
+            force: true,
+            ..setup(d.path())
+        };
+        let changes = plan(&forced, &Manifest::default()).unwrap();
+        assert_eq!(
+            json(&changes[0].after)["mcpServers"]["crewbus"]["type"],
+            "stdio"
+        );
+        // Once connect wrote the file, its entry is connect's to change.
+        let mut m = Manifest::default();
+        m.record(&s.mcp_path(), Some(users), users, false);
+        assert!(plan(&s, &m).is_ok());
+        // The entry connect would write anyway is no conflict.
+        std::fs::write(s.mcp_path(), changes[0].after.as_deref().unwrap()).unwrap();
+        assert!(plan(&s, &Manifest::default()).is_ok());
     }
 
     #[test]

@@ -9,7 +9,10 @@ use std::time::Duration;
 use crewbus_domain::{BusError, OperatorScope, Secret};
 use serde_json::Value;
 
+use uuid::Uuid;
+
 use crate::config::Config;
+use crate::usecases::bus::Bus;
 
 /// How long asking the server (whoami, the admin API) may take.
 const ASK_TIMEOUT: Duration = Duration::from_secs(5);
@@ -94,14 +97,37 @@ pub fn read(path: &Path) -> Result<Secret, String> {
     Ok(token)
 }
 
-/// Who the server says the token is: `Ok(Some(name))`; `Ok(None)` when the server cannot be
-/// reached (the configuration is written anyway; the hooks stay quiet until it runs). Errors:
-/// the server refuses the token.
-pub async fn whoami(url: &str, token: &Secret) -> Result<Option<String>, String> {
-    let client = reqwest::Client::builder()
+/// Who a token is, as the server says (`GET /v1/me`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Me {
+    /// The agent's name.
+    pub name: String,
+    /// Its team's id.
+    pub team: String,
+}
+
+fn client() -> Result<reqwest::Client, String> {
+    reqwest::Client::builder()
         .timeout(ASK_TIMEOUT)
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())
+}
+
+/// Whether an HTTP server answers at `url` (`GET /health`, any status, within 5 s).
+pub async fn answers(url: &str) -> bool {
+    let Ok(client) = client() else { return false };
+    client
+        .get(format!("{}/health", url.trim_end_matches('/')))
+        .send()
+        .await
+        .is_ok()
+}
+
+/// Who the server says the token is: `Ok(Some(me))`; `Ok(None)` when the server cannot be
+/// reached (the configuration is written anyway; the hooks stay quiet until it runs). Errors:
+/// the server refuses the token.
+pub async fn whoami(url: &str, token: &Secret) -> Result<Option<Me>, String> {
+    let client = client()?;
     let response = match client
         .get(format!("{}/v1/me", url.trim_end_matches('/')))
         .bearer_auth(token.expose())
@@ -114,7 +140,10 @@ pub async fn whoami(url: &str, token: &Secret) -> Result<Option<String>, String>
     match response.status().as_u16() {
         200 => {
             let v: Value = response.json().await.unwrap_or(Value::Null);
-            Ok(Some(v["name"].as_str().unwrap_or("?").to_owned()))
+            Ok(Some(Me {
+                name: v["name"].as_str().unwrap_or("?").to_owned(),
+                team: v["team"].as_str().unwrap_or("?").to_owned(),
+            }))
         }
         401 => Err(format!(
             "crewbus at {url} refuses the agent's token (HTTP 401: wrong or revoked)"
@@ -133,19 +162,15 @@ pub fn dev_token(config: &Config, team: &str, agent: &str) -> Option<Secret> {
     tokens.get(team, agent).map(Secret::new)
 }
 
-/// Creates `agent` in `team` through the admin API with an operator token. Errors: a message
-/// (the team is not found, the agent exists, the operator token is refused, …).
-pub async fn create_via_admin_api(
-    url: &str,
+/// The id of `team` (name or id) as the admin API of `base` shows it to the operator, and
+/// the names of its agents (revoked ones too: names are not reused). Read only. Errors: a
+/// message (unreachable, the operator token refused, no such team).
+async fn admin_team(
+    client: &reqwest::Client,
+    base: &str,
     operator_token: &Secret,
     team: &str,
-    agent: &str,
-) -> Result<Secret, String> {
-    let base = url.trim_end_matches('/');
-    let client = reqwest::Client::builder()
-        .timeout(ASK_TIMEOUT)
-        .build()
-        .map_err(|e| e.to_string())?;
+) -> Result<(String, Vec<String>), String> {
     let unreachable = |e: reqwest::Error| format!("cannot reach crewbus at {base}: {e}");
     let teams = client
         .get(format!("{base}/v1/admin/teams"))
@@ -168,6 +193,56 @@ pub async fn create_via_admin_api(
         .and_then(|t| t["id"].as_str())
         .ok_or_else(|| format!("the operator sees no team {team:?} (--team)"))?
         .to_owned();
+    let agents = client
+        .get(format!("{base}/v1/admin/teams/{id}/agents"))
+        .bearer_auth(operator_token.expose())
+        .send()
+        .await
+        .map_err(unreachable)?;
+    if agents.status().as_u16() != 200 {
+        return Err(format!(
+            "GET /v1/admin/teams/{id}/agents answered HTTP {}",
+            agents.status().as_u16()
+        ));
+    }
+    let agents: Value = agents.json().await.map_err(unreachable)?;
+    let names = agents
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a["name"].as_str().map(str::to_owned))
+        .collect();
+    Ok((id, names))
+}
+
+/// Checks, reading only, that the admin API of `url` would create `agent` in `team` for the
+/// operator (`--dry-run`). Errors: as [`create_via_admin_api`] would fail.
+pub async fn check_via_admin_api(
+    url: &str,
+    operator_token: &Secret,
+    team: &str,
+    agent: &str,
+) -> Result<(), String> {
+    let base = url.trim_end_matches('/');
+    let (_, names) = admin_team(&client()?, base, operator_token, team).await?;
+    if names.iter().any(|n| n == agent) {
+        return Err(exists(agent, team));
+    }
+    Ok(())
+}
+
+/// Creates `agent` in `team` through the admin API with an operator token. Errors: a message
+/// (the team is not found, the agent exists, the operator token is refused, …).
+pub async fn create_via_admin_api(
+    url: &str,
+    operator_token: &Secret,
+    team: &str,
+    agent: &str,
+) -> Result<Secret, String> {
+    let base = url.trim_end_matches('/');
+    let client = client()?;
+    let unreachable = |e: reqwest::Error| format!("cannot reach crewbus at {base}: {e}");
+    let (id, _) = admin_team(&client, base, operator_token, team).await?;
     let created = client
         .post(format!("{base}/v1/admin/teams/{id}/agents"))
         .bearer_auth(operator_token.expose())
@@ -191,27 +266,80 @@ pub async fn create_via_admin_api(
     }
 }
 
-/// Creates `agent` in `team` beside the store the configuration names (the embedded store of
-/// a running `crewbus serve`, or `[database]`), as `crewbus agent add` does.
-pub async fn create_beside_store(
-    mut config: Config,
-    team: &str,
-    agent: &str,
-) -> Result<Secret, String> {
+/// An agent made beside the store.
+pub struct Created {
+    /// Its token.
+    pub token: Secret,
+    /// Its team's id.
+    pub team: Uuid,
+    /// Its id.
+    pub agent: Uuid,
+}
+
+/// The bus beside the store the configuration names (the embedded store of a running
+/// `crewbus serve`, or `[database]`), as `crewbus agent …` opens it.
+async fn bus_beside(mut config: Config) -> Result<Bus, String> {
     crate::embedded::prepare_beside(&mut config).map_err(|e| e.to_string())?;
     crate::compose::check_configuration(&config).map_err(|e| e.to_string())?;
-    let bus = crate::commands::operator_bus(&config)
+    crate::commands::operator_bus(&config)
         .await
-        .map_err(|e| e.to_string())?;
-    let team_row = bus.find_team(team).await.map_err(|e| e.to_string())?;
+        .map_err(|e| e.to_string())
+}
+
+/// `team` (name or id) in the store beside. Errors: not there, as a message naming --team.
+async fn team_beside(bus: &Bus, team: &str) -> Result<Uuid, String> {
+    match bus.find_team(team).await {
+        Ok(t) => Ok(t.id),
+        Err(BusError::NotFound { .. }) => Err(format!(
+            "there is no team {team:?} (--team) in crewbus's store here (`crewbus team list` \
+             shows the teams)"
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Checks, reading only, that `agent` could be created in `team` beside the store
+/// (`--dry-run`). Errors: as [`create_beside_store`] would fail.
+pub async fn check_beside_store(config: Config, team: &str, agent: &str) -> Result<(), String> {
+    let bus = bus_beside(config).await?;
+    let team_id = team_beside(&bus, team).await?;
+    match bus.find_agent(team_id, agent).await {
+        Ok(_) => Err(exists(agent, team)),
+        Err(BusError::NotFound { .. }) => Ok(()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Creates `agent` in `team` beside the store, as `crewbus agent add` does. Errors: a message
+/// (no such team, the name taken, the store unreachable).
+pub async fn create_beside_store(
+    config: Config,
+    team: &str,
+    agent: &str,
+) -> Result<Created, String> {
+    let bus = bus_beside(config).await?;
+    let team_id = team_beside(&bus, team).await?;
     match bus
-        .admin_add_agent(&OperatorScope::Everything, team_row.id, agent)
+        .admin_add_agent(&OperatorScope::Everything, team_id, agent)
         .await
     {
-        Ok(new) => Ok(Secret::new(new.token)),
+        Ok(new) => Ok(Created {
+            token: Secret::new(new.token),
+            team: team_id,
+            agent: new.agent.id,
+        }),
         Err(BusError::Conflict { .. }) => Err(exists(agent, team)),
         Err(e) => Err(e.to_string()),
     }
+}
+
+/// Revokes an agent [`create_beside_store`] made. Errors: the store's, as a message.
+pub async fn revoke_beside_store(config: Config, created: &Created) -> Result<(), String> {
+    let bus = bus_beside(config).await?;
+    bus.admin_revoke_agent(&OperatorScope::Everything, created.team, created.agent)
+        .await
+        .map(|_| ())
+        .map_err(|e| e.to_string())
 }
 
 fn exists(agent: &str, team: &str) -> String {
