@@ -330,21 +330,29 @@ fn variables_named_as_secret_sources_are_not_keys_and_others_are_named() {
     });
 }
 
-/// Every TOML example in README.md loads as written (a secret's variables set, as a user
-/// following it would).
+/// Every TOML example in README.md and docs/operating.md loads as written (a secret's variables
+/// set, as a user following it would).
 #[test]
 fn every_configuration_example_of_the_readme_loads() {
-    let readme = include_str!("../../../README.md");
-    let mut blocks = 0;
-    let mut rest = readme;
-    while let Some(start) = rest.find("```toml\n") {
-        let body = &rest[start + 8..];
-        let end = body.find("```").expect("a closed code block");
-        let block = &body[..end];
-        Config::from_toml(block)
-            .unwrap_or_else(|e| panic!("README example does not load: {e}\n{block}"));
-        blocks += 1;
-        rest = &body[end..];
+    let documents = [
+        ("README.md", include_str!("../../../README.md")),
+        (
+            "docs/operating.md",
+            include_str!("../../../docs/operating.md"),
+        ),
+    ];
+    for (name, text) in documents {
+        let mut blocks = 0;
+        let mut rest = text;
+        while let Some(start) = rest.find("```toml\n") {
+            let body = &rest[start + 8..];
+            let end = body.find("```").expect("a closed code block");
+            let block = &body[..end];
+            Config::from_toml(block)
+                .unwrap_or_else(|e| panic!("{name} example does not load: {e}\n{block}"));
+            blocks += 1;
+            rest = &body[end..];
+        }
+        assert!(blocks >= 1, "{name} has configuration examples");
     }
-    assert!(blocks >= 1, "the README has configuration examples");
 }
