@@ -2,7 +2,7 @@
 //! ids as `conversation_id`, `message_id` and `run_id`, except where the README's table of
 //! argument names says (waits and TTLs in seconds, `max_bytes` of `read_conversation`,
 //! `list_leases`' `mine`, `search_messages`' `query` and `conversation_id`; a test in
-//! `app/tests/mcp_http.rs` holds the table to the schemas); where a tool's arguments are exactly an
+//! `app/tests/it/mcp_http.rs` holds the table to the schemas); where a tool's arguments are exactly an
 //! HTTP request body (`create_conversation`, `confirm_deliveries`) the HTTP type is used as is.
 //! Answers are the HTTP views themselves, wrapped in an object for the three list operations
 //! whose HTTP answer is an array.
