@@ -223,12 +223,12 @@ pub fn sqlite_with(
     let ledger = Arc::new(ledger);
     let stores = Stores {
         ledger: ledger.clone(),
-        operators: Arc::new(ledger.sql().clone()),
-        oversight: Arc::new(ledger.sql().clone()),
-        leases: Arc::new(ledger.sql().clone()),
+        operators: ledger.clone(),
+        oversight: ledger.clone(),
+        leases: ledger.clone(),
         // One server holds the store: its buckets are exact in process.
         send_allowance: None,
-        search: Arc::new(ledger.sql().clone()),
+        search: ledger.clone(),
         registry: Arc::new(registry),
         journal,
         push_store,
@@ -327,12 +327,12 @@ pub async fn postgres_with_pool(
     let ledger = Arc::new(ledger);
     let stores = Stores {
         ledger: ledger.clone(),
-        operators: Arc::new(ledger.sql().clone()),
-        oversight: Arc::new(ledger.sql().clone()),
-        leases: Arc::new(ledger.sql().clone()),
+        operators: ledger.clone(),
+        oversight: ledger.clone(),
+        leases: ledger.clone(),
         // Servers share the database: each agent's bucket is one row of it.
-        send_allowance: Some(Arc::new(ledger.sql().clone())),
-        search: Arc::new(ledger.sql().clone()),
+        send_allowance: Some(ledger.clone()),
+        search: ledger.clone(),
         registry: Arc::new(postgres),
         journal,
         push_store,

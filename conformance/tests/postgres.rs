@@ -228,25 +228,22 @@ impl LedgerFixture for PgLedger {
         Arc::new(self.ledger.journal())
     }
     fn operators(&self) -> Arc<dyn Operators> {
-        Arc::new(self.ledger.sql().clone())
+        Arc::new(self.ledger.clone())
     }
     fn oversight(&self) -> Arc<dyn Oversight> {
-        Arc::new(self.ledger.sql().clone())
+        Arc::new(self.ledger.clone())
     }
     fn leases(&self) -> Arc<dyn Leases> {
-        Arc::new(self.ledger.sql().clone())
+        Arc::new(self.ledger.clone())
     }
     fn other_server_leases(&self) -> Arc<dyn Leases> {
-        Arc::new(self.other.sql().clone())
+        Arc::new(self.other.clone())
     }
     fn send_allowances(&self) -> [Arc<dyn crewbus_ports::SendAllowance>; 2] {
-        [
-            Arc::new(self.ledger.sql().clone()),
-            Arc::new(self.other.sql().clone()),
-        ]
+        [Arc::new(self.ledger.clone()), Arc::new(self.other.clone())]
     }
     fn search(&self) -> Arc<dyn Search> {
-        Arc::new(self.ledger.sql().clone())
+        Arc::new(self.ledger.clone())
     }
 }
 

@@ -211,32 +211,28 @@ impl LedgerFixture for SqliteLedgerFixture {
         Arc::new(self.ledger.journal())
     }
     fn operators(&self) -> Arc<dyn Operators> {
-        Arc::new(self.ledger.sql().clone())
+        Arc::new(self.ledger.clone())
     }
     fn oversight(&self) -> Arc<dyn Oversight> {
-        Arc::new(self.ledger.sql().clone())
+        Arc::new(self.ledger.clone())
     }
     fn leases(&self) -> Arc<dyn Leases> {
-        Arc::new(self.ledger.sql().clone())
+        Arc::new(self.ledger.clone())
     }
     /// A SQLite store has one server (its one-host rule): the "other server" is a second ledger
     /// value over the same pools, racing through the one write connection.
     fn other_server_leases(&self) -> Arc<dyn Leases> {
-        Arc::new(
-            SqliteLedger::new(self.ledger.pools().clone(), TenantId::default())
-                .sql()
-                .clone(),
-        )
+        Arc::new(SqliteLedger::new(
+            self.ledger.store().clone(),
+            TenantId::default(),
+        ))
     }
     fn send_allowances(&self) -> [Arc<dyn crewbus_ports::SendAllowance>; 2] {
-        let other = SqliteLedger::new(self.ledger.pools().clone(), TenantId::default());
-        [
-            Arc::new(self.ledger.sql().clone()),
-            Arc::new(other.sql().clone()),
-        ]
+        let other = SqliteLedger::new(self.ledger.store().clone(), TenantId::default());
+        [Arc::new(self.ledger.clone()), Arc::new(other)]
     }
     fn search(&self) -> Arc<dyn Search> {
-        Arc::new(self.ledger.sql().clone())
+        Arc::new(self.ledger.clone())
     }
 }
 

@@ -34,8 +34,7 @@ pub use journal::Journal;
 pub use key_ring::KeyRing;
 pub use leases::Leases;
 pub use ledger::Ledger;
-#[doc(hidden)]
-pub use ledger_sections::__private as __ledger_sections;
+pub use ledger_sections::LedgerSections;
 pub use messaging::MessagingBackend;
 pub use operators::Operators;
 pub use oversight::Oversight;

@@ -7,8 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, DeliveryId, InboxAck, IndexEntry, IssuedHandOut, Operator,
-    SearchQuery, SearchTerms, StoreError, SweepTarget, WakeupTarget,
+    Agent, BusError, BusResult, DeliveryId, InboxAck, InboxEvent, IndexEntry, IssuedHandOut,
+    LeasedSlot, LedgerCounts, Operator, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome,
+    Settlement, StoreError, SweepTarget, WakeupTarget,
 };
 use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
@@ -20,7 +21,9 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::error;
-use crate::ledger::{delivery, directory, operators, oversight, search};
+use crate::ledger::{
+    counts, delivery, directory, operators, oversight, references, relay, search, send,
+};
 
 /// The Postgres dialect.
 pub struct Pg;
@@ -88,6 +91,52 @@ impl Dialect for Pg {
 
     fn may_have_committed(err: &sqlx::Error) -> bool {
         error::may_have_committed(err)
+    }
+
+    async fn send_batch(
+        ledger: &SqlLedger<Pg>,
+        requests: &[SendRequest],
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<BusResult<Sent>>> {
+        send::send_batch(ledger, requests, at).await
+    }
+
+    async fn lease_slots(
+        ledger: &SqlLedger<Pg>,
+        at: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<LeasedSlot>> {
+        relay::lease_slots(ledger, at, until, limit).await
+    }
+
+    async fn settle(
+        ledger: &SqlLedger<Pg>,
+        settlements: &[Settlement],
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<SettleOutcome>> {
+        relay::settle(ledger, settlements, at).await
+    }
+
+    async fn lease_inbox_events(
+        ledger: &SqlLedger<Pg>,
+        at: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<InboxEvent>> {
+        references::lease_inbox_events(ledger, at, until, limit).await
+    }
+
+    async fn mark_references_published(
+        ledger: &SqlLedger<Pg>,
+        messages: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> BusResult<u64> {
+        references::mark_published(ledger, messages, at).await
+    }
+
+    async fn counts(ledger: &SqlLedger<Pg>, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
+        counts::counts(ledger, at).await
     }
 
     async fn hand_out_candidates(

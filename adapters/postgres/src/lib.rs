@@ -16,7 +16,6 @@ mod dialect;
 mod error;
 mod feed;
 mod inbox;
-mod journal;
 mod ledger;
 mod push_store;
 mod registry;
@@ -28,12 +27,17 @@ pub use body::PostgresBackend;
 pub use connect::{PostgresConfig, connect};
 pub use feed::{FEED_CHANNEL, LAGGED_PAYLOAD, PostgresFeed};
 pub use inbox::PostgresInbox;
-pub use journal::PostgresJournal;
 pub use ledger::PostgresLedger;
 pub use push_store::PostgresPushStore;
 pub use registry::PostgresBackends;
 pub use settings::PostgresSettings;
 pub use wakeups::{CHANNEL as WAKEUP_CHANNEL, PostgresWakeups};
+
+pub use dialect::Pg;
+
+/// One tenant's runs and journals in this store (`PostgresJournal::new(pool, tenant)`; the ledger's
+/// `journal()` gives the one over its store and tenant).
+pub type PostgresJournal = crewbus_sql::journal::SqlJournal<Pg>;
 
 use crewbus_domain::{BusError, BusResult};
 use sqlx::PgPool;

@@ -4,10 +4,9 @@
 //! `unnest` arrays with row locks; SQLite: `IN` lists and a statement per row, in its one write
 //! transaction).
 //!
-//! Each adapter's `delivery` section module re-exports this module's port functions
-//! ([`message`], [`messages`], [`hand_out`], [`undelivered`], [`wakeable`], [`confirm`],
-//! [`acknowledge`], [`receipts`]), which `crewbus_ports::impl_ledger_by_sections!` calls with the
-//! port's arguments (already checked by it).
+//! The port functions ([`message`], [`messages`], [`hand_out`], [`undelivered`], [`wakeable`],
+//! [`confirm`], [`acknowledge`], [`receipts`]) are what `impl LedgerSections for SqlLedger<D>`
+//! (`crate::ledger`) calls, with the port's arguments already checked (`crewbus_ports::LedgerSections`).
 //!
 //! `hand_out` and `confirm` read the facts inside their write transaction, ask the domain's
 //! delivery rules (`plan_hand_outs`, `decide_confirms`) for the decision and write it, in a

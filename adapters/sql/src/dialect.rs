@@ -9,8 +9,9 @@ use std::ops::{Deref, DerefMut};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, DeliveryId, InboxAck, IndexEntry, IssuedHandOut, Operator,
-    SearchQuery, SearchTerms, StoreError, SweepTarget, WakeupTarget,
+    Agent, BusError, BusResult, DeliveryId, InboxAck, InboxEvent, IndexEntry, IssuedHandOut,
+    LeasedSlot, LedgerCounts, Operator, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome,
+    Settlement, StoreError, SweepTarget, WakeupTarget,
 };
 use sqlx::Database;
 use uuid::Uuid;
@@ -350,6 +351,54 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         query: &SearchQuery,
         terms: &SearchTerms,
     ) -> impl Future<Output = BusResult<Vec<HitRow<Self::Time>>>> + Send;
+
+    /// `Ledger::send_batch` (`requests` not empty), in one write transaction, each request
+    /// decided by `plan_sends`: Postgres locks the conversations in id order and writes with
+    /// set-based `unnest` statements (`ledger/send.rs`), SQLite writes row by row inside its one
+    /// write transaction. (`Ledger::send` is a batch of one.)
+    fn send_batch(
+        ledger: &SqlLedger<Self>,
+        requests: &[SendRequest],
+        at: DateTime<Utc>,
+    ) -> impl Future<Output = BusResult<Vec<BusResult<Sent>>>> + Send;
+
+    /// `Ledger::lease_slots`, the lease ending at `until`: Postgres `FOR UPDATE SKIP LOCKED`,
+    /// SQLite `UPDATE … RETURNING` in its write transaction.
+    fn lease_slots(
+        ledger: &SqlLedger<Self>,
+        at: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> impl Future<Output = BusResult<Vec<LeasedSlot>>> + Send;
+
+    /// `Ledger::settle`: the batch's live slots fenced by generation and lease, one write
+    /// transaction (Postgres set-based, `ledger/settle.rs`).
+    fn settle(
+        ledger: &SqlLedger<Self>,
+        settlements: &[Settlement],
+        at: DateTime<Utc>,
+    ) -> impl Future<Output = BusResult<Vec<SettleOutcome>>> + Send;
+
+    /// `Ledger::lease_inbox_events`, the lease ending at `until`.
+    fn lease_inbox_events(
+        ledger: &SqlLedger<Self>,
+        at: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> impl Future<Output = BusResult<Vec<InboxEvent>>> + Send;
+
+    /// `Ledger::mark_references_published`.
+    fn mark_references_published(
+        ledger: &SqlLedger<Self>,
+        messages: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> impl Future<Output = BusResult<u64>> + Send;
+
+    /// `Ledger::counts`, every count from one snapshot.
+    fn counts(
+        ledger: &SqlLedger<Self>,
+        at: DateTime<Utc>,
+    ) -> impl Future<Output = BusResult<LedgerCounts>> + Send;
 
     /// An SQL condition "`column` is one of `n` ids" whose arguments start at placeholder
     /// `first`, bound by [`Dialect::bind_ids`]: Postgres `column = ANY($first)` (one array),

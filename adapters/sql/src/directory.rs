@@ -1,6 +1,6 @@
 //! The ledger's directory section (teams, agents, conversations), once for every SQL store: the
-//! functions `crewbus_ports::impl_ledger_by_sections!` calls as `directory::…` (an adapter's
-//! `directory` module re-exports them), over [`SqlLedger`] and its [`Dialect`].
+//! functions `impl LedgerSections for SqlLedger<D>` (`crate::ledger`) calls, over [`SqlLedger`]
+//! and its [`Dialect`].
 //!
 //! # What differs, and stays different
 //! - **How reads hold the store** ([`Via`]). Postgres runs `team`, `agent`, `agents`,

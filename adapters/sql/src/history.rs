@@ -1,6 +1,4 @@
-//! The ledger's history pages (`Ledger::history`, the `history` section
-//! `crewbus_ports::impl_ledger_by_sections!` calls; an adapter's `history` module re-exports
-//! it), once for both SQL stores.
+//! The ledger's history pages (`Ledger::history`), once for both SQL stores.
 
 use crewbus_domain::{BusResult, HistoryPage};
 use uuid::Uuid;

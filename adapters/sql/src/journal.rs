@@ -1,10 +1,8 @@
 //! The journal's rows and records, for both SQL adapters: how a record is stored (`kind` as
 //! serde's JSON text, the seal written on the run row) and how runs and records are read back;
-//! and the port's operations, once for both stores ([`impl_journal!`](crate::impl_journal)), over [`SqlJournal`].
+//! and the port, implemented once for both stores: `impl<D: Dialect> Journal for SqlJournal<D>`.
 
-use std::future::Future;
-use std::ops::DerefMut;
-
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     LeaseEnd, Record, RecordKind, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
@@ -13,7 +11,9 @@ use crewbus_domain::{
 use uuid::Uuid;
 
 use crate::counter::{db_i64, from_db};
-use crate::dialect::{Conn, Dialect};
+use crewbus_ports::Journal;
+
+use crate::dialect::{Conn, Dialect, PerDialect};
 use crate::driver::stmt;
 use crate::leases::{Ending, end_leases, lock_fence};
 
@@ -172,69 +172,101 @@ pub async fn insert_record<D: Dialect>(
     Ok(())
 }
 
-/// One tenant's journal on an SQL store: its transactions, its reads and its error mapping.
+/// One tenant's runs and journals on an SQL store of dialect `D` (`crewbus_postgres::PostgresJournal`,
+/// `crewbus_sqlite::SqliteJournal`).
 ///
-/// Implemented by `PostgresJournal` (pool transactions and connections) and `SqliteJournal`
-/// (write transactions on the one write connection; read-pool connections).
-pub trait SqlJournal: Send + Sync {
-    /// The store's dialect.
-    type D: Dialect;
-    /// A write transaction.
-    type Tx: DerefMut<Target = Conn<Self::D>> + Send;
-    /// A connection for reads.
-    type Reader: DerefMut<Target = Conn<Self::D>> + Send;
+/// Each append takes the run's row (where writers lock rows, `SELECT … FOR NO KEY UPDATE`:
+/// foreign-key checks of inserted records are not blocked; on SQLite the write transaction is
+/// serialised whole), refuses a sealed run, and takes `last_seq + 1` in the same transaction as
+/// the record, so seqs are gap-free from 1 under any concurrency and nothing follows
+/// `RunSealed`. The ledger appends the bus's own records through the same function inside its
+/// transactions. Record kinds are stored as serde's JSON text (a note may hold U+0000, which
+/// Postgres' `jsonb` would refuse; JSON escapes it). Time comes from the caller.
+pub struct SqlJournal<D: Dialect> {
+    store: D::Store,
+    tenant: TenantId,
+}
 
-    /// The statement reading a run's records from a seq on, in one snapshot: `$1` the run, `$2`
-    /// the tenant, `$3` the first seq, `$4` at most that many records; rows `(seq, at, kind)`,
-    /// one row of `NULL`s for a run with none left, no row for an unknown run (see [`records`]).
-    const READ_RECORDS: &'static str;
-
-    /// The tenant whose runs this journal holds.
-    fn tenant(&self) -> &TenantId;
-
-    /// A driver error of the operation `what` as the stores' error.
-    fn store_error(&self, err: sqlx::Error, what: &str) -> StoreError;
-
-    /// Begins a write transaction.
-    fn begin(
-        &self,
-        what: &'static str,
-    ) -> impl Future<Output = Result<Self::Tx, StoreError>> + Send;
-
-    /// Commits a write transaction.
-    fn commit(
-        &self,
-        tx: Self::Tx,
-        what: &'static str,
-    ) -> impl Future<Output = Result<(), StoreError>> + Send;
-
-    /// A connection for reads.
-    fn reader(
-        &self,
-        what: &'static str,
-    ) -> impl Future<Output = Result<Self::Reader, StoreError>> + Send;
-
-    /// `|e| self.store_error(e, what)`.
-    fn st<'a>(&'a self, what: &'a str) -> impl Fn(sqlx::Error) -> StoreError + 'a {
-        move |e| self.store_error(e, what)
+impl<D: Dialect> Clone for SqlJournal<D> {
+    fn clone(&self) -> Self {
+        SqlJournal {
+            store: self.store.clone(),
+            tenant: self.tenant.clone(),
+        }
     }
 }
 
+impl<D: Dialect> std::fmt::Debug for SqlJournal<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlJournal")
+            .field("store", &D::NAME)
+            .field("tenant", &self.tenant)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Dialect> SqlJournal<D> {
+    /// The journal of `tenant` over `store` (migrated by the driver crate's `migrate`).
+    pub fn new(store: D::Store, tenant: TenantId) -> Self {
+        SqlJournal { store, tenant }
+    }
+
+    /// The tenant whose runs this journal holds.
+    pub fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    /// `|e| D::store_error(store, e, what)`.
+    fn st<'a>(&'a self, what: &'a str) -> impl Fn(sqlx::Error) -> StoreError + 'a {
+        move |e| D::store_error(&self.store, e, what)
+    }
+
+    async fn begin(&self, what: &'static str) -> Result<D::Tx, StoreError> {
+        D::begin(&self.store).await.map_err(self.st(what))
+    }
+
+    async fn commit(&self, tx: D::Tx, what: &'static str) -> Result<(), StoreError> {
+        D::commit(tx).await.map_err(self.st(what))
+    }
+
+    async fn reader(&self, what: &'static str) -> Result<D::Reader, StoreError> {
+        D::reader(&self.store).await.map_err(self.st(what))
+    }
+}
+
+/// The statement reading a run's records from a seq on, in one snapshot: `$1` the run, `$2` the
+/// tenant, `$3` the first seq, `$4` at most that many records; rows `(seq, at, kind)`, one row of
+/// `NULL`s for a run with none left, no row for an unknown run (see [`records`]).
+const READ_RECORDS: PerDialect<&str> = PerDialect {
+    postgres: "SELECT j.seq, j.at, j.kind
+         FROM runs r LEFT JOIN LATERAL (
+             SELECT seq, at, kind FROM journal_records
+             WHERE run_id = r.id AND seq >= $3
+             ORDER BY seq LIMIT $4) j ON true
+         WHERE r.id = $1 AND r.tenant = $2
+         ORDER BY j.seq",
+    // A run without records from `$3` on is one row of NULLs.
+    sqlite: "SELECT j.seq, j.at, j.kind
+         FROM runs r LEFT JOIN journal_records j ON j.run_id = r.id AND j.seq >= $3
+         WHERE r.id = $1 AND r.tenant = $2
+         ORDER BY j.seq LIMIT $4",
+};
+
 /// Appends `kind` to an open run in one transaction. Errors: unknown run → `NotFound`; sealed →
 /// `Conflict` (`check_appendable`).
-async fn append_open<J: SqlJournal>(
-    journal: &J,
+async fn append_open<D: Dialect>(
+    journal: &SqlJournal<D>,
     run: RunId,
     at: DateTime<Utc>,
     kind: RecordKind,
 ) -> Result<Seq, StoreError> {
     let what = "journal append";
     let mut tx = journal.begin(what).await?;
-    let state = lock_run::<J::D>(&mut tx, journal.tenant(), run)
+    let state = lock_run::<D>(&mut tx, journal.tenant(), run)
         .await
         .map_err(journal.st(what))?;
     check_appendable(run, state.map(|r| r.sealed))?;
-    let seq = append::<J::D>(&mut tx, run, at, &kind)
+    let seq = append::<D>(&mut tx, run, at, &kind)
         .await
         .map_err(journal.st(what))?;
     journal.commit(tx, what).await?;
@@ -242,8 +274,8 @@ async fn append_open<J: SqlJournal>(
 }
 
 /// `Journal::admit`: a new run of `agent` of `team`, with its `RunAdmitted` record as seq 1.
-pub async fn admit<J: SqlJournal>(
-    journal: &J,
+async fn admit<D: Dialect>(
+    journal: &SqlJournal<D>,
     team: Uuid,
     agent: Uuid,
     at: DateTime<Utc>,
@@ -251,7 +283,7 @@ pub async fn admit<J: SqlJournal>(
     let what = "journal admit";
     let run = RunId::new();
     let mut tx = journal.begin(what).await?;
-    stmt::<J::D>(
+    stmt::<D>(
         "INSERT INTO runs (id, tenant, team_id, agent_id, admitted_at, last_seq)
          VALUES ($1, $2, $3, $4, $5, 1)",
     )
@@ -259,12 +291,12 @@ pub async fn admit<J: SqlJournal>(
     .arg(journal.tenant().as_str().to_owned())
     .arg(team)
     .arg(agent)
-    .arg(J::D::time(at))
+    .arg(D::time(at))
     .run(&mut tx)
     .await
     .map_err(journal.st(what))?;
     let admitted = RecordKind::RunAdmitted { team, agent };
-    insert_record::<J::D>(&mut tx, run, 1, at, &admitted)
+    insert_record::<D>(&mut tx, run, 1, at, &admitted)
         .await
         .map_err(journal.st(what))?;
     journal.commit(tx, what).await?;
@@ -272,8 +304,8 @@ pub async fn admit<J: SqlJournal>(
 }
 
 /// `Journal::resume`: appends `RunResumed`.
-pub async fn resume<J: SqlJournal>(
-    journal: &J,
+async fn resume<D: Dialect>(
+    journal: &SqlJournal<D>,
     run: RunId,
     at: DateTime<Utc>,
 ) -> Result<Seq, StoreError> {
@@ -281,8 +313,8 @@ pub async fn resume<J: SqlJournal>(
 }
 
 /// `Journal::note`: appends a note. Errors: a bad text → `Invalid`.
-pub async fn note<J: SqlJournal>(
-    journal: &J,
+async fn note<D: Dialect>(
+    journal: &SqlJournal<D>,
     run: RunId,
     text: &str,
     at: DateTime<Utc>,
@@ -297,8 +329,8 @@ pub async fn note<J: SqlJournal>(
 /// `Journal::seal`: ends the run's live leases (their records first), then appends
 /// `RunSealed`. Where writers lock rows, the team's lease fence is locked before the run (the
 /// leases' lock order).
-pub async fn seal<J: SqlJournal>(
-    journal: &J,
+async fn seal<D: Dialect>(
+    journal: &SqlJournal<D>,
     run: RunId,
     outcome: RunOutcome,
     reason: &str,
@@ -312,24 +344,24 @@ pub async fn seal<J: SqlJournal>(
     let what = "journal seal";
     let err = journal.st(what);
     let mut tx = journal.begin(what).await?;
-    if J::D::ROW_LOCKS {
+    if D::ROW_LOCKS {
         let team: Option<(Uuid,)> =
-            stmt::<J::D>("SELECT team_id FROM runs WHERE id = $1 AND tenant = $2")
+            stmt::<D>("SELECT team_id FROM runs WHERE id = $1 AND tenant = $2")
                 .arg(run.0)
                 .arg(journal.tenant().as_str().to_owned())
                 .optional(&mut tx)
                 .await
                 .map_err(&err)?;
         if let Some((team,)) = team {
-            lock_fence::<J::D>(&mut tx, team).await.map_err(&err)?;
+            lock_fence::<D>(&mut tx, team).await.map_err(&err)?;
         }
     }
-    let state = lock_run::<J::D>(&mut tx, journal.tenant(), run)
+    let state = lock_run::<D>(&mut tx, journal.tenant(), run)
         .await
         .map_err(&err)?;
     check_appendable(run, state.map(|r| r.sealed))?;
     // Its live leases end first, their records before the seal's.
-    end_leases::<J::D>(
+    end_leases::<D>(
         &mut tx,
         journal.tenant(),
         Ending::Run(run),
@@ -338,17 +370,15 @@ pub async fn seal<J: SqlJournal>(
     )
     .await
     .map_err(&err)?;
-    let seq = append::<J::D>(&mut tx, run, at, &kind)
-        .await
-        .map_err(&err)?;
+    let seq = append::<D>(&mut tx, run, at, &kind).await.map_err(&err)?;
     journal.commit(tx, what).await?;
     Ok(seq)
 }
 
 /// `Journal::read`: at most `limit` records of `run` from `from_seq` on, by seq, from one
-/// statement ([`SqlJournal::READ_RECORDS`]). Errors: unknown run → `NotFound`.
-pub async fn read<J: SqlJournal>(
-    journal: &J,
+/// statement ([`READ_RECORDS`]). Errors: unknown run → `NotFound`.
+async fn read<D: Dialect>(
+    journal: &SqlJournal<D>,
     run: RunId,
     from_seq: Seq,
     limit: usize,
@@ -356,7 +386,7 @@ pub async fn read<J: SqlJournal>(
     validate_journal_limit(limit)?;
     let what = "journal read";
     let mut conn = journal.reader(what).await?;
-    let rows: Vec<RecordRow<<J::D as Dialect>::Time>> = stmt::<J::D>(J::READ_RECORDS)
+    let rows: Vec<RecordRow<D::Time>> = stmt::<D>(READ_RECORDS.of::<D>())
         .arg(run.0)
         .arg(journal.tenant().as_str().to_owned())
         .arg(db_i64(from_seq.0))
@@ -368,11 +398,11 @@ pub async fn read<J: SqlJournal>(
 }
 
 /// `Journal::run`: one run. Errors: unknown → `NotFound`.
-pub async fn run<J: SqlJournal>(journal: &J, run: RunId) -> Result<Run, StoreError> {
+async fn run<D: Dialect>(journal: &SqlJournal<D>, run: RunId) -> Result<Run, StoreError> {
     let what = "journal run";
     let mut conn = journal.reader(what).await?;
     let sql = format!("SELECT {RUN_COLUMNS} FROM runs WHERE id = $1 AND tenant = $2");
-    let row: Option<RunRow<<J::D as Dialect>::Time>> = stmt::<J::D>(&sql)
+    let row: Option<RunRow<D::Time>> = stmt::<D>(&sql)
         .arg(run.0)
         .arg(journal.tenant().as_str().to_owned())
         .optional(&mut conn)
@@ -384,8 +414,8 @@ pub async fn run<J: SqlJournal>(journal: &J, run: RunId) -> Result<Run, StoreErr
 
 /// `Journal::runs`: at most `limit` runs of `team` admitted before `before` (all without it),
 /// newest first.
-pub async fn runs<J: SqlJournal>(
-    journal: &J,
+async fn runs<D: Dialect>(
+    journal: &SqlJournal<D>,
     team: Uuid,
     before: Option<DateTime<Utc>>,
     limit: usize,
@@ -398,10 +428,10 @@ pub async fn runs<J: SqlJournal>(
          WHERE tenant = $1 AND team_id = $2 AND ($3 IS NULL OR admitted_at < $3)
          ORDER BY admitted_at DESC, id DESC LIMIT $4"
     );
-    let rows: Vec<RunRow<<J::D as Dialect>::Time>> = stmt::<J::D>(&sql)
+    let rows: Vec<RunRow<D::Time>> = stmt::<D>(&sql)
         .arg(journal.tenant().as_str().to_owned())
         .arg(team)
-        .arg(before.map(J::D::time))
+        .arg(before.map(D::time))
         .arg(limit as i64)
         .all(&mut conn)
         .await
@@ -409,82 +439,53 @@ pub async fn runs<J: SqlJournal>(
     Ok(rows.into_iter().map(Run::from).collect())
 }
 
-/// Implements `crewbus_ports::Journal` for an [`SqlJournal`] type by delegating every method to
-/// this module's function of the same name.
-///
-/// ```ignore
-/// crewbus_sql::impl_journal!(MyJournal);
-/// ```
-#[macro_export]
-macro_rules! impl_journal {
-    ($ty:ty) => {
-        const _: () = {
-            use $crate::__private::{
-                DateTime, Journal, Record, Run, RunId, RunOutcome, Seq, StoreError, TenantId, Utc,
-                Uuid, async_trait,
-            };
-            use $crate::journal as sql;
+#[async_trait]
+impl<D: Dialect> Journal for SqlJournal<D> {
+    fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
 
-            #[async_trait]
-            impl Journal for $ty {
-                fn tenant(&self) -> &TenantId {
-                    <Self as sql::SqlJournal>::tenant(self)
-                }
+    async fn admit(&self, team: Uuid, agent: Uuid, at: DateTime<Utc>) -> Result<RunId, StoreError> {
+        admit(self, team, agent, at).await
+    }
 
-                async fn admit(
-                    &self,
-                    team: Uuid,
-                    agent: Uuid,
-                    at: DateTime<Utc>,
-                ) -> Result<RunId, StoreError> {
-                    sql::admit(self, team, agent, at).await
-                }
+    async fn resume(&self, run: RunId, at: DateTime<Utc>) -> Result<Seq, StoreError> {
+        resume(self, run, at).await
+    }
 
-                async fn resume(&self, run: RunId, at: DateTime<Utc>) -> Result<Seq, StoreError> {
-                    sql::resume(self, run, at).await
-                }
+    async fn note(&self, run: RunId, text: &str, at: DateTime<Utc>) -> Result<Seq, StoreError> {
+        note(self, run, text, at).await
+    }
 
-                async fn note(
-                    &self,
-                    run: RunId,
-                    text: &str,
-                    at: DateTime<Utc>,
-                ) -> Result<Seq, StoreError> {
-                    sql::note(self, run, text, at).await
-                }
+    async fn seal(
+        &self,
+        run: RunId,
+        outcome: RunOutcome,
+        reason: &str,
+        at: DateTime<Utc>,
+    ) -> Result<Seq, StoreError> {
+        seal(self, run, outcome, reason, at).await
+    }
 
-                async fn seal(
-                    &self,
-                    run: RunId,
-                    outcome: RunOutcome,
-                    reason: &str,
-                    at: DateTime<Utc>,
-                ) -> Result<Seq, StoreError> {
-                    sql::seal(self, run, outcome, reason, at).await
-                }
+    async fn read(
+        &self,
+        run: RunId,
+        from_seq: Seq,
+        limit: usize,
+    ) -> Result<Vec<Record>, StoreError> {
+        read(self, run, from_seq, limit).await
+    }
 
-                async fn read(
-                    &self,
-                    run: RunId,
-                    from_seq: Seq,
-                    limit: usize,
-                ) -> Result<Vec<Record>, StoreError> {
-                    sql::read(self, run, from_seq, limit).await
-                }
+    async fn run(&self, id: RunId) -> Result<Run, StoreError> {
+        run(self, id).await
+    }
 
-                async fn run(&self, run: RunId) -> Result<Run, StoreError> {
-                    sql::run(self, run).await
-                }
-
-                async fn runs(
-                    &self,
-                    team: Uuid,
-                    before: Option<DateTime<Utc>>,
-                    limit: usize,
-                ) -> Result<Vec<Run>, StoreError> {
-                    sql::runs(self, team, before, limit).await
-                }
-            }
-        };
-    };
+    async fn runs(
+        &self,
+        team: Uuid,
+        before: Option<DateTime<Utc>>,
+        limit: usize,
+    ) -> Result<Vec<Run>, StoreError> {
+        runs(self, team, before, limit).await
+    }
 }

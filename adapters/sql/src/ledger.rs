@@ -2,12 +2,20 @@
 //! hold the store (transactions, reads, snapshots: [`Dialect`]'s, errors mapped) and the lookups
 //! and run checks every section makes.
 
-use crewbus_domain::{Agent, BusError, BusResult, RunId, TenantId};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use crewbus_domain::{
+    Agent, BusError, BusResult, ConfirmOutcome, Conversation, DeliveryId, HandOutOutcome,
+    HandOutRequest, HistoryPage, InboxEvent, InboxNews, LeasedSlot, LedgerCounts, Message, Receipt,
+    Reported, RetentionTarget, RunId, SendRequest, Sent, SettleOutcome, Settlement, SweepTarget,
+    Team, TenantId, TokenHash, WakeupTarget,
+};
+use crewbus_ports::LedgerSections;
 use uuid::Uuid;
 
 use crate::dialect::{Conn, Dialect, Held, Via};
 use crate::driver::stmt;
-use crate::journal::lock_run;
+use crate::journal::{SqlJournal, lock_run};
 use crate::rows::{AGENT_COLUMNS, AgentRow};
 
 /// One tenant's ledger on an SQL store of dialect `D` (`PgPool`, `SqlitePools`: `D::Store`).
@@ -41,6 +49,13 @@ impl<D: Dialect> SqlLedger<D> {
         SqlLedger { store, tenant }
     }
 
+    /// This ledger: what callers wrote when the driver crates wrapped it (`PostgresLedger`,
+    /// `SqliteLedger` were newtypes); goes once the last such caller is changed.
+    #[doc(hidden)]
+    pub fn sql(&self) -> &Self {
+        self
+    }
+
     /// The store this ledger runs on.
     pub fn store(&self) -> &D::Store {
         &self.store
@@ -49,6 +64,12 @@ impl<D: Dialect> SqlLedger<D> {
     /// The tenant whose teams this ledger holds.
     pub fn tenant(&self) -> &TenantId {
         &self.tenant
+    }
+
+    /// The journal over the same store and tenant: the runs this ledger checks and writes the
+    /// bus's records to.
+    pub fn journal(&self) -> SqlJournal<D> {
+        SqlJournal::new(self.store.clone(), self.tenant.clone())
     }
 
     /// A driver error of the operation `what` as the bus's error ([`Dialect::bus_error`]).
@@ -170,5 +191,250 @@ impl<D: Dialect> SqlLedger<D> {
             )));
         }
         Ok(state.sealed)
+    }
+}
+
+/// The ledger port, once for every SQL store: the sections written over [`SqlLedger`]
+/// (`directory`, `delivery`, `watch`, `history`, `retention`), and through the dialect what each
+/// store writes its own way (send, the relay's leases and settle, the reference markers,
+/// counts). The port's argument rules are [`LedgerSections`]' blanket `impl Ledger`.
+#[async_trait]
+impl<D: Dialect> LedgerSections for SqlLedger<D> {
+    fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    fn local_backend(&self) -> Option<&'static str> {
+        Some(D::NAME)
+    }
+
+    async fn create_team(
+        &self,
+        name: &str,
+        body_backend: &str,
+        inbox: &str,
+        at: DateTime<Utc>,
+    ) -> BusResult<Team> {
+        crate::directory::create_team(self, name, body_backend, inbox, at).await
+    }
+
+    async fn team(&self, team: Uuid) -> BusResult<Team> {
+        crate::directory::team(self, team).await
+    }
+
+    async fn teams(&self) -> BusResult<Vec<Team>> {
+        crate::directory::teams(self).await
+    }
+
+    async fn set_team_backends(
+        &self,
+        team: Uuid,
+        body_backend: &str,
+        inbox: &str,
+    ) -> BusResult<Team> {
+        crate::directory::set_team_backends(self, team, body_backend, inbox).await
+    }
+
+    async fn create_agent(
+        &self,
+        team: Uuid,
+        name: &str,
+        token_hash: TokenHash,
+        at: DateTime<Utc>,
+    ) -> BusResult<Agent> {
+        crate::directory::create_agent(self, team, name, token_hash, at).await
+    }
+
+    async fn agent(&self, team: Uuid, agent: Uuid) -> BusResult<Agent> {
+        crate::directory::agent(self, team, agent).await
+    }
+
+    async fn agent_by_token(&self, token_hash: &TokenHash) -> BusResult<Agent> {
+        crate::directory::agent_by_token(self, token_hash).await
+    }
+
+    async fn agents(&self, team: Uuid) -> BusResult<Vec<Agent>> {
+        crate::directory::agents(self, team).await
+    }
+
+    async fn revoke_agent(&self, team: Uuid, agent: Uuid, at: DateTime<Utc>) -> BusResult<Agent> {
+        crate::directory::revoke_agent(self, team, agent, at).await
+    }
+
+    async fn create_conversation(
+        &self,
+        team: Uuid,
+        creator: Uuid,
+        title: &str,
+        members: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> BusResult<Conversation> {
+        crate::directory::create_conversation(self, team, creator, title, members, at).await
+    }
+
+    async fn conversation(&self, team: Uuid, conversation: Uuid) -> BusResult<Conversation> {
+        crate::directory::conversation(self, team, conversation).await
+    }
+
+    async fn conversations(&self, team: Uuid) -> BusResult<Vec<Conversation>> {
+        crate::directory::conversations(self, team).await
+    }
+
+    async fn conversations_for(&self, team: Uuid, agent: Uuid) -> BusResult<Vec<Conversation>> {
+        crate::directory::conversations_for(self, team, agent).await
+    }
+
+    async fn send(&self, request: SendRequest, at: DateTime<Utc>) -> BusResult<Sent> {
+        crate::send::one(D::send_batch(self, std::slice::from_ref(&request), at)).await
+    }
+
+    async fn send_batch(
+        &self,
+        requests: &[SendRequest],
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<BusResult<Sent>>> {
+        D::send_batch(self, requests, at).await
+    }
+
+    async fn message(&self, team: Uuid, message: Uuid) -> BusResult<Message> {
+        crate::delivery::message(self, team, message).await
+    }
+
+    async fn messages(&self, team: Uuid, ids: &[Uuid]) -> BusResult<Vec<Message>> {
+        crate::delivery::messages(self, team, ids).await
+    }
+
+    async fn lease_slots(
+        &self,
+        at: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<LeasedSlot>> {
+        D::lease_slots(self, at, until, limit).await
+    }
+
+    async fn settle(
+        &self,
+        settlements: &[Settlement],
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<SettleOutcome>> {
+        D::settle(self, settlements, at).await
+    }
+
+    async fn lease_inbox_events(
+        &self,
+        at: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<InboxEvent>> {
+        D::lease_inbox_events(self, at, until, limit).await
+    }
+
+    async fn mark_references_published(
+        &self,
+        messages: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> BusResult<u64> {
+        D::mark_references_published(self, messages, at).await
+    }
+
+    async fn hand_out(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        requests: &[HandOutRequest],
+        held_until: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<HandOutOutcome>> {
+        crate::delivery::hand_out(self, team, recipient, requests, held_until, at).await
+    }
+
+    async fn undelivered(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        stored_before: DateTime<Utc>,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<Uuid>> {
+        crate::delivery::undelivered(self, team, recipient, stored_before, at, limit).await
+    }
+
+    async fn wakeable(
+        &self,
+        targets: &[SweepTarget],
+        stored_before: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<WakeupTarget>> {
+        crate::delivery::wakeable(self, targets, stored_before, at).await
+    }
+
+    async fn inbox_news(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        reported: &Reported,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<InboxNews> {
+        crate::watch::inbox_news(self, team, recipient, reported, at, limit).await
+    }
+
+    async fn confirm(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        deliveries: &[DeliveryId],
+        run: Option<RunId>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<ConfirmOutcome>> {
+        crate::delivery::confirm(self, team, recipient, deliveries, run, at).await
+    }
+
+    async fn acknowledge(
+        &self,
+        team: Uuid,
+        agent: Uuid,
+        message: Uuid,
+        run: Option<RunId>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Receipt> {
+        crate::delivery::acknowledge(self, team, agent, message, run, at).await
+    }
+
+    async fn receipts(&self, team: Uuid, message: Uuid) -> BusResult<Vec<Receipt>> {
+        crate::delivery::receipts(self, team, message).await
+    }
+
+    async fn history(
+        &self,
+        team: Uuid,
+        conversation: Uuid,
+        after_seq: u64,
+        limit: usize,
+    ) -> BusResult<HistoryPage> {
+        crate::history::history(self, team, conversation, after_seq, limit).await
+    }
+
+    async fn retention_due(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<RetentionTarget>> {
+        crate::retention::retention_due(self, before, limit).await
+    }
+
+    async fn mark_retained(
+        &self,
+        team: Uuid,
+        backend: &str,
+        before: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> BusResult<u64> {
+        crate::retention::mark_retained(self, team, backend, before, at).await
+    }
+
+    async fn counts(&self, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
+        D::counts(self, at).await
     }
 }

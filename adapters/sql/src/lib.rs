@@ -1,14 +1,15 @@
 //! The Rust the two SQL adapters (`crewbus-postgres`, `crewbus-sqlite`) share: the rows of the
 //! ledger's, journal's and push store's tables with their conversions into domain types, how
 //! counters are stored, the pure steps around the queries, and the operations that are the same
-//! on both stores — the leases ([`leases`]: `impl Leases for SqlLedger<D>`), the journal ([`journal`],
-//! [`impl_journal!`]), the send allowances ([`send_allowance`]: `impl SendAllowance for
+//! on both stores — the leases ([`leases`]: `impl Leases for SqlLedger<D>`), the journal ([`journal`]: `impl Journal for
+//! SqlJournal<D>`), the send allowances ([`send_allowance`]: `impl SendAllowance for
 //! SqlLedger<D>`), the operators ([`operators`]: `impl Operators for SqlLedger<D>`), the push store ([`push_store`],
 //! [`impl_push_store!`]), the ledger's delivery section ([`delivery`], over
 //! [`delivery::SqlDelivery`]) with the inbox watch's read ([`watch`]), the search index ([`search`]: `impl Search for SqlLedger<D>`), the
 //! directory section ([`directory`]), history pages ([`history`]), the oversight ([`oversight`]: `impl Oversight for SqlLedger<D>`), the body backend ([`body`], [`impl_body_backend!`], over a
 //! [`store::SqlStore`]), the inbox ([`inbox`], [`impl_inbox!`]), the ledger's retention section
-//! ([`retention`]) and the ledger's shared lookups ([`ledger::LedgerHooks`]). The pools,
+//! ([`retention`]) and the ledger itself ([`ledger`]: `impl Ledger for SqlLedger<D>`, by way of
+//! `crewbus_ports::LedgerSections`, with its shared lookups). The pools,
 //! transactions and error mapping stay in each adapter, as does the SQL text that differs by
 //! dialect.
 //!
@@ -24,7 +25,7 @@
 //! type (`Pg`, `Lite`): its `sqlx::Database`, how it binds a time (Postgres a `DateTime<Utc>`,
 //! SQLite its `Ts` microsecond codec), whether writers take row locks, and the few fragments
 //! that differ (`FOR UPDATE`, id lists) — over an adapter trait for what only the adapter knows
-//! (its transactions and error mapping: [`ledger::LedgerHooks`], [`journal::SqlJournal`]).
+//! (its transactions and error mapping: the [`dialect::Dialect`]).
 //! Statements use numbered placeholders (`$1`), which both drivers read. The port traits are
 //! implemented by the `impl_*!` macros, so neither adapter restates their signatures. Each
 //! generic function is instantiated twice (once per adapter), as the copies it replaces were
@@ -58,22 +59,18 @@ pub mod watch;
 
 pub use counter::{db_i64, from_db};
 
-/// What the expansions of the `impl_*!` macros ([`impl_journal!`],
-/// [`impl_push_store!`],
+/// What the expansions of the `impl_*!` macros ([`impl_push_store!`],
 /// [`impl_body_backend!`], [`impl_inbox!`]) name, so the adapter need not
 /// import it.
 #[doc(hidden)]
 pub mod __private {
     pub use async_trait::async_trait;
     pub use chrono::{DateTime, Utc};
-    pub use crewbus_domain::{
-        BusResult, Record, Run, RunId, RunOutcome, Seq, StoreError, TenantId,
-    };
+    pub use crewbus_domain::{BusResult, RunId, Seq, StoreError, TenantId};
     pub use crewbus_domain::{Envelope, Locator, Published};
     pub use crewbus_domain::{InboxRef, InboxStatus};
     pub use crewbus_domain::{PushAttempt, PushConfig, PushRegistration};
     pub use crewbus_ports::Inbox;
-    pub use crewbus_ports::Journal;
     pub use crewbus_ports::MessagingBackend;
     pub use crewbus_ports::PushStore;
     pub use std::time::Duration;

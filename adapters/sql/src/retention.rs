@@ -1,6 +1,5 @@
 //! The ledger's retention section (`retention_due`, `mark_retained`), once for every SQL
-//! store, the statement that differs a [`PerDialect`] pair beside it: the adapter's
-//! `ledger/retention.rs` re-exports these two functions for `impl_ledger_by_sections!`.
+//! store, the statement that differs a [`PerDialect`] pair beside it.
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, RetentionTarget};

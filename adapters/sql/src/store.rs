@@ -1,6 +1,6 @@
 //! What the shared body backend ([`crate::body`]) and inbox ([`crate::inbox`]) need of an SQL
 //! store ([`SqlStore`]): its connections for one write, a transaction and reads, and its error
-//! mapping. They are no ledger sections, so not [`crate::ledger::LedgerHooks`]: a store serves
+//! mapping. They are no ledger sections: a store serves
 //! one team's bodies or inbox, over the pool(s) the adapter holds.
 
 use std::future::Future;

@@ -7,8 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, DeliveryId, InboxAck, IndexEntry, IssuedHandOut, Operator,
-    SearchQuery, SearchTerms, StoreError, SweepTarget, WakeupTarget,
+    Agent, BusError, BusResult, DeliveryId, InboxAck, InboxEvent, IndexEntry, IssuedHandOut,
+    LeasedSlot, LedgerCounts, Operator, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome,
+    Settlement, StoreError, SweepTarget, WakeupTarget,
 };
 use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
@@ -21,7 +22,7 @@ use uuid::Uuid;
 
 use crate::codec::Ts;
 use crate::connect::{SqlitePools, WriteTx};
-use crate::ledger::{delivery, operators, oversight, search};
+use crate::ledger::{counts, delivery, operators, oversight, references, relay, search, send};
 
 /// The SQLite dialect.
 pub struct Lite;
@@ -89,6 +90,52 @@ impl Dialect for Lite {
     /// commit.
     fn may_have_committed(err: &sqlx::Error) -> bool {
         matches!(err, sqlx::Error::WorkerCrashed)
+    }
+
+    async fn send_batch(
+        ledger: &SqlLedger<Lite>,
+        requests: &[SendRequest],
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<BusResult<Sent>>> {
+        send::send_batch(ledger, requests, at).await
+    }
+
+    async fn lease_slots(
+        ledger: &SqlLedger<Lite>,
+        at: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<LeasedSlot>> {
+        relay::lease_slots(ledger, at, until, limit).await
+    }
+
+    async fn settle(
+        ledger: &SqlLedger<Lite>,
+        settlements: &[Settlement],
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<SettleOutcome>> {
+        relay::settle(ledger, settlements, at).await
+    }
+
+    async fn lease_inbox_events(
+        ledger: &SqlLedger<Lite>,
+        at: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<InboxEvent>> {
+        references::lease_inbox_events(ledger, at, until, limit).await
+    }
+
+    async fn mark_references_published(
+        ledger: &SqlLedger<Lite>,
+        messages: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> BusResult<u64> {
+        references::mark_published(ledger, messages, at).await
+    }
+
+    async fn counts(ledger: &SqlLedger<Lite>, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
+        counts::counts(ledger, at).await
     }
 
     async fn hand_out_candidates(

@@ -54,7 +54,6 @@ mod error;
 mod group_commit;
 mod inbox;
 mod integrity;
-mod journal;
 mod ledger;
 mod push_store;
 mod registry;
@@ -66,7 +65,6 @@ pub use body::SqliteBackend;
 pub use connect::{SqliteConfig, SqlitePools, backup_to, open};
 pub use inbox::SqliteInbox;
 pub use integrity::{Integrity, IntegrityCheck, check_integrity, checkpoint};
-pub use journal::SqliteJournal;
 pub use ledger::SqliteLedger;
 pub use push_store::SqlitePushStore;
 pub use registry::SqliteBackends;
@@ -74,6 +72,12 @@ pub use settings::SqliteSettings;
 pub use write_counts::{TableWrites, WriteCounts};
 
 use std::collections::HashMap;
+
+pub use dialect::Lite;
+
+/// One tenant's runs and journals in this store (`SqliteJournal::new(pools, tenant)`; the ledger's
+/// `journal()` gives the one over its store and tenant).
+pub type SqliteJournal = crewbus_sql::journal::SqlJournal<Lite>;
 
 use crewbus_domain::{BusError, BusResult};
 use sqlx::migrate::{Migrate, MigrateError, Migration, Migrator};

@@ -5,14 +5,22 @@
 //! `delivery` (messages, hand-outs, confirmations, receipts), `history`, `retention` and
 //! `counts`; the tables are in `state`. The same state holds the operators (`operators`:
 //! `impl Operators`) and answers the console's reads (`oversight`: `impl Oversight`). The
-//! `impl Ledger` is
-//! [`crewbus_ports::impl_ledger_by_sections!`]: it applies the port's argument rules and
-//! delegates to the sections.
+//! ledger implements [`LedgerSections`](crewbus_ports::LedgerSections) by calling the sections;
+//! the port's argument rules are its blanket `impl Ledger`, shared with every ledger.
 
 use std::fmt;
 use std::sync::MutexGuard;
 
-use crewbus_domain::{BusError, BusResult, TenantId};
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use crewbus_domain::{
+    Agent, BusError, BusResult, ConfirmOutcome, Conversation, DeliveryId, HandOutOutcome,
+    HandOutRequest, HistoryPage, InboxEvent, InboxNews, LeasedSlot, LedgerCounts, Message, Receipt,
+    Reported, RetentionTarget, RunId, SendRequest, Sent, SettleOutcome, Settlement, SweepTarget,
+    Team, TenantId, TokenHash, WakeupTarget,
+};
+
+use uuid::Uuid;
 
 pub use journal::MemoryJournal;
 use state::{Shared, State};
@@ -148,8 +156,247 @@ impl MemoryLedger {
     }
 }
 
-crewbus_ports::impl_ledger_by_sections! {
-    MemoryLedger { tenant: tenant, local_backend: None, sections: sync }
+/// The port's argument rules are [`LedgerSections`](crewbus_ports::LedgerSections)' blanket
+/// `impl Ledger`; each method here is its section's function.
+#[async_trait]
+impl crewbus_ports::LedgerSections for MemoryLedger {
+    fn tenant(&self) -> &TenantId {
+        &self.tenant
+    }
+
+    fn local_backend(&self) -> Option<&'static str> {
+        None
+    }
+
+    async fn create_team(
+        &self,
+        name: &str,
+        body_backend: &str,
+        inbox: &str,
+        at: DateTime<Utc>,
+    ) -> BusResult<Team> {
+        directory::create_team(self, name, body_backend, inbox, at)
+    }
+
+    async fn team(&self, team: Uuid) -> BusResult<Team> {
+        directory::team(self, team)
+    }
+
+    async fn teams(&self) -> BusResult<Vec<Team>> {
+        directory::teams(self)
+    }
+
+    async fn set_team_backends(
+        &self,
+        team: Uuid,
+        body_backend: &str,
+        inbox: &str,
+    ) -> BusResult<Team> {
+        directory::set_team_backends(self, team, body_backend, inbox)
+    }
+
+    async fn create_agent(
+        &self,
+        team: Uuid,
+        name: &str,
+        token_hash: TokenHash,
+        at: DateTime<Utc>,
+    ) -> BusResult<Agent> {
+        directory::create_agent(self, team, name, token_hash, at)
+    }
+
+    async fn agent(&self, team: Uuid, agent: Uuid) -> BusResult<Agent> {
+        directory::agent(self, team, agent)
+    }
+
+    async fn agent_by_token(&self, token_hash: &TokenHash) -> BusResult<Agent> {
+        directory::agent_by_token(self, token_hash)
+    }
+
+    async fn agents(&self, team: Uuid) -> BusResult<Vec<Agent>> {
+        directory::agents(self, team)
+    }
+
+    async fn revoke_agent(&self, team: Uuid, agent: Uuid, at: DateTime<Utc>) -> BusResult<Agent> {
+        directory::revoke_agent(self, team, agent, at)
+    }
+
+    async fn create_conversation(
+        &self,
+        team: Uuid,
+        creator: Uuid,
+        title: &str,
+        members: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> BusResult<Conversation> {
+        directory::create_conversation(self, team, creator, title, members, at)
+    }
+
+    async fn conversation(&self, team: Uuid, conversation: Uuid) -> BusResult<Conversation> {
+        directory::conversation(self, team, conversation)
+    }
+
+    async fn conversations(&self, team: Uuid) -> BusResult<Vec<Conversation>> {
+        directory::conversations(self, team)
+    }
+
+    async fn conversations_for(&self, team: Uuid, agent: Uuid) -> BusResult<Vec<Conversation>> {
+        directory::conversations_for(self, team, agent)
+    }
+
+    async fn send(&self, request: SendRequest, at: DateTime<Utc>) -> BusResult<Sent> {
+        send::send(self, request, at)
+    }
+
+    async fn send_batch(
+        &self,
+        requests: &[SendRequest],
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<BusResult<Sent>>> {
+        send::send_batch(self, requests, at)
+    }
+
+    async fn message(&self, team: Uuid, message: Uuid) -> BusResult<Message> {
+        delivery::message(self, team, message)
+    }
+
+    async fn messages(&self, team: Uuid, ids: &[Uuid]) -> BusResult<Vec<Message>> {
+        delivery::messages(self, team, ids)
+    }
+
+    async fn lease_slots(
+        &self,
+        at: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<LeasedSlot>> {
+        relay::lease_slots(self, at, until, limit)
+    }
+
+    async fn settle(
+        &self,
+        settlements: &[Settlement],
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<SettleOutcome>> {
+        relay::settle(self, settlements, at)
+    }
+
+    async fn lease_inbox_events(
+        &self,
+        at: DateTime<Utc>,
+        until: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<InboxEvent>> {
+        references::lease_inbox_events(self, at, until, limit)
+    }
+
+    async fn mark_references_published(
+        &self,
+        messages: &[Uuid],
+        at: DateTime<Utc>,
+    ) -> BusResult<u64> {
+        references::mark_published(self, messages, at)
+    }
+
+    async fn hand_out(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        requests: &[HandOutRequest],
+        held_until: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<HandOutOutcome>> {
+        delivery::hand_out(self, team, recipient, requests, held_until, at)
+    }
+
+    async fn undelivered(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        stored_before: DateTime<Utc>,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<Uuid>> {
+        delivery::undelivered(self, team, recipient, stored_before, at, limit)
+    }
+
+    async fn wakeable(
+        &self,
+        targets: &[SweepTarget],
+        stored_before: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<WakeupTarget>> {
+        delivery::wakeable(self, targets, stored_before, at)
+    }
+
+    async fn inbox_news(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        reported: &Reported,
+        at: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<InboxNews> {
+        delivery::inbox_news(self, team, recipient, reported, at, limit)
+    }
+
+    async fn confirm(
+        &self,
+        team: Uuid,
+        recipient: Uuid,
+        deliveries: &[DeliveryId],
+        run: Option<RunId>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Vec<ConfirmOutcome>> {
+        delivery::confirm(self, team, recipient, deliveries, run, at)
+    }
+
+    async fn acknowledge(
+        &self,
+        team: Uuid,
+        agent: Uuid,
+        message: Uuid,
+        run: Option<RunId>,
+        at: DateTime<Utc>,
+    ) -> BusResult<Receipt> {
+        delivery::acknowledge(self, team, agent, message, run, at)
+    }
+
+    async fn receipts(&self, team: Uuid, message: Uuid) -> BusResult<Vec<Receipt>> {
+        delivery::receipts(self, team, message)
+    }
+
+    async fn history(
+        &self,
+        team: Uuid,
+        conversation: Uuid,
+        after_seq: u64,
+        limit: usize,
+    ) -> BusResult<HistoryPage> {
+        history::history(self, team, conversation, after_seq, limit)
+    }
+
+    async fn retention_due(
+        &self,
+        before: DateTime<Utc>,
+        limit: usize,
+    ) -> BusResult<Vec<RetentionTarget>> {
+        retention::retention_due(self, before, limit)
+    }
+
+    async fn mark_retained(
+        &self,
+        team: Uuid,
+        backend: &str,
+        before: DateTime<Utc>,
+        at: DateTime<Utc>,
+    ) -> BusResult<u64> {
+        retention::mark_retained(self, team, backend, before, at)
+    }
+
+    async fn counts(&self, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
+        counts::counts(self, at)
+    }
 }
 
 #[cfg(test)]

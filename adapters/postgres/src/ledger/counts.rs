@@ -5,10 +5,12 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, LedgerCounts};
 
+use super::db;
 use super::rows::from_db;
-use super::{PostgresLedger, db};
+use crate::dialect::Pg;
+use crewbus_sql::ledger::SqlLedger;
 
-pub(super) async fn counts(ledger: &PostgresLedger, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
+pub(crate) async fn counts(ledger: &SqlLedger<Pg>, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
     let what = "counts";
     // One transaction at REPEATABLE READ: every count sees the same snapshot.
     let mut tx = ledger.begin(what).await?;
@@ -55,7 +57,7 @@ pub(super) async fn counts(ledger: &PostgresLedger, at: DateTime<Utc>) -> BusRes
     .fetch_one(&mut *tx)
     .await
     .map_err(db(what))?;
-    PostgresLedger::commit(tx, what).await?;
+    ledger.commit(tx, what).await?;
     Ok(LedgerCounts {
         pending_publications: from_db(pending),
         uncertain_publications: from_db(uncertain),

@@ -19,11 +19,6 @@ use super::db;
 use super::rows::db_i64;
 use crate::dialect::Pg;
 
-pub(super) use crewbus_sql::delivery::{
-    acknowledge, confirm, hand_out, message, messages, receipts, undelivered, wakeable,
-};
-pub(super) use crewbus_sql::watch::inbox_news;
-
 /// `Dialect::sweep_targets` on Postgres: the waiters as three arrays (`unnest`).
 pub(crate) fn sweep_targets(first: usize) -> String {
     format!(

@@ -11,11 +11,6 @@ use uuid::Uuid;
 
 use super::db;
 
-pub(super) use crewbus_sql::directory::{
-    agent, agent_by_token, agents, conversation, conversations, conversations_for, create_agent,
-    create_conversation, create_team, revoke_agent, set_team_backends, team, teams,
-};
-
 /// `Dialect::insert_members` on Postgres: one statement for every member (`unnest`).
 pub(crate) async fn insert_members(
     conn: &mut PgConnection,

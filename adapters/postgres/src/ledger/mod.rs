@@ -1,41 +1,34 @@
-//! `PostgresLedger`: the bus's authority in Postgres.
+//! The Postgres ledger: what of the bus's authority Postgres writes its own way, reached by the
+//! shared `impl Ledger for SqlLedger<Pg>` (`crewbus-sql`) through the dialect ([`crate::Pg`]).
 //!
-//! One file per section of the port, as the trait lists them: `directory` (teams, agents,
-//! conversations), `send`, `relay` (outbox slots; the set-based settle in `settle`),
-//! `references` (inbox events), `delivery` (messages, hand-outs, confirmations, receipts),
-//! `history`, `retention` and `counts`; table rows and their conversions are in `rows`. The
-//! `impl Ledger` is [`crewbus_ports::impl_ledger_by_sections!`]: it applies the port's argument
-//! rules and delegates to the sections. The same database holds the operators (`operators`:
-//! `impl Operators`) and answers the console's reads (`oversight`: `impl Oversight`). The
-//! lookups and run checks the sections share are here.
-
-use std::ops::Deref;
+//! One file per section the dialect answers: `send` (set-based `unnest` writes), `relay`
+//! (outbox slots; the set-based settle in `settle`), `references` (inbox events) and `counts`;
+//! and the SQL of the shared sections that differs on Postgres: `delivery` (hand-outs, the
+//! wake-up sweep), `directory` (members), `operators`, `oversight` and `search`. Table rows and
+//! their conversions are in `rows`.
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusError, BusResult, TenantId};
+use crewbus_domain::{BusError, BusResult};
 use crewbus_sql::ledger::SqlLedger;
-use sqlx::{PgPool, Postgres, Transaction};
+use sqlx::{Postgres, Transaction};
 
-use crate::body::SCHEME;
 use crate::dialect::Pg;
 use crate::error::bus_error;
-use crate::journal::PostgresJournal;
 
-mod counts;
+pub(crate) mod counts;
 pub(crate) mod delivery;
 pub(crate) mod directory;
-mod history;
 pub(crate) mod operators;
 pub(crate) mod oversight;
-mod references;
-mod relay;
-mod retention;
+pub(crate) mod references;
+pub(crate) mod relay;
 mod rows;
 pub(crate) mod search;
-mod send;
+pub(crate) mod send;
 mod settle;
 
-/// One tenant's ledger in Postgres.
+/// One tenant's ledger in Postgres: [`SqlLedger`] in the Postgres dialect
+/// (`PostgresLedger::new(pool, tenant)`, over a pool migrated by [`crate::migrate`]).
 ///
 /// Every method is one transaction. Invariants are also enforced by the schema (unique
 /// `(conversation, seq)` and `(conversation, sender, request_id)`, one receipt per (message,
@@ -73,20 +66,7 @@ mod settle;
 /// - **messages** is one `id = ANY($1)` read.
 /// - Time is always the caller's `at`, bound as a parameter (never `now()` in SQL). Postgres
 ///   keeps timestamps to the microsecond: times read back are the caller's truncated to µs.
-#[derive(Clone, Debug)]
-pub struct PostgresLedger {
-    sql: SqlLedger<Pg>,
-    /// The tenant again, for `impl_ledger_by_sections!` (it reads a field), until `Ledger` is
-    /// implemented on [`SqlLedger`].
-    tenant: TenantId,
-}
-
-impl Deref for PostgresLedger {
-    type Target = SqlLedger<Pg>;
-    fn deref(&self) -> &SqlLedger<Pg> {
-        &self.sql
-    }
-}
+pub type PostgresLedger = SqlLedger<Pg>;
 
 type Tx = Transaction<'static, Postgres>;
 
@@ -95,62 +75,25 @@ fn db(what: &'static str) -> impl Fn(sqlx::Error) -> BusError {
     move |e| bus_error(e, what)
 }
 
-impl PostgresLedger {
-    /// The ledger of `tenant` over `pool` (migrated: [`crate::migrate`]).
-    pub fn new(pool: PgPool, tenant: TenantId) -> Self {
-        PostgresLedger {
-            sql: SqlLedger::new(pool, tenant.clone()),
-            tenant,
-        }
-    }
-
-    /// The ledger written once for every SQL store, underneath this one.
-    pub fn sql(&self) -> &SqlLedger<Pg> {
-        &self.sql
-    }
-
-    /// The journal over the same database and tenant: the runs this ledger checks and writes the
-    /// bus's records to.
-    pub fn journal(&self) -> PostgresJournal {
-        PostgresJournal::new(self.pool().clone(), self.sql.tenant().clone())
-    }
-
-    fn pool(&self) -> &PgPool {
-        self.sql.store()
-    }
-
-    async fn begin(&self, what: &'static str) -> BusResult<Tx> {
-        self.sql.begin(what).await
-    }
-
-    async fn commit(tx: Tx, what: &'static str) -> BusResult<()> {
-        tx.commit().await.map_err(db(what))
-    }
-
-    /// Runs a lease statement of this tenant's due rows — `$1` the tenant, `$2` the time `at`,
-    /// `$3` at most `limit` rows, `$4` the lease's end `until` — and returns the leased rows.
-    async fn lease_rows<R>(
-        &self,
-        sql: &'static str,
-        at: DateTime<Utc>,
-        until: DateTime<Utc>,
-        limit: usize,
-        what: &'static str,
-    ) -> BusResult<Vec<R>>
-    where
-        R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
-    {
-        sqlx::query_as(sql)
-            .bind(self.sql.tenant().as_str())
-            .bind(at)
-            .bind(limit as i64)
-            .bind(until)
-            .fetch_all(self.pool())
-            .await
-            .map_err(db(what))
-    }
-}
-
-crewbus_ports::impl_ledger_by_sections! {
-    PostgresLedger { tenant: tenant, local_backend: Some(SCHEME), sections: async }
+/// Runs a lease statement of this tenant's due rows — `$1` the tenant, `$2` the time `at`,
+/// `$3` at most `limit` rows, `$4` the lease's end `until` — and returns the leased rows.
+async fn lease_rows<R>(
+    ledger: &SqlLedger<Pg>,
+    sql: &'static str,
+    at: DateTime<Utc>,
+    until: DateTime<Utc>,
+    limit: usize,
+    what: &'static str,
+) -> BusResult<Vec<R>>
+where
+    R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
+{
+    sqlx::query_as(sql)
+        .bind(ledger.tenant().as_str())
+        .bind(at)
+        .bind(limit as i64)
+        .bind(until)
+        .fetch_all(ledger.store())
+        .await
+        .map_err(db(what))
 }

@@ -2,9 +2,11 @@
 //! message) and removing them once the message's references are published.
 
 use super::rows::ReferenceRow;
-use super::{PostgresLedger, db};
+use super::{db, lease_rows};
+use crate::dialect::Pg;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, InboxEvent};
+use crewbus_sql::ledger::SqlLedger;
 use uuid::Uuid;
 
 /// One statement: lock up to `$3` due markers of tenant `$1` at `$2` (`SKIP LOCKED`: two workers
@@ -44,15 +46,14 @@ struct Row {
     reference: ReferenceRow,
 }
 
-pub(super) async fn lease_inbox_events(
-    ledger: &PostgresLedger,
+pub(crate) async fn lease_inbox_events(
+    ledger: &SqlLedger<Pg>,
     at: DateTime<Utc>,
     until: DateTime<Utc>,
     limit: usize,
 ) -> BusResult<Vec<InboxEvent>> {
-    let mut rows: Vec<Row> = ledger
-        .lease_rows(LEASE, at, until, limit, "lease references")
-        .await?;
+    let mut rows: Vec<Row> =
+        lease_rows(ledger, LEASE, at, until, limit, "lease references").await?;
     // Marker order, then recipient key in byte order (COLLATE "C", as everywhere else).
     rows.sort_by(|a, b| {
         (a.ord, a.reference.recipient_key()).cmp(&(b.ord, b.reference.recipient_key()))
@@ -63,8 +64,8 @@ pub(super) async fn lease_inbox_events(
         .collect())
 }
 
-pub(super) async fn mark_published(
-    ledger: &PostgresLedger,
+pub(crate) async fn mark_published(
+    ledger: &SqlLedger<Pg>,
     messages: &[Uuid],
     _at: DateTime<Utc>,
 ) -> BusResult<u64> {
@@ -72,7 +73,7 @@ pub(super) async fn mark_published(
         sqlx::query("DELETE FROM reference_marks WHERE message_id = ANY($1) AND tenant = $2")
             .bind(messages)
             .bind(ledger.tenant().as_str())
-            .execute(ledger.pool())
+            .execute(ledger.store())
             .await
             .map_err(db("mark references published"))?;
     Ok(done.rows_affected())

@@ -35,8 +35,10 @@ use crewbus_domain::{
 use uuid::Uuid;
 
 use super::rows::{MESSAGE_COLUMNS, MessageRow, db_i64, from_db};
-use super::{PostgresLedger, Tx, db};
+use super::{Tx, db};
 use crate::body::{SCHEME, locator_for};
+use crate::dialect::Pg;
+use crewbus_sql::ledger::SqlLedger;
 
 const WHAT: &str = "send";
 
@@ -107,241 +109,235 @@ WITH j AS (
 INSERT INTO journal_records (run_id, seq, at, kind)
 SELECT j.run, r.last_seq + j.nth, $4, j.kind FROM j JOIN runs r ON r.id = j.run";
 
-pub(super) async fn send(
-    ledger: &PostgresLedger,
-    request: SendRequest,
-    at: DateTime<Utc>,
-) -> BusResult<Sent> {
-    crewbus_sql::send::one(send_batch(ledger, std::slice::from_ref(&request), at)).await
-}
-
-pub(super) async fn send_batch(
-    ledger: &PostgresLedger,
+pub(crate) async fn send_batch(
+    ledger: &SqlLedger<Pg>,
     requests: &[SendRequest],
     at: DateTime<Utc>,
 ) -> BusResult<Vec<BusResult<Sent>>> {
     let mut tx = ledger.begin(WHAT).await?;
-    let facts = ledger.send_facts(&mut tx, requests).await?;
+    let facts = send_facts(ledger, &mut tx, requests).await?;
     let plan = plan_sends(requests, &facts);
-    let created = ledger.write_plan(&mut tx, requests, &plan, at).await?;
-    PostgresLedger::commit(tx, WHAT).await?;
+    let created = write_plan(ledger, &mut tx, requests, &plan, at).await?;
+    ledger.commit(tx, WHAT).await?;
     Ok(answer_sends(plan, &created))
 }
 
-impl PostgresLedger {
-    /// Locks the batch's conversations (in id order), then reads what the plan needs under the
-    /// locks, and locks the batch's runs (in id order).
-    async fn send_facts(&self, tx: &mut Tx, requests: &[SendRequest]) -> BusResult<SendFacts> {
-        let mut conversations: Vec<Uuid> = requests.iter().map(|r| r.conversation).collect();
-        conversations.sort_unstable();
-        conversations.dedup();
-        let locked: Vec<(Uuid, Uuid, String, i64)> = sqlx::query_as(
-            "SELECT c.id, c.team_id, c.backend, c.next_seq
-             FROM conversations c JOIN teams t ON t.id = c.team_id
-             WHERE c.id = ANY($1) AND t.tenant = $2
-             ORDER BY c.id
-             FOR NO KEY UPDATE OF c",
-        )
-        .bind(&conversations)
-        .bind(self.tenant().as_str())
+/// Locks the batch's conversations (in id order), then reads what the plan needs under the
+/// locks, and locks the batch's runs (in id order).
+async fn send_facts(
+    ledger: &SqlLedger<Pg>,
+    tx: &mut Tx,
+    requests: &[SendRequest],
+) -> BusResult<SendFacts> {
+    let mut conversations: Vec<Uuid> = requests.iter().map(|r| r.conversation).collect();
+    conversations.sort_unstable();
+    conversations.dedup();
+    let locked: Vec<(Uuid, Uuid, String, i64)> = sqlx::query_as(
+        "SELECT c.id, c.team_id, c.backend, c.next_seq
+         FROM conversations c JOIN teams t ON t.id = c.team_id
+         WHERE c.id = ANY($1) AND t.tenant = $2
+         ORDER BY c.id
+         FOR NO KEY UPDATE OF c",
+    )
+    .bind(&conversations)
+    .bind(ledger.tenant().as_str())
+    .fetch_all(&mut **tx)
+    .await
+    .map_err(db(WHAT))?;
+    let mut facts = SendFacts::default();
+    for (id, team, backend, next_seq) in locked {
+        let next_seq = from_db(next_seq);
+        facts.conversations.insert(
+            id,
+            ConversationFacts {
+                team,
+                backend,
+                next_seq,
+            },
+        );
+    }
+
+    // A new statement: its snapshot is taken after every lock above was granted.
+    let convs: Vec<Uuid> = requests.iter().map(|r| r.conversation).collect();
+    let senders: Vec<Uuid> = requests.iter().map(|r| r.sender).collect();
+    // A request id the domain refuses is never bound: Postgres text refuses U+0000, and the
+    // error would fail the whole batch, every other request with it. Such a request is
+    // looked up as "" (no message has it) and answered `Invalid` alone by the plan.
+    let request_ids: Vec<&str> = requests
+        .iter()
+        .map(|r| match validate_request_id(&r.request_id) {
+            Ok(()) => r.request_id.as_str(),
+            Err(_) => "",
+        })
+        .collect();
+    let rows: Vec<(i64, bool, Option<Uuid>)> = sqlx::query_as(
+        "SELECT r.i,
+                EXISTS (
+                    SELECT 1 FROM members m
+                    JOIN agents a ON a.id = m.agent_id
+                    JOIN conversations c ON c.id = m.conversation_id
+                    WHERE m.conversation_id = r.conv AND m.agent_id = r.sender
+                      AND a.team_id = c.team_id AND a.revoked_at IS NULL),
+                (SELECT e.id FROM messages e
+                 WHERE e.conversation_id = r.conv AND e.sender_id = r.sender
+                   AND e.request_id = r.rid)
+         FROM unnest($1::uuid[], $2::uuid[], $3::text[]) WITH ORDINALITY AS r(conv, sender, rid, i)",
+    )
+    .bind(&convs)
+    .bind(&senders)
+    .bind(&request_ids)
+    .fetch_all(&mut **tx)
+    .await
+    .map_err(db(WHAT))?;
+    let mut recorded_ids = Vec::new();
+    for (i, active, existing) in rows {
+        let request = &requests[usize::try_from(i - 1).expect("ordinality from 1")];
+        if active {
+            facts
+                .active_members
+                .insert((request.conversation, request.sender));
+        }
+        recorded_ids.extend(existing);
+    }
+    if !recorded_ids.is_empty() {
+        let rows: Vec<MessageRow> = sqlx::query_as(&format!(
+            "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id = ANY($1)"
+        ))
+        .bind(&recorded_ids)
         .fetch_all(&mut **tx)
         .await
         .map_err(db(WHAT))?;
-        let mut facts = SendFacts::default();
-        for (id, team, backend, next_seq) in locked {
-            let next_seq = from_db(next_seq);
-            facts.conversations.insert(
-                id,
-                ConversationFacts {
+        for row in rows {
+            let message = Message::try_from(row)?;
+            facts.recorded.insert(RequestKey::from(&message), message);
+        }
+    }
+
+    let mut runs: Vec<Uuid> = requests.iter().filter_map(|r| r.run.map(|r| r.0)).collect();
+    if !runs.is_empty() {
+        runs.sort_unstable();
+        runs.dedup();
+        let locked: Vec<(Uuid, Uuid, Uuid, bool)> = sqlx::query_as(
+            "SELECT id, team_id, agent_id, sealed_at IS NOT NULL FROM runs
+             WHERE id = ANY($1) AND tenant = $2
+             ORDER BY id
+             FOR NO KEY UPDATE",
+        )
+        .bind(&runs)
+        .bind(ledger.tenant().as_str())
+        .fetch_all(&mut **tx)
+        .await
+        .map_err(db("run lookup"))?;
+        for (id, team, agent, sealed) in locked {
+            facts.runs.insert(
+                RunId(id),
+                RunFacts {
                     team,
-                    backend,
-                    next_seq,
+                    agent,
+                    sealed,
                 },
             );
         }
+    }
+    Ok(facts)
+}
 
-        // A new statement: its snapshot is taken after every lock above was granted.
-        let convs: Vec<Uuid> = requests.iter().map(|r| r.conversation).collect();
-        let senders: Vec<Uuid> = requests.iter().map(|r| r.sender).collect();
-        // A request id the domain refuses is never bound: Postgres text refuses U+0000, and the
-        // error would fail the whole batch, every other request with it. Such a request is
-        // looked up as "" (no message has it) and answered `Invalid` alone by the plan.
-        let request_ids: Vec<&str> = requests
-            .iter()
-            .map(|r| match validate_request_id(&r.request_id) {
-                Ok(()) => r.request_id.as_str(),
-                Err(_) => "",
-            })
-            .collect();
-        let rows: Vec<(i64, bool, Option<Uuid>)> = sqlx::query_as(
-            "SELECT r.i,
-                    EXISTS (
-                        SELECT 1 FROM members m
-                        JOIN agents a ON a.id = m.agent_id
-                        JOIN conversations c ON c.id = m.conversation_id
-                        WHERE m.conversation_id = r.conv AND m.agent_id = r.sender
-                          AND a.team_id = c.team_id AND a.revoked_at IS NULL),
-                    (SELECT e.id FROM messages e
-                     WHERE e.conversation_id = r.conv AND e.sender_id = r.sender
-                       AND e.request_id = r.rid)
-             FROM unnest($1::uuid[], $2::uuid[], $3::text[]) WITH ORDINALITY AS r(conv, sender, rid, i)",
-        )
-        .bind(&convs)
-        .bind(&senders)
-        .bind(&request_ids)
+/// Writes every `Create` of `plan` in one statement and returns the created messages by
+/// request index (nothing is written, and no statement sent, when nothing is created).
+async fn write_plan(
+    ledger: &SqlLedger<Pg>,
+    tx: &mut Tx,
+    requests: &[SendRequest],
+    plan: &[SendDecision],
+    at: DateTime<Utc>,
+) -> BusResult<HashMap<usize, Message>> {
+    let mut created = HashMap::new();
+    let mut cols = Columns::default();
+    let mut records: (Vec<Uuid>, Vec<i64>, Vec<String>) = Default::default();
+    let mut per_run: HashMap<Uuid, i64> = HashMap::new();
+    for (i, (request, decision)) in requests.iter().zip(plan).enumerate() {
+        let SendDecision::Create {
+            seq,
+            backend,
+            body_sha256,
+        } = decision
+        else {
+            continue;
+        };
+        let id = Uuid::new_v4();
+        let mut message =
+            Message::pending(id, request, *seq, backend.clone(), body_sha256.clone(), at);
+        let local = backend == SCHEME;
+        if local {
+            message.publication = Publication::Stored;
+            message.locator = Some(locator_for(id));
+            message.stored_at = Some(at);
+        }
+        cols.push(&message, request, local);
+        if let Some(run) = request.run {
+            let nth = per_run.entry(run.0).or_default();
+            *nth += 1;
+            records.0.push(run.0);
+            records.1.push(*nth);
+            records.2.push(
+                serde_json::to_string(&RecordKind::MessageSent {
+                    conversation: request.conversation,
+                    message: id,
+                    seq: *seq,
+                })
+                .map_err(|e| db(WHAT)(sqlx::Error::Encode(Box::new(e))))?,
+            );
+        }
+        created.insert(i, message);
+    }
+    if created.is_empty() {
+        return Ok(created);
+    }
+    let inserted: Vec<(Uuid, String)> = sqlx::query_as(WRITE_BATCH)
+        .bind(&cols.id)
+        .bind(&cols.team)
+        .bind(&cols.conv)
+        .bind(&cols.seq)
+        .bind(&cols.sender)
+        .bind(&cols.request_id)
+        .bind(&cols.sha)
+        .bind(&cols.len)
+        .bind(&cols.backend)
+        .bind(&cols.publication)
+        .bind(&cols.locator)
+        .bind(&cols.stored_at)
+        .bind(&cols.local)
+        .bind(&cols.slot_id)
+        .bind(&cols.publish_key)
+        .bind(&cols.body)
+        .bind(at)
+        .bind(ledger.tenant().as_str())
         .fetch_all(&mut **tx)
         .await
         .map_err(db(WHAT))?;
-        let mut recorded_ids = Vec::new();
-        for (i, active, existing) in rows {
-            let request = &requests[usize::try_from(i - 1).expect("ordinality from 1")];
-            if active {
-                facts
-                    .active_members
-                    .insert((request.conversation, request.sender));
-            }
-            recorded_ids.extend(existing);
-        }
-        if !recorded_ids.is_empty() {
-            let rows: Vec<MessageRow> = sqlx::query_as(&format!(
-                "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id = ANY($1)"
-            ))
-            .bind(&recorded_ids)
-            .fetch_all(&mut **tx)
-            .await
-            .map_err(db(WHAT))?;
-            for row in rows {
-                let message = Message::try_from(row)?;
-                facts.recorded.insert(RequestKey::from(&message), message);
-            }
-        }
-
-        let mut runs: Vec<Uuid> = requests.iter().filter_map(|r| r.run.map(|r| r.0)).collect();
-        if !runs.is_empty() {
-            runs.sort_unstable();
-            runs.dedup();
-            let locked: Vec<(Uuid, Uuid, Uuid, bool)> = sqlx::query_as(
-                "SELECT id, team_id, agent_id, sealed_at IS NOT NULL FROM runs
-                 WHERE id = ANY($1) AND tenant = $2
-                 ORDER BY id
-                 FOR NO KEY UPDATE",
-            )
-            .bind(&runs)
-            .bind(self.tenant().as_str())
-            .fetch_all(&mut **tx)
-            .await
-            .map_err(db("run lookup"))?;
-            for (id, team, agent, sealed) in locked {
-                facts.runs.insert(
-                    RunId(id),
-                    RunFacts {
-                        team,
-                        agent,
-                        sealed,
-                    },
-                );
-            }
-        }
-        Ok(facts)
+    if inserted.len() != created.len() {
+        return Err(BusError::unavailable(
+            "send: the batch's write did not insert every planned message",
+        ));
     }
-
-    /// Writes every `Create` of `plan` in one statement and returns the created messages by
-    /// request index (nothing is written, and no statement sent, when nothing is created).
-    async fn write_plan(
-        &self,
-        tx: &mut Tx,
-        requests: &[SendRequest],
-        plan: &[SendDecision],
-        at: DateTime<Utc>,
-    ) -> BusResult<HashMap<usize, Message>> {
-        let mut created = HashMap::new();
-        let mut cols = Columns::default();
-        let mut records: (Vec<Uuid>, Vec<i64>, Vec<String>) = Default::default();
-        let mut per_run: HashMap<Uuid, i64> = HashMap::new();
-        for (i, (request, decision)) in requests.iter().zip(plan).enumerate() {
-            let SendDecision::Create {
-                seq,
-                backend,
-                body_sha256,
-            } = decision
-            else {
-                continue;
-            };
-            let id = Uuid::new_v4();
-            let mut message =
-                Message::pending(id, request, *seq, backend.clone(), body_sha256.clone(), at);
-            let local = backend == SCHEME;
-            if local {
-                message.publication = Publication::Stored;
-                message.locator = Some(locator_for(id));
-                message.stored_at = Some(at);
-            }
-            cols.push(&message, request, local);
-            if let Some(run) = request.run {
-                let nth = per_run.entry(run.0).or_default();
-                *nth += 1;
-                records.0.push(run.0);
-                records.1.push(*nth);
-                records.2.push(
-                    serde_json::to_string(&RecordKind::MessageSent {
-                        conversation: request.conversation,
-                        message: id,
-                        seq: *seq,
-                    })
-                    .map_err(|e| db(WHAT)(sqlx::Error::Encode(Box::new(e))))?,
-                );
-            }
-            created.insert(i, message);
-        }
-        if created.is_empty() {
-            return Ok(created);
-        }
-        let inserted: Vec<(Uuid, String)> = sqlx::query_as(WRITE_BATCH)
-            .bind(&cols.id)
-            .bind(&cols.team)
-            .bind(&cols.conv)
-            .bind(&cols.seq)
-            .bind(&cols.sender)
-            .bind(&cols.request_id)
-            .bind(&cols.sha)
-            .bind(&cols.len)
-            .bind(&cols.backend)
-            .bind(&cols.publication)
-            .bind(&cols.locator)
-            .bind(&cols.stored_at)
-            .bind(&cols.local)
-            .bind(&cols.slot_id)
-            .bind(&cols.publish_key)
-            .bind(&cols.body)
+    let kinds: HashMap<Uuid, String> = inserted.into_iter().collect();
+    for message in created.values_mut() {
+        let kind = kinds.get(&message.id).ok_or_else(|| {
+            BusError::unavailable("send: the batch's write lost a planned message")
+        })?;
+        message.sender_kind = AgentKind::from_stored(kind)?;
+    }
+    if !records.0.is_empty() {
+        sqlx::query(WRITE_RECORDS)
+            .bind(&records.0)
+            .bind(&records.1)
+            .bind(&records.2)
             .bind(at)
-            .bind(self.tenant().as_str())
-            .fetch_all(&mut **tx)
+            .execute(&mut **tx)
             .await
             .map_err(db(WHAT))?;
-        if inserted.len() != created.len() {
-            return Err(BusError::unavailable(
-                "send: the batch's write did not insert every planned message",
-            ));
-        }
-        let kinds: HashMap<Uuid, String> = inserted.into_iter().collect();
-        for message in created.values_mut() {
-            let kind = kinds.get(&message.id).ok_or_else(|| {
-                BusError::unavailable("send: the batch's write lost a planned message")
-            })?;
-            message.sender_kind = AgentKind::from_stored(kind)?;
-        }
-        if !records.0.is_empty() {
-            sqlx::query(WRITE_RECORDS)
-                .bind(&records.0)
-                .bind(&records.1)
-                .bind(&records.2)
-                .bind(at)
-                .execute(&mut **tx)
-                .await
-                .map_err(db(WHAT))?;
-        }
-        Ok(created)
     }
+    Ok(created)
 }
 
 /// The created messages' columns, one array per column of [`WRITE_BATCH`]'s `unnest`.

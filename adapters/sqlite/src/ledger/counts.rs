@@ -5,16 +5,17 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, LedgerCounts};
 
-use super::SqliteLedger;
 use crate::codec::{Ts, from_db, opt};
+use crate::dialect::Lite;
+use crewbus_sql::ledger::SqlLedger;
 
-pub(super) async fn counts(ledger: &SqliteLedger, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
+pub(crate) async fn counts(ledger: &SqlLedger<Lite>, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
     let what = "counts";
     // One read transaction: every count sees the same snapshot (a WAL reader's). The unsettled
     // messages through their partial index (`INDEXED BY`: the planner would otherwise take
     // `messages_sent (team_id, sent_at)` and read every message of each team).
-    let mut tx = ledger.read(what).await?;
-    let tenant = ledger.tenant.as_str();
+    let mut tx = ledger.snapshot(what).await?;
+    let tenant = ledger.tenant().as_str();
     let (pending, failed, oldest): (i64, i64, Option<Ts>) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE m.publication = 'pending_publication'),
                 count(*) FILTER (WHERE m.publication = 'failed'),

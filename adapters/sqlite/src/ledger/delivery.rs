@@ -18,11 +18,6 @@ use uuid::Uuid;
 use crate::codec::{Ts, db_i64};
 use crate::dialect::Lite;
 
-pub(super) use crewbus_sql::delivery::{
-    acknowledge, confirm, hand_out, message, messages, receipts, undelivered, wakeable,
-};
-pub(super) use crewbus_sql::watch::inbox_news;
-
 /// `Dialect::sweep_targets` on SQLite: the waiters as `VALUES`.
 pub(crate) fn sweep_targets(first: usize, n: usize) -> String {
     let values: Vec<String> = (0..n)

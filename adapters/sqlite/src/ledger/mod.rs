@@ -1,40 +1,28 @@
-//! `SqliteLedger`: the bus's authority in SQLite.
+//! The SQLite ledger: what of the bus's authority SQLite writes its own way, reached by the
+//! shared `impl Ledger for SqlLedger<Lite>` (`crewbus-sql`) through the dialect ([`crate::Lite`]).
 //!
-//! One file per section of the port, as the trait lists them (the Postgres ledger's layout):
-//! `directory` (teams, agents, conversations), `send`, `relay` (leasing outbox slots), `settle`,
-//! `references` (inbox events), `delivery` (messages, hand-outs, confirmations, receipts),
-//! `history`, `retention` and `counts`; table rows and their conversions are in `rows`. The
-//! `impl Ledger` is [`crewbus_ports::impl_ledger_by_sections!`]: it applies the port's argument
-//! rules and delegates to the sections. The same store holds the operators (`operators`:
-//! `impl Operators`) and answers the console's reads (`oversight`: `impl Oversight`). The
-//! lookups and run checks the sections share are here.
+//! One file per section the dialect answers (the Postgres ledger's layout): `send`, `relay`
+//! (leasing outbox slots), `settle`, `references` (inbox events) and `counts`; and the SQL of the
+//! shared sections that differs on SQLite: `delivery` (hand-outs, the wake-up sweep),
+//! `operators`, `oversight` and `search`. Table rows and their conversions are in `rows`.
 
-use std::ops::Deref;
-
-use crewbus_domain::{BusError, BusResult, TenantId};
 use crewbus_sql::ledger::SqlLedger;
-use sqlx::{Sqlite, Transaction};
 
-use crate::body::SCHEME;
-use crate::connect::{SqlitePools, WriteTx};
 use crate::dialect::Lite;
-use crate::journal::SqliteJournal;
 
-mod counts;
+pub(crate) mod counts;
 pub(crate) mod delivery;
-pub(crate) mod directory;
-mod history;
 pub(crate) mod operators;
 pub(crate) mod oversight;
-mod references;
-mod relay;
-mod retention;
+pub(crate) mod references;
+pub(crate) mod relay;
 mod rows;
 pub(crate) mod search;
-mod send;
+pub(crate) mod send;
 mod settle;
 
-/// One tenant's ledger in SQLite.
+/// One tenant's ledger in SQLite: [`SqlLedger`] in the SQLite dialect
+/// (`SqliteLedger::new(pools, tenant)`, over pools migrated by [`crate::migrate`]).
 ///
 /// Every method is one transaction. Invariants are also enforced by the schema (unique
 /// `(conversation, seq)` and `(conversation, sender, request_id)`, one receipt per (message,
@@ -64,65 +52,4 @@ mod settle;
 ///   read pool; WAL readers see the last commit before they start and never block the writer.
 /// - Time is always the caller's `at`, bound as a parameter, stored as microseconds since the
 ///   epoch: times read back are the caller's truncated to µs.
-#[derive(Clone, Debug)]
-pub struct SqliteLedger {
-    sql: SqlLedger<Lite>,
-    /// The tenant again, for `impl_ledger_by_sections!` (it reads a field), until `Ledger` is
-    /// implemented on [`SqlLedger`].
-    tenant: TenantId,
-}
-
-impl Deref for SqliteLedger {
-    type Target = SqlLedger<Lite>;
-    fn deref(&self) -> &SqlLedger<Lite> {
-        &self.sql
-    }
-}
-
-impl SqliteLedger {
-    /// The ledger of `tenant` over `pools` (migrated: [`crate::migrate`]).
-    pub fn new(pools: SqlitePools, tenant: TenantId) -> Self {
-        SqliteLedger {
-            sql: SqlLedger::new(pools, tenant.clone()),
-            tenant,
-        }
-    }
-
-    /// The ledger written once for every SQL store, underneath this one.
-    pub fn sql(&self) -> &SqlLedger<Lite> {
-        &self.sql
-    }
-
-    /// The journal over the same store and tenant: the runs this ledger checks and writes the
-    /// bus's records to.
-    pub fn journal(&self) -> SqliteJournal {
-        SqliteJournal::new(self.pools().clone(), self.tenant.clone())
-    }
-
-    /// The pools this ledger runs on.
-    pub fn pools(&self) -> &SqlitePools {
-        self.sql.store()
-    }
-
-    /// `|e| bus_error(e, what)`, counting busy errors.
-    fn db<'a>(&'a self, what: &'a str) -> impl Fn(sqlx::Error) -> BusError + 'a {
-        self.pools().db(what)
-    }
-
-    async fn begin(&self, what: &str) -> BusResult<WriteTx> {
-        self.pools().begin(what).await
-    }
-
-    async fn commit(&self, tx: WriteTx, what: &str) -> BusResult<()> {
-        tx.commit().await.map_err(self.db(what))
-    }
-
-    /// A read-only transaction on the read pool: one snapshot for several statements.
-    async fn read(&self, what: &str) -> BusResult<Transaction<'static, Sqlite>> {
-        self.pools().reader().begin().await.map_err(self.db(what))
-    }
-}
-
-crewbus_ports::impl_ledger_by_sections! {
-    SqliteLedger { tenant: tenant, local_backend: Some(SCHEME), sections: async }
-}
+pub type SqliteLedger = SqlLedger<Lite>;

@@ -5,12 +5,13 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, InboxEvent};
 use uuid::Uuid;
 
-use super::SqliteLedger;
 use super::rows::ReferenceRow;
 use crate::codec::{Ts, marks};
+use crate::dialect::Lite;
+use crewbus_sql::ledger::SqlLedger;
 
-pub(super) async fn lease_inbox_events(
-    ledger: &SqliteLedger,
+pub(crate) async fn lease_inbox_events(
+    ledger: &SqlLedger<Lite>,
     at: DateTime<Utc>,
     until: DateTime<Utc>,
     limit: usize,
@@ -22,7 +23,7 @@ pub(super) async fn lease_inbox_events(
          WHERE tenant = ?1 AND (leased_until IS NULL OR leased_until <= ?2)
          ORDER BY ord LIMIT ?3",
     )
-    .bind(ledger.tenant.as_str())
+    .bind(ledger.tenant().as_str())
     .bind(Ts(at))
     .bind(limit as i64)
     .fetch_all(&mut *tx)
@@ -69,8 +70,8 @@ pub(super) async fn lease_inbox_events(
     Ok(rows.into_iter().map(InboxEvent::from).collect())
 }
 
-pub(super) async fn mark_published(
-    ledger: &SqliteLedger,
+pub(crate) async fn mark_published(
+    ledger: &SqlLedger<Lite>,
     messages: &[Uuid],
     _at: DateTime<Utc>,
 ) -> BusResult<u64> {
@@ -82,7 +83,7 @@ pub(super) async fn mark_published(
         "DELETE FROM reference_marks WHERE tenant = ? AND message_id IN ({})",
         marks(messages.len())
     );
-    let mut query = sqlx::query(&sql).bind(ledger.tenant.as_str());
+    let mut query = sqlx::query(&sql).bind(ledger.tenant().as_str());
     for id in messages {
         query = query.bind(*id);
     }

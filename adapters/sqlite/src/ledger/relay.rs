@@ -4,15 +4,16 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, LeasedSlot};
 use crewbus_sql::rows::leased_slots;
 
-use super::SqliteLedger;
 use super::rows::SlotRow;
 use crate::codec::Ts;
+use crate::dialect::Lite;
+use crewbus_sql::ledger::SqlLedger;
 
 /// The port lists `settle` under the relay; it has its own file.
-pub(super) use super::settle::settle;
+pub(crate) use super::settle::settle;
 
-pub(super) async fn lease_slots(
-    ledger: &SqliteLedger,
+pub(crate) async fn lease_slots(
+    ledger: &SqlLedger<Lite>,
     at: DateTime<Utc>,
     until: DateTime<Utc>,
     limit: usize,
@@ -32,7 +33,7 @@ pub(super) async fn lease_slots(
          RETURNING id, generation, backend, message_id, conversation_id, team_id, body,
                    publish_key, attempts, uncertain, next_attempt_at, ord",
     )
-    .bind(ledger.tenant.as_str())
+    .bind(ledger.tenant().as_str())
     .bind(Ts(at))
     .bind(limit as i64)
     .bind(Ts(until))

@@ -20,122 +20,112 @@ use crewbus_domain::{
 use sqlx::SqliteConnection;
 use uuid::Uuid;
 
-use super::SqliteLedger;
 use super::rows::{MESSAGE_COLUMNS, MessageRow};
 use crate::body::{SCHEME, locator_for};
 use crate::codec::{Ts, db_i64, from_db};
 use crate::dialect::Lite;
 use crewbus_sql::body::store_body;
 use crewbus_sql::journal::{append, lock_run};
+use crewbus_sql::ledger::SqlLedger;
 
-impl SqliteLedger {
-    /// Inserts the message (with its sender's kind, which it takes on), bumps the conversation's
-    /// counter, and writes one receipt per agent member other than the sender (recipients
-    /// snapshotted now; human members get none); returns the recipients (agent id, recipient
-    /// key) in recipient key order.
-    async fn insert_message(
-        &self,
-        conn: &mut SqliteConnection,
-        message: &mut Message,
-    ) -> BusResult<Vec<(Uuid, String)>> {
-        let what = "send";
-        sqlx::query("UPDATE conversations SET next_seq = next_seq + 1 WHERE id = ?")
-            .bind(message.conversation)
-            .execute(&mut *conn)
-            .await
-            .map_err(self.db(what))?;
-        let sender_kind: String = sqlx::query_scalar(
-            "INSERT INTO messages
-                 (id, team_id, conversation_id, seq, sender_id, request_id, body_sha256,
-                  body_len, backend, publication, locator, sent_at, stored_at, sender_kind)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,
-                     (SELECT kind FROM agents WHERE id = ?5))
-             RETURNING sender_kind",
-        )
-        .bind(message.id)
-        .bind(message.team)
+/// Inserts the message (with its sender's kind, which it takes on), bumps the conversation's
+/// counter, and writes one receipt per agent member other than the sender (recipients
+/// snapshotted now; human members get none); returns the recipients (agent id, recipient
+/// key) in recipient key order.
+async fn insert_message(
+    ledger: &SqlLedger<Lite>,
+    conn: &mut SqliteConnection,
+    message: &mut Message,
+) -> BusResult<Vec<(Uuid, String)>> {
+    let what = "send";
+    sqlx::query("UPDATE conversations SET next_seq = next_seq + 1 WHERE id = ?")
         .bind(message.conversation)
-        .bind(db_i64(message.seq))
-        .bind(message.sender)
-        .bind(&message.request_id)
-        .bind(&message.body_sha256)
-        .bind(db_i64(message.body_len))
-        .bind(&message.backend)
-        .bind(message.publication.as_str())
-        .bind(message.locator.as_ref().map(|l| l.as_str()))
-        .bind(Ts(message.sent_at))
-        .bind(message.stored_at.map(Ts))
-        .fetch_one(&mut *conn)
-        .await
-        .map_err(self.db(what))?;
-        message.sender_kind = AgentKind::from_stored(&sender_kind)?;
-        let recipients: Vec<(Uuid, String)> = sqlx::query_as(
-            "SELECT m.agent_id, m.recipient_key FROM members m
-             JOIN agents a ON a.id = m.agent_id AND a.kind = 'agent'
-             WHERE m.conversation_id = ? AND m.agent_id <> ? ORDER BY m.recipient_key",
-        )
-        .bind(message.conversation)
-        .bind(message.sender)
-        .fetch_all(&mut *conn)
-        .await
-        .map_err(self.db(what))?;
-        for (agent, key) in &recipients {
-            sqlx::query(
-                "INSERT INTO receipts (message_id, recipient_id, recipient_key) VALUES (?, ?, ?)",
-            )
-            .bind(message.id)
-            .bind(*agent)
-            .bind(key)
-            .execute(&mut *conn)
-            .await
-            .map_err(self.db(what))?;
-        }
-        Ok(recipients)
-    }
-
-    /// Writes the reference marker of `message` (its body stored now, at `at`) in the team's
-    /// inbox, when the message has recipients: one row, whatever their number (the reference
-    /// worker reads the recipients from the receipts). Shared by `send` (local backend) and
-    /// `settle`.
-    pub(super) async fn mark_references_due(
-        &self,
-        conn: &mut SqliteConnection,
-        team: Uuid,
-        message: Uuid,
-        at: DateTime<Utc>,
-    ) -> BusResult<()> {
-        sqlx::query(
-            "INSERT INTO reference_marks (message_id, tenant, team_id, inbox, created_at)
-             SELECT ?1, ?2, ?3, t.inbox, ?4 FROM teams t
-             WHERE t.id = ?3 AND EXISTS (SELECT 1 FROM receipts r WHERE r.message_id = ?1)",
-        )
-        .bind(message)
-        .bind(self.tenant.as_str())
-        .bind(team)
-        .bind(Ts(at))
         .execute(&mut *conn)
         .await
-        .map_err(self.db("reference marker"))?;
-        Ok(())
+        .map_err(ledger.db(what))?;
+    let sender_kind: String = sqlx::query_scalar(
+        "INSERT INTO messages
+             (id, team_id, conversation_id, seq, sender_id, request_id, body_sha256,
+              body_len, backend, publication, locator, sent_at, stored_at, sender_kind)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13,
+                 (SELECT kind FROM agents WHERE id = ?5))
+         RETURNING sender_kind",
+    )
+    .bind(message.id)
+    .bind(message.team)
+    .bind(message.conversation)
+    .bind(db_i64(message.seq))
+    .bind(message.sender)
+    .bind(&message.request_id)
+    .bind(&message.body_sha256)
+    .bind(db_i64(message.body_len))
+    .bind(&message.backend)
+    .bind(message.publication.as_str())
+    .bind(message.locator.as_ref().map(|l| l.as_str()))
+    .bind(Ts(message.sent_at))
+    .bind(message.stored_at.map(Ts))
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(ledger.db(what))?;
+    message.sender_kind = AgentKind::from_stored(&sender_kind)?;
+    let recipients: Vec<(Uuid, String)> = sqlx::query_as(
+        "SELECT m.agent_id, m.recipient_key FROM members m
+         JOIN agents a ON a.id = m.agent_id AND a.kind = 'agent'
+         WHERE m.conversation_id = ? AND m.agent_id <> ? ORDER BY m.recipient_key",
+    )
+    .bind(message.conversation)
+    .bind(message.sender)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(ledger.db(what))?;
+    for (agent, key) in &recipients {
+        sqlx::query(
+            "INSERT INTO receipts (message_id, recipient_id, recipient_key) VALUES (?, ?, ?)",
+        )
+        .bind(message.id)
+        .bind(*agent)
+        .bind(key)
+        .execute(&mut *conn)
+        .await
+        .map_err(ledger.db(what))?;
     }
+    Ok(recipients)
 }
 
-pub(super) async fn send(
-    ledger: &SqliteLedger,
-    request: SendRequest,
+/// Writes the reference marker of `message` (its body stored now, at `at`) in the team's
+/// inbox, when the message has recipients: one row, whatever their number (the reference
+/// worker reads the recipients from the receipts). Shared by `send` (local backend) and
+/// `settle`.
+pub(super) async fn mark_references_due(
+    ledger: &SqlLedger<Lite>,
+    conn: &mut SqliteConnection,
+    team: Uuid,
+    message: Uuid,
     at: DateTime<Utc>,
-) -> BusResult<Sent> {
-    crewbus_sql::send::one(send_batch(ledger, std::slice::from_ref(&request), at)).await
+) -> BusResult<()> {
+    sqlx::query(
+        "INSERT INTO reference_marks (message_id, tenant, team_id, inbox, created_at)
+         SELECT ?1, ?2, ?3, t.inbox, ?4 FROM teams t
+         WHERE t.id = ?3 AND EXISTS (SELECT 1 FROM receipts r WHERE r.message_id = ?1)",
+    )
+    .bind(message)
+    .bind(ledger.tenant().as_str())
+    .bind(team)
+    .bind(Ts(at))
+    .execute(&mut *conn)
+    .await
+    .map_err(ledger.db("reference marker"))?;
+    Ok(())
 }
 
-pub(super) async fn send_batch(
-    ledger: &SqliteLedger,
+pub(crate) async fn send_batch(
+    ledger: &SqlLedger<Lite>,
     requests: &[SendRequest],
     at: DateTime<Utc>,
 ) -> BusResult<Vec<BusResult<Sent>>> {
     let what = "send";
     let mut tx = ledger.begin(what).await?;
-    let facts = ledger.send_facts(&mut tx, requests).await?;
+    let facts = send_facts(ledger, &mut tx, requests).await?;
     let plan = plan_sends(requests, &facts);
     let mut created = HashMap::new();
     for (i, (request, decision)) in requests.iter().zip(&plan).enumerate() {
@@ -145,9 +135,8 @@ pub(super) async fn send_batch(
             body_sha256,
         } = decision
         {
-            let message = ledger
-                .write_message(&mut tx, request, *seq, backend, body_sha256, at)
-                .await?;
+            let message =
+                write_message(ledger, &mut tx, request, *seq, backend, body_sha256, at).await?;
             created.insert(i, message);
         }
     }
@@ -155,181 +144,178 @@ pub(super) async fn send_batch(
     Ok(answer_sends(plan, &created))
 }
 
-impl SqliteLedger {
-    /// What the plan needs, read inside the write transaction: the batch's conversations, whether
-    /// each sender is an active member, the messages holding the batch's idempotency keys
-    /// (`(conversation, sender, request_id)`), its runs.
-    async fn send_facts(
-        &self,
-        conn: &mut SqliteConnection,
-        requests: &[SendRequest],
-    ) -> BusResult<SendFacts> {
-        let what = "send";
-        let mut facts = SendFacts::default();
-        // What was looked up already (found or not), so each is read once per batch.
-        let mut conversations_read = HashSet::new();
-        let mut request_ids_read = HashSet::new();
-        for request in requests {
-            if conversations_read.insert(request.conversation) {
-                let row: Option<(Uuid, String, i64)> = sqlx::query_as(
-                    "SELECT c.team_id, c.backend, c.next_seq
-                     FROM conversations c JOIN teams t ON t.id = c.team_id
-                     WHERE c.id = ? AND t.tenant = ?",
-                )
-                .bind(request.conversation)
-                .bind(self.tenant.as_str())
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(self.db(what))?;
-                if let Some((team, backend, next_seq)) = row {
-                    facts.conversations.insert(
-                        request.conversation,
-                        ConversationFacts {
-                            team,
-                            backend,
-                            next_seq: from_db(next_seq),
-                        },
-                    );
-                }
-            }
-            let pair = (request.conversation, request.sender);
-            if !facts.active_members.contains(&pair) {
-                let active: bool = sqlx::query_scalar(
-                    "SELECT EXISTS (
-                         SELECT 1 FROM members m
-                         JOIN agents a ON a.id = m.agent_id
-                         JOIN conversations c ON c.id = m.conversation_id
-                         WHERE m.conversation_id = ? AND m.agent_id = ?
-                           AND a.team_id = c.team_id AND a.revoked_at IS NULL)",
-                )
-                .bind(request.conversation)
-                .bind(request.sender)
-                .fetch_one(&mut *conn)
-                .await
-                .map_err(self.db(what))?;
-                if active {
-                    facts.active_members.insert(pair);
-                }
-            }
-            let key = RequestKey::from(request);
-            // A request id the domain refuses is not looked up (as on Postgres, which cannot
-            // bind U+0000 in text): the plan answers it `Invalid` alone.
-            if validate_request_id(&request.request_id).is_ok()
-                && request_ids_read.insert(key.clone())
-            {
-                let existing: Option<MessageRow> = sqlx::query_as(&format!(
-                    "SELECT {MESSAGE_COLUMNS} FROM messages m
-                     WHERE m.conversation_id = ? AND m.sender_id = ? AND m.request_id = ?"
-                ))
-                .bind(request.conversation)
-                .bind(request.sender)
-                .bind(&request.request_id)
-                .fetch_optional(&mut *conn)
-                .await
-                .map_err(self.db(what))?;
-                if let Some(row) = existing {
-                    facts.recorded.insert(key, Message::try_from(row)?);
-                }
-            }
-            if let Some(run) = request.run
-                && !facts.runs.contains_key(&run)
-                && let Some(state) = lock_run::<Lite>(conn, &self.tenant, run)
-                    .await
-                    .map_err(self.db("run lookup"))?
-            {
-                facts.runs.insert(
-                    run,
-                    RunFacts {
-                        team: state.team,
-                        agent: state.agent,
-                        sealed: state.sealed,
+/// What the plan needs, read inside the write transaction: the batch's conversations, whether
+/// each sender is an active member, the messages holding the batch's idempotency keys
+/// (`(conversation, sender, request_id)`), its runs.
+async fn send_facts(
+    ledger: &SqlLedger<Lite>,
+    conn: &mut SqliteConnection,
+    requests: &[SendRequest],
+) -> BusResult<SendFacts> {
+    let what = "send";
+    let mut facts = SendFacts::default();
+    // What was looked up already (found or not), so each is read once per batch.
+    let mut conversations_read = HashSet::new();
+    let mut request_ids_read = HashSet::new();
+    for request in requests {
+        if conversations_read.insert(request.conversation) {
+            let row: Option<(Uuid, String, i64)> = sqlx::query_as(
+                "SELECT c.team_id, c.backend, c.next_seq
+                 FROM conversations c JOIN teams t ON t.id = c.team_id
+                 WHERE c.id = ? AND t.tenant = ?",
+            )
+            .bind(request.conversation)
+            .bind(ledger.tenant().as_str())
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(ledger.db(what))?;
+            if let Some((team, backend, next_seq)) = row {
+                facts.conversations.insert(
+                    request.conversation,
+                    ConversationFacts {
+                        team,
+                        backend,
+                        next_seq: from_db(next_seq),
                     },
                 );
             }
         }
-        Ok(facts)
-    }
-
-    /// Writes one planned message as `send` always has: the message with its seq bump and
-    /// receipts, then the body and inbox events (local backend) or the outbox slot, then the
-    /// run's `MessageSent`. Any failure here is the transaction's (the outer `Err`): a body
-    /// store conflict cannot come from a fresh message id and publish key but a broken store.
-    async fn write_message(
-        &self,
-        conn: &mut SqliteConnection,
-        request: &SendRequest,
-        seq: u64,
-        backend: &str,
-        body_sha256: &str,
-        at: DateTime<Utc>,
-    ) -> BusResult<Message> {
-        let what = "send";
-        let id = Uuid::new_v4();
-        let local = backend == SCHEME;
-        let mut message = Message::pending(
-            id,
-            request,
-            seq,
-            backend.to_owned(),
-            body_sha256.to_owned(),
-            at,
-        );
-        if local {
-            message.publication = Publication::Stored;
-            message.locator = Some(locator_for(id));
-            message.stored_at = Some(at);
-        }
-        let envelope = Envelope {
-            message_id: id,
-            conversation_id: request.conversation,
-            team_id: request.team,
-            body: request.body.clone(),
-            publish_key: Uuid::new_v4(),
-        };
-        let recipients = self.insert_message(conn, &mut message).await?;
-        if local {
-            if !recipients.is_empty() {
-                self.mark_references_due(conn, request.team, id, at).await?;
-            }
-            match store_body::<Lite>(conn, &envelope, at).await {
-                Ok(_) => {}
-                Err(Ok(refused)) => {
-                    return Err(BusError::unavailable(format!(
-                        "send: the body store refused a fresh body ({refused})"
-                    )));
-                }
-                Err(Err(e)) => return Err(self.pools().bus_error(e, what)),
-            }
-        } else {
-            sqlx::query(
-                "INSERT INTO outbox_slots
-                     (id, tenant, message_id, team_id, conversation_id, backend, publish_key, body,
-                      next_attempt_at)
-                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        let pair = (request.conversation, request.sender);
+        if !facts.active_members.contains(&pair) {
+            let active: bool = sqlx::query_scalar(
+                "SELECT EXISTS (
+                     SELECT 1 FROM members m
+                     JOIN agents a ON a.id = m.agent_id
+                     JOIN conversations c ON c.id = m.conversation_id
+                     WHERE m.conversation_id = ? AND m.agent_id = ?
+                       AND a.team_id = c.team_id AND a.revoked_at IS NULL)",
             )
-            .bind(Uuid::new_v4())
-            .bind(self.tenant.as_str())
-            .bind(id)
-            .bind(request.team)
             .bind(request.conversation)
-            .bind(backend)
-            .bind(envelope.publish_key)
-            .bind(envelope.body.as_bytes())
-            .bind(Ts(at))
-            .execute(&mut *conn)
+            .bind(request.sender)
+            .fetch_one(&mut *conn)
             .await
-            .map_err(self.db(what))?;
+            .map_err(ledger.db(what))?;
+            if active {
+                facts.active_members.insert(pair);
+            }
         }
-        if let Some(run) = request.run {
-            let kind = RecordKind::MessageSent {
-                conversation: request.conversation,
-                message: id,
-                seq,
-            };
-            append::<Lite>(conn, run, at, &kind)
+        let key = RequestKey::from(request);
+        // A request id the domain refuses is not looked up (as on Postgres, which cannot
+        // bind U+0000 in text): the plan answers it `Invalid` alone.
+        if validate_request_id(&request.request_id).is_ok() && request_ids_read.insert(key.clone())
+        {
+            let existing: Option<MessageRow> = sqlx::query_as(&format!(
+                "SELECT {MESSAGE_COLUMNS} FROM messages m
+                 WHERE m.conversation_id = ? AND m.sender_id = ? AND m.request_id = ?"
+            ))
+            .bind(request.conversation)
+            .bind(request.sender)
+            .bind(&request.request_id)
+            .fetch_optional(&mut *conn)
+            .await
+            .map_err(ledger.db(what))?;
+            if let Some(row) = existing {
+                facts.recorded.insert(key, Message::try_from(row)?);
+            }
+        }
+        if let Some(run) = request.run
+            && !facts.runs.contains_key(&run)
+            && let Some(state) = lock_run::<Lite>(conn, ledger.tenant(), run)
                 .await
-                .map_err(self.db(what))?;
+                .map_err(ledger.db("run lookup"))?
+        {
+            facts.runs.insert(
+                run,
+                RunFacts {
+                    team: state.team,
+                    agent: state.agent,
+                    sealed: state.sealed,
+                },
+            );
         }
-        Ok(message)
     }
+    Ok(facts)
+}
+
+/// Writes one planned message as `send` always has: the message with its seq bump and
+/// receipts, then the body and inbox events (local backend) or the outbox slot, then the
+/// run's `MessageSent`. Any failure here is the transaction's (the outer `Err`): a body
+/// store conflict cannot come from a fresh message id and publish key but a broken store.
+async fn write_message(
+    ledger: &SqlLedger<Lite>,
+    conn: &mut SqliteConnection,
+    request: &SendRequest,
+    seq: u64,
+    backend: &str,
+    body_sha256: &str,
+    at: DateTime<Utc>,
+) -> BusResult<Message> {
+    let what = "send";
+    let id = Uuid::new_v4();
+    let local = backend == SCHEME;
+    let mut message = Message::pending(
+        id,
+        request,
+        seq,
+        backend.to_owned(),
+        body_sha256.to_owned(),
+        at,
+    );
+    if local {
+        message.publication = Publication::Stored;
+        message.locator = Some(locator_for(id));
+        message.stored_at = Some(at);
+    }
+    let envelope = Envelope {
+        message_id: id,
+        conversation_id: request.conversation,
+        team_id: request.team,
+        body: request.body.clone(),
+        publish_key: Uuid::new_v4(),
+    };
+    let recipients = insert_message(ledger, conn, &mut message).await?;
+    if local {
+        if !recipients.is_empty() {
+            mark_references_due(ledger, conn, request.team, id, at).await?;
+        }
+        match store_body::<Lite>(conn, &envelope, at).await {
+            Ok(_) => {}
+            Err(Ok(refused)) => {
+                return Err(BusError::unavailable(format!(
+                    "send: the body store refused a fresh body ({refused})"
+                )));
+            }
+            Err(Err(e)) => return Err(ledger.store().bus_error(e, what)),
+        }
+    } else {
+        sqlx::query(
+            "INSERT INTO outbox_slots
+                 (id, tenant, message_id, team_id, conversation_id, backend, publish_key, body,
+                  next_attempt_at)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+        )
+        .bind(Uuid::new_v4())
+        .bind(ledger.tenant().as_str())
+        .bind(id)
+        .bind(request.team)
+        .bind(request.conversation)
+        .bind(backend)
+        .bind(envelope.publish_key)
+        .bind(envelope.body.as_bytes())
+        .bind(Ts(at))
+        .execute(&mut *conn)
+        .await
+        .map_err(ledger.db(what))?;
+    }
+    if let Some(run) = request.run {
+        let kind = RecordKind::MessageSent {
+            conversation: request.conversation,
+            message: id,
+            seq,
+        };
+        append::<Lite>(conn, run, at, &kind)
+            .await
+            .map_err(ledger.db(what))?;
+    }
+    Ok(message)
 }

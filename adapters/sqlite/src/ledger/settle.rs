@@ -18,84 +18,83 @@ use crewbus_sql::settle::{LiveSlot, SlotWrite, fence};
 use sqlx::SqliteConnection;
 use uuid::Uuid;
 
-use super::SqliteLedger;
+use super::send::mark_references_due;
 use crate::codec::{Ts, marks};
+use crate::dialect::Lite;
+use crewbus_sql::ledger::SqlLedger;
 
 const WHAT: &str = "settle";
 
-impl SqliteLedger {
-    /// Writes one applied settlement of `slot`.
-    async fn apply(
-        &self,
-        conn: &mut SqliteConnection,
-        slot: &LiveSlot,
-        outcome: &SlotOutcome,
-        at: DateTime<Utc>,
-    ) -> BusResult<()> {
-        let db = self.db(WHAT);
-        match SlotWrite::from(outcome) {
-            SlotWrite::Stored { locator } => {
-                sqlx::query(
-                    "UPDATE messages SET publication = 'stored', locator = ?, stored_at = ?
-                     WHERE id = ?",
-                )
-                .bind(locator.as_str())
-                .bind(Ts(at))
+/// Writes one applied settlement of `slot`.
+async fn apply(
+    ledger: &SqlLedger<Lite>,
+    conn: &mut SqliteConnection,
+    slot: &LiveSlot,
+    outcome: &SlotOutcome,
+    at: DateTime<Utc>,
+) -> BusResult<()> {
+    let db = ledger.db(WHAT);
+    match SlotWrite::from(outcome) {
+        SlotWrite::Stored { locator } => {
+            sqlx::query(
+                "UPDATE messages SET publication = 'stored', locator = ?, stored_at = ?
+                 WHERE id = ?",
+            )
+            .bind(locator.as_str())
+            .bind(Ts(at))
+            .bind(slot.message_id)
+            .execute(&mut *conn)
+            .await
+            .map_err(&db)?;
+            sqlx::query("DELETE FROM outbox_slots WHERE id = ?")
+                .bind(slot.id)
+                .execute(&mut *conn)
+                .await
+                .map_err(&db)?;
+            mark_references_due(ledger, conn, slot.team_id, slot.message_id, at).await?;
+        }
+        SlotWrite::Retry {
+            uncertain,
+            next_attempt_at,
+            code,
+        } => {
+            sqlx::query(
+                "UPDATE outbox_slots
+                 SET attempts = min(attempts + 1, 2147483647), uncertain = ?,
+                     next_attempt_at = ?, leased_until = NULL, last_error = ?
+                 WHERE id = ?",
+            )
+            .bind(uncertain)
+            .bind(Ts(next_attempt_at))
+            .bind(code)
+            .bind(slot.id)
+            .execute(&mut *conn)
+            .await
+            .map_err(&db)?;
+        }
+        SlotWrite::Failed { code } => {
+            sqlx::query(
+                "UPDATE outbox_slots SET failed = 1, leased_until = NULL, last_error = ?
+                 WHERE id = ?",
+            )
+            .bind(code)
+            .bind(slot.id)
+            .execute(&mut *conn)
+            .await
+            .map_err(&db)?;
+            sqlx::query("UPDATE messages SET publication = 'failed', failure = ? WHERE id = ?")
+                .bind(code)
                 .bind(slot.message_id)
                 .execute(&mut *conn)
                 .await
                 .map_err(&db)?;
-                sqlx::query("DELETE FROM outbox_slots WHERE id = ?")
-                    .bind(slot.id)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(&db)?;
-                self.mark_references_due(conn, slot.team_id, slot.message_id, at)
-                    .await?;
-            }
-            SlotWrite::Retry {
-                uncertain,
-                next_attempt_at,
-                code,
-            } => {
-                sqlx::query(
-                    "UPDATE outbox_slots
-                     SET attempts = min(attempts + 1, 2147483647), uncertain = ?,
-                         next_attempt_at = ?, leased_until = NULL, last_error = ?
-                     WHERE id = ?",
-                )
-                .bind(uncertain)
-                .bind(Ts(next_attempt_at))
-                .bind(code)
-                .bind(slot.id)
-                .execute(&mut *conn)
-                .await
-                .map_err(&db)?;
-            }
-            SlotWrite::Failed { code } => {
-                sqlx::query(
-                    "UPDATE outbox_slots SET failed = 1, leased_until = NULL, last_error = ?
-                     WHERE id = ?",
-                )
-                .bind(code)
-                .bind(slot.id)
-                .execute(&mut *conn)
-                .await
-                .map_err(&db)?;
-                sqlx::query("UPDATE messages SET publication = 'failed', failure = ? WHERE id = ?")
-                    .bind(code)
-                    .bind(slot.message_id)
-                    .execute(&mut *conn)
-                    .await
-                    .map_err(&db)?;
-            }
         }
-        Ok(())
     }
+    Ok(())
 }
 
-pub(super) async fn settle(
-    ledger: &SqliteLedger,
+pub(crate) async fn settle(
+    ledger: &SqlLedger<Lite>,
     settlements: &[Settlement],
     at: DateTime<Utc>,
 ) -> BusResult<Vec<SettleOutcome>> {
@@ -113,7 +112,7 @@ pub(super) async fn settle(
         marks(ids.len())
     );
     let mut query = sqlx::query_as::<_, LiveSlot>(&sql)
-        .bind(ledger.tenant.as_str())
+        .bind(ledger.tenant().as_str())
         .bind(Ts(at));
     for id in &ids {
         query = query.bind(*id);
@@ -121,7 +120,7 @@ pub(super) async fn settle(
     let rows = query.fetch_all(&mut *tx).await.map_err(ledger.db(WHAT))?;
     let (outcomes, applied) = fence(settlements, rows);
     for (slot, outcome) in &applied {
-        ledger.apply(&mut tx, slot, outcome, at).await?;
+        apply(ledger, &mut tx, slot, outcome, at).await?;
     }
     ledger.commit(tx, WHAT).await?;
     Ok(outcomes)
