@@ -75,6 +75,21 @@ async fn a_store_damaged_while_serving_logs_each_kind_of_failure_once_per_period
         .into_iter()
         .find(|p| p.file_name().is_some_and(|n| n == "crewbus.db"))
         .expect("the store's file");
+    // `crewbus serve` answers /health before it sets up its dev team (it listens first): damage
+    // before that set-up would fail the start, not the serving. The dev tokens file is written
+    // once the team is there.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !walkdir(&data)
+        .iter()
+        .any(|p| p.file_name().is_some_and(|n| n == "dev-tokens.json"))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "no dev team set up within 30 s:\n{}",
+            server.log_text()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let logged_before = server.log_text().lines().count();
     damage(&db, 1024, 1 << 20);
     for suffix in ["-wal", "-shm"] {
