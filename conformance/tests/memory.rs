@@ -13,6 +13,8 @@
 //!   (and its journal) per test, as trait objects;
 //! - `memory::wakeups::…`, `memory::feed::…` — `MemoryWakeups` and `MemoryFeed` on two clones of
 //!   one value.
+//! - `memory::push_store::…` — the `PushStore` behaviours on `MemoryPushStore` (`memory/push.rs`,
+//!   until issue 34 the `memory_push` target).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,6 +36,9 @@ use crewbus_ports::{
     Search, StreamAdmin,
 };
 use uuid::Uuid;
+
+#[path = "memory/push.rs"]
+mod push;
 
 /// Builds a registry with its own manual clock per test.
 struct MemoryFactory {
@@ -303,6 +308,7 @@ fn main() {
         Arc::new(MemoryFeedFactory),
         &runtime,
     ));
+    trials.extend(push::trials(&runtime));
     libtest_mimic::run(&args, trials).exit();
 }
 

@@ -1,4 +1,5 @@
-//! The `PushStore` conformance behaviours on the memory push store, every behaviour its own test.
+//! The `PushStore` conformance behaviours on the memory push store, every behaviour its own test
+//! (`memory::push_store::…`; a module of the `memory` target).
 //!
 //! Each test gets a fresh backing state with two tenants over it, as two tenants share one
 //! database in production.
@@ -36,9 +37,7 @@ impl PushStoreFactory for Factory {
     }
 }
 
-fn main() {
-    let args = libtest_mimic::Arguments::from_args();
-    let runtime = crewbus_conformance::runtime();
-    let trials = push_store_trials("memory", Arc::new(Factory), &runtime);
-    libtest_mimic::run(&args, trials).exit();
+/// The push store's trials, on `runtime`.
+pub fn trials(runtime: &Arc<tokio::runtime::Runtime>) -> Vec<libtest_mimic::Trial> {
+    push_store_trials("memory", Arc::new(Factory), runtime)
 }
