@@ -6,6 +6,8 @@
 //! - `postgres::ledger::…`, `postgres::journal::…`, `postgres::operators::…`,
 //!   `postgres::oversight::…` — the shared Ledger, Journal, Operators and Oversight behaviours
 //!   on `PostgresLedger` and its journal;
+//! - `postgres::push_store::…` and the push store's own tests — the `PushStore` behaviours on
+//!   `PostgresPushStore` (`postgres/push.rs`, until issue 34 the `postgres_push` target);
 //! - `postgres::wakeups::…`, `postgres::feed::…` — the shared Wakeups and Feed behaviours on two
 //!   handles of one database;
 //! - the rest — Postgres-specific tests (concurrency, fencing, U+0000, restarts, errors, the
@@ -48,6 +50,8 @@ mod feed;
 mod inbox;
 #[path = "postgres/ledger.rs"]
 mod ledger;
+#[path = "postgres/push.rs"]
+mod push;
 #[path = "postgres/restart.rs"]
 mod restart;
 #[path = "postgres/support.rs"]
@@ -280,6 +284,7 @@ fn main() {
         .chain(ledger)
         .chain(wakeups)
         .chain(feed)
+        .chain(push::trials(&shared))
         .chain(own)
         .collect();
     libtest_mimic::run(&args, trials).exit();

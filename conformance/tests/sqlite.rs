@@ -6,6 +6,8 @@
 //! - `sqlite::ledger::…`, `sqlite::journal::…`, `sqlite::operators::…`, `sqlite::oversight::…`
 //!   — the shared Ledger, Journal, Operators and Oversight behaviours on `SqliteLedger` and its
 //!   journal;
+//! - `sqlite::push_store::…` and the push store's own tests — the `PushStore` behaviours on
+//!   `SqlitePushStore` (`sqlite/push.rs`, until issue 34 the `sqlite_push` target);
 //! - `sqlite::wakeups::…`, `sqlite::feed::…` — declared not offered (ignored with the reason):
 //!   one server per store, so there are no cross-server wake-ups or console events to test;
 //! - the rest — SQLite-specific tests (32 concurrent writers, reopening, busy contention,
@@ -48,6 +50,8 @@ mod busy;
 mod concurrency;
 #[path = "sqlite/durability.rs"]
 mod durability;
+#[path = "sqlite/push.rs"]
+mod push;
 #[path = "sqlite/support.rs"]
 mod support;
 #[path = "sqlite/upgrade.rs"]
@@ -313,6 +317,7 @@ fn main() {
         .chain(ledger)
         .chain(wakeups)
         .chain(feed)
+        .chain(push::trials(&shared))
         .chain(own)
         .collect();
     libtest_mimic::run(&args, trials).exit();

@@ -178,11 +178,10 @@ macro_rules! behaviours {
     };
 }
 
-fn main() {
-    let args = libtest_mimic::Arguments::from_args();
-    let runtime = crewbus_conformance::runtime();
-    let mut trials = push_store_trials("sqlite", Arc::new(Factory), &runtime);
-    let own = Suite::new(Arc::new(NoFixture), &runtime);
+/// The push store's trials (`sqlite::push_store::…` and this module's own), on `runtime`.
+pub fn trials(runtime: &Arc<tokio::runtime::Runtime>) -> Vec<libtest_mimic::Trial> {
+    let mut trials = push_store_trials("sqlite", Arc::new(Factory), runtime);
+    let own = Suite::new(Arc::new(NoFixture), runtime);
     trials.extend(own.trials(
         "sqlite",
         behaviours![
@@ -191,5 +190,5 @@ fn main() {
             due_uses_the_partial_index,
         ],
     ));
-    libtest_mimic::run(&args, trials).exit();
+    trials
 }

@@ -199,11 +199,10 @@ macro_rules! behaviours {
     };
 }
 
-fn main() {
-    let args = libtest_mimic::Arguments::from_args();
-    let runtime = crewbus_conformance::runtime();
-    let mut trials = push_store_trials("postgres", Arc::new(Factory), &runtime);
-    let own = Suite::new(Arc::new(NoFixture), &runtime);
+/// The push store's trials (`postgres::push_store::…` and this module's own), on `runtime`.
+pub fn trials(runtime: &Arc<tokio::runtime::Runtime>) -> Vec<libtest_mimic::Trial> {
+    let mut trials = push_store_trials("postgres", Arc::new(Factory), runtime);
+    let own = Suite::new(Arc::new(NoFixture), runtime);
     trials.extend(own.trials(
         "postgres",
         behaviours![
@@ -213,5 +212,5 @@ fn main() {
             refused_text_is_invalid_and_a_dead_server_is_unavailable,
         ],
     ));
-    libtest_mimic::run(&args, trials).exit();
+    trials
 }
