@@ -8,13 +8,14 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, DeliveryId, InboxAck, InboxEvent, IndexEntry, IssuedHandOut,
-    LeasedSlot, LedgerCounts, Operator, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome,
-    Settlement, StoreError, SweepTarget, WakeupTarget,
+    LeasedSlot, LedgerCounts, Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent,
+    SettleOutcome, Settlement, StoreError, SweepTarget, WakeupTarget,
 };
 use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
 use crewbus_sql::driver::Stmt;
 use crewbus_sql::ledger::SqlLedger;
+use crewbus_sql::push_store::{PushRow, SqlPushStore};
 use crewbus_sql::search::HitRow;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
@@ -24,6 +25,7 @@ use crate::error;
 use crate::ledger::{
     counts, delivery, directory, operators, oversight, references, relay, search, send,
 };
+use crate::push_store;
 
 /// The Postgres dialect.
 pub struct Pg;
@@ -41,6 +43,8 @@ impl Dialect for Pg {
     const READS: Via = Via::Connection;
     const LISTS: Via = Via::Transaction;
     const ONE_WRITE: Via = Via::Connection;
+    type InboxPayload = String;
+    const INBOX_ACK_PREFIX: &'static str = "pg-inbox";
     type OperatorRow = operators::OperatorRow;
     const OPERATOR_COLUMNS: &'static str = operators::OPERATOR_COLUMNS;
     const ROW_LOCKS: bool = true;
@@ -137,6 +141,25 @@ impl Dialect for Pg {
 
     async fn counts(ledger: &SqlLedger<Pg>, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
         counts::counts(ledger, at).await
+    }
+
+    async fn push_claim_due(
+        store: &SqlPushStore<Pg>,
+        at: DateTime<Utc>,
+        limit: usize,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Vec<PushRow>, StoreError> {
+        push_store::claim_due(store, at, limit, lease_until).await
+    }
+
+    async fn push_write_attempt<'q>(
+        store: &SqlPushStore<Pg>,
+        insert: Stmt<'q, Postgres>,
+        _run: RunId,
+        _id: &str,
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        push_store::write_attempt(store, insert, keep).await
     }
 
     async fn hand_out_candidates(

@@ -15,22 +15,13 @@ mod connect;
 mod dialect;
 mod error;
 mod feed;
-mod inbox;
 mod ledger;
 mod push_store;
-mod registry;
-mod settings;
-mod store;
 mod wakeups;
 
-pub use body::PostgresBackend;
 pub use connect::{PostgresConfig, connect};
 pub use feed::{FEED_CHANNEL, LAGGED_PAYLOAD, PostgresFeed};
-pub use inbox::PostgresInbox;
 pub use ledger::PostgresLedger;
-pub use push_store::PostgresPushStore;
-pub use registry::PostgresBackends;
-pub use settings::PostgresSettings;
 pub use wakeups::{CHANNEL as WAKEUP_CHANNEL, PostgresWakeups};
 
 pub use dialect::Pg;
@@ -38,6 +29,24 @@ pub use dialect::Pg;
 /// One tenant's runs and journals in this store (`PostgresJournal::new(pool, tenant)`; the ledger's
 /// `journal()` gives the one over its store and tenant).
 pub type PostgresJournal = crewbus_sql::journal::SqlJournal<Pg>;
+
+/// One team's bodies in this store's `bodies` table, the table the ledger's send transaction
+/// writes for its own conversations (`PostgresBackend::new(pool, team, clock, &settings)`).
+pub type PostgresBackend = crewbus_sql::body::SqlBodies<Pg>;
+
+/// One team's inbox as this store's queue table, `inbox_queue`
+/// (`PostgresInbox::new(pool, team, clock, &settings)`).
+pub type PostgresInbox = crewbus_sql::inbox::SqlInbox<Pg>;
+
+/// What this store's body backend and inbox are configured with.
+pub type PostgresSettings = crewbus_sql::settings::SqlSettings;
+
+/// The registry of this store's per-team body backends and inboxes, answering for [`NAME`]
+/// (`PostgresBackends::new(pool, clock, settings)`).
+pub type PostgresBackends = crewbus_sql::registry::SqlBackends<Pg>;
+
+/// One tenant's push registrations and their cursors (`PostgresPushStore::new(pool, tenant)`).
+pub type PostgresPushStore = crewbus_sql::push_store::SqlPushStore<Pg>;
 
 use crewbus_domain::{BusError, BusResult};
 use sqlx::PgPool;

@@ -1,5 +1,5 @@
 //! The SQL body backend (`MessagingBackend` over the `bodies` table), once for both stores
-//! ([`SqlBodies`], [`impl_body_backend!`](crate::impl_body_backend)).
+//! ([`SqlBodies`]: `impl<D: Dialect> MessagingBackend for SqlBodies<D>`).
 //!
 //! - `publish` inserts into `bodies` keyed by message id, unique on `publish_key`
 //!   ([`store_body`]), so it is idempotent for the life of the row: the same key again →
@@ -7,40 +7,63 @@
 //!   another team's envelope → `Fatal(Forbidden)`; a body above the configured maximum →
 //!   `Fatal(TooLarge)`, and [`MessagingBackend::max_body_bytes`](crewbus_ports::MessagingBackend::max_body_bytes)
 //!   answers that maximum. Bodies are stored as UTF-8 bytes (`bytea`, `BLOB`), U+0000 included.
-//! - A failure the store says may have committed ([`SqlStore::may_have_committed`]) →
+//! - A failure the store says may have committed ([`Dialect::may_have_committed`]) →
 //!   `Uncertain`; any other → `Retryable` or `Fatal` by its error (nothing was stored).
 //! - Store times (for `retain`) come from the injected [`Clock`].
 
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{BusError, BusResult, Envelope, Locator, Published, stored_body};
-use crewbus_ports::Clock;
+use crewbus_ports::{Clock, MessagingBackend};
 use uuid::Uuid;
 
 use crate::dialect::{Conn, Dialect};
 use crate::driver::stmt;
+use crate::settings::SqlSettings;
 use crate::store::{SqlStore, finish};
 
-/// One team's bodies on the SQL store `S`: what the adapter's backend type wraps (a tuple
-/// struct of one `SqlBodies`, see [`impl_body_backend!`](crate::impl_body_backend)).
-#[derive(Clone)]
-pub struct SqlBodies<S> {
-    store: S,
+/// One team's bodies on an SQL store of dialect `D` (`crewbus_postgres::PostgresBackend`,
+/// `crewbus_sqlite::SqliteBackend`), in the `bodies` table the ledger's send transaction writes
+/// for the store's own conversations.
+pub struct SqlBodies<D: Dialect> {
+    store: SqlStore<D>,
     team: Uuid,
     clock: Arc<dyn Clock>,
     max_body_bytes: u64,
 }
 
-impl<S> SqlBodies<S> {
-    /// The bodies of `team` on `store`, refusing bodies above `max_body_bytes` (bytes), store
-    /// times from `clock`.
-    pub fn new(store: S, team: Uuid, clock: Arc<dyn Clock>, max_body_bytes: u64) -> Self {
+impl<D: Dialect> Clone for SqlBodies<D> {
+    fn clone(&self) -> Self {
         SqlBodies {
-            store,
+            store: self.store.clone(),
+            team: self.team,
+            clock: self.clock.clone(),
+            max_body_bytes: self.max_body_bytes,
+        }
+    }
+}
+
+impl<D: Dialect> std::fmt::Debug for SqlBodies<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlBodies")
+            .field("store", &D::NAME)
+            .field("team", &self.team)
+            .field("max_body_bytes", &self.max_body_bytes)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Dialect> SqlBodies<D> {
+    /// The body backend of `team` over `store` (migrated by the driver crate's `migrate`),
+    /// refusing bodies above `settings.max_body_bytes` (bytes), store times from `clock`.
+    pub fn new(store: D::Store, team: Uuid, clock: Arc<dyn Clock>, settings: &SqlSettings) -> Self {
+        SqlBodies {
+            store: SqlStore::new(store),
             team,
             clock,
-            max_body_bytes,
+            max_body_bytes: settings.max_body_bytes,
         }
     }
 
@@ -119,8 +142,8 @@ pub async fn store_body<D: Dialect>(
 }
 
 /// A failed statement or commit of a publish: `Uncertain` where it may have committed.
-fn failed<S: SqlStore>(store: &S, e: sqlx::Error, what: &str) -> Published {
-    let uncertain = S::may_have_committed(&e);
+fn failed<D: Dialect>(store: &SqlStore<D>, e: sqlx::Error, what: &str) -> Published {
+    let uncertain = D::may_have_committed(&e);
     let e = store.bus_error(e, what);
     if uncertain {
         Published::Uncertain(e)
@@ -130,7 +153,7 @@ fn failed<S: SqlStore>(store: &S, e: sqlx::Error, what: &str) -> Published {
 }
 
 /// `MessagingBackend::publish`: the checks of the envelope, then [`store_body`] in one write.
-pub async fn publish<S: SqlStore>(b: &SqlBodies<S>, envelope: &Envelope) -> Published {
+async fn publish<D: Dialect>(b: &SqlBodies<D>, envelope: &Envelope) -> Published {
     if let Err(e) = envelope.check_for(b.team, b.max_body_bytes) {
         return Published::Fatal(e);
     }
@@ -140,7 +163,7 @@ pub async fn publish<S: SqlStore>(b: &SqlBodies<S>, envelope: &Envelope) -> Publ
         Ok(write) => write,
         Err(e) => return Published::from_error(e),
     };
-    let stored = match store_body::<S::D>(&mut write, envelope, at).await {
+    let stored = match store_body::<D>(&mut write, envelope, at).await {
         Ok(stored) => stored,
         Err(Ok(refused)) => return Published::from_error(refused),
         Err(Err(e)) => return failed(&b.store, e, what),
@@ -149,22 +172,22 @@ pub async fn publish<S: SqlStore>(b: &SqlBodies<S>, envelope: &Envelope) -> Publ
         return failed(&b.store, e, what);
     }
     Published::Confirmed {
-        locator: Locator::for_message(S::NAME, envelope.message_id),
+        locator: Locator::for_message(D::NAME, envelope.message_id),
         duplicate: matches!(stored, Stored::Duplicate),
     }
 }
 
 /// `MessagingBackend::fetch`: the body of `message_id` at `locator`, one read.
-pub async fn fetch<S: SqlStore>(
-    b: &SqlBodies<S>,
+async fn fetch<D: Dialect>(
+    b: &SqlBodies<D>,
     locator: &Locator,
     message_id: Uuid,
 ) -> BusResult<Option<String>> {
     let what = "body fetch";
-    let id = locator.message_id_for(S::NAME, message_id)?;
+    let id = locator.message_id_for(D::NAME, message_id)?;
     let mut reader = b.store.reader(what).await?;
     let row: Option<(Uuid, Vec<u8>)> =
-        stmt::<S::D>("SELECT team_id, body FROM bodies WHERE message_id = $1")
+        stmt::<D>("SELECT team_id, body FROM bodies WHERE message_id = $1")
             .arg(id)
             .optional(&mut reader)
             .await
@@ -174,23 +197,23 @@ pub async fn fetch<S: SqlStore>(
 
 /// `MessagingBackend::retain`: deletes the team's bodies stored before `before`, one write;
 /// returns how many.
-pub async fn retain<S: SqlStore>(b: &SqlBodies<S>, before: DateTime<Utc>) -> BusResult<u64> {
+async fn retain<D: Dialect>(b: &SqlBodies<D>, before: DateTime<Utc>) -> BusResult<u64> {
     let what = "body retention";
     let mut write = b.store.write(what).await?;
-    let done = stmt::<S::D>("DELETE FROM bodies WHERE team_id = $1 AND stored_at < $2")
+    let done = stmt::<D>("DELETE FROM bodies WHERE team_id = $1 AND stored_at < $2")
         .arg(b.team)
-        .arg(S::D::time(before))
+        .arg(D::time(before))
         .execute(&mut write)
         .await
         .map_err(b.store.db(what))?;
     finish(&b.store, write, what).await?;
-    Ok(S::D::rows_affected(&done))
+    Ok(D::rows_affected(&done))
 }
 
 /// `MessagingBackend::reconcile`: publishing under the same key is the lookup (a held body
 /// answers `duplicate`).
-pub async fn reconcile<S: SqlStore>(
-    b: &SqlBodies<S>,
+async fn reconcile<D: Dialect>(
+    b: &SqlBodies<D>,
     envelope: &Envelope,
 ) -> BusResult<Option<Locator>> {
     envelope.check_for(b.team, b.max_body_bytes)?;
@@ -201,79 +224,29 @@ pub async fn reconcile<S: SqlStore>(
     }
 }
 
-/// Implements `crewbus_ports::MessagingBackend` (with `max_body_bytes`: the configured
-/// maximum), `Debug` (the team and the maximum) and the inherent `team()` and
-/// `max_body_bytes()` for a tuple struct of one [`SqlBodies`] (`struct MyBackend(SqlBodies<S>)`
-/// with `S:` [`SqlStore`]), with the functions of this module.
-///
-/// ```ignore
-/// crewbus_sql::impl_body_backend!(MyBackend);
-/// ```
-#[macro_export]
-macro_rules! impl_body_backend {
-    ($ty:ident) => {
-        const _: () = {
-            use $crate::__private::{
-                BusResult, DateTime, Envelope, Locator, MessagingBackend, Published, Utc, Uuid,
-                async_trait,
-            };
+#[async_trait]
+impl<D: Dialect> MessagingBackend for SqlBodies<D> {
+    fn name(&self) -> &'static str {
+        D::NAME
+    }
 
-            impl ::std::fmt::Debug for $ty {
-                fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                    f.debug_struct(stringify!($ty))
-                        .field("team", &self.0.team())
-                        .field("max_body_bytes", &self.0.max_body_bytes())
-                        .finish_non_exhaustive()
-                }
-            }
+    fn max_body_bytes(&self) -> u64 {
+        self.max_body_bytes
+    }
 
-            impl $ty {
-                /// The team this backend serves.
-                pub fn team(&self) -> Uuid {
-                    self.0.team()
-                }
+    async fn publish(&self, envelope: Envelope) -> Published {
+        publish(self, &envelope).await
+    }
 
-                /// The effective maximum body size, in bytes (the configured one).
-                pub fn max_body_bytes(&self) -> u64 {
-                    self.0.max_body_bytes()
-                }
-            }
+    async fn fetch(&self, locator: &Locator, message_id: Uuid) -> BusResult<Option<String>> {
+        fetch(self, locator, message_id).await
+    }
 
-            #[async_trait]
-            impl MessagingBackend for $ty {
-                fn name(&self) -> &'static str {
-                    $crate::body::name(&self.0)
-                }
+    async fn retain(&self, before: DateTime<Utc>) -> BusResult<u64> {
+        retain(self, before).await
+    }
 
-                fn max_body_bytes(&self) -> u64 {
-                    self.0.max_body_bytes()
-                }
-
-                async fn publish(&self, envelope: Envelope) -> Published {
-                    $crate::body::publish(&self.0, &envelope).await
-                }
-
-                async fn fetch(
-                    &self,
-                    locator: &Locator,
-                    message_id: Uuid,
-                ) -> BusResult<Option<String>> {
-                    $crate::body::fetch(&self.0, locator, message_id).await
-                }
-
-                async fn retain(&self, before: DateTime<Utc>) -> BusResult<u64> {
-                    $crate::body::retain(&self.0, before).await
-                }
-
-                async fn reconcile(&self, envelope: &Envelope) -> BusResult<Option<Locator>> {
-                    $crate::body::reconcile(&self.0, envelope).await
-                }
-            }
-        };
-    };
-}
-
-/// `MessagingBackend::name`: the store's [`SqlStore::NAME`].
-pub fn name<S: SqlStore>(_: &SqlBodies<S>) -> &'static str {
-    S::NAME
+    async fn reconcile(&self, envelope: &Envelope) -> BusResult<Option<Locator>> {
+        reconcile(self, envelope).await
+    }
 }

@@ -10,18 +10,19 @@ use std::ops::{Deref, DerefMut};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, DeliveryId, InboxAck, InboxEvent, IndexEntry, IssuedHandOut,
-    LeasedSlot, LedgerCounts, Operator, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome,
-    Settlement, StoreError, SweepTarget, WakeupTarget,
+    LeasedSlot, LedgerCounts, Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent,
+    SettleOutcome, Settlement, StoreError, SweepTarget, WakeupTarget,
 };
 use sqlx::Database;
 use uuid::Uuid;
 
 use crate::delivery::{Candidate, Prior};
 use crate::driver::{Binds, Reads, Runs, Stmt, stmt};
+use crate::inbox::StoredText;
 use crate::journal::{RecordRow, RunRow};
 use crate::leases::LeaseRow;
 use crate::ledger::SqlLedger;
-use crate::push_store::{AttemptRow, PushRow};
+use crate::push_store::{AttemptRow, PushRow, SqlPushStore};
 use crate::rows::{ActivityRow, AgentRow, MemberRow, MessageRow, RecipientRow, TeamRow};
 use crate::search::HitRow;
 
@@ -225,6 +226,14 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     /// foreign-key checks of inserted records are not blocked), nothing on SQLite.
     const FOR_NO_KEY_UPDATE: &'static str;
 
+    /// How the inbox's `inbox_queue.payload` column is stored (the schema's): Postgres `text`
+    /// (`String`), SQLite a `BLOB` of UTF-8 bytes (`Vec<u8>`).
+    type InboxPayload: StoredText<Self::Db>;
+
+    /// The prefix of every ack token the inbox issues (`<prefix>:<team>:<seq>`): `pg-inbox`,
+    /// `sqlite-inbox`.
+    const INBOX_ACK_PREFIX: &'static str;
+
     /// An operator as [`Dialect::OPERATOR_COLUMNS`] reads it (completed into an [`Operator`] by
     /// [`Dialect::operators_of`]): Postgres with the teams of its scope aggregated in the query,
     /// SQLite without them.
@@ -399,6 +408,31 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         ledger: &SqlLedger<Self>,
         at: DateTime<Utc>,
     ) -> impl Future<Output = BusResult<LedgerCounts>> + Send;
+
+    /// `PushStore::due`'s claim: up to `limit` rows of `store`'s tenant not parked and due at
+    /// `at` (the first in the order `next_attempt_at, run, id` bytewise), moved to `lease_until`
+    /// so no other worker gets them before the lease runs out; returned in any order, each with
+    /// its `next_attempt_at` as it was before the claim ([`PushRow::due_at`]). Postgres: one
+    /// statement (`FOR UPDATE SKIP LOCKED` in a CTE); SQLite: the order read, then the rows
+    /// moved, in one write transaction.
+    fn push_claim_due(
+        store: &SqlPushStore<Self>,
+        at: DateTime<Utc>,
+        limit: usize,
+        lease_until: DateTime<Utc>,
+    ) -> impl Future<Output = Result<Vec<PushRow<Self::Time>>, StoreError>> + Send;
+
+    /// `PushStore::record_attempt`'s write: runs `insert` (the attempt's insert with its eight
+    /// arguments bound) and trims the log of (`run`, `id`) to the newest `keep` (`keep ≥ 1`),
+    /// atomically (Postgres: one statement, `$9` the older entries kept; SQLite: two in one
+    /// write transaction).
+    fn push_write_attempt<'q>(
+        store: &SqlPushStore<Self>,
+        insert: Stmt<'q, Self::Db>,
+        run: RunId,
+        id: &str,
+        keep: usize,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send;
 
     /// An SQL condition "`column` is one of `n` ids" whose arguments start at placeholder
     /// `first`, bound by [`Dialect::bind_ids`]: Postgres `column = ANY($first)` (one array),

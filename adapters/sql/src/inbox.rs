@@ -19,22 +19,21 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     BusError, BusResult, InboxRef, InboxStatus, Locator, Published, parse_queue_ack_token,
     queue_ack_token, validate_recipient_key,
 };
-use crewbus_ports::Clock;
+use crewbus_ports::{Clock, Inbox};
 use sqlx::Database;
 use uuid::Uuid;
 
 use crate::counter::from_db;
-use crate::dialect::Dialect;
+use crate::dialect::{Dialect, PerDialect};
 use crate::driver::{Binds, Reads, Stmt, stmt};
+use crate::settings::SqlSettings;
 use crate::store::{SqlStore, finish};
-
-/// The database of the store `S`.
-type Db<S> = <<S as SqlStore>::D as Dialect>::Db;
 
 /// A leased reference as the pick statement returns it: `(seq, event id, payload, deliveries)`.
 pub type PickedRow<P> = (i64, Uuid, P, i64);
@@ -91,49 +90,92 @@ impl<DB: Binds<Vec<u8>> + Reads<PickedRow<Vec<u8>>>> StoredText<DB> for Vec<u8> 
     }
 }
 
-/// What only the store knows of its inbox, beyond [`SqlStore`].
-pub trait SqlInboxStore: SqlStore {
-    /// The payload column's type (the schema's: not changed here).
-    type Payload: StoredText<Db<Self>>;
+/// The statement leasing references: the rows of team `$1`, recipient `$2`, not acknowledged,
+/// visible at `$3` (`visible_at <= $3`) and handed out fewer than `$4` times, oldest first, at
+/// most `$5`, each set to `deliveries + 1` and `visible_at = $6`, returning `seq, event_id,
+/// payload, deliveries` (in any order).
+const PICK: PerDialect<&str> = PerDialect {
+    // The rows picked and locked first (`SKIP LOCKED`: a concurrent fetch takes others), then
+    // updated in the same statement.
+    postgres: "WITH picked AS (
+             SELECT seq FROM inbox_queue
+             WHERE team_id = $1 AND recipient_key = $2 AND acked_at IS NULL
+               AND visible_at <= $3 AND deliveries < $4
+             ORDER BY seq
+             LIMIT $5
+             FOR UPDATE SKIP LOCKED)
+         UPDATE inbox_queue q
+         SET deliveries = q.deliveries + 1, visible_at = $6
+         FROM picked WHERE q.seq = picked.seq
+         RETURNING q.seq, q.event_id, q.payload, q.deliveries",
+    // One statement in the write transaction: no other writer runs meanwhile.
+    sqlite: "UPDATE inbox_queue SET deliveries = deliveries + 1, visible_at = ?6
+         WHERE seq IN (
+             SELECT seq FROM inbox_queue
+             WHERE team_id = ?1 AND recipient_key = ?2 AND acked_at IS NULL
+               AND visible_at <= ?3 AND deliveries < ?4
+             ORDER BY seq
+             LIMIT ?5)
+         RETURNING seq, event_id, payload, deliveries",
+};
 
-    /// The prefix of every ack token the inbox issues (`<prefix>:<team>:<seq>`).
-    const ACK_PREFIX: &'static str;
-
-    /// The statement leasing references: the rows of team `$1`, recipient `$2`, not
-    /// acknowledged, visible at `$3` (`visible_at <= $3`) and handed out fewer than `$4` times,
-    /// oldest first, at most `$5`, each set to `deliveries + 1` and `visible_at = $6`,
-    /// returning `seq, event_id, payload, deliveries` (in any order).
-    const PICK: &'static str;
-}
-
-/// One team's inbox on the SQL store `S`: what the adapter's inbox type wraps (a tuple struct
-/// of one `SqlInbox`, see [`impl_inbox!`](crate::impl_inbox)).
-#[derive(Clone)]
-pub struct SqlInbox<S> {
-    store: S,
+/// One team's inbox as a queue table on an SQL store of dialect `D`
+/// (`crewbus_postgres::PostgresInbox`, `crewbus_sqlite::SqliteInbox`).
+///
+/// - `publish_reference` inserts one row, deduplicated on `(team, event id)` for the life of
+///   the row (acknowledged rows are kept, so a late re-publish stays a duplicate). The confirmed
+///   locator is `<store>:inbox:<seq>`, which the body backend's `fetch` refuses (`Forbidden`).
+/// - `fetch_references` takes up to `limit` rows that are not acknowledged, visible at the
+///   clock's now, and handed out fewer than `max_deliver` times (Postgres `FOR UPDATE SKIP
+///   LOCKED`; SQLite in its write transaction); each gets `deliveries + 1` and becomes
+///   invisible for `ack_wait` (the visibility timeout). Oldest first. Nothing is ever deleted or
+///   dropped by the inbox.
+/// - `ack_reference` takes the opaque token `<prefix>:<team>:<seq>` ([`Dialect::INBOX_ACK_PREFIX`]);
+///   a token of another team or any other string is `Forbidden`; acknowledging twice is `Ok`.
+/// - Time comes from the injected [`Clock`], bound into every statement (never `now()` in SQL).
+pub struct SqlInbox<D: Dialect> {
+    store: SqlStore<D>,
     team: Uuid,
     clock: Arc<dyn Clock>,
     ack_wait: chrono::Duration,
     max_deliver: i64,
 }
 
-impl<S> SqlInbox<S> {
-    /// The inbox of `team` on `store`: a handed-out reference not acknowledged within
-    /// `ack_wait` is handed out again, at most `max_deliver` times (both saturating); timed by
-    /// `clock`.
-    pub fn new(
-        store: S,
-        team: Uuid,
-        clock: Arc<dyn Clock>,
-        ack_wait: std::time::Duration,
-        max_deliver: u64,
-    ) -> Self {
+impl<D: Dialect> Clone for SqlInbox<D> {
+    fn clone(&self) -> Self {
         SqlInbox {
-            store,
+            store: self.store.clone(),
+            team: self.team,
+            clock: self.clock.clone(),
+            ack_wait: self.ack_wait,
+            max_deliver: self.max_deliver,
+        }
+    }
+}
+
+impl<D: Dialect> std::fmt::Debug for SqlInbox<D> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqlInbox")
+            .field("store", &D::NAME)
+            .field("team", &self.team)
+            .field("ack_wait", &self.ack_wait)
+            .field("max_deliver", &self.max_deliver)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<D: Dialect> SqlInbox<D> {
+    /// The inbox of `team` over `store` (migrated by the driver crate's `migrate`): a handed-out
+    /// reference not acknowledged within `settings.ack_wait` is handed out again, at most
+    /// `settings.max_deliver` times (both saturating); timed by `clock`.
+    pub fn new(store: D::Store, team: Uuid, clock: Arc<dyn Clock>, settings: &SqlSettings) -> Self {
+        SqlInbox {
+            store: SqlStore::new(store),
             team,
             clock,
-            ack_wait: chrono::Duration::from_std(ack_wait).unwrap_or(chrono::Duration::MAX),
-            max_deliver: i64::try_from(max_deliver).unwrap_or(i64::MAX),
+            ack_wait: chrono::Duration::from_std(settings.ack_wait)
+                .unwrap_or(chrono::Duration::MAX),
+            max_deliver: i64::try_from(settings.max_deliver).unwrap_or(i64::MAX),
         }
     }
 
@@ -151,21 +193,39 @@ impl<S> SqlInbox<S> {
     pub fn max_deliver(&self) -> i64 {
         self.max_deliver
     }
+
+    /// Deletes `recipient_key`'s consumer, as an operator (or an accident) would, and returns
+    /// whether it existed. Like a JetStream consumer recreated from the start of the stream, the
+    /// next fetch creates a new consumer that hands out every reference still unacknowledged
+    /// (delivery counts start again); acknowledged references stay gone. Errors: `Invalid` key;
+    /// database busy or down → `Unavailable`.
+    pub async fn delete_consumer(&self, recipient_key: &str) -> BusResult<bool> {
+        delete_consumer(self, recipient_key).await
+    }
+
+    /// Deletes this team's references acknowledged strictly before `before` and returns how
+    /// many. Acknowledged rows are otherwise kept so dedup on the event id lasts; after a purge
+    /// an event id published again is stored again (the ledger's receipts absorb it), at a new
+    /// position (positions are never reused). Unacknowledged references are never deleted.
+    /// Errors: database busy or down → `Unavailable`.
+    pub async fn purge_acknowledged(&self, before: DateTime<Utc>) -> BusResult<u64> {
+        purge_acknowledged(self, before).await
+    }
 }
 
 /// `Inbox::publish_reference` after the key check: the insert, or the first locator of a
 /// repeat, in one write. A repeat whose row vanished before it was read (an operator purge on a
 /// store whose statements commit on their own) → `Retryable(Unavailable)`.
-async fn publish<S: SqlInboxStore>(
-    inbox: &SqlInbox<S>,
+async fn publish<D: Dialect>(
+    inbox: &SqlInbox<D>,
     recipient_key: &str,
     event_id: Uuid,
     payload: &str,
 ) -> BusResult<Published> {
     let what = "inbox publish";
-    let at = S::D::time(inbox.clock.now());
+    let at = D::time(inbox.clock.now());
     let mut write = inbox.store.write(what).await?;
-    let insert = stmt::<S::D>(
+    let insert = stmt::<D>(
         "INSERT INTO inbox_queue (team_id, recipient_key, event_id, payload, stored_at, visible_at)
          VALUES ($1, $2, $3, $4, $5, $5)
          ON CONFLICT (team_id, event_id) DO NOTHING
@@ -174,7 +234,7 @@ async fn publish<S: SqlInboxStore>(
     .arg(inbox.team)
     .arg(recipient_key.to_owned())
     .arg(event_id);
-    let inserted: Option<(i64,)> = S::Payload::bind(insert, payload)
+    let inserted: Option<(i64,)> = D::InboxPayload::bind(insert, payload)
         .arg(at)
         .optional(&mut write)
         .await
@@ -183,7 +243,7 @@ async fn publish<S: SqlInboxStore>(
         Some((seq,)) => (seq, false),
         None => {
             let held: Option<(i64,)> =
-                stmt::<S::D>("SELECT seq FROM inbox_queue WHERE team_id = $1 AND event_id = $2")
+                stmt::<D>("SELECT seq FROM inbox_queue WHERE team_id = $1 AND event_id = $2")
                     .arg(inbox.team)
                     .arg(event_id)
                     .optional(&mut write)
@@ -201,14 +261,14 @@ async fn publish<S: SqlInboxStore>(
     };
     finish(&inbox.store, write, what).await?;
     Ok(Published::Confirmed {
-        locator: Locator::for_inbox_reference(S::NAME, seq),
+        locator: Locator::for_inbox_reference(D::NAME, seq),
         duplicate,
     })
 }
 
 /// `Inbox::publish_reference`: an invalid key → `Fatal(Invalid)`; every failure a refusal.
-pub async fn publish_reference<S: SqlInboxStore>(
-    inbox: &SqlInbox<S>,
+async fn publish_reference<D: Dialect>(
+    inbox: &SqlInbox<D>,
     recipient_key: &str,
     event_id: Uuid,
     payload: &str,
@@ -223,8 +283,8 @@ pub async fn publish_reference<S: SqlInboxStore>(
 
 /// `Inbox::fetch_references`: creates the recipient's consumer (if it has none), then leases
 /// up to `limit` references ([`SqlInboxStore::PICK`]), in one write.
-pub async fn fetch_references<S: SqlInboxStore>(
-    inbox: &SqlInbox<S>,
+async fn fetch_references<D: Dialect>(
+    inbox: &SqlInbox<D>,
     recipient_key: &str,
     limit: usize,
 ) -> BusResult<Vec<InboxRef>> {
@@ -232,27 +292,27 @@ pub async fn fetch_references<S: SqlInboxStore>(
     let what = "inbox fetch";
     let now = inbox.clock.now();
     let mut write = inbox.store.write(what).await?;
-    stmt::<S::D>(
+    stmt::<D>(
         "INSERT INTO inbox_consumers (team_id, recipient_key, created_at)
          VALUES ($1, $2, $3) ON CONFLICT DO NOTHING",
     )
     .arg(inbox.team)
     .arg(recipient_key.to_owned())
-    .arg(S::D::time(now))
+    .arg(D::time(now))
     .run(&mut write)
     .await
     .map_err(inbox.store.db("inbox consumer"))?;
-    let mut rows: Vec<PickedRow<S::Payload>> = if limit == 0 {
+    let mut rows: Vec<PickedRow<D::InboxPayload>> = if limit == 0 {
         Vec::new()
     } else {
-        let pick = stmt::<S::D>(S::PICK)
+        let pick = stmt::<D>(PICK.of::<D>())
             .arg(inbox.team)
             .arg(recipient_key.to_owned())
-            .arg(S::D::time(now))
+            .arg(D::time(now))
             .arg(inbox.max_deliver)
             .arg(i64::try_from(limit).unwrap_or(i64::MAX))
-            .arg(S::D::time(now + inbox.ack_wait));
-        S::Payload::picked(pick, &mut write)
+            .arg(D::time(now + inbox.ack_wait));
+        D::InboxPayload::picked(pick, &mut write)
             .await
             .map_err(inbox.store.db(what))?
     };
@@ -263,7 +323,7 @@ pub async fn fetch_references<S: SqlInboxStore>(
             Ok(InboxRef {
                 event_id,
                 payload: payload.text()?,
-                ack_subject: queue_ack_token(S::ACK_PREFIX, inbox.team, seq),
+                ack_subject: queue_ack_token(D::INBOX_ACK_PREFIX, inbox.team, seq),
                 stream_seq: from_db(seq),
                 deliveries: from_db(deliveries),
             })
@@ -272,20 +332,17 @@ pub async fn fetch_references<S: SqlInboxStore>(
 }
 
 /// `Inbox::ack_reference`: one write.
-pub async fn ack_reference<S: SqlInboxStore>(
-    inbox: &SqlInbox<S>,
-    ack_subject: &str,
-) -> BusResult<()> {
-    let seq = parse_queue_ack_token(S::ACK_PREFIX, inbox.team, ack_subject)?;
+async fn ack_reference<D: Dialect>(inbox: &SqlInbox<D>, ack_subject: &str) -> BusResult<()> {
+    let seq = parse_queue_ack_token(D::INBOX_ACK_PREFIX, inbox.team, ack_subject)?;
     let what = "inbox ack";
     let mut write = inbox.store.write(what).await?;
-    stmt::<S::D>(
+    stmt::<D>(
         "UPDATE inbox_queue SET acked_at = $3
          WHERE team_id = $1 AND seq = $2 AND acked_at IS NULL AND deliveries > 0",
     )
     .arg(inbox.team)
     .arg(seq)
-    .arg(S::D::time(inbox.clock.now()))
+    .arg(D::time(inbox.clock.now()))
     .run(&mut write)
     .await
     .map_err(inbox.store.db(what))?;
@@ -293,14 +350,14 @@ pub async fn ack_reference<S: SqlInboxStore>(
 }
 
 /// `Inbox::inbox_status`: one read.
-pub async fn inbox_status<S: SqlInboxStore>(
-    inbox: &SqlInbox<S>,
+async fn inbox_status<D: Dialect>(
+    inbox: &SqlInbox<D>,
     recipient_key: &str,
 ) -> BusResult<InboxStatus> {
     validate_recipient_key(recipient_key)?;
     let what = "inbox status";
     let mut reader = inbox.store.reader(what).await?;
-    let (present, pending, awaiting_ack, redelivered): (bool, i64, i64, i64) = stmt::<S::D>(
+    let (present, pending, awaiting_ack, redelivered): (bool, i64, i64, i64) = stmt::<D>(
         "SELECT
              EXISTS (SELECT 1 FROM inbox_consumers WHERE team_id = $1 AND recipient_key = $2),
              count(*) FILTER (WHERE deliveries = 0),
@@ -311,7 +368,7 @@ pub async fn inbox_status<S: SqlInboxStore>(
     )
     .arg(inbox.team)
     .arg(recipient_key.to_owned())
-    .arg(S::D::time(inbox.clock.now()))
+    .arg(D::time(inbox.clock.now()))
     .arg(inbox.max_deliver)
     .one(&mut reader)
     .await
@@ -327,21 +384,18 @@ pub async fn inbox_status<S: SqlInboxStore>(
 /// Deletes `recipient_key`'s consumer and makes its unacknowledged references new again
 /// (delivery counts 0, visible from their store time), in one transaction; returns whether the
 /// consumer existed. Errors: `Invalid` key; database busy or down → `Unavailable`.
-pub async fn delete_consumer<S: SqlStore>(
-    inbox: &SqlInbox<S>,
-    recipient_key: &str,
-) -> BusResult<bool> {
+async fn delete_consumer<D: Dialect>(inbox: &SqlInbox<D>, recipient_key: &str) -> BusResult<bool> {
     validate_recipient_key(recipient_key)?;
     let what = "inbox consumer delete";
     let mut tx = inbox.store.begin(what).await?;
     let deleted =
-        stmt::<S::D>("DELETE FROM inbox_consumers WHERE team_id = $1 AND recipient_key = $2")
+        stmt::<D>("DELETE FROM inbox_consumers WHERE team_id = $1 AND recipient_key = $2")
             .arg(inbox.team)
             .arg(recipient_key.to_owned())
             .execute(&mut tx)
             .await
             .map_err(inbox.store.db(what))?;
-    stmt::<S::D>(
+    stmt::<D>(
         "UPDATE inbox_queue SET deliveries = 0, visible_at = stored_at
          WHERE team_id = $1 AND recipient_key = $2 AND acked_at IS NULL",
     )
@@ -351,112 +405,54 @@ pub async fn delete_consumer<S: SqlStore>(
     .await
     .map_err(inbox.store.db(what))?;
     inbox.store.commit(tx).await.map_err(inbox.store.db(what))?;
-    Ok(S::D::rows_affected(&deleted) == 1)
+    Ok(D::rows_affected(&deleted) == 1)
 }
 
 /// Deletes the team's references acknowledged strictly before `before`, in one write; returns
 /// how many. Unacknowledged references are never deleted. Errors: database busy or down →
 /// `Unavailable`.
-pub async fn purge_acknowledged<S: SqlStore>(
-    inbox: &SqlInbox<S>,
+async fn purge_acknowledged<D: Dialect>(
+    inbox: &SqlInbox<D>,
     before: DateTime<Utc>,
 ) -> BusResult<u64> {
     let what = "inbox purge";
     let mut write = inbox.store.write(what).await?;
-    let done = stmt::<S::D>(
+    let done = stmt::<D>(
         "DELETE FROM inbox_queue WHERE team_id = $1 AND acked_at IS NOT NULL AND acked_at < $2",
     )
     .arg(inbox.team)
-    .arg(S::D::time(before))
+    .arg(D::time(before))
     .execute(&mut write)
     .await
     .map_err(inbox.store.db(what))?;
     finish(&inbox.store, write, what).await?;
-    Ok(S::D::rows_affected(&done))
+    Ok(D::rows_affected(&done))
 }
 
-/// Implements `crewbus_ports::Inbox`, `Debug` (the team, ack wait and max deliver) and the
-/// inherent `team()`, `delete_consumer` and `purge_acknowledged` for a tuple struct of one
-/// [`SqlInbox`] (`struct MyInbox(SqlInbox<S>)` with `S:` [`SqlInboxStore`]), with the
-/// functions of this module.
-///
-/// ```ignore
-/// crewbus_sql::impl_inbox!(MyInbox);
-/// ```
-#[macro_export]
-macro_rules! impl_inbox {
-    ($ty:ident) => {
-        const _: () = {
-            use $crate::__private::{
-                BusResult, DateTime, Inbox, InboxRef, InboxStatus, Published, Utc, Uuid,
-                async_trait,
-            };
+#[async_trait]
+impl<D: Dialect> Inbox for SqlInbox<D> {
+    async fn publish_reference(
+        &self,
+        recipient_key: &str,
+        event_id: Uuid,
+        payload: &str,
+    ) -> Published {
+        publish_reference(self, recipient_key, event_id, payload).await
+    }
 
-            impl ::std::fmt::Debug for $ty {
-                fn fmt(&self, f: &mut ::std::fmt::Formatter<'_>) -> ::std::fmt::Result {
-                    f.debug_struct(stringify!($ty))
-                        .field("team", &self.0.team())
-                        .field("ack_wait", &self.0.ack_wait())
-                        .field("max_deliver", &self.0.max_deliver())
-                        .finish_non_exhaustive()
-                }
-            }
+    async fn fetch_references(
+        &self,
+        recipient_key: &str,
+        limit: usize,
+    ) -> BusResult<Vec<InboxRef>> {
+        fetch_references(self, recipient_key, limit).await
+    }
 
-            impl $ty {
-                /// The team this inbox serves.
-                pub fn team(&self) -> Uuid {
-                    self.0.team()
-                }
+    async fn ack_reference(&self, ack_subject: &str) -> BusResult<()> {
+        ack_reference(self, ack_subject).await
+    }
 
-                /// Deletes `recipient_key`'s consumer, as an operator (or an accident) would,
-                /// and returns whether it existed. Like a JetStream consumer recreated from the
-                /// start of the stream, the next fetch creates a new consumer that hands out
-                /// every reference still unacknowledged (delivery counts start again);
-                /// acknowledged references stay gone. Errors: `Invalid` key; database busy or
-                /// down → `Unavailable`.
-                pub async fn delete_consumer(&self, recipient_key: &str) -> BusResult<bool> {
-                    $crate::inbox::delete_consumer(&self.0, recipient_key).await
-                }
-
-                /// Deletes this team's references acknowledged strictly before `before` and
-                /// returns how many. Acknowledged rows are otherwise kept so dedup on the event
-                /// id lasts; after a purge an event id published again is stored again (the
-                /// ledger's receipts absorb it), at a new position (positions are never
-                /// reused). Unacknowledged references are never deleted. Errors: database busy
-                /// or down → `Unavailable`.
-                pub async fn purge_acknowledged(&self, before: DateTime<Utc>) -> BusResult<u64> {
-                    $crate::inbox::purge_acknowledged(&self.0, before).await
-                }
-            }
-
-            #[async_trait]
-            impl Inbox for $ty {
-                async fn publish_reference(
-                    &self,
-                    recipient_key: &str,
-                    event_id: Uuid,
-                    payload: &str,
-                ) -> Published {
-                    $crate::inbox::publish_reference(&self.0, recipient_key, event_id, payload)
-                        .await
-                }
-
-                async fn fetch_references(
-                    &self,
-                    recipient_key: &str,
-                    limit: usize,
-                ) -> BusResult<Vec<InboxRef>> {
-                    $crate::inbox::fetch_references(&self.0, recipient_key, limit).await
-                }
-
-                async fn ack_reference(&self, ack_subject: &str) -> BusResult<()> {
-                    $crate::inbox::ack_reference(&self.0, ack_subject).await
-                }
-
-                async fn inbox_status(&self, recipient_key: &str) -> BusResult<InboxStatus> {
-                    $crate::inbox::inbox_status(&self.0, recipient_key).await
-                }
-            }
-        };
-    };
+    async fn inbox_status(&self, recipient_key: &str) -> BusResult<InboxStatus> {
+        inbox_status(self, recipient_key).await
+    }
 }

@@ -125,20 +125,14 @@ impl SqlitePools {
     /// ([`crate::group_commit`]), whose `BEGIN IMMEDIATE` takes the write lock at once (waiting
     /// up to the busy timeout for another process), so no statement can fail later with
     /// `SQLITE_BUSY` when it first writes (a deferred `BEGIN` would, without consulting the busy
-    /// handler). Its `commit` returns after the shared transaction's fsynced `COMMIT`.
+    /// handler). Its `commit` returns after the shared transaction's fsynced `COMMIT`. (The
+    /// store's writes take it as `Dialect::begin`/`Dialect::write`; this one is the tests'.)
+    #[cfg(test)]
     pub(crate) async fn begin(&self, what: &str) -> BusResult<WriteTx> {
         self.group
             .begin()
             .await
             .map_err(|e| self.bus_error(e, what))
-    }
-
-    /// [`SqlitePools::begin`] for the stores (journal, push store).
-    pub(crate) async fn begin_store(&self, what: &str) -> Result<WriteTx, StoreError> {
-        self.group
-            .begin()
-            .await
-            .map_err(|e| self.store_error(e, what))
     }
 
     /// Maps a sqlx error to the bus's error, counting busy errors (see `error::bus_error`).
@@ -154,11 +148,6 @@ impl SqlitePools {
     /// `|e| self.bus_error(e, what)`.
     pub(crate) fn db<'a>(&'a self, what: &'a str) -> impl Fn(sqlx::Error) -> BusError + 'a {
         move |e| self.bus_error(e, what)
-    }
-
-    /// `|e| self.store_error(e, what)`.
-    pub(crate) fn st<'a>(&'a self, what: &'a str) -> impl Fn(sqlx::Error) -> StoreError + 'a {
-        move |e| self.store_error(e, what)
     }
 
     /// Options for a connection of its own to the same file (a backup, a test holding a lock).

@@ -8,13 +8,14 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, DeliveryId, InboxAck, InboxEvent, IndexEntry, IssuedHandOut,
-    LeasedSlot, LedgerCounts, Operator, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome,
-    Settlement, StoreError, SweepTarget, WakeupTarget,
+    LeasedSlot, LedgerCounts, Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent,
+    SettleOutcome, Settlement, StoreError, SweepTarget, WakeupTarget,
 };
 use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
 use crewbus_sql::driver::Stmt;
 use crewbus_sql::ledger::SqlLedger;
+use crewbus_sql::push_store::{PushRow, SqlPushStore};
 use crewbus_sql::search::HitRow;
 use sqlx::pool::PoolConnection;
 use sqlx::{Sqlite, SqliteConnection, Transaction};
@@ -23,6 +24,7 @@ use uuid::Uuid;
 use crate::codec::Ts;
 use crate::connect::{SqlitePools, WriteTx};
 use crate::ledger::{counts, delivery, operators, oversight, references, relay, search, send};
+use crate::push_store;
 
 /// The SQLite dialect.
 pub struct Lite;
@@ -40,6 +42,8 @@ impl Dialect for Lite {
     const READS: Via = Via::Snapshot;
     const LISTS: Via = Via::Snapshot;
     const ONE_WRITE: Via = Via::Transaction;
+    type InboxPayload = Vec<u8>;
+    const INBOX_ACK_PREFIX: &'static str = "sqlite-inbox";
     type OperatorRow = operators::OperatorRow;
     const OPERATOR_COLUMNS: &'static str = operators::OPERATOR_COLUMNS;
     const ROW_LOCKS: bool = false;
@@ -136,6 +140,25 @@ impl Dialect for Lite {
 
     async fn counts(ledger: &SqlLedger<Lite>, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
         counts::counts(ledger, at).await
+    }
+
+    async fn push_claim_due(
+        store: &SqlPushStore<Lite>,
+        at: DateTime<Utc>,
+        limit: usize,
+        lease_until: DateTime<Utc>,
+    ) -> Result<Vec<PushRow<Ts>>, StoreError> {
+        push_store::claim_due(store, at, limit, lease_until).await
+    }
+
+    async fn push_write_attempt<'q>(
+        store: &SqlPushStore<Lite>,
+        insert: Stmt<'q, Sqlite>,
+        run: RunId,
+        id: &str,
+        keep: usize,
+    ) -> Result<(), StoreError> {
+        push_store::write_attempt(store, insert, run, id, keep).await
     }
 
     async fn hand_out_candidates(

@@ -52,23 +52,14 @@ mod connect;
 mod dialect;
 mod error;
 mod group_commit;
-mod inbox;
 mod integrity;
 mod ledger;
 mod push_store;
-mod registry;
-mod settings;
-mod store;
 mod write_counts;
 
-pub use body::SqliteBackend;
 pub use connect::{SqliteConfig, SqlitePools, backup_to, open};
-pub use inbox::SqliteInbox;
 pub use integrity::{Integrity, IntegrityCheck, check_integrity, checkpoint};
 pub use ledger::SqliteLedger;
-pub use push_store::SqlitePushStore;
-pub use registry::SqliteBackends;
-pub use settings::SqliteSettings;
 pub use write_counts::{TableWrites, WriteCounts};
 
 use std::collections::HashMap;
@@ -78,6 +69,24 @@ pub use dialect::Lite;
 /// One tenant's runs and journals in this store (`SqliteJournal::new(pools, tenant)`; the ledger's
 /// `journal()` gives the one over its store and tenant).
 pub type SqliteJournal = crewbus_sql::journal::SqlJournal<Lite>;
+
+/// One team's bodies in this store's `bodies` table, the table the ledger's send transaction
+/// writes for its own conversations (`SqliteBackend::new(pools, team, clock, &settings)`).
+pub type SqliteBackend = crewbus_sql::body::SqlBodies<Lite>;
+
+/// One team's inbox as this store's queue table, `inbox_queue`
+/// (`SqliteInbox::new(pools, team, clock, &settings)`).
+pub type SqliteInbox = crewbus_sql::inbox::SqlInbox<Lite>;
+
+/// What this store's body backend and inbox are configured with.
+pub type SqliteSettings = crewbus_sql::settings::SqlSettings;
+
+/// The registry of this store's per-team body backends and inboxes, answering for [`NAME`]
+/// (`SqliteBackends::new(pools, clock, settings)`).
+pub type SqliteBackends = crewbus_sql::registry::SqlBackends<Lite>;
+
+/// One tenant's push registrations and their cursors (`SqlitePushStore::new(pools, tenant)`).
+pub type SqlitePushStore = crewbus_sql::push_store::SqlPushStore<Lite>;
 
 use crewbus_domain::{BusError, BusResult};
 use sqlx::migrate::{Migrate, MigrateError, Migration, Migrator};
