@@ -49,13 +49,6 @@ impl<D: Dialect> SqlLedger<D> {
         SqlLedger { store, tenant }
     }
 
-    /// This ledger: what callers wrote when the driver crates wrapped it (`PostgresLedger`,
-    /// `SqliteLedger` were newtypes); goes once the last such caller is changed.
-    #[doc(hidden)]
-    pub fn sql(&self) -> &Self {
-        self
-    }
-
     /// The store this ledger runs on.
     pub fn store(&self) -> &D::Store {
         &self.store
