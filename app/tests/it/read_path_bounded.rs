@@ -252,7 +252,9 @@ fn run(name: &str, shape: Shape) {
     // the kernel at once (see the module docs), so its resident size is what it holds.
     // The harness names a test by its module path in this binary (`read_path_bounded::…`).
     let module = module_path!().split_once("::").map_or("", |(_, m)| m);
-    let status = std::process::Command::new(std::env::current_exe().unwrap())
+    // `/proc/self/exe`, not `current_exe()`: the image this process runs, even when a build
+    // in the same target directory replaced the binary's file during the run.
+    let status = std::process::Command::new("/proc/self/exe")
         .args([
             "--exact",
             &format!("{module}::{name}"),
