@@ -369,9 +369,22 @@ mod tests {
         let err = prepare_serve(&mut embedded(dir.path())).unwrap_err();
         assert!(matches!(err, BusError::Conflict { .. }), "{err:?}");
         drop(held);
-        prepare_serve(&mut embedded(dir.path()))
-            .unwrap()
-            .expect("the lock is free again once dropped");
+        // Another test of this process may be spawning a child right now: between its fork and
+        // its exec the child holds a copy of every descriptor, the lock's too, so the lock may
+        // stay held a moment after the drop. Wait for it to be free, with a deadline.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        loop {
+            match prepare_serve(&mut embedded(dir.path())) {
+                Ok(again) => {
+                    again.expect("the lock is free again once dropped");
+                    break;
+                }
+                Err(BusError::Conflict { .. }) if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(10));
+                }
+                Err(err) => panic!("the lock is free again once dropped: {err:?}"),
+            }
+        }
     }
 
     #[test]
