@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, DeliveryId, InboxAck, InboxEvent, IndexEntry, IssuedHandOut,
-    LeasedSlot, LedgerCounts, Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent,
-    SettleOutcome, Settlement, StoreError, SweepTarget, WakeupTarget,
+    LeasedSlot, Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome,
+    Settlement, StoreError, SweepTarget, WakeupTarget,
 };
 use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
@@ -22,9 +22,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::error;
-use crate::ledger::{
-    counts, delivery, directory, operators, oversight, references, relay, search, send,
-};
+use crate::ledger::{delivery, directory, operators, oversight, references, relay, search, send};
 use crate::push_store;
 
 /// The Postgres dialect.
@@ -137,10 +135,6 @@ impl Dialect for Pg {
         at: DateTime<Utc>,
     ) -> BusResult<u64> {
         references::mark_published(ledger, messages, at).await
-    }
-
-    async fn counts(ledger: &SqlLedger<Pg>, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
-        counts::counts(ledger, at).await
     }
 
     async fn push_claim_due(

@@ -10,8 +10,8 @@ use std::ops::{Deref, DerefMut};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, DeliveryId, InboxAck, InboxEvent, IndexEntry, IssuedHandOut,
-    LeasedSlot, LedgerCounts, Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent,
-    SettleOutcome, Settlement, StoreError, SweepTarget, WakeupTarget,
+    LeasedSlot, Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome,
+    Settlement, StoreError, SweepTarget, WakeupTarget,
 };
 use sqlx::Database;
 use uuid::Uuid;
@@ -115,6 +115,8 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         + Reads<TeamRow<Self::Time>>
         + Reads<MemberRow<Self::Time>>
         + Reads<(i64, i64, i64)>
+        + Reads<(i64, i64)>
+        + Reads<(i64, i64, Option<Self::Time>)>
         + Reads<(String, i64, i64, i64)>
         + Reads<(Uuid, String, String, Self::Time, i64, Option<Self::Time>)>
         + Reads<ActivityRow<Self::Time>>
@@ -402,12 +404,6 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         messages: &[Uuid],
         at: DateTime<Utc>,
     ) -> impl Future<Output = BusResult<u64>> + Send;
-
-    /// `Ledger::counts`, every count from one snapshot.
-    fn counts(
-        ledger: &SqlLedger<Self>,
-        at: DateTime<Utc>,
-    ) -> impl Future<Output = BusResult<LedgerCounts>> + Send;
 
     /// `PushStore::due`'s claim: up to `limit` rows of `store`'s tenant not parked and due at
     /// `at` (the first in the order `next_attempt_at, run, id` bytewise), moved to `lease_until`

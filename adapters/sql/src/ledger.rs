@@ -428,6 +428,6 @@ impl<D: Dialect> LedgerSections for SqlLedger<D> {
     }
 
     async fn counts(&self, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
-        D::counts(self, at).await
+        crate::counts::counts(self, at).await
     }
 }

@@ -7,7 +7,7 @@
 //!
 //! | type | ports | module |
 //! |---|---|---|
-//! | [`ledger::SqlLedger`] | `Ledger` (by way of `crewbus_ports::LedgerSections`), `Leases`, `SendAllowance`, `Operators`, `Oversight`, `Search` | [`ledger`] with the sections [`directory`], [`delivery`], [`watch`], [`history`], [`retention`], [`leases`], [`send_allowance`], [`operators`], [`oversight`], [`search`] |
+//! | [`ledger::SqlLedger`] | `Ledger` (by way of `crewbus_ports::LedgerSections`), `Leases`, `SendAllowance`, `Operators`, `Oversight`, `Search` | [`ledger`] with the sections [`directory`], [`delivery`], [`watch`], [`history`], [`retention`], [`counts`], [`leases`], [`send_allowance`], [`operators`], [`oversight`], [`search`] |
 //! | [`journal::SqlJournal`] | `Journal` | [`journal`] |
 //! | [`push_store::SqlPushStore`] | `PushStore` | [`push_store`] |
 //! | [`body::SqlBodies`], [`inbox::SqlInbox`], [`registry::SqlBackends`] | `MessagingBackend`, `Inbox`, `Backends` (a `TeamRegistry`) | [`body`], [`inbox`], [`registry`] over [`store::SqlStore`], configured by [`settings::SqlSettings`] |
@@ -16,7 +16,7 @@
 //! texts, or a `Dialect` item — how an operation holds the store (transactions, reads,
 //! snapshots), the error mapping, row locks, set-based or per-row writes, and the ledger
 //! sections a store still writes its own way (send, the relay's leases and settle, the
-//! reference markers, counts, the push store's claim), whose bodies live in the driver crate.
+//! reference markers, the push store's claim), whose bodies live in the driver crate.
 //!
 //! No driver here: the row structs ([`rows`]) derive `sqlx::FromRow` generic over the row type,
 //! and are generic over how a time is stored (`T`: `DateTime<Utc>` for a `timestamptz`, the
@@ -28,6 +28,7 @@
 
 pub mod body;
 pub mod counter;
+pub mod counts;
 pub mod delivery;
 pub mod dialect;
 pub mod directory;

@@ -33,11 +33,6 @@ impl From<Ts> for DateTime<Utc> {
     }
 }
 
-/// `Option<Ts>` → `Option<DateTime<Utc>>`.
-pub(crate) fn opt(t: Option<Ts>) -> Option<DateTime<Utc>> {
-    t.map(|t| t.0)
-}
-
 impl sqlx::Type<Sqlite> for Ts {
     fn type_info() -> SqliteTypeInfo {
         <i64 as sqlx::Type<Sqlite>>::type_info()

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, DeliveryId, InboxAck, InboxEvent, IndexEntry, IssuedHandOut,
-    LeasedSlot, LedgerCounts, Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent,
-    SettleOutcome, Settlement, StoreError, SweepTarget, WakeupTarget,
+    LeasedSlot, Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome,
+    Settlement, StoreError, SweepTarget, WakeupTarget,
 };
 use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use crate::codec::Ts;
 use crate::connect::{SqlitePools, WriteTx};
-use crate::ledger::{counts, delivery, operators, oversight, references, relay, search, send};
+use crate::ledger::{delivery, operators, oversight, references, relay, search, send};
 use crate::push_store;
 
 /// The SQLite dialect.
@@ -136,10 +136,6 @@ impl Dialect for Lite {
         at: DateTime<Utc>,
     ) -> BusResult<u64> {
         references::mark_published(ledger, messages, at).await
-    }
-
-    async fn counts(ledger: &SqlLedger<Lite>, at: DateTime<Utc>) -> BusResult<LedgerCounts> {
-        counts::counts(ledger, at).await
     }
 
     async fn push_claim_due(

@@ -2,7 +2,7 @@
 //! shared `impl Ledger for SqlLedger<Pg>` (`crewbus-sql`) through the dialect ([`crate::Pg`]).
 //!
 //! One file per section the dialect answers: `send` (set-based `unnest` writes), `relay`
-//! (outbox slots; the set-based settle in `settle`), `references` (inbox events) and `counts`;
+//! (outbox slots; the set-based settle in `settle`), `references` (inbox events);
 //! and the SQL of the shared sections that differs on Postgres: `delivery` (hand-outs, the
 //! wake-up sweep), `directory` (members), `operators`, `oversight` and `search`. Table rows and
 //! their conversions are in `rows`.
@@ -15,7 +15,6 @@ use sqlx::{Postgres, Transaction};
 use crate::dialect::Pg;
 use crate::error::bus_error;
 
-pub(crate) mod counts;
 pub(crate) mod delivery;
 pub(crate) mod directory;
 pub(crate) mod operators;

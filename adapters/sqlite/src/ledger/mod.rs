@@ -2,7 +2,7 @@
 //! shared `impl Ledger for SqlLedger<Lite>` (`crewbus-sql`) through the dialect ([`crate::Lite`]).
 //!
 //! One file per section the dialect answers (the Postgres ledger's layout): `send`, `relay`
-//! (leasing outbox slots), `settle`, `references` (inbox events) and `counts`; and the SQL of the
+//! (leasing outbox slots), `settle`, `references` (inbox events); and the SQL of the
 //! shared sections that differs on SQLite: `delivery` (hand-outs, the wake-up sweep),
 //! `operators`, `oversight` and `search`. Table rows and their conversions are in `rows`.
 
@@ -10,7 +10,6 @@ use crewbus_sql::ledger::SqlLedger;
 
 use crate::dialect::Lite;
 
-pub(crate) mod counts;
 pub(crate) mod delivery;
 pub(crate) mod operators;
 pub(crate) mod oversight;
