@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, DeliveryId, InboxAck, InboxEvent, IndexEntry, IssuedHandOut,
-    LeasedSlot, Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome,
-    Settlement, StoreError, SweepTarget, WakeupTarget,
+    Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome, Settlement,
+    StoreError, SweepTarget, WakeupTarget,
 };
 use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
@@ -30,6 +30,7 @@ pub struct Pg;
 
 impl Dialect for Pg {
     type Db = Postgres;
+    type SlotAttempts = i32;
     type Time = DateTime<Utc>;
     type Store = PgPool;
     type Tx = Transaction<'static, Postgres>;
@@ -101,15 +102,6 @@ impl Dialect for Pg {
         at: DateTime<Utc>,
     ) -> BusResult<Vec<BusResult<Sent>>> {
         send::send_batch(ledger, requests, at).await
-    }
-
-    async fn lease_slots(
-        ledger: &SqlLedger<Pg>,
-        at: DateTime<Utc>,
-        until: DateTime<Utc>,
-        limit: usize,
-    ) -> BusResult<Vec<LeasedSlot>> {
-        relay::lease_slots(ledger, at, until, limit).await
     }
 
     async fn settle(

@@ -10,8 +10,8 @@ use std::ops::{Deref, DerefMut};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, DeliveryId, InboxAck, InboxEvent, IndexEntry, IssuedHandOut,
-    LeasedSlot, Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome,
-    Settlement, StoreError, SweepTarget, WakeupTarget,
+    Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome, Settlement,
+    StoreError, SweepTarget, WakeupTarget,
 };
 use sqlx::Database;
 use uuid::Uuid;
@@ -23,7 +23,7 @@ use crate::journal::{RecordRow, RunRow};
 use crate::leases::LeaseRow;
 use crate::ledger::SqlLedger;
 use crate::push_store::{AttemptRow, PushRow, SqlPushStore};
-use crate::rows::{ActivityRow, AgentRow, MemberRow, MessageRow, RecipientRow, TeamRow};
+use crate::rows::{ActivityRow, AgentRow, MemberRow, MessageRow, RecipientRow, SlotRow, TeamRow};
 use crate::search::HitRow;
 
 /// The connection of dialect `D` (`PgConnection`, `SqliteConnection`).
@@ -117,6 +117,7 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         + Reads<(i64, i64, i64)>
         + Reads<(i64, i64)>
         + Reads<(i64, i64, Option<Self::Time>)>
+        + Reads<SlotRow<Self::Time, Self::SlotAttempts>>
         + Reads<(String, i64, i64, i64)>
         + Reads<(Uuid, String, String, Self::Time, i64, Option<Self::Time>)>
         + Reads<ActivityRow<Self::Time>>
@@ -127,7 +128,17 @@ pub trait Dialect: Sized + Send + Sync + 'static {
 
     /// How a time is stored: Postgres binds a `DateTime<Utc>` (`timestamptz`), SQLite its
     /// microsecond integer codec.
-    type Time: From<DateTime<Utc>> + Into<DateTime<Utc>> + Send + Sync + Unpin + 'static;
+    type Time: From<DateTime<Utc>>
+        + Into<DateTime<Utc>>
+        + Ord
+        + Copy
+        + Send
+        + Sync
+        + Unpin
+        + 'static;
+
+    /// How an outbox slot's attempt count is read (`int4` on Postgres, `INTEGER` on SQLite).
+    type SlotAttempts: TryInto<u32> + Send + Unpin + 'static;
 
     /// The open store every generic store type holds (cloned): `PgPool`, `SqlitePools`.
     type Store: Clone + Send + Sync + 'static;
@@ -372,15 +383,6 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         requests: &[SendRequest],
         at: DateTime<Utc>,
     ) -> impl Future<Output = BusResult<Vec<BusResult<Sent>>>> + Send;
-
-    /// `Ledger::lease_slots`, the lease ending at `until`: Postgres `FOR UPDATE SKIP LOCKED`,
-    /// SQLite `UPDATE … RETURNING` in its write transaction.
-    fn lease_slots(
-        ledger: &SqlLedger<Self>,
-        at: DateTime<Utc>,
-        until: DateTime<Utc>,
-        limit: usize,
-    ) -> impl Future<Output = BusResult<Vec<LeasedSlot>>> + Send;
 
     /// `Ledger::settle`: the batch's live slots fenced by generation and lease, one write
     /// transaction (Postgres set-based, `ledger/settle.rs`).

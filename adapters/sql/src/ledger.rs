@@ -303,7 +303,7 @@ impl<D: Dialect> LedgerSections for SqlLedger<D> {
         until: DateTime<Utc>,
         limit: usize,
     ) -> BusResult<Vec<LeasedSlot>> {
-        D::lease_slots(self, at, until, limit).await
+        crate::relay::lease_slots(self, at, until, limit).await
     }
 
     async fn settle(

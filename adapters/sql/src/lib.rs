@@ -7,7 +7,7 @@
 //!
 //! | type | ports | module |
 //! |---|---|---|
-//! | [`ledger::SqlLedger`] | `Ledger` (by way of `crewbus_ports::LedgerSections`), `Leases`, `SendAllowance`, `Operators`, `Oversight`, `Search` | [`ledger`] with the sections [`directory`], [`delivery`], [`watch`], [`history`], [`retention`], [`counts`], [`leases`], [`send_allowance`], [`operators`], [`oversight`], [`search`] |
+//! | [`ledger::SqlLedger`] | `Ledger` (by way of `crewbus_ports::LedgerSections`), `Leases`, `SendAllowance`, `Operators`, `Oversight`, `Search` | [`ledger`] with the sections [`directory`], [`delivery`], [`watch`], [`history`], [`retention`], [`counts`], [`relay`], [`leases`], [`send_allowance`], [`operators`], [`oversight`], [`search`] |
 //! | [`journal::SqlJournal`] | `Journal` | [`journal`] |
 //! | [`push_store::SqlPushStore`] | `PushStore` | [`push_store`] |
 //! | [`body::SqlBodies`], [`inbox::SqlInbox`], [`registry::SqlBackends`] | `MessagingBackend`, `Inbox`, `Backends` (a `TeamRegistry`) | [`body`], [`inbox`], [`registry`] over [`store::SqlStore`], configured by [`settings::SqlSettings`] |
@@ -15,7 +15,7 @@
 //! What differs by store sits beside the shared statement: a [`dialect::PerDialect`] pair of
 //! texts, or a `Dialect` item — how an operation holds the store (transactions, reads,
 //! snapshots), the error mapping, row locks, set-based or per-row writes, and the ledger
-//! sections a store still writes its own way (send, the relay's leases and settle, the
+//! sections a store still writes its own way (send, the relay's settle, the
 //! reference markers, the push store's claim), whose bodies live in the driver crate.
 //!
 //! No driver here: the row structs ([`rows`]) derive `sqlx::FromRow` generic over the row type,
@@ -43,6 +43,7 @@ pub mod oversight;
 pub mod presence;
 pub mod push_store;
 pub mod registry;
+pub mod relay;
 pub mod retention;
 pub mod rows;
 pub mod search;

@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, DeliveryId, InboxAck, InboxEvent, IndexEntry, IssuedHandOut,
-    LeasedSlot, Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome,
-    Settlement, StoreError, SweepTarget, WakeupTarget,
+    Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome, Settlement,
+    StoreError, SweepTarget, WakeupTarget,
 };
 use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use crate::codec::Ts;
 use crate::connect::{SqlitePools, WriteTx};
-use crate::ledger::{delivery, operators, oversight, references, relay, search, send};
+use crate::ledger::{delivery, operators, oversight, references, search, send, settle};
 use crate::push_store;
 
 /// The SQLite dialect.
@@ -31,6 +31,7 @@ pub struct Lite;
 
 impl Dialect for Lite {
     type Db = Sqlite;
+    type SlotAttempts = i64;
     type Time = Ts;
     type Store = SqlitePools;
     type Tx = WriteTx;
@@ -104,21 +105,12 @@ impl Dialect for Lite {
         send::send_batch(ledger, requests, at).await
     }
 
-    async fn lease_slots(
-        ledger: &SqlLedger<Lite>,
-        at: DateTime<Utc>,
-        until: DateTime<Utc>,
-        limit: usize,
-    ) -> BusResult<Vec<LeasedSlot>> {
-        relay::lease_slots(ledger, at, until, limit).await
-    }
-
     async fn settle(
         ledger: &SqlLedger<Lite>,
         settlements: &[Settlement],
         at: DateTime<Utc>,
     ) -> BusResult<Vec<SettleOutcome>> {
-        relay::settle(ledger, settlements, at).await
+        settle::settle(ledger, settlements, at).await
     }
 
     async fn lease_inbox_events(

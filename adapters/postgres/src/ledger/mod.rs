@@ -2,7 +2,7 @@
 //! shared `impl Ledger for SqlLedger<Pg>` (`crewbus-sql`) through the dialect ([`crate::Pg`]).
 //!
 //! One file per section the dialect answers: `send` (set-based `unnest` writes), `relay`
-//! (outbox slots; the set-based settle in `settle`), `references` (inbox events);
+//! (the settle's transaction; the set-based settle in `settle`), `references` (inbox events);
 //! and the SQL of the shared sections that differs on Postgres: `delivery` (hand-outs, the
 //! wake-up sweep), `directory` (members), `operators`, `oversight` and `search`. Table rows and
 //! their conversions are in `rows`.

@@ -8,5 +8,4 @@ pub(crate) use crewbus_sql::rows::MESSAGE_COLUMNS;
 pub(crate) type MessageRow = crewbus_sql::rows::MessageRow<Ts>;
 /// An operator without the teams of its scope (read from `operator_teams` separately).
 pub(crate) type OperatorRow = crewbus_sql::rows::OperatorRow<Ts>;
-pub(crate) type SlotRow = crewbus_sql::rows::SlotRow<Ts, i64>;
 pub(crate) type ReferenceRow = crewbus_sql::rows::ReferenceRow<Ts>;
