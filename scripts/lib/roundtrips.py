@@ -1,4 +1,4 @@
-"""The round-trip report of `ROUNDTRIPS=1 scripts/profile-e2e` (BENCHMARKS.md, "Issue 19's goals:
+"""The round-trip report of `ROUNDTRIPS=1 scripts/profile-e2e` (benches/results/, "Issue 19's goals:
 round trips per message"), from the snapshots profile-e2e took in its directory:
 
 - `win0.*`, `win1.*`: the window's ends; `run0.*`, `run1.*`: just before `crewbus load` started

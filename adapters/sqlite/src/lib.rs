@@ -122,7 +122,7 @@ pub async fn migrate(pools: &SqlitePools) -> BusResult<()> {
 
 /// [`migrate`] with only the migrations whose version is at most `version`: the store as a build
 /// whose last migration was `version` left it, for upgrade tests that load an older build's data
-/// (`app/tests/upgrade_fixtures.rs`) and then let the server apply the rest. Versions are this
+/// (`app/tests/it/upgrade_fixtures.rs`) and then let the server apply the rest. Versions are this
 /// build's (`MIGRATOR`; `YYYYMMDDNNNNNN` numbers); a `version` older than every migration applies
 /// none (the bookkeeping table is still made).
 ///
