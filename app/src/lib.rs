@@ -10,7 +10,7 @@
 //! | [`mcp`] | the MCP endpoint `/mcp` |
 //! | [`console`] | the operator console `/console` (server-rendered pages) |
 //! | [`cli`] | the command line: arguments and the commands' bodies |
-//! | [`tools`] | the operator tools `load` and `demo`, and their HTTP client |
+//! | [`tools`] | the operator tool `load` and the HTTP client |
 //! | [`push`] | pushing a run's history to its destinations |
 //! | [`config`] | the configuration file and its sections |
 //! | [`compose`] | the composition root |
@@ -40,7 +40,7 @@ pub use cli::{
     commands, dev_team, embedded, lease_commands, mcp_bridge, push_commands, search_command,
     streams,
 };
-pub use tools::{client, demo, load};
+pub use tools::{client, load};
 pub use usecases::{
     acknowledge, admin, backends, bus, conversations, deliver, health, history, references, relay,
     retention, runs, send, token, wait, workers,

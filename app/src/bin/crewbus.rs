@@ -3,7 +3,6 @@
 
 use std::process::ExitCode;
 
-use anyhow::Context as _;
 use clap::Parser;
 use crewbus::cli::{Cli, Command};
 use crewbus::config::Config;
@@ -106,7 +105,6 @@ async fn run(
     let json = cli.json;
     match cli.command {
         Command::Serve(args) => Ok(crewbus::commands::serve(config, args, prepared, json).await?),
-        Command::Demo(args) => crewbus::demo::run(config, args, json).await.context("demo"),
         Command::Migrate => Ok(crewbus::commands::migrate(config, json).await?),
         Command::Team(cmd) => Ok(crewbus::commands::team(config, cmd, json).await?),
         Command::Agent(cmd) => Ok(crewbus::commands::agent(config, cmd, json).await?),

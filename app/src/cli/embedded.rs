@@ -50,19 +50,11 @@ pub struct Prepared {
     pub new_master_key: Option<PathBuf>,
 }
 
-/// Prepares the embedded store for `command`: [`prepare_serve`] for `serve`; for `demo`, a
-/// store that would be the embedded default becomes memory (a demo keeps nothing and never
-/// touches the data directory); [`prepare_beside`] for every other command that composes the
-/// bus (a missing store is no error for `stream`, which needs it only to look a team up). `None` but for `serve` on the embedded store.
+/// Prepares the embedded store for `command`: [`prepare_serve`] for `serve`;
+/// [`prepare_beside`] for every other command that composes the bus (a missing store is no error for `stream`, which needs it only to look a team up). `None` but for `serve` on the embedded store.
 pub fn prepare(command: &Command, config: &mut Config) -> BusResult<Option<Prepared>> {
     match command {
         Command::Serve(_) => prepare_serve(config),
-        Command::Demo(_) => {
-            if config.store()? == StorageKind::Sqlite {
-                config.storage.kind = Some(StorageKind::Memory);
-            }
-            Ok(None)
-        }
         Command::Backup(_) => prepare_beside(config).map(|()| None),
         // Stream commands need the store only to look a team up by name (`stream usage` not
         // at all): a store not created yet is left for that lookup to report.

@@ -1,9 +1,9 @@
-//! The command line: `crewbus serve | mcp | demo | migrate | team | agent | stream | health | load
+//! The command line: `crewbus serve | mcp | migrate | team | agent | stream | health | load
 //! | backup | push`.
 //!
 //! The arguments are defined here; each command's body lives beside them ([`commands`],
 //! [`push_commands`], [`streams`], the stdio bridge [`mcp_bridge`], the development team of
-//! `serve` [`dev_team`]). The operator tools (`load`, `demo`) keep their arguments in
+//! `serve` [`dev_team`]). The operator tool `load` keeps its arguments in
 //! [`crate::tools`].
 
 use std::net::SocketAddr;
@@ -51,7 +51,6 @@ pub fn runtime(who: &str) -> Result<tokio::runtime::Runtime, std::process::ExitC
     propagate_version = true,
     after_help = "\
 Examples:
-  crewbus demo                              three agents talk, then a summary
   crewbus serve                             the embedded store at 127.0.0.1:7700, dev team
                                             `local` with agents alice and bob (kept across restarts)
   crewbus serve --ephemeral                 the same on memory: nothing kept after it stops
@@ -155,15 +154,6 @@ Examples:
   crewbus mcp --channel --tools core --token-file ~/.config/crewbus/alice.token
                                   Claude Code channel events, the lean tool list")]
     Mcp(McpArgs),
-
-    /// Start a server in-process and run a scripted exchange between three agents through the
-    /// real HTTP API, then print the transcript and a summary (messages, deliveries, latency).
-    #[command(after_help = "\
-Examples:
-  crewbus demo                 on the memory store: no services needed
-  crewbus --json demo          the transcript and the summary as one JSON document
-  crewbus --config crewbus.toml demo --keep   against the configured Postgres (what it creates stays)")]
-    Demo(crate::tools::demo::DemoArgs),
 
     /// Create or upgrade the Postgres schema (needs [database]).
     #[command(after_help = "\

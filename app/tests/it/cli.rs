@@ -32,7 +32,6 @@ fn help_teaches_with_examples() {
     for needle in [
         "serve",
         "mcp",
-        "demo",
         "migrate",
         "team",
         "agent",
@@ -247,67 +246,6 @@ fn serve_answers_health_and_stops_gracefully_on_sigterm() {
             "serve did not stop after SIGTERM"
         );
         std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-#[test]
-fn demo_runs_on_the_embedded_default_and_proves_exactly_once() {
-    let out = crewbus().args(["--json", "demo"]).output().unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let s = &v["summary"];
-    assert_eq!(s["exactly_once"], true, "{s}");
-    assert_eq!(s["messages"], 62);
-    assert!(
-        s["redeliveries"].as_u64().unwrap() >= 1,
-        "the unconfirmed fetch came back"
-    );
-    assert_eq!(s["confirmed"], 124);
-    assert!(s["latency_p50_ms"].as_f64().unwrap() > 0.0);
-    let transcript = v["transcript"].as_array().unwrap();
-    assert!(
-        transcript
-            .iter()
-            .any(|l| l["what"].as_str().unwrap().contains("(redelivered)"))
-    );
-    // The runs' journals arrived at the demo's local receiver, signed and in order.
-    let events = s["push_events"].as_u64().unwrap();
-    assert!(events >= 3 * 2 + 62 + 124, "{s}");
-    assert_eq!(s["push_signatures_verified"], events);
-    assert_eq!(s["push_in_journal_order"], true);
-    let types = s["push_event_types"].as_array().unwrap();
-    let count = |t: &str| {
-        types
-            .iter()
-            .find(|x| x["type"] == t)
-            .and_then(|x| x["count"].as_u64())
-    };
-    assert_eq!(count("run_admitted"), Some(3));
-    assert_eq!(count("run_sealed"), Some(3));
-    assert_eq!(count("message_sent"), Some(62));
-    assert!(
-        transcript
-            .iter()
-            .any(|l| l["who"] == "hook" && l["what"].as_str().unwrap().contains("run_sealed"))
-    );
-    let human = crewbus().arg("demo").output().unwrap();
-    let text = String::from_utf8(human.stdout).unwrap();
-    for needle in [
-        "alice",
-        "bob",
-        "carol",
-        "summary",
-        "p50",
-        "p99",
-        "exactly once",
-        "push events",
-        "CloudEvents",
-    ] {
-        assert!(text.contains(needle), "demo output lacks {needle}");
     }
 }
 
@@ -812,33 +750,6 @@ fn config_file(toml: &str) -> (tempfile::TempDir, std::path::PathBuf) {
     (dir, path)
 }
 
-/// Against a configured database the demo would leave its team behind: without `--keep` it
-/// refuses before contacting anything (`invalid`, not `unavailable`, on a port nobody serves),
-/// saying what it would create and how to go on.
-#[test]
-fn demo_refuses_a_configured_database_without_keep() {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    drop(listener);
-    let (_dir, path) = config_file(&format!(
-        "[database]\nurl = \"postgres://postgres@127.0.0.1:{port}/nowhere\"\n"
-    ));
-    let out = crewbus()
-        .arg("--config")
-        .arg(&path)
-        .args(["--json", "demo"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout)
-        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stdout)));
-    assert_eq!(v["error"]["code"], "invalid", "{v}");
-    let message = v["error"]["message"].as_str().unwrap();
-    for needle in ["--keep", "team demo-", "alice", "cannot delete"] {
-        assert!(message.contains(needle), "{message} lacks {needle}");
-    }
-}
-
 /// `team add --backend jetstream` on a deployment without `[nats]` is told that JetStream is
 /// not configured (`invalid`, naming what is), before being told to provision: `--provision`
 /// would not help there (found by a fresh user, who was sent round in a circle).
@@ -869,53 +780,6 @@ async fn jetstream_asked_of_a_deployment_without_it_is_refused_as_not_configured
     assert!(
         !v.to_string().contains("\"t3\""),
         "nothing was created: {v}"
-    );
-    db.passed().await;
-}
-
-/// With `--keep` on Postgres the demo runs, says what it left (JSON `summary.kept`), and its
-/// agents are revoked afterwards; no warning about unsealed credentials (it stores none).
-#[tokio::test]
-async fn demo_with_keep_on_postgres_says_what_it_leaves_and_revokes_its_agents() {
-    let (db, _dir, path) = postgres_config_file("cli_demo_keep").await;
-    let run = |args: &[&str]| {
-        crewbus()
-            .arg("--config")
-            .arg(&path)
-            .arg("--json")
-            .args(args)
-            .output()
-            .unwrap()
-    };
-    let out = run(&["demo", "--keep"]);
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(out.status.success(), "{stderr}");
-    assert!(!stderr.contains("unsealed"), "{stderr}");
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let s = &v["summary"];
-    assert_eq!(s["exactly_once"], true, "{s}");
-    let kept = &s["kept"];
-    assert_eq!(
-        kept["agents_revoked"],
-        serde_json::json!(["alice", "bob", "carol"])
-    );
-    assert_eq!(kept["messages"], s["messages"]);
-    let team = kept["team"].as_str().unwrap();
-    assert!(team.starts_with("demo-"), "{kept}");
-
-    // What it said it left is there, and the agents' tokens are dead.
-    let out = run(&["agent", "list", "--team", team]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let agents: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let agents = agents.as_array().unwrap();
-    assert_eq!(agents.len(), 3);
-    assert!(
-        agents.iter().all(|a| !a["revoked_at"].is_null()),
-        "{agents:?}"
     );
     db.passed().await;
 }
