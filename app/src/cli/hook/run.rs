@@ -114,7 +114,11 @@ fn try_run(args: HookArgs) -> Result<Outcome, String> {
         key,
         told_discarded: Cell::new(false),
     };
-    runtime.block_on(hook.handle(event))
+    let outcome = runtime.block_on(hook.handle(event));
+    // What the runtime still holds (the pooled connection's task, idle blocking threads) ends
+    // with the process: the host waits for this process's exit, so do not wait for it first.
+    runtime.shutdown_background();
+    outcome
 }
 
 /// The event on stdin: one JSON value, at most [`event::MAX_EVENT_BYTES`], within
