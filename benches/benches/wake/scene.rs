@@ -188,10 +188,19 @@ impl Scene {
     }
 }
 
-/// The deliveries of `member`'s fetch (no wait): exactly the one message `sent` (a send's
-/// answer), which is then confirmed. Panics otherwise.
+/// The deliveries of `member`'s fetch, waiting up to 10 s: exactly the one message `sent` (a
+/// send's answer), which is then confirmed. Panics otherwise. The fetch waits because the watch
+/// reads the ledger: it reports a message once its receipt is committed, which can be a moment
+/// before the inbox reference a fetch hands out is published (the reference worker's next
+/// pass) — a fetch without a wait right after a channel event may find nothing yet.
 pub async fn take_and_confirm(who: &str, member: &Member, sent: &Value) {
-    let got = member.client.fetch(10).await.expect("fetch");
+    let (status, answer) = member
+        .client
+        .fetch_waiting(10, 10_000)
+        .await
+        .expect("fetch");
+    assert_eq!(status, 200, "{who}: fetch answered {status}: {answer}");
+    let got = answer["deliveries"].as_array().cloned().unwrap_or_default();
     confirm_exactly(who, member, &got, sent).await;
 }
 
