@@ -700,7 +700,8 @@ def broken_environment(ctx: Ctx) -> None:
 
 
 def shared_files(ctx: Ctx) -> None:
-    """`crewbus connect claude-code --headless --shared`, with `crewbus` found through PATH: the
+    """`crewbus connect claude-code --headless --shared`, with `crewbus` found through PATH, in a
+    workspace the user has trusted (Claude Code applies a shared settings file only there): the
     files it writes name neither the HOME nor the binary's directory, and Claude Code expands
     them so: `${HOME}` in `.mcp.json`'s args (whoami through the bridge answers as alice, with
     the token copied into `${HOME}/.config/crewbus/connect/shared/`) and `"${HOME}"` in the Stop
@@ -727,6 +728,11 @@ def shared_files(ctx: Ctx) -> None:
             H.expect(private not in written, f"the shared files name {private!r}: {written}")
         copied = home / ".config" / "crewbus" / "connect" / "shared" / "project.token"
         H.expect(copied.read_text().strip() == a.token, "connect --shared did not copy alice's token into HOME")
+        # Claude Code 2.1.328 ignores `permissions.allow` (and hooks) of a project's shared
+        # `.claude/settings.json` until the workspace is trusted, which a person does once in an
+        # interactive session; a teammate who opened the project so has this in HOME.
+        (home / ".claude.json").write_text(json.dumps(
+            {"projects": {str(project.resolve()): {"hasTrustDialogAccepted": True}}}))
         me = a.me()
         bob = bus.agent("bob")
         conv = bob.conversation("shared news", ["alice"])

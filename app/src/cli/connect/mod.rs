@@ -282,6 +282,14 @@ fn binary(shared: bool, notes: &mut Vec<String>) -> anyhow::Result<HostPath> {
     }
 }
 
+/// What `--shared` depends on: Claude Code (checked with 2.1.328, real-host scenario (g))
+/// applies a project's shared `.claude/settings.json` — the permission and the hooks — only in a
+/// workspace trusted in an interactive session; `claude -p` elsewhere ignores both.
+const SHARED_NEEDS_TRUST: &str = "Claude Code applies .claude/settings.json (the permission and \
+     the hooks) only in a workspace you have trusted: run `claude` here once and accept the trust \
+     dialog. `claude -p` in a workspace never trusted ignores both; there, connect without \
+     --shared (.claude/settings.local.json is applied untrusted)";
+
 /// What to do after `--channel`: the launch command and its conditions.
 fn channel_next(project: &Path) -> Vec<String> {
     vec![
@@ -402,11 +410,14 @@ async fn claude_code(config: Config, a: ClaudeCodeArgs, json: bool) -> anyhow::R
         "done. Start Claude Code in {}; `crewbus connect claude-code --remove` undoes this.",
         project.display()
     );
-    let next = if a.channel {
+    let mut next = if a.channel {
         channel_next(&project)
     } else {
         Vec::new()
     };
+    if a.shared {
+        next.push(SHARED_NEEDS_TRUST.to_owned());
+    }
     if a.dry_run {
         if let resolve::Source::Create = token.source {
             notes.push(format!(
