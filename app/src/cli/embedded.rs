@@ -353,6 +353,20 @@ mod tests {
         c
     }
 
+    /// Waits (10 s deadline) until no one holds `dir`'s `serve.lock`, after the test dropped its
+    /// own: another test of this process may be spawning a child right now, and between its fork
+    /// and its exec the child holds a copy of every descriptor, the lock's too.
+    fn until_unlocked(dir: &Path) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while served(&embedded(dir)).unwrap() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "serve.lock still held 10 s after the drop"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
+
     #[test]
     fn a_second_serve_on_the_same_directory_is_refused() {
         let dir = tempfile::tempdir().unwrap();
@@ -361,22 +375,10 @@ mod tests {
         let err = prepare_serve(&mut embedded(dir.path())).unwrap_err();
         assert!(matches!(err, BusError::Conflict { .. }), "{err:?}");
         drop(held);
-        // Another test of this process may be spawning a child right now: between its fork and
-        // its exec the child holds a copy of every descriptor, the lock's too, so the lock may
-        // stay held a moment after the drop. Wait for it to be free, with a deadline.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-        loop {
-            match prepare_serve(&mut embedded(dir.path())) {
-                Ok(again) => {
-                    again.expect("the lock is free again once dropped");
-                    break;
-                }
-                Err(BusError::Conflict { .. }) if std::time::Instant::now() < deadline => {
-                    std::thread::sleep(std::time::Duration::from_millis(10));
-                }
-                Err(err) => panic!("the lock is free again once dropped: {err:?}"),
-            }
-        }
+        until_unlocked(dir.path());
+        prepare_serve(&mut embedded(dir.path()))
+            .unwrap()
+            .expect("the lock is free again once dropped");
     }
 
     #[test]
@@ -397,6 +399,7 @@ mod tests {
             Some(key.as_path())
         );
         drop(p);
+        until_unlocked(dir.path());
         let again = prepare_serve(&mut embedded(dir.path())).unwrap().unwrap();
         assert!(
             again.new_master_key.is_none(),
@@ -416,6 +419,7 @@ mod tests {
             assert_eq!(mode, 0o600, "the store is readable by its owner only");
         }
         drop(p);
+        until_unlocked(dir.path());
         fs::remove_file(dir.path().join(MASTER_KEY_FILE)).unwrap();
         let err = prepare_serve(&mut embedded(dir.path())).unwrap_err();
         assert!(matches!(err, BusError::Conflict { .. }), "{err:?}");
