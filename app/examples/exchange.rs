@@ -23,7 +23,7 @@ fn api<T>(what: &str, answer: Result<T, ApiFailure>) -> Result<T> {
 
 #[tokio::main]
 async fn main() -> Result<()> {
-    // The memory store, a free port on loopback, and a short hand-out grace.
+    // The memory store and a free port on loopback.
     let mut config = Config {
         listen: "127.0.0.1:0".parse()?,
         ..Config::default()

@@ -160,7 +160,8 @@ pub struct ClaudeCodeArgs {
     #[arg(long, value_enum, default_value = "core")]
     pub tools: Tools,
     /// An existing agent's token file (used where it is; it must not be a file git tracks).
-    #[arg(long, value_name = "PATH")]
+    /// The token is the agent: not with --agent or --operator-token-file.
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["agent", "operator_token_file"])]
     pub token_file: Option<PathBuf>,
     /// An operator token file: create --agent through the admin API of --url.
     #[arg(long, value_name = "PATH")]
@@ -504,6 +505,22 @@ mod tests {
     struct Cli {
         #[command(flatten)]
         args: ClaudeCodeArgs,
+    }
+
+    #[test]
+    fn a_token_file_is_the_agent_and_takes_no_other_agent() {
+        for other in [["--agent", "bob"], ["--operator-token-file", "op.token"]] {
+            let e =
+                Cli::try_parse_from(["connect", "--token-file", "alice.token", other[0], other[1]])
+                    .err()
+                    .unwrap_or_else(|| panic!("--token-file with {} accepted", other[0]));
+            assert_eq!(e.kind(), clap::error::ErrorKind::ArgumentConflict, "{e}");
+        }
+        assert!(Cli::try_parse_from(["connect", "--token-file", "alice.token"]).is_ok());
+        assert!(
+            Cli::try_parse_from(["connect", "--agent", "bob", "--operator-token-file", "o"])
+                .is_ok()
+        );
     }
 
     #[test]
