@@ -1,5 +1,6 @@
-//! A small client of the HTTP API (reqwest, plain HTTP), used by `crewbus load`, the example and the
-//! end-to-end tests. It speaks JSON values so callers can look at exactly what the API returns.
+//! A small client of the HTTP API (reqwest, plain HTTP), used by `crewbus load`, the example,
+//! the benches and the end-to-end tests. It speaks JSON values so callers can look at exactly
+//! what the API returns.
 //!
 //! The tools' one retry rule lives here too: [`transient`] says what is worth retrying and
 //! [`retry`] retries it with a growing pause until a deadline.
