@@ -24,6 +24,7 @@ pub mod cli;
 pub mod compose;
 pub mod config;
 pub mod console;
+pub mod edge;
 pub mod http;
 pub mod logging;
 pub mod mcp;

@@ -9,7 +9,7 @@ use crewbus_domain::BusError;
 use super::frame::{Chrome, Frame, Signed, html};
 use super::security::{SESSION_COOKIE, see_other, set_cookie};
 use super::views::filters;
-use crate::http::error::status_for;
+use crate::edge::error::status_for;
 
 /// The error page.
 #[derive(Template)]

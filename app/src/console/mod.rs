@@ -54,7 +54,7 @@
 //!   (no `Referer` leaves the console; `no-referrer` would make browsers send form POSTs with
 //!   `Origin: null`, refused by the `Origin` check), `X-Frame-Options: DENY`; pages are
 //!   `Cache-Control: no-store`, static assets immutable.
-//! - `Host` and `Origin` are checked for every route by the listener ([`crate::http::allow`]).
+//! - `Host` and `Origin` are checked for every route by the listener ([`crate::edge::allow`]).
 //!
 //! # Live parts
 //! Pages that change while watched (the overview, a team, a conversation) open one

@@ -5,9 +5,9 @@ use axum::extract::State;
 
 use super::AppState;
 use super::auth::Authenticated;
-use super::error::{ApiResult, ErrorBody};
 use super::extract::ApiJson;
-use super::views::{AgentView, SetStatus, TeamAgentView};
+use crate::edge::error::{ApiResult, ErrorBody};
+use crate::edge::views::{AgentView, SetStatus, TeamAgentView};
 
 /// The calling agent.
 #[utoipa::path(get, path = "/v1/me", tag = "agents", operation_id = "whoami",

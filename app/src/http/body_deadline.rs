@@ -29,7 +29,7 @@ use crewbus_domain::BusError;
 use http_body::{Frame, SizeHint};
 use tokio::time::{Instant, Sleep};
 
-use super::error::ApiError;
+use crate::edge::error::ApiError;
 
 /// The body is still being read (or was never read to its end).
 const READING: u8 = 0;

@@ -7,9 +7,9 @@ use crewbus_domain::Uuid;
 
 use super::AppState;
 use super::auth::Authenticated;
-use super::error::{ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::views::{
+use crate::edge::error::{ApiResult, ErrorBody};
+use crate::edge::views::{
     ConversationView, CreateConversation, HistoryQuery, HistoryView, SendMessage, SentView,
 };
 

@@ -11,7 +11,8 @@ use crewbus_domain::BusError;
 use serde::de::value::MapAccessDeserializer;
 use serde::de::{Deserialize, DeserializeOwned, Deserializer, MapAccess, Visitor};
 
-use super::error::ApiError;
+use crate::edge::body_limit::REQUEST_LIMIT_BYTES;
+use crate::edge::error::ApiError;
 
 /// `Json<T>` answering malformed JSON with `400 invalid` and an oversize request with
 /// `413 too_large`. The body must be a JSON object ([`Object`]).
@@ -79,11 +80,6 @@ fn json_rejection(rejection: JsonRejection, declared: Option<u64>) -> ApiError {
     };
     ApiError(BusError::invalid(reason))
 }
-
-/// Largest HTTP request body, in bytes: room for a 1 MiB message body even when every character
-/// is JSON-escaped (`\u0000` is six bytes). The message body itself is checked against the team
-/// backend's limit after parsing (also 413).
-pub const REQUEST_LIMIT_BYTES: usize = 7 * 1024 * 1024;
 
 /// `Path<T>` answering an unparsable id with `400 invalid`.
 pub struct ApiPath<T>(pub T);
@@ -185,7 +181,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::views::{AcknowledgeRequest, FetchRequest, SendMessage};
+    use crate::edge::views::{AcknowledgeRequest, FetchRequest, SendMessage};
 
     fn object<T: DeserializeOwned>(json: &str) -> Result<T, serde_json::Error> {
         serde_json::from_str::<Object<T>>(json).map(|Object(v)| v)
@@ -211,7 +207,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_that_does_not_fit_is_told_in_serdes_words_naming_the_field() {
-        use crate::http::leases::AcquireLease;
+        use crate::edge::leases::AcquireLease;
         let request = Request::builder()
             .method("POST")
             .header(axum::http::header::CONTENT_TYPE, "application/json")
@@ -233,8 +229,8 @@ mod tests {
 
     #[test]
     fn an_enum_field_of_another_type_does_not_fit_its_body_is_still_valid_json() {
-        use crate::http::leases::AcquireLease;
-        use crate::http::views::SealRequest;
+        use crate::edge::leases::AcquireLease;
+        use crate::edge::views::SealRequest;
         // serde_json reads a derived enum from a string or an object only, and calls any other
         // value a syntax error: answered "request body is not valid JSON" (issue 33 item 7).
         for mode in ["null", "5", "[]", "true"] {
@@ -251,12 +247,12 @@ mod tests {
         }
         // Names still read as before.
         let a: AcquireLease = object(r#"{"pattern": "q/**", "mode": "shared"}"#).unwrap();
-        assert_eq!(a.mode, crate::http::leases::LeaseModeView::Shared);
+        assert_eq!(a.mode, crate::edge::leases::LeaseModeView::Shared);
         let s: SealRequest = object(r#"{"outcome": "cancelled"}"#).unwrap();
-        assert_eq!(s.outcome, crate::http::views::Outcome::Cancelled);
+        assert_eq!(s.outcome, crate::edge::views::Outcome::Cancelled);
         // Every variant reads back the name it is written with.
-        use crate::http::leases::LeaseModeView as M;
-        use crate::http::views::Outcome as O;
+        use crate::edge::leases::LeaseModeView as M;
+        use crate::edge::views::Outcome as O;
         for m in [M::Exclusive, M::Shared] {
             assert_eq!(
                 serde_json::from_value::<M>(serde_json::to_value(m).unwrap()).unwrap(),

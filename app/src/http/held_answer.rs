@@ -77,7 +77,7 @@ pub(crate) fn json<T: Serialize>(
     if let Err(error) = serde_json::to_writer(&mut out, &view) {
         // Serialising plain views into memory does not fail; if it did, nothing of it is sent.
         tracing::error!(error = %error, "serialising an answer failed");
-        return super::error::ApiError(crewbus_domain::BusError::unavailable(
+        return crate::edge::error::ApiError(crewbus_domain::BusError::unavailable(
             "the answer could not be written",
         ))
         .into_response();

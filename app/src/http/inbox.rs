@@ -7,10 +7,10 @@ use crewbus_domain::DeliveryId;
 
 use super::AppState;
 use super::auth::Authenticated;
-use super::error::{ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiJsonOrDefault};
 use super::held_answer;
-use super::views::{ConfirmRequest, ConfirmView, FetchRequest, FetchView, InboxStatusView};
+use crate::edge::error::{ApiResult, ErrorBody};
+use crate::edge::views::{ConfirmRequest, ConfirmView, FetchRequest, FetchView, InboxStatusView};
 use crate::usecases::deliver::Fetched;
 
 /// Hand out the caller's next messages. Nothing is confirmed: confirm each delivery id once it is

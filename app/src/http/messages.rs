@@ -6,9 +6,9 @@ use crewbus_domain::Uuid;
 
 use super::AppState;
 use super::auth::Authenticated;
-use super::error::{ApiResult, ErrorBody};
 use super::extract::{ApiJsonOrDefault, ApiPath};
-use super::views::{AcknowledgeRequest, ReceiptView};
+use crate::edge::error::{ApiResult, ErrorBody};
+use crate::edge::views::{AcknowledgeRequest, ReceiptView};
 
 /// The receipts of a message (members of its conversation only).
 #[utoipa::path(get, path = "/v1/messages/{id}/receipts", tag = "messages",

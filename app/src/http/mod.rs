@@ -2,26 +2,23 @@
 //! operator's token, [`admin`]), `/health`, `/metrics`, `/openapi.json`, and
 //! whatever the server mounts beside them on the same listener (the MCP endpoint `/mcp`, see
 //! [`crate::server`]).
-//! Errors are JSON `{code, message}` (see [`error`]).
+//! Errors are JSON `{code, message}` (see [`crate::edge::error`]); the request and answer types
+//! are the edge's ([`crate::edge`]), shared with the MCP endpoint.
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Request};
-use axum::middleware::Next;
-use axum::response::{IntoResponse, Response};
+use axum::extract::DefaultBodyLimit;
 use axum::routing::{get, post, put};
-use crewbus_domain::BusError;
 
+use crate::edge::allow;
+use crate::edge::body_limit::{REQUEST_LIMIT_BYTES, refuse_declared_oversize};
 use crate::usecases::bus::Bus;
 
 pub mod admin;
 mod agents;
-pub mod allow;
 pub(crate) mod auth;
 pub(crate) mod body_deadline;
 mod conversations;
-pub mod error;
 pub(crate) mod extract;
-pub(crate) mod fields;
 pub(crate) mod held_answer;
 mod inbox;
 pub mod leases;
@@ -31,7 +28,6 @@ mod ops;
 pub(crate) mod request_deadline;
 mod runs;
 pub mod search;
-pub mod views;
 pub mod watch;
 
 /// What every handler sees.
@@ -107,7 +103,7 @@ pub fn router(bus: Bus, mounted: Router<AppState>) -> Router {
         .merge(mounted)
         .fallback(ops::not_found)
         .method_not_allowed_fallback(ops::method_not_allowed)
-        .layer(DefaultBodyLimit::max(extract::REQUEST_LIMIT_BYTES))
+        .layer(DefaultBodyLimit::max(REQUEST_LIMIT_BYTES))
         .layer(axum::middleware::from_fn(refuse_declared_oversize))
         // Every route: one Host, loopback or configured; no foreign Origin.
         .layer(axum::middleware::from_fn_with_state(
@@ -120,25 +116,4 @@ pub fn router(bus: Bus, mounted: Router<AppState>) -> Router {
             body_deadline::enforce,
         ))
         .with_state(AppState { bus })
-}
-
-/// Answers a request whose `Content-Length` declares more than
-/// [`extract::REQUEST_LIMIT_BYTES`] with `413 too_large` at once, before any of the body is
-/// read (`DefaultBodyLimit` alone only refuses once that many bytes have arrived).
-async fn refuse_declared_oversize(req: Request, next: Next) -> Response {
-    let declared = req
-        .headers()
-        .get(axum::http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    match declared {
-        Some(size) if size > extract::REQUEST_LIMIT_BYTES as u64 => {
-            error::ApiError(BusError::TooLarge {
-                size,
-                limit: extract::REQUEST_LIMIT_BYTES as u64,
-            })
-            .into_response()
-        }
-        _ => next.run(req).await,
-    }
 }

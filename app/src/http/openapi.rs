@@ -6,14 +6,14 @@ use utoipa::openapi::schema::{Object, Schema};
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 
-use super::error::ErrorBody;
-use super::leases::{
+use super::watch::{WatchNewsView, WatchRequest, WatchView};
+use crate::edge::error::ErrorBody;
+use crate::edge::leases::{
     AcquireLease, AcquireView, CheckLease, CheckView, LeaseEndView, LeaseEventView,
     LeaseHistoryView, LeaseModeView, LeaseView, LeasesView, RenewLease,
 };
-use super::search::{SearchHitView, SearchView, SnippetView};
-use super::views::*;
-use super::watch::{WatchNewsView, WatchRequest, WatchView};
+use crate::edge::search::{SearchHitView, SearchView, SnippetView};
+use crate::edge::views::*;
 use crate::usecases::bus::BusSettings;
 use crate::usecases::health::HealthReport;
 

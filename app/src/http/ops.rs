@@ -7,7 +7,7 @@ use axum::response::IntoResponse;
 use crewbus_domain::BusError;
 
 use super::AppState;
-use super::error::ApiError;
+use crate::edge::error::ApiError;
 use crate::metrics::Format;
 use crate::usecases::health::HealthReport;
 
@@ -55,7 +55,7 @@ pub async fn method_not_allowed() -> impl IntoResponse {
     let ApiError(e) = ApiError(BusError::invalid("method not allowed on this path"));
     (
         StatusCode::METHOD_NOT_ALLOWED,
-        Json(super::error::ErrorBody {
+        Json(crate::edge::error::ErrorBody {
             code: e.code().to_owned(),
             message: e.to_string(),
             retry_after_seconds: None,

@@ -32,7 +32,7 @@ use crewbus_domain::BusError;
 use http_body::{Body as _, Frame, SizeHint};
 use tokio::sync::oneshot;
 
-use super::error::ApiError;
+use crate::edge::error::ApiError;
 use crate::usecases::bus::Bus;
 
 /// The deadline of a group of routes: `bus.request_timeout_ms` plus `extra`.

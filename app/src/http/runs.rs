@@ -8,9 +8,9 @@ use crewbus_domain::{RunId, Seq, Uuid};
 
 use super::AppState;
 use super::auth::Authenticated;
-use super::error::{ApiResult, ErrorBody};
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use super::views::{RecordsQuery, RecordsView, RunView, SealRequest};
+use crate::edge::error::{ApiResult, ErrorBody};
+use crate::edge::views::{RecordsQuery, RecordsView, RunView, SealRequest};
 
 /// Admit a run for the caller: `RunAdmitted` is journaled and the operator's push destinations
 /// are registered for it. If registering fails the run is sealed `failed` and the request fails.

@@ -13,9 +13,9 @@ use utoipa::ToSchema;
 
 use super::AppState;
 use super::auth::Authenticated;
-use super::error::{ApiError, ErrorBody, FieldError};
 use super::extract::ApiJsonOrDefault;
-use super::views::{MemberKind, whole};
+use crate::edge::error::{ApiError, ErrorBody, FieldError};
+use crate::edge::views::{MemberKind, whole};
 use crate::usecases::watch::{WatchNews, Watched};
 
 /// Watch the inbox.

@@ -8,8 +8,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use crewbus_domain::BusError;
 
-use crate::http::auth::bearer_token;
-use crate::http::error::ApiError;
+use crate::edge::auth::bearer_token;
+use crate::edge::error::ApiError;
 use crate::usecases::bus::Bus;
 
 /// Authenticates the request's `Authorization: Bearer <token>` with [`Bus::authenticate`] and

@@ -25,9 +25,9 @@ use super::views::{
     MessageArguments, NoArguments, ReadConversationArguments, ReceiptsView, RecordsArguments,
     RunArguments, SealArguments, SearchArguments, SendArguments,
 };
-use crate::http::leases::{AcquireView, CheckView, LeaseView, LeasesView};
-use crate::http::search::SearchView;
-use crate::http::views::{
+use crate::edge::leases::{AcquireView, CheckView, LeaseView, LeasesView};
+use crate::edge::search::SearchView;
+use crate::edge::views::{
     AgentView, ConfirmRequest, ConfirmView, ConversationView, CreateConversation, FetchView,
     HistoryView, InboxStatusView, ReceiptView, RecordsView, RunView, SentView, SetStatus,
     TeamAgentView,

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use crewbus_domain::{Agent, Uuid};
 use serde_json::Value;
 
-use crate::http::views::{DeliveryView, HistoryItemView, MemberKind};
+use crate::edge::views::{DeliveryView, HistoryItemView, MemberKind};
 use crate::usecases::bus::Bus;
 
 /// What every answer holding bodies tells the model about them.

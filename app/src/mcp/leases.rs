@@ -11,7 +11,7 @@ use serde::Deserialize;
 use utoipa::ToSchema;
 
 use super::views::MAX_WAIT_SECONDS;
-use crate::http::leases::{AcquireView, CheckView, LeaseModeView, LeaseView, LeasesView, claim_of};
+use crate::edge::leases::{AcquireView, CheckView, LeaseModeView, LeaseView, LeasesView, claim_of};
 use crate::usecases::bus::Bus;
 
 fn exclusive() -> LeaseModeView {

@@ -71,7 +71,7 @@ pub const PATH: &str = "/mcp";
 /// An SSE keep-alive comment is sent this often while a request is being answered.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
 
-pub use crate::http::allow::{LOOPBACK_HOSTS, LOOPBACK_ORIGINS};
+pub use crate::edge::allow::{LOOPBACK_HOSTS, LOOPBACK_ORIGINS};
 
 /// What the server tells a host about itself when it connects.
 const INSTRUCTIONS: &str = "crewbus is a message bus for a team of agents. You act as the agent \
@@ -244,13 +244,13 @@ fn transport_config(mcp: &AllowList) -> StreamableHttpServerConfig {
         .with_sse_keep_alive(Some(KEEP_ALIVE))
         .with_allowed_hosts(hosts)
         .with_allowed_origins(origins)
-        .with_max_request_body_bytes(crate::http::extract::REQUEST_LIMIT_BYTES)
+        .with_max_request_body_bytes(crate::edge::body_limit::REQUEST_LIMIT_BYTES)
 }
 
 /// The `/mcp` route: the bearer-token middleware, then the tool profile's
-/// ([`profile::select`]), in front of the rmcp service. The server mounts
-/// it in the HTTP API's router ([`crate::http::router`]), so its body deadline and declared-size
-/// check apply.
+/// ([`profile::select`]), in front of the rmcp service. The server ([`crate::server`]) mounts
+/// it in the HTTP API's router, so its body deadline, declared-size check and `Host`/`Origin`
+/// check ([`crate::edge`]) apply.
 pub(crate) fn router<S: Clone + Send + Sync + 'static>(bus: Bus) -> Router<S> {
     let handler = CrewbusMcp { bus: bus.clone() };
     let service = StreamableHttpService::new(
@@ -290,7 +290,7 @@ mod tests {
         assert_eq!(c.sse_keep_alive, Some(KEEP_ALIVE));
         assert_eq!(
             c.max_request_body_bytes,
-            crate::http::extract::REQUEST_LIMIT_BYTES
+            crate::edge::body_limit::REQUEST_LIMIT_BYTES
         );
         for h in LOOPBACK_HOSTS.iter().chain(&["bus.example.com"]) {
             assert!(c.allowed_hosts.iter().any(|a| a == h), "{h}");

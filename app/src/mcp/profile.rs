@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use crewbus_domain::BusError;
 
 pub use super::catalogue::Profile;
-use crate::http::error::ApiError;
+use crate::edge::error::ApiError;
 
 /// The query parameter naming the profile.
 pub const QUERY: &str = "tools";

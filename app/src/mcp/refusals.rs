@@ -9,7 +9,7 @@ use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
-use crate::http::error::ErrorBody;
+use crate::edge::error::ErrorBody;
 
 /// Longest plain-text refusal read to decide the message, bytes (rmcp's are one line).
 const TEXT_LIMIT: usize = 4096;
@@ -108,7 +108,7 @@ fn refusal(
             "too_large",
             format!(
                 "the request body is larger than {} bytes",
-                crate::http::extract::REQUEST_LIMIT_BYTES
+                crate::edge::body_limit::REQUEST_LIMIT_BYTES
             ),
         ),
         _ => {

@@ -30,8 +30,8 @@ use serde_json::Value;
 use super::agent_text;
 use super::fence::{BODIES_ARE_DATA, Fence, Fenced};
 use super::views::{DEFAULT_MAX_BYTES, cut};
-use crate::http::error::error_body;
-use crate::http::views::{
+use crate::edge::error::error_body;
+use crate::edge::views::{
     AgentView, ConversationView, HistoryItemView, HistoryView, InboxStatusView,
 };
 use crate::usecases::bus::Bus;

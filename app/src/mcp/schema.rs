@@ -179,7 +179,7 @@ pub(crate) fn has_ref(value: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http::views::*;
+    use crate::edge::views::*;
     use utoipa::OpenApi;
 
     /// A component of the served OpenAPI document, inlined against that document's components.

@@ -30,9 +30,9 @@ use super::views::{
     MAX_WAIT_SECONDS, MessageArguments, NoArguments, ReadConversationArguments, ReceiptsView,
     RecordsArguments, RunArguments, SealArguments, SearchArguments, SendArguments, cut,
 };
-use crate::http::error::error_body;
-use crate::http::search::SearchView;
-use crate::http::views::{
+use crate::edge::error::error_body;
+use crate::edge::search::SearchView;
+use crate::edge::views::{
     AgentView, ConfirmRequest, ConfirmView, ConversationView, CreateConversation, FetchView,
     HistoryView, InboxStatusView, ReceiptView, RecordsView, RunView, SentView, SetStatus,
     TeamAgentView,

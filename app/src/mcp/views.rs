@@ -18,7 +18,7 @@ use crewbus_domain::{RunId, Uuid};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
-use crate::http::views::{ConversationView, Outcome, ReceiptView, TeamAgentView};
+use crate::edge::views::{ConversationView, Outcome, ReceiptView, TeamAgentView};
 
 /// The most a `fetch_inbox` may wait, seconds (the HTTP API's `bus.max_wait_ms` default).
 pub const MAX_WAIT_SECONDS: u64 = 50;

@@ -7,9 +7,9 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use crewbus_domain::BusError;
 
+use crate::edge::auth::bearer_token;
+use crate::edge::error::{ApiError, ErrorBody};
 use crate::http::AppState;
-use crate::http::auth::bearer_token;
-use crate::http::error::{ApiError, ErrorBody};
 
 /// The operator presenting the request's `Authorization: Bearer <operator token>`, looked up
 /// in the ledger on every request (never cached: a revocation holds at once). Missing,

@@ -8,10 +8,10 @@ use crewbus_domain::{BusError, Uuid};
 
 use super::auth::Operator;
 use super::views::{AdminConversationView, AdminMessageView, AdminMessagesView, PostMessage};
+use crate::edge::error::{ApiResult, ErrorBody};
+use crate::edge::views::{HistoryQuery, SentView};
 use crate::http::AppState;
-use crate::http::error::{ApiResult, ErrorBody};
 use crate::http::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::http::views::{HistoryQuery, SentView};
 
 /// A team's conversations, oldest first, with their members, message counts and latest send.
 #[utoipa::path(get, path = "/v1/admin/teams/{team}/conversations", tag = "admin",

@@ -5,10 +5,10 @@ use axum::extract::State;
 use crewbus_domain::Uuid;
 
 use super::auth::Operator;
+use crate::edge::error::{ApiResult, ErrorBody};
+use crate::edge::leases::{LeaseView, LeasesQuery, LeasesView};
 use crate::http::AppState;
-use crate::http::error::{ApiResult, ErrorBody};
 use crate::http::extract::{ApiPath, ApiQuery};
-use crate::http::leases::{LeaseView, LeasesQuery, LeasesView};
 
 /// A team's live leases, by token: all, one agent's, or those overlapping a pattern.
 #[utoipa::path(get, path = "/v1/admin/teams/{team}/leases", tag = "admin",

@@ -6,8 +6,8 @@ use crewbus_domain::{BusError, RunId, Uuid};
 
 use super::auth::Operator;
 use super::views::{PushQuery, PushRegistrationView, RunPushView, UnparkedView};
+use crate::edge::error::{ApiResult, ErrorBody};
 use crate::http::AppState;
-use crate::http::error::{ApiResult, ErrorBody};
 use crate::http::extract::{ApiPath, ApiQuery};
 
 /// The push registrations of a team's newest runs, each with its delivery state and attempts

@@ -6,10 +6,10 @@ use crewbus_domain::{RunId, Seq, Uuid};
 
 use super::auth::Operator;
 use super::views::{RunRecordsView, RunsQuery};
+use crate::edge::error::{ApiResult, ErrorBody};
+use crate::edge::views::{RecordsQuery, RecordsView, RunView};
 use crate::http::AppState;
-use crate::http::error::{ApiResult, ErrorBody};
 use crate::http::extract::{ApiPath, ApiQuery};
-use crate::http::views::{RecordsQuery, RecordsView, RunView};
 
 /// A team's runs, newest admitted first.
 #[utoipa::path(get, path = "/v1/admin/teams/{team}/runs", tag = "admin",

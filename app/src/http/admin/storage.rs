@@ -5,8 +5,8 @@ use axum::extract::State;
 
 use super::auth::Operator;
 use super::views::TeamStorageView;
+use crate::edge::error::{ApiResult, ErrorBody};
 use crate::http::AppState;
-use crate::http::error::{ApiResult, ErrorBody};
 
 /// What each team of the operator's scope keeps: per body backend the stored bodies, their
 /// bytes and pending publications (the ledger's count), and the team's JetStream streams

@@ -11,8 +11,8 @@ use super::views::{
     AddAgent, AdminAgentView, AgentActivityView, NewAgentView, OperatorView, TeamOverviewView,
     TeamView,
 };
+use crate::edge::error::{ApiResult, ErrorBody};
 use crate::http::AppState;
-use crate::http::error::{ApiResult, ErrorBody};
 use crate::http::extract::{ApiJson, ApiPath};
 
 /// The calling operator and its scope.

@@ -12,7 +12,7 @@ use crewbus_domain::{
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
-use crate::http::views::{HistoryItemView, MemberKind, MessageView, RecordView, RunView};
+use crate::edge::views::{HistoryItemView, MemberKind, MessageView, RecordView, RunView};
 use crate::usecases::oversight::{
     AdminMessage, AdminPage, ConversationList, Members, RegistrationView, RunPush, StreamUse,
     TeamOverview, TeamStorage,

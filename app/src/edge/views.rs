@@ -1,4 +1,5 @@
-//! The API's request and response bodies (JSON), documented in `/openapi.json`.
+//! The request and answer bodies (JSON) both edges speak: the HTTP API documents them in
+//! `/openapi.json`, the MCP tools generate their schemas from them.
 
 use crewbus_domain::{
     Absence, Agent, AgentActivity, AgentKind, ConfirmOutcome, Conversation, DateTime, Message,
@@ -343,7 +344,7 @@ impl From<History> for HistoryView {
 /// Fetch from the inbox.
 // The served document's `maximum` of `limit`, `wait_ms` and `max_bytes` are the server's
 // configured `bus.max_fetch`, `bus.max_wait_ms` and `bus.max_fetch_bytes`
-// (`super::openapi::document`).
+// (`document` in `http/openapi.rs`).
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FetchRequest {

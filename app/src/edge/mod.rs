@@ -1,0 +1,16 @@
+//! What the two driving edges — the HTTP API ([`crate::http`]) and the MCP endpoint
+//! ([`crate::mcp`]) — share, so that neither imports the other: the request and answer types
+//! ([`views`], [`leases`], [`search`]), the error body and the status of each error ([`error`]),
+//! reading the bearer token ([`auth`]), the request size limit ([`body_limit`]) and the
+//! listener-wide `Host`/`Origin` check ([`allow`]).
+//!
+//! Nothing here imports `http` or `mcp`.
+
+pub mod allow;
+pub(crate) mod auth;
+pub(crate) mod body_limit;
+pub mod error;
+pub(crate) mod fields;
+pub mod leases;
+pub mod search;
+pub mod views;
