@@ -99,8 +99,8 @@ pub async fn compose_with_clock(config: &Config, clock: Arc<dyn Clock>) -> BusRe
 pub enum Opener {
     /// `crewbus serve`: creates the embedded store when missing and applies its migrations.
     Server,
-    /// A command beside a running server (`team`, `agent`, `push`, `load`, `backup`): creates
-    /// nothing, migrates nothing, and refuses a store whose schema is not this build's.
+    /// A command beside a running server (`team`, `agent`, `push`, `backup`, `crewbus-load`):
+    /// creates nothing, migrates nothing, and refuses a store whose schema is not this build's.
     Operator,
 }
 

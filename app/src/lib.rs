@@ -1,4 +1,4 @@
-//! crewbus application: use cases, workers, HTTP API, MCP, CLI, operator tools, configuration
+//! crewbus application: use cases, workers, HTTP API, MCP, CLI, configuration
 //! and the composition root.
 //!
 //! Each room is one module, and no two import each other:
@@ -9,8 +9,7 @@
 //! | [`http`] | the HTTP API (axum) |
 //! | [`mcp`] | the MCP endpoint `/mcp` |
 //! | [`console`] | the operator console `/console` (server-rendered pages) |
-//! | [`cli`] | the command line: arguments and the commands' bodies |
-//! | [`tools`] | the operator tool `load` and the HTTP client |
+//! | [`cli`] | the command line: arguments and the commands' bodies, the HTTP client |
 //! | [`push`] | pushing a run's history to its destinations |
 //! | [`config`] | the configuration file and its sections |
 //! | [`compose`] | the composition root |
@@ -33,15 +32,13 @@ pub mod push;
 pub mod server;
 pub mod shutdown;
 pub mod tls;
-pub mod tools;
 pub mod usecases;
 
 // The paths from before the modules moved into their rooms.
 pub use cli::{
-    commands, dev_team, embedded, lease_commands, mcp_bridge, push_commands, search_command,
-    streams,
+    client, commands, dev_team, embedded, lease_commands, mcp_bridge, push_commands,
+    search_command, streams,
 };
-pub use tools::{client, load};
 pub use usecases::{
     acknowledge, admin, backends, bus, conversations, deliver, health, history, references, relay,
     retention, runs, send, token, wait, workers,

@@ -1,4 +1,4 @@
-//! The MCP path's own ceiling (issue 21 item 7): `crewbus load` driving agents through `/mcp`
+//! The MCP path's own ceiling (issue 21 item 7): `crewbus-load` driving agents through `/mcp`
 //! with rmcp's client (`send_message`, `fetch_inbox`, `confirm_deliveries`) ÷ the same load over
 //! the HTTP API, in one run, against one in-process `crewbus serve` on the memory store (so the
 //! figure is the interfaces' cost — JSON-RPC, the tool dispatch, rmcp's client — not a
@@ -7,7 +7,7 @@
 //! Set-up (untimed): the memory composition (`compose::memory_with`, default configuration),
 //! its server on 127.0.0.1:0, one team of 8 agents with tokens.
 //!
-//! Measured: `crewbus::load::run` (the library of `crewbus load`) with 16 senders, 2
+//! Measured: `crewbus_benches::load::run` (the library of `crewbus-load`) with 16 senders, 2
 //! conversations of 4 members (3 recipients per message), 256-byte bodies, unpaced; rounds
 //! alternate HTTP, MCP, HTTP, MCP… (4 of each in bench mode, 2,000 messages a round), each ending
 //! with the zero-loss check (asserted). The figure per transport is Σ accepted ÷ Σ send time
@@ -34,9 +34,9 @@ use std::time::{Duration, Instant};
 use crewbus::client::ApiClient;
 use crewbus::compose;
 use crewbus::config::Config;
-use crewbus::load::{self, LoadAgent, LoadPlan, LoadTeam, Transport};
 use crewbus::server::Server;
 use crewbus::shutdown::Shutdown;
+use crewbus_benches::load::{self, LoadAgent, LoadPlan, LoadTeam, Transport};
 use crewbus_ports::SystemClock;
 
 mod support;

@@ -11,7 +11,7 @@
 //! composition root (`compose::postgres_with_pool`: Postgres ledger over a pool of the
 //! production default size, `[nats]` with the runtime credential, `bus.relay_batch` set). One
 //! team with body backend and inbox `jetstream`, its streams provisioned through
-//! `compose::stream_admin` (provisioning credential), as `crewbus load` creates its teams, with
+//! `compose::stream_admin` (provisioning credential), as `crewbus-load` creates its teams, with
 //! `CONVERSATIONS` conversations of two agents each. No worker runs: the bench drives
 //! `Bus::relay_pass` itself.
 //!

@@ -1,5 +1,5 @@
 //! The raw same-work baseline (`crewbus-raw-server`) does the work it is measured for: driven
-//! by `crewbus load` it passes the zero-loss check, every body and reference is in JetStream,
+//! by `crewbus-load` it passes the zero-loss check, every body and reference is in JetStream,
 //! every receipt is committed in Postgres, a repeated request id stores nothing twice, a
 //! non-member is refused, and a retried confirm is answered `already_confirmed`. Needs
 //! `DATABASE_URL` (a TCP URL: the test's database replaces its path) and a nats-server binary
@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crewbus::client::{ApiClient, uuid_of};
-use crewbus::load::{self, LoadPlan};
+use crewbus_benches::load::{self, LoadPlan};
 use crewbus_conformance::child::SpawnTied;
 use crewbus_conformance::nats::{NatsServer, provisioning_user};
 use crewbus_conformance::postgres::TestDatabase;

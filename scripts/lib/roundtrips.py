@@ -1,7 +1,7 @@
 """The round-trip report of `ROUNDTRIPS=1 scripts/profile-e2e` (benches/results/, "Issue 19's goals:
 round trips per message"), from the snapshots profile-e2e took in its directory:
 
-- `win0.*`, `win1.*`: the window's ends; `run0.*`, `run1.*`: just before `crewbus load` started
+- `win0.*`, `win1.*`: the window's ends; `run0.*`, `run1.*`: just before `crewbus-load` started
   and after it exited (`run1.xact` after the server stopped and its sessions ended);
 - `*.pgss`: pg_stat_statements of the measured database (queryid, toplevel, calls, total exec
   ms, rows, shared blocks hit + read, text), tab-separated; `*.xact`: its commits and rollbacks (pg_stat_database);
@@ -142,7 +142,7 @@ def main():
     secs = end - start
     print(f"  core-ms per message at the window's rate: " + ", ".join(
         f"{name} {1000 * (b - a) / hz / secs / rate:.2f}"
-        for name, a, b in ((server, c0, c1), ("Postgres", p0, p1), ("nats-server", n0, n1), ("crewbus load", l0, l1))))
+        for name, a, b in ((server, c0, c1), ("Postgres", p0, p1), ("nats-server", n0, n1), ("crewbus-load", l0, l1))))
 
     per = load["accepted"]
     print()

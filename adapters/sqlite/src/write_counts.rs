@@ -20,7 +20,7 @@
 //!   adapter issues none), rows deleted by `REPLACE` conflict resolution (the adapter uses none),
 //!   and SQLite's internal tables (`sqlite_sequence`, `sqlite_stat1`).
 //! - Only this process's write pool: writes made by another process on the same file (an
-//!   operator command such as `crewbus team add`, `crewbus load` creating its teams) and by a
+//!   operator command such as `crewbus team add`, `crewbus-load` creating its teams) and by a
 //!   [`crate::SqlitePools::side_connection`] are not counted. The read pool cannot write.
 //!
 //! The counters start at zero when the store is opened (migrations applied by this process

@@ -111,7 +111,6 @@ async fn run(
         Command::Operator(cmd) => Ok(crewbus::commands::operator(config, cmd, json).await?),
         Command::Stream(cmd) => Ok(crewbus::commands::stream(config, cmd, json).await?),
         Command::Health(args) => Ok(crewbus::commands::health(config, args, json).await?),
-        Command::Load(args) => Ok(crewbus::load::command(config, args, json).await?),
         Command::Backup(args) => Ok(crewbus::commands::backup(config, args, json).await?),
         Command::Push(cmd) => Ok(crewbus::push_commands::push(config, cmd, json).await?),
         Command::Lease(cmd) => Ok(crewbus::lease_commands::lease(config, cmd, json).await?),

@@ -11,8 +11,8 @@ use crewbus_domain::{BusError, BusResult, Lease, LeaseFilter, LeasePattern, Oper
 use reqwest::Method;
 use serde_json::{Value, json};
 
+use crate::cli::client::ApiClient;
 use crate::config::Config;
-use crate::tools::client::ApiClient;
 
 /// `crewbus lease …`
 #[derive(Debug, Clone, Subcommand)]

@@ -1,10 +1,10 @@
-//! The command line: `crewbus serve | mcp | migrate | team | agent | stream | health | load
-//! | backup | push`.
+//! The command line: `crewbus serve | mcp | migrate | team | agent | stream | health | backup
+//! | push`.
 //!
 //! The arguments are defined here; each command's body lives beside them ([`commands`],
 //! [`push_commands`], [`streams`], the stdio bridge [`mcp_bridge`], the development team of
-//! `serve` [`dev_team`]). The operator tool `load` keeps its arguments in
-//! [`crate::tools`].
+//! `serve` [`dev_team`]), and the HTTP client the commands that talk to a server use
+//! ([`client`]). The load generator is `crewbus-load`, a binary of `benches/`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -14,6 +14,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 /// The body backends a team can choose (kept here too, where the command line has always named it).
 pub use crate::config::BackendChoice;
 
+pub mod client;
 pub mod commands;
 pub mod connect;
 pub mod dev_team;
@@ -183,15 +184,6 @@ Examples:
     /// Ask a running server for /health and print the answer. Exit code 1 when unhealthy.
     Health(HealthArgs),
 
-    /// Drive running servers with simulated agents over HTTP; report throughput, latency and a
-    /// zero-loss check (exit code 1 when it fails).
-    #[command(after_help = "\
-Examples:
-  crewbus --config crewbus.toml load --url http://127.0.0.1:7700 --teams 2 --messages 5000
-  crewbus --config crewbus.toml load --backend jetstream --rate 500 --members 4
-  crewbus --json load --url http://127.0.0.1:7700 --tokens-file tokens.txt")]
-    Load(crate::tools::load::LoadArgs),
-
     /// Copy the embedded store, online, to a new file (SQLite's `VACUUM INTO`): a consistent
     /// snapshot taken beside the running server, which keeps serving.
     #[command(after_help = "\
@@ -260,7 +252,7 @@ impl Cli {
 impl Command {
     /// Whether the command composes the bus (and so reads the push destinations' secrets and
     /// the key ring, and opens the embedded store beside the server): every command but `mcp`,
-    /// `hook`, `migrate`, `health`, `backup`, and `load` given tokens (it then only talks HTTP).
+    /// `hook`, `migrate`, `health` and `backup`.
     pub fn composes(&self) -> bool {
         match self {
             Command::Mcp(_)
@@ -268,7 +260,6 @@ impl Command {
             | Command::Migrate
             | Command::Health(_)
             | Command::Backup(_) => false,
-            Command::Load(args) => !args.uses_tokens(),
             Command::Lease(cmd) => cmd.composes(),
             // It opens the store itself, and only to create an agent beside it.
             Command::Connect(_) => false,
@@ -574,57 +565,5 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(Cli::try_parse_from(["crewbus", "serve", "--listen", "nope"]).is_err());
-    }
-
-    #[test]
-    fn load_parses_on_the_command_line() {
-        use clap::Parser as _;
-        let cli = crate::cli::Cli::try_parse_from([
-            "crewbus",
-            "load",
-            "--url",
-            "http://a:1",
-            "--url",
-            "http://b:2",
-            "--messages",
-            "5",
-            "--rate",
-            "10",
-            "--body-bytes",
-            "100",
-            "--body-bytes-max",
-            "50",
-        ])
-        .unwrap();
-        let crate::cli::Command::Load(args) = cli.command else {
-            panic!("not load")
-        };
-        assert_eq!(args.urls.len(), 2);
-        let plan = crate::tools::load::LoadPlan::from_args(&args);
-        assert_eq!((plan.messages, plan.body_bytes), (5, (100, 100)));
-    }
-
-    #[test]
-    fn load_with_tokens_needs_no_store() {
-        let creates = Cli::try_parse_from(["crewbus", "load"]).unwrap();
-        assert!(
-            creates.command.composes(),
-            "creating teams opens the ledger"
-        );
-        for tokens in [
-            &["--token", "t"][..],
-            &["--tokens-file", "/nonexistent/tokens"][..],
-        ] {
-            let cli = Cli::try_parse_from(["crewbus", "load"].iter().chain(tokens)).unwrap();
-            assert!(!cli.command.composes(), "{tokens:?}");
-            let mut config = crate::config::Config::default();
-            assert!(
-                matches!(
-                    crate::embedded::prepare(&cli.command, &mut config),
-                    Ok(None)
-                ),
-                "no store is opened for {tokens:?}"
-            );
-        }
     }
 }

@@ -861,27 +861,39 @@ fn lease_commands_check_list_and_release_beside_a_running_server() {
     stop(child);
 }
 
-/// `crewbus load` beside a data directory no server runs on (the server at `--url` uses
-/// another) is refused before it creates anything in that store.
+/// The load generator (`crewbus-load`, a binary of `benches/`; here its library, run as the
+/// binary runs it) beside a data directory no server runs on (the server at `--url` uses
+/// another) is refused before it creates anything in that store: `Invalid`, the binary's exit
+/// code 1.
 #[test]
 fn load_refuses_a_data_directory_no_server_runs_on_before_creating_anything() {
+    use clap::Parser as _;
+    use crewbus_benches::load::{self, LoadCli};
     let (child, _token, addr, _state) = serve_with(&[]);
     // Another store: made by a server started once there, then stopped.
     let (other, _t, _a, other_state) = serve_with(&[]);
     stop(other);
-    let load = crewbus()
-        .args([
-            "load",
-            "--url",
-            &format!("http://{addr}"),
-            "--messages",
-            "10",
-        ])
-        .arg("--data-dir")
-        .arg(other_state.path())
-        .output()
-        .unwrap();
-    assert_eq!(load.status.code(), Some(1), "{load:?}");
+    let url = format!("http://{addr}");
+    let cli = LoadCli::try_parse_from([
+        std::ffi::OsStr::new("crewbus-load"),
+        "--url".as_ref(),
+        url.as_ref(),
+        "--messages".as_ref(),
+        "10".as_ref(),
+        "--data-dir".as_ref(),
+        other_state.path().as_os_str(),
+    ])
+    .unwrap();
+    let mut config = cli.apply(crewbus::config::Config::default()).unwrap();
+    load::prepare(&cli.load, &mut config).unwrap();
+    crewbus::compose::check_configuration(&config).unwrap();
+    let refused = tokio::runtime::Runtime::new()
+        .unwrap()
+        .block_on(load::command(config, cli.load, false));
+    assert!(
+        matches!(refused, Err(crewbus_domain::BusError::Invalid { .. })),
+        "{refused:?}"
+    );
     let teams = crewbus()
         .args(["--json", "team", "list", "--data-dir"])
         .arg(other_state.path())

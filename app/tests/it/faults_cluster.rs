@@ -1,5 +1,5 @@
 //! Fault suite: a 3-node NATS cluster with R3 streams losing one node (SIGKILL) mid-load, ending
-//! with `crewbus load`'s zero-loss check. Needs the current nats-server line (R3 streams with
+//! with `crewbus-load`'s zero-loss check. Needs the current nats-server line (R3 streams with
 //! per-subject discard are unreliable before late-2025 releases, see TESTING.md): it is ignored
 //! by default and `scripts/test` runs it with `--ignored` and `NATS_SERVER_BIN` set to the
 //! current line; run by hand:

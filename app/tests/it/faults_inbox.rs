@@ -1,13 +1,13 @@
 //! Fault suite: inbox faults mid-load (a recipient's consumer and the team's inbox stream
 //! deleted; an inbox overflowing with discard-old) and a team's body stream at its quota while
-//! another team keeps sending. Each ends with `crewbus load`'s zero-loss check. Real servers: a
+//! another team keeps sending. Each ends with `crewbus-load`'s zero-loss check. Real servers: a
 //! private nats-server (`NATS_SERVER_BIN`, else PATH), Postgres from `DATABASE_URL`, the built
 //! `crewbus` binary. The scenarios of this file run one at a time.
 
 use crate::fault_support;
 
 use crewbus::cli::BackendChoice;
-use crewbus::load::{LoadPlan, LoadProgress};
+use crewbus_benches::load::{LoadPlan, LoadProgress};
 use crewbus_conformance::nats::{NatsServer, provisioning_user};
 use crewbus_conformance::postgres::database_url_options;
 use fault_support::*;
@@ -149,11 +149,11 @@ async fn a_team_at_its_body_quota_does_not_stop_another_team() {
     other_args.backend = Some(BackendChoice::Jetstream);
     other_args.team_prefix = "other".into();
 
-    let full_teams = crewbus::load::create_teams(&small_config, &full_args)
+    let full_teams = crewbus_benches::load::create_teams(&small_config, &full_args)
         .await
         .unwrap();
     let (_, other_load, _) = start_load(&server.config(), &other_args).await;
-    let full = crewbus::load::run_with(
+    let full = crewbus_benches::load::run_with(
         LoadPlan::from_args(&full_args),
         full_teams,
         std::sync::Arc::new(LoadProgress::default()),

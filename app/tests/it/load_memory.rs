@@ -1,11 +1,11 @@
-//! `crewbus load` (the library function) against the app on the embedded memory adapters: the
+//! `crewbus-load` (the library function) against the app on the embedded memory adapters: the
 //! whole run — conversations, paced senders, fetching agents, the zero-loss check — in-process,
 //! over the HTTP API and over MCP (rmcp's client at `/mcp`: `send_message`, `fetch_inbox`,
 //! `confirm_deliveries`).
 
 use crate::common;
 
-use crewbus::load::{LoadAgent, LoadPlan, LoadTeam, Transport};
+use crewbus_benches::load::{LoadAgent, LoadPlan, LoadTeam, Transport};
 use std::time::Duration;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -45,7 +45,7 @@ async fn load_delivers_everything_once(transport: Transport) {
         receive_after_send: false,
         transport,
     };
-    let report = crewbus::load::run(plan, vec![team]).await.unwrap();
+    let report = crewbus_benches::load::run(plan, vec![team]).await.unwrap();
     let z = &report.zero_loss;
     assert!(z.passed, "{z:#?}");
     assert_eq!((report.accepted, report.rejected), (200, 0));

@@ -1,6 +1,6 @@
 //! Shared set-up of the fault suite (`faults_*.rs`): real `crewbus serve` processes (the built
 //! binary, `CARGO_BIN_EXE_crewbus`) on a fresh Postgres database and, where the scenario needs it,
-//! a private `nats-server` of the conformance fixture; `crewbus load` (the library function)
+//! a private `nats-server` of the conformance fixture; `crewbus-load` (the library function)
 //! drives them over HTTP and ends with its zero-loss check.
 //!
 //! Settings are short so faults heal quickly: hand-out grace 2 s, relay backoff 100 ms..1 s
@@ -14,7 +14,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crewbus::config::Config;
-use crewbus::load::{LoadArgs, LoadPlan, LoadProgress, LoadReport, LoadTeam};
+use crewbus_benches::load::{LoadArgs, LoadPlan, LoadProgress, LoadReport, LoadTeam};
 use crewbus_conformance::child::SpawnTied;
 use crewbus_conformance::nats::{NatsServer, free_port, provisioning_user, runtime_user};
 use crewbus_conformance::postgres::TestDatabase;
@@ -304,7 +304,7 @@ pub fn load_args(urls: &[String], teams: usize, messages: u64, rate: f64) -> Loa
         drain_timeout: 90,
         quiet: true,
         receive_after_send: false,
-        transport: crewbus::load::Transport::Http,
+        transport: crewbus_benches::load::Transport::Http,
     }
 }
 
@@ -317,13 +317,15 @@ pub async fn start_load(
     tokio::task::JoinHandle<LoadReport>,
     Vec<LoadTeam>,
 ) {
-    let teams = crewbus::load::create_teams(config, args).await.unwrap();
+    let teams = crewbus_benches::load::create_teams(config, args)
+        .await
+        .unwrap();
     let progress = Arc::new(LoadProgress::default());
     let plan = LoadPlan::from_args(args);
     let task = {
         let (progress, teams) = (progress.clone(), teams.clone());
         tokio::spawn(async move {
-            crewbus::load::run_with(plan, teams, progress)
+            crewbus_benches::load::run_with(plan, teams, progress)
                 .await
                 .unwrap()
         })

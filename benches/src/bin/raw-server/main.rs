@@ -1,6 +1,6 @@
 //! `crewbus-raw-server`: the raw same-work baseline of `scripts/bench-e2e` (issue 14).
 //!
-//! A minimal axum + sqlx + async-nats program that serves the HTTP routes `crewbus load` uses
+//! A minimal axum + sqlx + async-nats program that serves the HTTP routes `crewbus-load` uses
 //! and does the same durable work per message as `crewbus serve` on a Postgres ledger with
 //! JetStream bodies and inbox — with no outbox, relay, hand-outs, journal, quotas, retention,
 //! metrics or configuration. What it does per message:
@@ -92,7 +92,7 @@ const INBOX_STREAM: &str = "RAW_INBOX";
                   recreates the streams RAW_BODIES and RAW_INBOX on --nats-url, creates one team \
                   of --agents agents (at least 2) and writes their bearer tokens to \
                   --tokens-file (removed first; written last, so its presence means ready). \
-                  Drive it with `crewbus load --url http://<listen> --tokens-file <file>`. Not \
+                  Drive it with `crewbus-load --url http://<listen> --tokens-file <file>`. Not \
                   crash-safe: a benchmark baseline only. Stops on SIGTERM or Ctrl-C.\n\n\
                   Example:\n  crewbus-raw-server --database-url postgres://postgres@127.0.0.1:5432/raw \\\n    \
                   --nats-url nats://127.0.0.1:4222 --listen 127.0.0.1:7701 --tokens-file /tmp/raw-tokens"

@@ -1,12 +1,11 @@
 //! The teams and agents taking part: created through the ledger, or found from tokens.
 
+use crewbus::client::{ApiClient, uuid_of};
+use crewbus::config::{BackendChoice, Config};
 use crewbus_domain::{BusError, BusResult, Uuid};
 use reqwest::Method;
 
 use super::args::*;
-use crate::config::BackendChoice;
-use crate::config::Config;
-use crate::tools::client::{ApiClient, uuid_of};
 
 /// One simulated agent: where it talks and with what token.
 #[derive(Clone)]
@@ -39,7 +38,7 @@ pub struct LoadTeam {
 /// (provisioning JetStream streams when the backend is `jetstream`), spreading agents over the
 /// URLs. Errors: no database configured → `Invalid`; ledger or broker failures as returned.
 pub async fn create_teams(config: &Config, args: &LoadArgs) -> BusResult<Vec<LoadTeam>> {
-    if config.store()? == crate::config::StorageKind::Memory {
+    if config.store()? == crewbus::config::StorageKind::Memory {
         return Err(BusError::invalid(
             "load needs agents: on the memory store it cannot create teams beside the server; \
              use the embedded store (the default) or [database] (CREWBUS_DATABASE__URL), or \
@@ -50,7 +49,7 @@ pub async fn create_teams(config: &Config, args: &LoadArgs) -> BusResult<Vec<Loa
     // the store must be the servers'. On the embedded store, one no server holds is another
     // data directory than the server's (its agents' tokens would be refused with a bare 401,
     // the teams left behind): refused before anything is created.
-    if !crate::cli::embedded::served(config)? {
+    if !crewbus::embedded::served(config)? {
         return Err(BusError::invalid(format!(
             "no `crewbus serve` runs on the data directory {}: load creates its teams and agents in \
              that store and sends through {} — pass the server's own --data-dir (or \
@@ -63,7 +62,7 @@ pub async fn create_teams(config: &Config, args: &LoadArgs) -> BusResult<Vec<Loa
             args.urls.join(", ")
         )));
     }
-    let bus = crate::compose::compose(config).await?.bus;
+    let bus = crewbus::compose::compose(config).await?.bus;
     let backend = args.backend.map(BackendChoice::name);
     let tag: u32 = rand::random();
     let mut teams = Vec::new();
@@ -72,7 +71,7 @@ pub async fn create_teams(config: &Config, args: &LoadArgs) -> BusResult<Vec<Loa
         let name = format!("{}-{t}-{tag:08x}", args.team_prefix);
         let team = bus.add_team(&name, backend, backend).await?;
         if backend == Some("jetstream") {
-            let admin = crate::compose::stream_admin(config)?;
+            let admin = crewbus::compose::stream_admin(config)?;
             admin.provision(team.id).await?;
             admin.provision_inbox(team.id).await?;
         }

@@ -1,4 +1,4 @@
-//! `crewbus load`: drives running servers over their HTTP API with simulated agents, measures
+//! `crewbus-load`: drives running servers over their HTTP API with simulated agents, measures
 //! throughput and latency, and ends with a **zero-loss check**.
 //!
 //! The run: every team's agents are put into `conversations` conversations of `members` agents
@@ -24,18 +24,18 @@
 
 use std::process::ExitCode;
 
+use crewbus::config::Config;
 use crewbus_domain::{BusError, BusResult};
-
-use crate::config::Config;
 
 mod args;
 mod check;
 mod mcp;
 mod report;
+mod retry;
 mod run;
 mod team;
 
-pub use args::{LoadArgs, LoadPlan};
+pub use args::{LoadArgs, LoadCli, LoadPlan};
 pub use mcp::Transport;
 pub use report::{LoadProgress, LoadReport, Percentiles, TeamReport, ZeroLoss};
 pub use run::{run, run_with};
@@ -66,7 +66,18 @@ fn tokens_of_file(path: &std::path::Path, text: &str) -> BusResult<Vec<String>> 
     Ok(lines)
 }
 
-/// `crewbus load`: prints the report (text or `--json`); exit code 1 when the zero-loss check
+/// Completes `config` for a run that creates its teams: the embedded store must exist beside
+/// the running server (as for `crewbus`'s commands beside it). Given tokens, nothing is opened.
+/// Errors: as `crewbus::embedded::prepare_beside` (no `crewbus.db` in the data directory →
+/// `NotFound`).
+pub fn prepare(args: &LoadArgs, config: &mut Config) -> BusResult<()> {
+    if args.uses_tokens() {
+        return Ok(());
+    }
+    crewbus::embedded::prepare_beside(config)
+}
+
+/// `crewbus-load`: prints the report (text or `--json`); exit code 1 when the zero-loss check
 /// fails.
 pub async fn command(config: Config, args: LoadArgs, json: bool) -> BusResult<ExitCode> {
     let mut tokens = args.tokens.clone();
@@ -99,6 +110,64 @@ pub async fn command(config: Config, args: LoadArgs, json: bool) -> BusResult<Ex
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn load_parses_on_the_command_line() {
+        use clap::Parser as _;
+        let cli = LoadCli::try_parse_from([
+            "crewbus-load",
+            "--url",
+            "http://a:1",
+            "--url",
+            "http://b:2",
+            "--messages",
+            "5",
+            "--rate",
+            "10",
+            "--body-bytes",
+            "100",
+            "--body-bytes-max",
+            "50",
+        ])
+        .unwrap();
+        assert_eq!(cli.load.urls.len(), 2);
+        let plan = LoadPlan::from_args(&cli.load);
+        assert_eq!((plan.messages, plan.body_bytes), (5, (100, 100)));
+    }
+
+    #[test]
+    fn the_cli_is_well_formed() {
+        use clap::CommandFactory as _;
+        LoadCli::command().debug_assert();
+    }
+
+    #[test]
+    fn load_with_tokens_needs_no_store() {
+        use clap::Parser as _;
+        // A data directory holding no store: opening it is refused.
+        let mut missing = Config::default();
+        missing.storage.data_dir = Some("/nonexistent/crewbus-load-test".into());
+        let creates = LoadCli::try_parse_from(["crewbus-load"]).unwrap();
+        assert!(
+            !creates.load.uses_tokens(),
+            "creating teams opens the ledger"
+        );
+        assert!(matches!(
+            prepare(&creates.load, &mut missing.clone()),
+            Err(BusError::NotFound { .. })
+        ));
+        for tokens in [
+            &["--token", "t"][..],
+            &["--tokens-file", "/nonexistent/tokens"][..],
+        ] {
+            let cli = LoadCli::try_parse_from(["crewbus-load"].iter().chain(tokens)).unwrap();
+            assert!(cli.load.uses_tokens(), "{tokens:?}");
+            assert!(
+                matches!(prepare(&cli.load, &mut missing.clone()), Ok(())),
+                "no store is opened for {tokens:?}"
+            );
+        }
+    }
 
     #[test]
     fn a_tokens_file_is_one_token_per_line_and_json_is_refused() {

@@ -154,7 +154,7 @@ pub struct LoadReport {
 
 pub(super) fn print_report(r: &LoadReport) {
     println!(
-        "crewbus load: {} team(s), {} agents, {} conversations, {} recipient(s) per message, bodies {}..={} bytes, rate {}",
+        "crewbus-load: {} team(s), {} agents, {} conversations, {} recipient(s) per message, bodies {}..={} bytes, rate {}",
         r.teams,
         r.agents,
         r.conversations,

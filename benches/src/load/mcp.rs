@@ -1,23 +1,22 @@
-//! `crewbus load --transport mcp`: the agents send, fetch and confirm through the server's MCP
+//! `crewbus-load --transport mcp`: the agents send, fetch and confirm through the server's MCP
 //! endpoint (`/mcp`) with rmcp's own client (Streamable HTTP over reqwest), as an agent host
 //! does — `send_message`, `fetch_inbox`, `confirm_deliveries` — instead of the HTTP API. The
 //! set-up (conversations) and the zero-loss check stay on the HTTP API.
 //!
 //! A tool's error result (`isError`, the text the HTTP API's error body `{code, message}`) is
 //! read back as the HTTP failure of that code, so the tools' one retry rule
-//! ([`crate::tools::client::retry`]) treats both transports alike: `unavailable`, `timeout` and
+//! ([`super::retry::retry`]) treats both transports alike: `unavailable`, `timeout` and
 //! `rate_limited` are retried, other codes are refusals; a transport error (no answer) is
 //! status 0, retried.
 
 use std::sync::Arc;
 
+use crewbus::client::ApiFailure;
 use rmcp::model::{CallToolRequestParams, JsonObject};
 use rmcp::service::{RoleClient, RunningService, ServiceExt};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use serde_json::Value;
-
-use crate::tools::client::ApiFailure;
 
 /// Which interface the simulated agents use.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum, serde::Serialize)]
@@ -58,8 +57,8 @@ impl McpAgent {
     pub async fn connect(base: &str, token: &str) -> Result<Arc<McpAgent>, ApiFailure> {
         let config = StreamableHttpClientTransportConfig::with_uri(format!("{base}/mcp"))
             .auth_header(token.to_owned());
-        // rmcp's client needs the process's TLS provider to be built (`crate::tls`).
-        crate::tls::install_crypto_provider();
+        // rmcp's client needs the process's TLS provider to be built (`crewbus::tls`).
+        crewbus::tls::install_crypto_provider();
         let transport = StreamableHttpClientTransport::from_config(config);
         let service = ().serve(transport).await.map_err(|e| ApiFailure {
             status: 0,
@@ -113,7 +112,7 @@ mod tests {
 
     #[test]
     fn retryable_codes_map_to_retryable_statuses() {
-        use crate::tools::client::transient;
+        use crate::load::retry::transient;
         let failure = |code: &str| ApiFailure {
             status: status_of(code),
             code: code.into(),

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crewbus::client::{ApiClient, ApiFailure, uuid_of};
 use crewbus_domain::{BusError, BusResult, Uuid};
 use reqwest::Method;
 use serde_json::{Value, json};
@@ -13,8 +14,8 @@ use super::args::*;
 use super::check::*;
 use super::mcp::{McpAgent, Transport};
 use super::report::*;
+use super::retry::retry;
 use super::team::*;
-use crate::tools::client::{ApiClient, ApiFailure, retry, uuid_of};
 
 /// A message the API accepted.
 #[derive(Debug, Clone)]

@@ -1,13 +1,63 @@
-//! The arguments of `crewbus load` and the plan made of them.
+//! The arguments of `crewbus-load` and the plan made of them.
 
 use std::time::Duration;
 
-use clap::Args;
+use clap::{Args, Parser};
+use crewbus::config::{BackendChoice, Config};
+use crewbus_domain::BusResult;
 
 use super::mcp::Transport;
-use crate::config::BackendChoice;
 
-/// `crewbus load` options.
+/// crewbus-load — drives running crewbus servers with simulated agents over HTTP (or MCP) and
+/// reports throughput, latency and a zero-loss check (exit code 1 when it fails).
+///
+/// Given tokens (`--token`, `--tokens-file`) it only talks to the servers. Otherwise it creates
+/// its teams and agents in the servers' store, opened beside them: the embedded store of
+/// `--data-dir` (a `crewbus serve` must run on it) or the configuration's `[database]`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "crewbus-load",
+    version,
+    after_help = "\
+Examples:
+  crewbus-load --config crewbus.toml --url http://127.0.0.1:7700 --teams 2 --messages 5000
+  crewbus-load --config crewbus.toml --backend jetstream --rate 500 --members 4
+  crewbus-load --json --url http://127.0.0.1:7700 --tokens-file tokens.txt
+
+Configuration (the store to create teams in, [nats] for --backend jetstream, [log]): crewbus.toml
+in the working directory, --config PATH or CREWBUS_CONFIG, then CREWBUS_* variables, as `crewbus`
+reads them. See crewbus.example.toml."
+)]
+pub struct LoadCli {
+    /// Configuration file (TOML). Default: $CREWBUS_CONFIG, else ./crewbus.toml when present.
+    #[arg(long, value_name = "PATH")]
+    pub config: Option<std::path::PathBuf>,
+    /// Print the report as JSON instead of text.
+    #[arg(long)]
+    pub json: bool,
+    /// The embedded store's data directory (overrides storage.data_dir), where the running
+    /// `crewbus serve` keeps its store. Default: $XDG_DATA_HOME/crewbus, else
+    /// ~/.local/share/crewbus.
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<std::path::PathBuf>,
+    /// What to run.
+    #[command(flatten)]
+    pub load: LoadArgs,
+}
+
+impl LoadCli {
+    /// Applies `--data-dir` to a loaded configuration and checks it. Errors: a configuration
+    /// that does not hold → `Invalid`.
+    pub fn apply(&self, mut config: Config) -> BusResult<Config> {
+        if let Some(dir) = &self.data_dir {
+            config.storage.data_dir = Some(dir.clone());
+        }
+        config.validate()?;
+        Ok(config)
+    }
+}
+
+/// `crewbus-load` options.
 #[derive(Debug, Clone, Args)]
 pub struct LoadArgs {
     /// Base URL of the server (repeatable: agents are spread round-robin over the servers).

@@ -3,6 +3,7 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
+use crewbus::client::uuid_of;
 use crewbus_domain::Uuid;
 use futures_util::StreamExt as _;
 use futures_util::stream::FuturesUnordered;
@@ -10,7 +11,6 @@ use reqwest::Method;
 
 use super::report::*;
 use super::run::*;
-use crate::tools::client::uuid_of;
 
 /// The zero-loss check (see the module docs).
 pub(super) async fn check(shared: &Shared, logs: &[Vec<Arc<Mutex<AgentLog>>>]) -> ZeroLoss {
