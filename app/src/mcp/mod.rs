@@ -10,14 +10,16 @@
 //! - **SSE answers**: a request is answered with `text/event-stream` carrying the one result,
 //!   with a keep-alive comment every [`KEEP_ALIVE`] so a waiting `fetch_inbox` keeps the
 //!   connection (and any proxy in between) alive. A reverse proxy needs an idle timeout above
-//!   60 s. Requests the transport refuses before a tool runs (a foreign Host or Origin,
-//!   another method, a body that is not JSON-RPC, a version mismatch) get the API's JSON
-//!   `{code, message}` with their 4xx status (`mcp/refusals.rs`).
+//!   60 s. Requests the transport refuses before a tool runs (another method, a body that is
+//!   not JSON-RPC, a version mismatch) get the API's JSON `{code, message}` with their 4xx
+//!   status (`mcp/refusals.rs`).
 //! - **Identity** is the agent's bearer token, as on the HTTP API (`mcp/auth.rs`): no or a bad token
 //!   is `401` with `WWW-Authenticate: Bearer` before the MCP service is reached.
-//! - **DNS rebinding**: rmcp refuses (`403`) a `Host` that is not allowed and an `Origin` that
-//!   is not allowed; both default to loopback and are extended by `[mcp]`
-//!   ([`crate::config::McpConfig`]).
+//! - **DNS rebinding**: the listener's one `Host`/`Origin` check ([`crate::edge::allow`]),
+//!   in front of the API, `/mcp` and the console alike, refuses (`403 forbidden`) a `Host` or
+//!   an `Origin` that is neither loopback nor in `[http]` (or the older `[mcp]`) before `/mcp`
+//!   is reached; rmcp's own check is off (`transport_config`), since it would only refuse
+//!   what the listener's already has.
 //! - The request body limit is the HTTP API's (`REQUEST_LIMIT_BYTES`, 7 MiB).
 //!
 //! - **Tool profiles**: `/mcp?tools=core` or the `Crewbus-Tools: core` header lists the agent
@@ -50,7 +52,6 @@ use rmcp::transport::streamable_http_server::session::never::NeverSessionManager
 use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{RoleServer, ServerHandler};
 
-use crate::config::AllowList;
 use crate::usecases::bus::Bus;
 
 mod agent_text;
@@ -70,8 +71,6 @@ pub const PATH: &str = "/mcp";
 
 /// An SSE keep-alive comment is sent this often while a request is being answered.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
-
-pub use crate::edge::allow::{LOOPBACK_HOSTS, LOOPBACK_ORIGINS};
 
 /// What the server tells a host about itself when it connects.
 const INSTRUCTIONS: &str = "crewbus is a message bus for a team of agents. You act as the agent \
@@ -228,22 +227,18 @@ fn custom_request_error(method: &str) -> ErrorData {
 }
 
 /// The streamable HTTP configuration: stateless, SSE answers with keep-alive, the HTTP body
-/// limit, loopback hosts and origins plus those of `[mcp]`.
-fn transport_config(mcp: &AllowList) -> StreamableHttpServerConfig {
-    let hosts = LOOPBACK_HOSTS
-        .iter()
-        .map(|h| (*h).to_owned())
-        .chain(mcp.allowed_hosts.iter().cloned());
-    let origins = LOOPBACK_ORIGINS
-        .iter()
-        .map(|o| (*o).to_owned())
-        .chain(mcp.allowed_origins.iter().cloned());
+/// limit. rmcp's `Host` and `Origin` allow lists are off: the listener's check
+/// ([`crate::edge::allow`]) runs first on every request and passes only what rmcp's lists,
+/// filled with the same loopback names and configured entries, would pass too, so they could
+/// never refuse anything (a `Host`-less HTTP/1.0 request without an authority is still rmcp's
+/// `400`, as before).
+fn transport_config() -> StreamableHttpServerConfig {
     StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(false)
         .with_sse_keep_alive(Some(KEEP_ALIVE))
-        .with_allowed_hosts(hosts)
-        .with_allowed_origins(origins)
+        .disable_allowed_hosts()
+        .disable_allowed_origins()
         .with_max_request_body_bytes(crate::edge::body_limit::REQUEST_LIMIT_BYTES)
 }
 
@@ -256,7 +251,7 @@ pub(crate) fn router<S: Clone + Send + Sync + 'static>(bus: Bus) -> Router<S> {
     let service = StreamableHttpService::new(
         move || Ok(handler.clone()),
         Arc::new(NeverSessionManager::default()),
-        transport_config(&bus.settings.allow),
+        transport_config(),
     );
     Router::new()
         .route_service(PATH, service)
@@ -281,20 +276,15 @@ mod tests {
     }
 
     #[test]
-    fn configured_hosts_and_origins_extend_loopback() {
-        let c = transport_config(&AllowList {
-            allowed_hosts: vec!["bus.example.com".into()],
-            allowed_origins: vec!["https://console.example.com:443".into()],
-        });
+    fn the_transport_leaves_host_and_origin_to_the_listener() {
+        let c = transport_config();
         assert!(!c.legacy_session_mode && !c.json_response);
         assert_eq!(c.sse_keep_alive, Some(KEEP_ALIVE));
         assert_eq!(
             c.max_request_body_bytes,
             crate::edge::body_limit::REQUEST_LIMIT_BYTES
         );
-        for h in LOOPBACK_HOSTS.iter().chain(&["bus.example.com"]) {
-            assert!(c.allowed_hosts.iter().any(|a| a == h), "{h}");
-        }
-        assert_eq!(c.allowed_origins.len(), 4);
+        // Empty lists: rmcp checks neither (the listener's check, `edge/allow.rs`, does).
+        assert!(c.allowed_hosts.is_empty() && c.allowed_origins.is_empty());
     }
 }

@@ -1,8 +1,9 @@
 //! The MCP endpoint's refusals in the API's error shape: what rmcp answers before a request
-//! reaches a tool (a foreign `Host` or `Origin`, another method, a missing `Accept`, a body that
-//! is not JSON-RPC, an unsupported revision header) comes as plain text; this middleware turns
-//! it into the JSON `{code, message}` every other crewbus error has, with a message that says
-//! what to change. JSON-RPC answers (`application/json`, `text/event-stream`) pass unchanged.
+//! reaches a tool (another method, a missing `Accept`, a body that is not JSON-RPC, an
+//! unsupported revision header) comes as plain text; this middleware turns it into the JSON
+//! `{code, message}` every other crewbus error has, with a message that says what to change.
+//! JSON-RPC answers (`application/json`, `text/event-stream`) pass unchanged. A foreign `Host`
+//! or `Origin` never gets here: the listener's check ([`crate::edge::allow`]) refused it.
 
 use axum::extract::Request;
 use axum::http::{StatusCode, header};
@@ -64,20 +65,6 @@ fn refusal(
     text: &str,
 ) -> (StatusCode, &'static str, String) {
     match status {
-        StatusCode::FORBIDDEN if text.contains("Origin") => (
-            status,
-            "forbidden",
-            "the request's Origin is not allowed for /mcp (DNS-rebinding protection): loopback \
-             origins are allowed; add others to [http] allowed_origins"
-                .to_owned(),
-        ),
-        StatusCode::FORBIDDEN => (
-            status,
-            "forbidden",
-            "the request's Host is not allowed for /mcp (DNS-rebinding protection): loopback \
-             names are allowed; add others to [http] allowed_hosts"
-                .to_owned(),
-        ),
         StatusCode::METHOD_NOT_ALLOWED => (
             status,
             "invalid",
@@ -137,19 +124,6 @@ mod tests {
 
     #[test]
     fn each_refusal_has_a_code_and_says_what_to_change() {
-        let (s, code, m) = refusal(
-            StatusCode::FORBIDDEN,
-            true,
-            "Forbidden: Origin header is not allowed",
-        );
-        assert_eq!((s, code), (StatusCode::FORBIDDEN, "forbidden"));
-        assert!(m.contains("allowed_origins"));
-        let (_, _, m) = refusal(
-            StatusCode::FORBIDDEN,
-            true,
-            "Forbidden: Host header is not allowed",
-        );
-        assert!(m.contains("allowed_hosts"));
         let (s, code, _) = refusal(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             true,
