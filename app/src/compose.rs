@@ -124,8 +124,8 @@ pub async fn compose_as(
 }
 
 /// Opens the embedded store of `config` (`<data_dir>/crewbus.db`, the busy timeout of
-/// `storage.busy_timeout_ms`): as the server, creating and migrating it; as an operator, only
-/// an existing store of this build's schema.
+/// `storage.busy_timeout_ms`, rows counted with `storage.count_rows`): as the server, creating
+/// and migrating it; as an operator, only an existing store of this build's schema.
 ///
 /// Errors: no data directory → `Invalid`; the store missing (operator) → `NotProvisioned`
 /// naming the path; the schema not this build's (operator) → `Conflict`; the file unusable →
@@ -139,6 +139,7 @@ pub async fn open_sqlite(config: &Config, opener: Opener) -> BusResult<SqlitePoo
             busy_timeout: Duration::from_millis(config.storage.busy_timeout_ms()),
             // A write waits for the one write connection no longer than for the file's lock.
             acquire_timeout: Duration::from_millis(config.storage.busy_timeout_ms()),
+            count_rows: config.storage.count_rows,
             ..SqliteConfig::default()
         },
     )

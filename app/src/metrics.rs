@@ -382,9 +382,10 @@ pub struct StoreWrites {
 }
 
 /// Reads what the store wrote when `/metrics` is scraped. The composition root gives one for a
-/// store that counts its writes (the embedded SQLite store: rows from its update hook, commits
-/// from its group commit); other stores have none and leave these families out (Postgres keeps
-/// its own in `pg_stat_user_tables` and `pg_stat_database`).
+/// store that counts its writes (the embedded SQLite store: rows from its update hook when
+/// `storage.count_rows` is on, else none; commits from its group commit); other stores have
+/// none and leave these families out (Postgres keeps its own in `pg_stat_user_tables` and
+/// `pg_stat_database`).
 pub type StoreWritesSource = Arc<dyn Fn() -> StoreWrites + Send + Sync>;
 
 /// The labels of one `crewbus_store_rows_total` sample: `table` and `op`.

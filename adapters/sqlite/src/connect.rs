@@ -31,6 +31,11 @@ pub struct SqliteConfig {
     /// shared by every writer of the process, so this bounds the queue) before it fails with a
     /// retryable `Unavailable`. Default 10 s.
     pub acquire_timeout: Duration,
+    /// Count the rows every write connection writes, per table ([`SqlitePools::write_counts`],
+    /// from SQLite's update hook, which then runs inside every statement). For the write audit
+    /// and the tests that read the counts; a production server leaves it off. Default `false`:
+    /// the counts stay empty.
+    pub count_rows: bool,
 }
 
 impl Default for SqliteConfig {
@@ -40,6 +45,7 @@ impl Default for SqliteConfig {
             busy_timeout: Duration::from_secs(5),
             read_connections: 4,
             acquire_timeout: Duration::from_secs(10),
+            count_rows: false,
         }
     }
 }
@@ -50,8 +56,8 @@ impl Default for SqliteConfig {
 ///
 /// Every connection runs with `journal_mode=WAL` (readers never block the writer, nor the
 /// writer readers), `synchronous=FULL` (a commit returns after the WAL is fsynced),
-/// `foreign_keys=ON` and the configured `busy_timeout`. Every write connection counts the rows
-/// it writes per table ([`SqlitePools::write_counts`]).
+/// `foreign_keys=ON` and the configured `busy_timeout`. With [`SqliteConfig::count_rows`], every
+/// write connection counts the rows it writes per table ([`SqlitePools::write_counts`]).
 #[derive(Clone)]
 pub struct SqlitePools {
     write: SqlitePool,
@@ -90,8 +96,9 @@ impl SqlitePools {
     }
 
     /// Rows inserted, updated and deleted per table by this process's write connection since
-    /// [`open`] (SQLite's update hook; see [`WriteCounts`] for what is and is not counted). The
-    /// handle shares the live counters: read them with [`WriteCounts::snapshot`].
+    /// [`open`] (SQLite's update hook; see [`WriteCounts`] for what is and is not counted), when
+    /// it was opened with [`SqliteConfig::count_rows`]; else nothing is counted and the snapshot
+    /// is empty. The handle shares the live counters: read them with [`WriteCounts::snapshot`].
     pub fn write_counts(&self) -> WriteCounts {
         self.writes.clone()
     }
@@ -217,16 +224,17 @@ pub async fn open(path: impl AsRef<Path>, config: &SqliteConfig) -> BusResult<Sq
     let opening = format!("open {}", path.display());
     let what = opening.as_str();
     let writes = WriteCounts::default();
-    let hook = writes.clone();
-    let write = SqlitePoolOptions::new()
+    let mut write = SqlitePoolOptions::new()
         .max_connections(1)
         .min_connections(1)
         .idle_timeout(None)
         .max_lifetime(None)
-        .acquire_timeout(config.acquire_timeout)
+        .acquire_timeout(config.acquire_timeout);
+    if config.count_rows {
         // Every write connection (the first, and one the pool opens after a close) counts the
         // rows it writes.
-        .after_connect(move |conn, _meta| {
+        let hook = writes.clone();
+        write = write.after_connect(move |conn, _meta| {
             let hook = hook.clone();
             Box::pin(async move {
                 conn.lock_handle()
@@ -234,7 +242,9 @@ pub async fn open(path: impl AsRef<Path>, config: &SqliteConfig) -> BusResult<Sq
                     .set_update_hook(move |row| hook.record(&row));
                 Ok(())
             })
-        })
+        });
+    }
+    let write = write
         .connect_with(write_options)
         .await
         .map_err(|e| bus_error(e, what, &busy))?;

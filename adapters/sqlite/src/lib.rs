@@ -41,8 +41,9 @@
 //!
 //! # Rows written per table
 //!
-//! SQLite keeps no per-table write counters, so every write connection counts the rows it
-//! inserts, updates and deletes per table, from SQLite's update hook ([`SqlitePools::write_counts`],
+//! SQLite keeps no per-table write counters, so, when opened with [`SqliteConfig::count_rows`]
+//! (the write audit, tests; off by default), every write connection counts the rows it inserts,
+//! updates and deletes per table, from SQLite's update hook ([`SqlitePools::write_counts`],
 //! [`WriteCounts`]: what the hook does not see is listed there).
 #![warn(missing_docs)]
 

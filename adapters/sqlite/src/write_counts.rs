@@ -1,6 +1,8 @@
 //! Rows written per table through the store's write connection ([`WriteCounts`]). SQLite keeps
-//! no per-table write counters (Postgres has `pg_stat_user_tables`), so the adapter counts them:
-//! [`crate::open`] installs SQLite's update hook (`sqlite3_update_hook`, through sqlx's
+//! no per-table write counters (Postgres has `pg_stat_user_tables`), so the adapter counts them
+//! when asked ([`crate::SqliteConfig::count_rows`]: the write audit and the tests that read the
+//! counts; off by default, so a production server runs no hook): [`crate::open`] then installs
+//! SQLite's update hook (`sqlite3_update_hook`, through sqlx's
 //! `LockedSqliteHandle::set_update_hook`) on every connection of the write pool, and the hook
 //! adds one to the table's insert, update or delete counter for each row it is told about.
 //!
@@ -119,6 +121,7 @@ mod tests {
     async fn store(dir: &tempfile::TempDir) -> SqlitePools {
         let config = SqliteConfig {
             create_if_missing: true,
+            count_rows: true,
             ..SqliteConfig::default()
         };
         let pools = open(dir.path().join("bus.db"), &config).await.unwrap();
@@ -236,6 +239,29 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(of(&pools, "t"), (2, 0, 0));
+        pools.close().await;
+    }
+
+    /// Without `count_rows` (the default) no hook is installed: nothing is counted.
+    #[tokio::test]
+    async fn rows_are_counted_only_when_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = SqliteConfig {
+            create_if_missing: true,
+            ..SqliteConfig::default()
+        };
+        assert!(!config.count_rows, "off by default");
+        let pools = open(dir.path().join("bus.db"), &config).await.unwrap();
+        migrate(&pools).await.unwrap();
+        sqlx::query("CREATE TABLE t (x INTEGER)")
+            .execute(pools.writer())
+            .await
+            .unwrap();
+        sqlx::query("INSERT INTO t (x) VALUES (1), (2)")
+            .execute(pools.writer())
+            .await
+            .unwrap();
+        assert!(pools.write_counts().snapshot().is_empty());
         pools.close().await;
     }
 

@@ -46,6 +46,12 @@ pub struct StorageConfig {
     /// How long a write waits for the embedded store's write lock before it is refused as
     /// `unavailable` (503, retryable), in milliseconds. Default 5000.
     pub busy_timeout_ms: Option<u64>,
+    /// Count the rows the embedded store's writes insert, update and delete per table, shown in
+    /// `/metrics` as `crewbus_store_rows_total{table, op}` (`CREWBUS_STORAGE__COUNT_ROWS`): for
+    /// the write audit (`scripts/write-audit`) and the tests that read the counts. SQLite's
+    /// update hook then runs inside every write statement. Default `false`: not counted, the
+    /// family has no samples. Postgres keeps its own counts (`pg_stat_user_tables`).
+    pub count_rows: bool,
 }
 
 /// The database file's name in the data directory.

@@ -356,3 +356,10 @@ fn every_configuration_example_of_the_readme_loads() {
         assert!(blocks >= 1, "{name} has configuration examples");
     }
 }
+
+#[test]
+fn the_row_count_switch_is_off_unless_set() {
+    assert!(!Config::default().storage.count_rows);
+    let c = Config::from_toml("[storage]\ncount_rows = true").unwrap();
+    assert!(c.storage.count_rows);
+}

@@ -1,9 +1,10 @@
-//! The embedded store's rows per table in `/metrics` (`crewbus_store_rows_total{table, op}`):
-//! the server composed as `crewbus serve` composes it (SQLite in a fresh data directory, on the
-//! system clock) on 127.0.0.1:0, driven through its HTTP API. A known number of messages sent to
-//! three recipients and confirmed moves the counters of the tables each message writes by
-//! exactly what the message path writes: one `messages` row and one body per message, one
-//! receipt per recipient, each receipt updated when it is confirmed. The group commit's
+//! The embedded store's rows per table in `/metrics` (`crewbus_store_rows_total{table, op}`,
+//! counted with `storage.count_rows`): the server composed as `crewbus serve` composes it
+//! (SQLite in a fresh data directory, on the system clock) on 127.0.0.1:0, driven through its
+//! HTTP API. A known number of messages sent to three recipients and confirmed moves the
+//! counters of the tables each message writes by exactly what the message path writes: one
+//! `messages` row and one body per message, one receipt per recipient, each receipt updated when
+//! it is confirmed. The group commit's
 //! counters (`crewbus_store_commits_total`, `crewbus_store_commit_parts_total`) move with them:
 //! at least one transaction, never fewer parts than transactions.
 
@@ -67,6 +68,8 @@ async fn the_embedded_store_counts_the_rows_each_message_writes() {
     };
     config.storage.kind = Some(StorageKind::Sqlite);
     config.storage.data_dir = Some(dir.path().to_owned());
+    // The counts are kept only when asked (the write audit's switch).
+    config.storage.count_rows = true;
     config.bus.idle_poll_ms = 10;
     let bus = compose_server(&config).await.unwrap().bus;
     let server = Server::start(bus.clone(), config.listen, Shutdown::new())
