@@ -79,18 +79,13 @@ pub struct MemoryParts {
 /// Errors: a database or broker that cannot be reached at start-up → `Unavailable`; bad limits →
 /// `Invalid`.
 pub async fn compose(config: &Config) -> BusResult<Composed> {
-    compose_with_clock(config, Arc::new(SystemClock)).await
+    compose_as(config, Opener::Operator, Arc::new(SystemClock)).await
 }
 
 /// [`compose`] for `crewbus serve`: the embedded store is created when missing and migrated
 /// (the caller holds its data directory's `serve.lock`).
 pub async fn compose_server(config: &Config) -> BusResult<Composed> {
     compose_as(config, Opener::Server, Arc::new(SystemClock)).await
-}
-
-/// [`compose`] with an injected clock.
-pub async fn compose_with_clock(config: &Config, clock: Arc<dyn Clock>) -> BusResult<Composed> {
-    compose_as(config, Opener::Operator, clock).await
 }
 
 /// Who opens the store, which decides what may be created and migrated on the embedded store
@@ -119,7 +114,10 @@ pub async fn compose_as(
             let pools = open_sqlite(config, opener).await?;
             sqlite_with(config, pools, clock, Arc::new(MemoryWakeups::new()))
         }
-        StorageKind::Memory => Ok(memory_with_clock(config, clock)?.0),
+        StorageKind::Memory => {
+            let wakeups = Arc::new(MemoryWakeups::new());
+            Ok(memory_with_wakeups(config, clock, memory_config(config), wakeups)?.0)
+        }
     }
 }
 
@@ -362,26 +360,11 @@ pub async fn postgres_with_pool(
     })
 }
 
-/// The memory store: memory for every port, limits from `config.bus`.
-pub fn memory_with_clock(
-    config: &Config,
-    clock: Arc<dyn Clock>,
-) -> BusResult<(Composed, MemoryParts)> {
-    memory_with(config, clock, memory_config(config))
-}
-
-/// The memory store with explicit memory adapter limits (tests shrink the inbox to make it
-/// overflow).
-pub fn memory_with(
-    config: &Config,
-    clock: Arc<dyn Clock>,
-    memory: MemoryConfig,
-) -> BusResult<(Composed, MemoryParts)> {
-    memory_with_wakeups(config, clock, memory, Arc::new(MemoryWakeups::new()))
-}
-
-/// [`memory_with`] over the given wake-ups (tests prove the waiting fetch's bounds with
-/// `MemoryWakeups::losing_everything`).
+/// The memory store: memory for every port, with the memory adapters' limits `memory` (the
+/// server's: [`memory_config`]) and waiting fetches woken by `wakeups` (the server's: in
+/// process). Tests shrink the inbox to make it overflow, prove the waiting fetch's bounds with
+/// `MemoryWakeups::losing_everything`, and reach the adapters' fault injection through the
+/// [`MemoryParts`]; their shorthands live in the test kits (`app/tests/it/common`).
 pub fn memory_with_wakeups(
     config: &Config,
     clock: Arc<dyn Clock>,

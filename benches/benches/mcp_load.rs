@@ -4,8 +4,8 @@
 //! figure is the interfaces' cost — JSON-RPC, the tool dispatch, rmcp's client — not a
 //! database's).
 //!
-//! Set-up (untimed): the memory composition (`compose::memory_with`, default configuration),
-//! its server on 127.0.0.1:0, one team of 8 agents with tokens.
+//! Set-up (untimed): the memory composition (`compose::memory_with_wakeups`, default
+//! configuration), its server on 127.0.0.1:0, one team of 8 agents with tokens.
 //!
 //! Measured: `crewbus_benches::load::run` (the library of `crewbus-load`) with 16 senders, 2
 //! conversations of 4 members (3 recipients per message), 256-byte bodies, unpaced; rounds
@@ -37,6 +37,7 @@ use crewbus::config::Config;
 use crewbus::server::Server;
 use crewbus::shutdown::Shutdown;
 use crewbus_benches::load::{self, LoadAgent, LoadPlan, LoadTeam, Transport};
+use crewbus_memory::MemoryWakeups;
 use crewbus_ports::SystemClock;
 
 mod support;
@@ -88,8 +89,10 @@ fn main() {
             ..Config::default()
         };
         let memory = compose::memory_config(&config);
+        let wakeups = Arc::new(MemoryWakeups::new());
         let (composed, _parts) =
-            compose::memory_with(&config, Arc::new(SystemClock), memory).expect("compose memory");
+            compose::memory_with_wakeups(&config, Arc::new(SystemClock), memory, wakeups)
+                .expect("compose memory");
         let bus = composed.bus;
         let server = Server::start(bus.clone(), config.listen, Shutdown::new())
             .await

@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::memory_with_clock;
 use crewbus::bus::Bus;
-use crewbus::compose::memory_with_clock;
 use crewbus::config::Config;
 use crewbus_domain::{
     AgentKind, BusError, FeedEvent, FeedKind, FeedUpdate, OperatorScope, Publication, Uuid,

@@ -90,10 +90,13 @@ async fn a_postgres_restart_is_unhealthy_then_recovers_with_nothing_lost() {
         listen_url: None,
     });
     let clock = crewbus_memory::ManualClock::new(chrono::Utc::now());
-    let composed =
-        crewbus::compose::compose_with_clock(&config, std::sync::Arc::new(clock.clone()))
-            .await
-            .unwrap();
+    let composed = crewbus::compose::compose_as(
+        &config,
+        crewbus::compose::Opener::Operator,
+        std::sync::Arc::new(clock.clone()),
+    )
+    .await
+    .unwrap();
     let bus = composed.bus.clone();
     let team = bus.add_team("t", None, None).await.unwrap();
     let alice = bus.add_agent(team.id, "alice").await.unwrap();

@@ -415,8 +415,7 @@ async fn sealed_failed(
 async fn memory_a_failed_open_fails_the_admission_and_seals_the_run_failed() {
     let config = common::test_config();
     let clock = ManualClock::new(chrono::Utc::now());
-    let (composed, _) =
-        crewbus::compose::memory_with_clock(&config, Arc::new(clock.clone())).unwrap();
+    let (composed, _) = crate::common::memory_with_clock(&config, Arc::new(clock.clone())).unwrap();
     let minted: Arc<std::sync::Mutex<Option<crewbus_domain::RunId>>> = Arc::default();
     let mut store = crewbus_ports::MockPushStore::new();
     store
@@ -803,13 +802,13 @@ async fn the_composition_root_refuses_an_unsealed_postgres_push_store() {
     let composed = compose(common::test_config()).await.unwrap();
     assert!(composed.bus.push().is_none());
     // Memory: no key ring needed.
-    let (composed, _) = crewbus::compose::memory_with_clock(&config, clock.clone()).unwrap();
+    let (composed, _) = crate::common::memory_with_clock(&config, clock.clone()).unwrap();
     assert!(!composed.bus.push().unwrap().outbox.is_sealed());
     // A bad secret source is an error, never a panic, and never echoes a secret.
     let mut missing = config.clone();
     missing.push.destinations[0].signing_keys = vec![source(&secrets.file("nope"))];
     assert!(matches!(
-        crewbus::compose::memory_with_clock(&missing, clock.clone()).err(),
+        crate::common::memory_with_clock(&missing, clock.clone()).err(),
         Some(BusError::Invalid { .. })
     ));
     assert!(!format!("{config:?}").contains(TOKEN));

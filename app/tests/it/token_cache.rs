@@ -6,9 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::common::memory_with_clock;
 use chrono::Utc;
 use crewbus::bus::Bus;
-use crewbus::compose::{MemoryParts, memory_with_clock};
+use crewbus::compose::MemoryParts;
 use crewbus::config::Config;
 use crewbus_domain::{Agent, BusError, DeliveryId};
 use crewbus_ports::{Ledger, SystemClock};

@@ -7,13 +7,16 @@ use std::time::{Duration, Instant};
 
 use crewbus::bus::Bus;
 use crewbus::client::{ApiClient, uuid_of};
-use crewbus::compose::{MemoryParts, memory_config, memory_with, postgres_with_pool};
+use crewbus::compose::{
+    Composed, MemoryParts, memory_config, memory_with_wakeups, postgres_with_pool,
+};
 use crewbus::config::Config;
 use crewbus::server::Server;
 use crewbus::shutdown::Shutdown;
 use crewbus_conformance::postgres::TestDatabase;
-use crewbus_domain::{Team, Uuid};
-use crewbus_memory::{ManualClock, MemoryConfig};
+use crewbus_domain::{BusResult, Team, Uuid};
+use crewbus_memory::{ManualClock, MemoryConfig, MemoryWakeups};
+use crewbus_ports::Clock;
 use serde_json::Value;
 
 /// One agent of the test team.
@@ -26,6 +29,25 @@ pub struct TestAgent {
 }
 
 pub mod scenarios;
+
+/// The memory composition as the server builds it (its limits, in-process wake-ups) on
+/// `clock`, with its adapters for fault injection.
+pub fn memory_with_clock(
+    config: &Config,
+    clock: Arc<dyn Clock>,
+) -> BusResult<(Composed, MemoryParts)> {
+    memory_with(config, clock, memory_config(config))
+}
+
+/// [`memory_with_clock`] with the memory adapters' limits `memory` (tests shrink the inbox to
+/// make it overflow).
+pub fn memory_with(
+    config: &Config,
+    clock: Arc<dyn Clock>,
+    memory: MemoryConfig,
+) -> BusResult<(Composed, MemoryParts)> {
+    memory_with_wakeups(config, clock, memory, Arc::new(MemoryWakeups::new()))
+}
 
 /// A running app with a manual clock: the memory combination (`parts`) or Postgres (`db`).
 pub struct TestApp {
