@@ -4,7 +4,7 @@
 //! - [`Profile::Full`] (the default): all 24 tools, each with its `outputSchema`.
 //! - [`Profile::Core`]: the 12 tools an agent's loop needs (who am I and who is there, talk,
 //!   receive and confirm, the five lease tools), with no `outputSchema` (answers keep their
-//!   `structuredContent`, in which core answers fence message bodies: `mcp/tools.rs`) and
+//!   `structuredContent`, in which core answers fence message bodies: `mcp/tools/`) and
 //!   tighter descriptions that name the answer's main fields instead.
 //!   About a quarter of full's bytes (BENCHMARKS.md), for hosts that load every tool into the
 //!   model's context.
@@ -15,16 +15,20 @@ use std::sync::LazyLock;
 
 use rmcp::model::{JsonObject, Tool, ToolAnnotations};
 
-use super::leases::{
+use super::profile::Profile;
+use super::schema::{Side, portable, schema_of};
+use super::tools::conversations::{
+    ConversationArguments, ConversationsView, ReadConversationArguments, SendArguments,
+};
+use super::tools::inbox::{AcknowledgeArguments, FetchArguments, MessageArguments, ReceiptsView};
+use super::tools::leases::{
     AcquireLeaseArguments, CheckLeaseArguments, ListLeasesArguments, ReleaseLeaseArguments,
     RenewLeaseArguments,
 };
-use super::schema::{Side, portable, schema_of};
-use super::views::{
-    AcknowledgeArguments, AgentsView, ConversationArguments, ConversationsView, FetchArguments,
-    MessageArguments, NoArguments, ReadConversationArguments, ReceiptsView, RecordsArguments,
-    RunArguments, SealArguments, SearchArguments, SendArguments,
-};
+use super::tools::runs::{RecordsArguments, RunArguments, SealArguments};
+use super::tools::search::SearchArguments;
+use super::tools::team::AgentsView;
+use super::views::NoArguments;
 use crate::edge::leases::{AcquireView, CheckView, LeaseView, LeasesView};
 use crate::edge::search::SearchView;
 use crate::edge::views::{
@@ -32,36 +36,6 @@ use crate::edge::views::{
     HistoryView, InboxStatusView, ReceiptView, RecordsView, RunView, SentView, SetStatus,
     TeamAgentView,
 };
-
-/// Which tools `tools/list` shows, and how (see the module docs). Chosen per request by
-/// `/mcp?tools=NAME` or the `Crewbus-Tools: NAME` header (`mcp/profile.rs`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Profile {
-    /// Every tool with its output schema: `tools/list` as it always was.
-    #[default]
-    Full,
-    /// The agent loop's 12 tools, without output schemas, with shorter descriptions.
-    Core,
-}
-
-impl Profile {
-    /// The profile a name selects (`full`, `core`; exact, lower case), `None` for another.
-    pub fn named(name: &str) -> Option<Profile> {
-        match name {
-            "full" => Some(Profile::Full),
-            "core" => Some(Profile::Core),
-            _ => None,
-        }
-    }
-
-    /// The profile's name, as [`Profile::named`] reads it.
-    pub fn name(self) -> &'static str {
-        match self {
-            Profile::Full => "full",
-            Profile::Core => "core",
-        }
-    }
-}
 
 /// What a tool does to the bus, as its annotations tell a host.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

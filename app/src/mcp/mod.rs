@@ -31,7 +31,7 @@
 //!   core's `structuredContent`; full's `structuredContent` keeps them as stored
 //!   (`mcp/agent_text.rs`). Bodies are fenced, never cleaned (`mcp/fence.rs`).
 //!
-//! The tools (`mcp/tools.rs`) call the same use cases as the HTTP handlers and answer with the same
+//! The tools (`mcp/tools/`) call the same use cases as the HTTP handlers and answer with the same
 //! views ([`views`]); their schemas are generated from those types (`mcp/schema.rs`).
 
 use std::borrow::Cow;
@@ -58,7 +58,6 @@ mod agent_text;
 mod auth;
 mod catalogue;
 mod fence;
-mod leases;
 pub mod profile;
 mod refusals;
 mod resources;

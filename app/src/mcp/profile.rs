@@ -7,7 +7,7 @@
 //! whole catalogue back into every model's context, and nobody would see why; refused, the host
 //! fails to connect and says so. The URL and the header naming different profiles is refused
 //! the same way. The profile shapes `tools/list`, and under core the answers holding message
-//! bodies fence them in `structuredContent` too (`mcp/tools.rs`); every tool is callable under
+//! bodies fence them in `structuredContent` too (`mcp/tools/`); every tool is callable under
 //! any profile.
 
 use axum::extract::{Query, Request};
@@ -15,8 +15,37 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use crewbus_domain::BusError;
 
-pub use super::catalogue::Profile;
 use crate::edge::error::ApiError;
+
+/// Which tools `tools/list` shows, and how (`mcp/catalogue.rs`). Chosen per request by
+/// `/mcp?tools=NAME` or the `Crewbus-Tools: NAME` header (`select`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Profile {
+    /// Every tool with its output schema: `tools/list` as it always was.
+    #[default]
+    Full,
+    /// The agent loop's 12 tools, without output schemas, with shorter descriptions.
+    Core,
+}
+
+impl Profile {
+    /// The profile a name selects (`full`, `core`; exact, lower case), `None` for another.
+    pub fn named(name: &str) -> Option<Profile> {
+        match name {
+            "full" => Some(Profile::Full),
+            "core" => Some(Profile::Core),
+            _ => None,
+        }
+    }
+
+    /// The profile's name, as [`Profile::named`] reads it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Profile::Full => "full",
+            Profile::Core => "core",
+        }
+    }
+}
 
 /// The query parameter naming the profile.
 pub const QUERY: &str = "tools";

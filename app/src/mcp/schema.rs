@@ -220,9 +220,8 @@ mod tests {
 
     #[test]
     fn tool_arguments_state_the_rules_of_the_http_fields_they_mirror() {
-        use crate::mcp::views::{
-            ReadConversationArguments, RecordsArguments, SealArguments, SendArguments,
-        };
+        use crate::mcp::tools::conversations::{ReadConversationArguments, SendArguments};
+        use crate::mcp::tools::runs::{RecordsArguments, SealArguments};
         let field = |s: &Value, name: &str, keys: &[&str]| -> Vec<Value> {
             keys.iter()
                 .map(|k| s["properties"][name][k].clone())
@@ -306,7 +305,7 @@ mod tests {
 
     #[test]
     fn an_optional_input_loses_its_null_and_a_nullable_output_becomes_one_of_two_branches() {
-        use crate::mcp::views::SendArguments;
+        use crate::mcp::tools::conversations::SendArguments;
         let send = Value::Object(portable(schema_of::<SendArguments>(), Side::Input));
         let run = &send["properties"]["run"];
         assert_eq!(run["type"], "string", "{run}");

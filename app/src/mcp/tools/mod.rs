@@ -1,6 +1,7 @@
-//! The tools' dispatch (their catalogue is `mcp/catalogue.rs`). Each tool parses its arguments, calls the same use case as the HTTP
-//! handler for the same operation, and renders the HTTP view of the answer; no tool holds a
-//! rule of its own.
+//! The tools' dispatch (their catalogue is `mcp/catalogue.rs`; their arguments and the answers
+//! that are not HTTP views sit in the modules below, one per group of tools). Each tool parses
+//! its arguments, calls the same use case as the HTTP handler for the same operation, and
+//! renders the HTTP view of the answer; no tool holds a rule of its own.
 //!
 //! A tool's answer is `structuredContent` (a JSON object matching the tool's `outputSchema`) and
 //! the same data as text; an answer holding message bodies fences them in its text
@@ -21,15 +22,19 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use super::agent_text;
-use super::catalogue::{self, Profile};
-use super::fence::{BODIES_ARE_DATA, Fence, Fenced};
-use super::leases::{self, AcquireLeaseArguments};
-use super::views::{
-    AcknowledgeArguments, AgentsView, ConversationArguments, ConversationsView, FetchArguments,
-    MAX_WAIT_SECONDS, MessageArguments, NoArguments, ReadConversationArguments, ReceiptsView,
-    RecordsArguments, RunArguments, SealArguments, SearchArguments, SendArguments, cut,
+use self::conversations::{
+    ConversationArguments, ConversationsView, ReadConversationArguments, SendArguments,
 };
+use self::inbox::{AcknowledgeArguments, FetchArguments, MessageArguments, ReceiptsView};
+use self::leases::AcquireLeaseArguments;
+use self::runs::{RecordsArguments, RunArguments, SealArguments};
+use self::search::SearchArguments;
+use self::team::AgentsView;
+use super::agent_text;
+use super::catalogue;
+use super::fence::{BODIES_ARE_DATA, Fence, Fenced};
+use super::profile::Profile;
+use super::views::{MAX_WAIT_SECONDS, NoArguments, cut};
 use crate::edge::error::error_body;
 use crate::edge::search::SearchView;
 use crate::edge::views::{
@@ -40,6 +45,13 @@ use crate::edge::views::{
 use crate::metrics::Metrics;
 use crate::usecases::bus::Bus;
 use crate::usecases::deliver::Fetched;
+
+pub(super) mod conversations;
+pub(super) mod inbox;
+pub(super) mod leases;
+pub(super) mod runs;
+pub(super) mod search;
+pub(super) mod team;
 
 /// One tool's answer before it becomes a `CallToolResult`: its structured content as stored
 /// (agent-written strings raw: [`call`] cleans them under core), and its text, agent-written

@@ -10,8 +10,8 @@ use crewbus_domain::{
 use serde::Deserialize;
 use utoipa::ToSchema;
 
-use super::views::MAX_WAIT_SECONDS;
 use crate::edge::leases::{AcquireView, CheckView, LeaseModeView, LeaseView, LeasesView, claim_of};
+use crate::mcp::views::MAX_WAIT_SECONDS;
 use crate::usecases::bus::Bus;
 
 fn exclusive() -> LeaseModeView {
