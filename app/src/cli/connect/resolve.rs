@@ -217,7 +217,16 @@ async fn resolve_here(
              an existing agent's token (--token-file PATH)"
         );
     };
-    crewbus_domain::validate_recipient_key(agent).map_err(|e| anyhow!("--agent: {e}"))?;
+    // The name also names the token file: connect takes the names made of the characters a
+    // file name keeps as they are (an agent named otherwise connects by --token-file).
+    crewbus_domain::validate_recipient_key(agent).map_err(|_| {
+        anyhow!(
+            "--agent {agent:?}: connect takes an agent name of 1 to {} ASCII letters, digits, `_` \
+             and `-` (it names the token file); for another agent give its token with \
+             --token-file PATH",
+            crewbus_domain::MAX_RECIPIENT_KEY_LEN
+        )
+    })?;
     let path = cdir.join(format!("{agent}.token"));
     if path.exists() {
         return Ok(file(path, "the token file of an earlier connect", None));

@@ -142,9 +142,11 @@ pub struct HookArgs {
     #[arg(long, value_name = "PATH")]
     pub token_file: Option<PathBuf>,
 
-    /// How long a Stop hook waits for news, in seconds (the background wake loops over
-    /// requests of at most the server's bus.max_wait_ms).
-    #[arg(long, value_name = "SECONDS", default_value_t = 50)]
+    /// How long a Stop hook waits for news, in seconds: 0 (ask once, without waiting) to
+    /// 86400, as `crewbus connect --wait` writes it (the background wake loops over requests
+    /// of at most the server's bus.max_wait_ms).
+    #[arg(long, value_name = "SECONDS", default_value_t = 50,
+          value_parser = clap::value_parser!(u64).range(0..=crate::cli::connect::plan::MAX_WAIT_S))]
     pub wait: u64,
 
     /// Claude Code in print mode: the Stop hook blocks and answers with a decision (no
@@ -297,6 +299,23 @@ mod tests {
         for l in [missing, host, wait, unknown] {
             assert!(!l.contains('\n') && !l.starts_with("error"), "{l}");
         }
+    }
+
+    #[test]
+    fn the_wait_takes_what_connect_writes() {
+        let parse = |w: &str| HookCli::try_parse_from(["crewbus hook", "claude-code", "--wait", w]);
+        assert_eq!(parse("0").unwrap().args.wait, 0);
+        assert_eq!(
+            parse("86400").unwrap().args.wait,
+            crate::cli::connect::plan::MAX_WAIT_S
+        );
+        for refused in ["86401", "100000", "-1"] {
+            assert!(parse(refused).is_err(), "--wait {refused}");
+        }
+        assert_eq!(
+            parse("86401").unwrap_err().kind(),
+            clap::error::ErrorKind::ValueValidation
+        );
     }
 
     #[test]
