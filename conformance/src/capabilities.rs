@@ -100,6 +100,32 @@ impl fmt::Display for Capability {
 }
 
 impl Capabilities {
+    /// What a SQL store declares (Postgres, SQLite) with these settings: no body quota (the
+    /// table grows with the disk), no inbox overflow (the queue never drops a reference), dedup
+    /// on the event id for the life of the row, no duplicate window, consumers deletable, time
+    /// from a manual clock, 5 s to settle.
+    pub fn sql_store(
+        backend_name: &'static str,
+        body_limit_bytes: u64,
+        ack_wait: Duration,
+        max_deliver: u64,
+    ) -> Capabilities {
+        Capabilities {
+            backend_name,
+            body_limit_bytes,
+            body_quota: None,
+            body_duplicate_window: None,
+            ack_wait,
+            max_deliver: Some(max_deliver),
+            inbox_overflow_limit: None,
+            inbox_dedup_for_life: true,
+            inbox_duplicate_window: None,
+            delete_consumer: true,
+            instant_advance: true,
+            settle_timeout: Duration::from_secs(5),
+        }
+    }
+
     /// The first of `needs` this fixture does not offer.
     pub fn missing(&self, needs: &[Capability]) -> Option<Capability> {
         needs.iter().copied().find(|c| !c.offered_by(self))

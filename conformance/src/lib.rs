@@ -21,14 +21,16 @@
 //!
 //! # Plugging an adapter in
 //!
-//! 1. Implement [`Namespace`] + [`BodyFixture`] + [`InboxFixture`] on one per-test type (it is
-//!    then a [`TeamFixture`]): a **fresh** random team id (and a second team for the forbidden
-//!    cases), both teams' ports as trait objects, `advance`/`now`, and `delete_consumer`. Keep
-//!    per-test resources (a temporary database, a manual clock) in it; they drop with it.
-//! 2. Implement [`FixtureFactory`]: declare [`Capabilities`] (exactly the limits the adapters
-//!    are configured with) and build one fixture per call. Shared resources (a spawned
-//!    `nats-server`, a pool) live in the factory. A server that cannot be had is an error from
-//!    `fixture()`, which fails the trial loudly — never a skip.
+//! 1. Implement [`FixtureFactory`]: declare [`Capabilities`] (exactly the limits the adapters
+//!    are configured with) and build one fixture per call as the plain struct [`TeamPorts`]
+//!    ([`TeamPorts::from_registry`]): a **fresh** random team id (and a second team for the
+//!    forbidden cases), both teams' ports from the adapter's `Backends` registry, its [`Time`]
+//!    (a manual clock, or the server's), how to delete a consumer, and the per-test resources
+//!    to keep (a temporary database, a store file); they drop with it. Shared resources (a
+//!    spawned `nats-server`, a pool) live in the factory. A server that cannot be had is an
+//!    error from `fixture()`, which fails the trial loudly — never a skip.
+//! 2. The ledger and push store behaviours take [`LedgerPorts`] and [`PushStores`] the same way:
+//!    plain structs of the ports, built by the target, never a per-target type of getters.
 //! 3. In `tests/<adapter>.rs` (`harness = false` in `Cargo.toml`):
 //!
 //! ```text
@@ -107,7 +109,8 @@ pub mod wakeups;
 
 pub use capabilities::{Capabilities, Capability};
 pub use fixture::{
-    BodyFixture, FixtureError, FixtureFactory, InboxFixture, Namespace, TeamFixture,
+    BodyFixture, ConsumerDeleted, DeleteConsumer, FixtureError, FixtureFactory, InboxFixture,
+    LedgerPorts, Namespace, PushStores, TeamFixture, TeamPorts, Time,
 };
 pub use harness::{Behaviour, BehaviourFn, Port, behaviours, trials};
 pub use journal::journal_behaviours;

@@ -14,6 +14,7 @@
 use std::convert::Infallible;
 use std::fmt;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -248,6 +249,66 @@ impl Source for NoFixture {
 
     async fn fixture(&self) -> Result<Box<()>, FixtureError> {
         Ok(Box::new(()))
+    }
+}
+
+/// Fails the trial with the message of a test's `Err` (its `?` on an error), as a panic does.
+pub fn passed(outcome: Result<(), Failed>) {
+    if let Err(failed) = outcome {
+        panic!("{}", failed.message().unwrap_or("the test failed"));
+    }
+}
+
+/// `own_tests![f, g]`: a target's own tests (async fns returning `Result<(), Failed>`, needing
+/// no fixture: [`NoFixture`]), each under its own name; an `Err` fails the trial with its
+/// message, as a panic does ([`passed`]).
+#[macro_export]
+macro_rules! own_tests {
+    ($($f:ident),* $(,)?) => {
+        &[$((
+            stringify!($f),
+            (|()| Box::pin(async { $crate::trial::passed($f().await) }))
+                as $crate::trial::Run<()>,
+        )),*]
+    };
+}
+
+/// A source for behaviours an adapter does not offer at all (a SQLite store has no second
+/// server to wake): every trial is ignored, shown as `kind` and naming `reason`; no fixture is
+/// ever made.
+pub struct NotOffered<Fx: ?Sized> {
+    /// The trials' kind, e.g. `missing:cross_server_wakeups`.
+    pub kind: &'static str,
+    /// Why the adapter does not offer them.
+    pub reason: &'static str,
+    fixture: PhantomData<fn() -> Box<Fx>>,
+}
+
+impl<Fx: ?Sized> NotOffered<Fx> {
+    /// Behaviours over `Fx` not offered: ignored as `kind`, naming `reason`.
+    pub fn new(kind: &'static str, reason: &'static str) -> Self {
+        NotOffered {
+            kind,
+            reason,
+            fixture: PhantomData,
+        }
+    }
+}
+
+#[async_trait]
+impl<Fx: ?Sized + Send + Sync + 'static> Source for NotOffered<Fx> {
+    type Fixture = Fx;
+    type Need = Infallible;
+
+    fn lacks(&self, _needs: &[Infallible]) -> Option<Lack> {
+        Some(Lack {
+            kind: Some(self.kind.to_owned()),
+            reason: self.reason.to_owned(),
+        })
+    }
+
+    async fn fixture(&self) -> Result<Box<Fx>, FixtureError> {
+        Err(format!("not offered: {}", self.reason).into())
     }
 }
 

@@ -20,21 +20,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use crewbus_conformance::stream_admin::{self, AdminFixture, AdminFixtureFactory};
 use crewbus_conformance::{
-    BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, LedgerFixture,
-    LedgerFixtureFactory, Namespace, TeamFixture,
+    Capabilities, FixtureError, FixtureFactory, LedgerFixture, LedgerFixtureFactory, LedgerPorts,
+    TeamFixture, TeamPorts, Time,
 };
-use crewbus_domain::{BusError, BusResult, MAX_BODY_BYTES, Quotas, TenantId};
+use crewbus_domain::{MAX_BODY_BYTES, Quotas, TenantId};
 use crewbus_memory::{
     BodiesConfig, InboxConfig, ManualClock, MemoryAdminConfig, MemoryBackends, MemoryConfig,
     MemoryLedger, MemoryStreamAdmin,
 };
-use crewbus_ports::{
-    Backends, Clock, Inbox, Journal, Leases, Ledger, MessagingBackend, Operators, Oversight,
-    Search, StreamAdmin,
-};
+use crewbus_ports::{Backends, MessagingBackend, StreamAdmin};
 use uuid::Uuid;
 
 #[path = "memory/push.rs"]
@@ -113,84 +109,24 @@ impl FixtureFactory for MemoryFactory {
         self.capabilities.clone()
     }
 
+    /// One test's namespace: a registry of its own, its clock, and two teams' ports.
     async fn fixture(&self) -> Result<Box<dyn TeamFixture>, FixtureError> {
         let clock = ManualClock::default();
         let registry = MemoryBackends::new(self.config.clone(), Arc::new(clock.clone()))?;
-        let (team, other_team) = (Uuid::new_v4(), Uuid::new_v4());
-        let name = MemoryBackends::NAME;
-        Ok(Box::new(MemoryFixture {
-            capabilities: self.capabilities.clone(),
-            team,
-            other_team,
-            bodies: registry.body_backend(team, name).await?,
-            other_bodies: registry.body_backend(other_team, name).await?,
-            inbox: registry.inbox(team, name).await?,
-            other_inbox: registry.inbox(other_team, name).await?,
-            registry,
-            clock,
-        }))
-    }
-}
-
-/// One test's namespace: a registry, its clock, and two teams' ports.
-struct MemoryFixture {
-    capabilities: Capabilities,
-    registry: MemoryBackends,
-    clock: ManualClock,
-    team: Uuid,
-    other_team: Uuid,
-    bodies: Arc<dyn MessagingBackend>,
-    other_bodies: Arc<dyn MessagingBackend>,
-    inbox: Arc<dyn Inbox>,
-    other_inbox: Arc<dyn Inbox>,
-}
-
-#[async_trait]
-impl Namespace for MemoryFixture {
-    fn capabilities(&self) -> &Capabilities {
-        &self.capabilities
-    }
-    fn team(&self) -> Uuid {
-        self.team
-    }
-    fn other_team(&self) -> Uuid {
-        self.other_team
-    }
-    async fn advance(&self, by: Duration) {
-        self.clock.advance(by);
-    }
-    async fn now(&self) -> DateTime<Utc> {
-        self.clock.now()
-    }
-}
-
-impl BodyFixture for MemoryFixture {
-    fn bodies(&self) -> Arc<dyn MessagingBackend> {
-        Arc::clone(&self.bodies)
-    }
-    fn other_bodies(&self) -> Arc<dyn MessagingBackend> {
-        Arc::clone(&self.other_bodies)
-    }
-}
-
-#[async_trait]
-impl InboxFixture for MemoryFixture {
-    fn inbox(&self) -> Arc<dyn Inbox> {
-        Arc::clone(&self.inbox)
-    }
-    fn other_inbox(&self) -> Arc<dyn Inbox> {
-        Arc::clone(&self.other_inbox)
-    }
-    async fn delete_consumer(&self, recipient: &str) -> BusResult<()> {
-        if self
-            .registry
-            .team_inbox(self.team)
-            .delete_consumer(recipient)
-        {
-            Ok(())
-        } else {
-            Err(BusError::not_found(format!("consumer of {recipient}")))
-        }
+        let team = Uuid::new_v4();
+        let consumers = registry.team_inbox(team);
+        TeamPorts::from_registry(
+            &registry,
+            (team, Uuid::new_v4()),
+            self.capabilities.clone(),
+            Time::manual(clock, ManualClock::advance),
+            move |recipient| {
+                let deleted = consumers.delete_consumer(&recipient);
+                async move { Ok(deleted) }
+            },
+            Box::new(registry.clone()),
+        )
+        .await
     }
 }
 
@@ -236,45 +172,21 @@ impl AdminFixture for MemoryAdminFixture {
     }
 }
 
-/// A fresh memory ledger (and the journal sharing its state) per test.
+/// A fresh memory ledger (and the journal sharing its state) per test. One process holds a
+/// memory store: the "other server" is a clone over the same state.
 struct MemoryLedgerFactory;
-
-struct MemoryLedgerFixture(MemoryLedger);
 
 #[async_trait]
 impl LedgerFixtureFactory for MemoryLedgerFactory {
     async fn fixture(&self) -> Result<Box<dyn LedgerFixture>, FixtureError> {
-        Ok(Box::new(MemoryLedgerFixture(MemoryLedger::new(
-            TenantId::default(),
-        ))))
-    }
-}
-
-impl LedgerFixture for MemoryLedgerFixture {
-    fn ledger(&self) -> Arc<dyn Ledger> {
-        Arc::new(self.0.clone())
-    }
-    fn journal(&self) -> Arc<dyn Journal> {
-        Arc::new(self.0.journal())
-    }
-    fn operators(&self) -> Arc<dyn Operators> {
-        Arc::new(self.0.clone())
-    }
-    fn oversight(&self) -> Arc<dyn Oversight> {
-        Arc::new(self.0.clone())
-    }
-    fn leases(&self) -> Arc<dyn Leases> {
-        Arc::new(self.0.clone())
-    }
-    /// One process holds a memory store: the "other server" is a clone over the same state.
-    fn other_server_leases(&self) -> Arc<dyn Leases> {
-        Arc::new(self.0.clone())
-    }
-    fn send_allowances(&self) -> [Arc<dyn crewbus_ports::SendAllowance>; 2] {
-        [Arc::new(self.0.clone()), Arc::new(self.0.clone())]
-    }
-    fn search(&self) -> Arc<dyn Search> {
-        Arc::new(self.0.clone())
+        let ledger = MemoryLedger::new(TenantId::default());
+        let journal = Arc::new(ledger.journal());
+        Ok(LedgerPorts::of(
+            ledger.clone(),
+            journal,
+            ledger,
+            Box::new(()),
+        ))
     }
 }
 

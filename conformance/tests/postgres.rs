@@ -16,28 +16,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
-use crewbus_conformance::postgres::TestDatabase;
 use crewbus_conformance::trial::{NoFixture, Run, Suite};
 use crewbus_conformance::{
-    BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, LedgerFixture,
-    LedgerFixtureFactory, Namespace, TeamFixture,
+    Capabilities, FixtureError, FixtureFactory, LedgerFixture, LedgerFixtureFactory, LedgerPorts,
+    TeamFixture, TeamPorts, Time,
 };
-use crewbus_domain::{BusError, BusResult, TenantId};
+use crewbus_domain::TenantId;
 use crewbus_memory::ManualClock;
-use crewbus_ports::{
-    Backends, Clock, Inbox, Journal, Leases, Ledger, MessagingBackend, Operators, Oversight, Search,
-};
-use crewbus_postgres::{PostgresBackends, PostgresInbox, PostgresLedger, PostgresSettings};
+use crewbus_postgres::{PostgresBackends, PostgresLedger, PostgresSettings};
 use libtest_mimic::Arguments;
 use uuid::Uuid;
 
-/// `tests![f, g]`: each async fn registered under its own name; an `Err` it returns fails the
-/// trial with its message, as a panic does.
+/// `tests![f, g]`: this target's own tests, each under its own name (`own_tests!`).
 macro_rules! tests {
-    ($($f:ident),* $(,)?) => {
-        &[$((stringify!($f), (|()| Box::pin(async { $crate::support::passed($f().await) })) as TestFn)),*]
-    };
+    ($($f:tt)*) => { crewbus_conformance::own_tests![$($f)*] };
 }
 
 #[path = "postgres/body.rs"]
@@ -79,20 +71,12 @@ impl PgFactory {
             ack_wait: Duration::from_secs(30),
             max_deliver: 4,
         };
-        let capabilities = Capabilities {
-            backend_name: crewbus_postgres::NAME,
-            body_limit_bytes: settings.max_body_bytes,
-            body_quota: None,
-            body_duplicate_window: None,
-            ack_wait: settings.ack_wait,
-            max_deliver: Some(settings.max_deliver),
-            inbox_overflow_limit: None,
-            inbox_dedup_for_life: true,
-            inbox_duplicate_window: None,
-            delete_consumer: true,
-            instant_advance: true,
-            settle_timeout: Duration::from_secs(5),
-        };
+        let capabilities = Capabilities::sql_store(
+            crewbus_postgres::NAME,
+            settings.max_body_bytes,
+            settings.ack_wait,
+            settings.max_deliver,
+        );
         PgFactory {
             settings,
             capabilities,
@@ -106,6 +90,7 @@ impl FixtureFactory for PgFactory {
         self.capabilities.clone()
     }
 
+    /// One trial's namespace: its own database, clock and two teams' ports.
     async fn fixture(&self) -> Result<Box<dyn TeamFixture>, FixtureError> {
         let db = support::database("postgres::conformance")
             .await
@@ -116,84 +101,25 @@ impl FixtureFactory for PgFactory {
             Arc::new(clock.clone()),
             self.settings.clone(),
         );
-        let (team, other_team) = (Uuid::new_v4(), Uuid::new_v4());
-        let name = crewbus_postgres::NAME;
-        Ok(Box::new(PgFixture {
-            capabilities: self.capabilities.clone(),
-            team,
-            other_team,
-            bodies: registry.body_backend(team, name).await?,
-            other_bodies: registry.body_backend(other_team, name).await?,
-            inbox: registry.inbox(team, name).await?,
-            other_inbox: registry.inbox(other_team, name).await?,
-            concrete_inbox: registry.team_inbox(team),
-            clock,
-            _db: db,
-        }))
-    }
-}
-
-/// One trial's namespace: its own database, clock and two teams' ports.
-struct PgFixture {
-    capabilities: Capabilities,
-    team: Uuid,
-    other_team: Uuid,
-    bodies: Arc<dyn MessagingBackend>,
-    other_bodies: Arc<dyn MessagingBackend>,
-    inbox: Arc<dyn Inbox>,
-    other_inbox: Arc<dyn Inbox>,
-    concrete_inbox: Arc<PostgresInbox>,
-    clock: ManualClock,
-    _db: TestDatabase,
-}
-
-#[async_trait]
-impl Namespace for PgFixture {
-    fn capabilities(&self) -> &Capabilities {
-        &self.capabilities
-    }
-    fn team(&self) -> Uuid {
-        self.team
-    }
-    fn other_team(&self) -> Uuid {
-        self.other_team
-    }
-    async fn advance(&self, by: Duration) {
-        self.clock.advance(by);
-    }
-    async fn now(&self) -> DateTime<Utc> {
-        Clock::now(&self.clock)
-    }
-}
-
-impl BodyFixture for PgFixture {
-    fn bodies(&self) -> Arc<dyn MessagingBackend> {
-        Arc::clone(&self.bodies)
-    }
-    fn other_bodies(&self) -> Arc<dyn MessagingBackend> {
-        Arc::clone(&self.other_bodies)
-    }
-}
-
-#[async_trait]
-impl InboxFixture for PgFixture {
-    fn inbox(&self) -> Arc<dyn Inbox> {
-        Arc::clone(&self.inbox)
-    }
-    fn other_inbox(&self) -> Arc<dyn Inbox> {
-        Arc::clone(&self.other_inbox)
-    }
-    async fn delete_consumer(&self, recipient: &str) -> BusResult<()> {
-        if self.concrete_inbox.delete_consumer(recipient).await? {
-            Ok(())
-        } else {
-            Err(BusError::not_found(format!("consumer of {recipient}")))
-        }
+        let team = Uuid::new_v4();
+        let consumers = registry.team_inbox(team);
+        TeamPorts::from_registry(
+            &registry,
+            (team, Uuid::new_v4()),
+            self.capabilities.clone(),
+            Time::manual(clock, ManualClock::advance),
+            move |recipient| {
+                let consumers = Arc::clone(&consumers);
+                async move { consumers.delete_consumer(&recipient).await }
+            },
+            Box::new(db),
+        )
+        .await
     }
 }
 
 /// The ledger and journal under test: one fresh migrated database per behaviour (kept when it
-/// panics).
+/// panics), and a second server's ledger on its own pool.
 struct PgLedgerFactory;
 
 #[async_trait]
@@ -210,44 +136,8 @@ impl LedgerFixtureFactory for PgLedgerFactory {
             .await
             .map_err(|e| format!("a second pool: {e}"))?;
         let other = PostgresLedger::new(other_pool, TenantId::default());
-        Ok(Box::new(PgLedger {
-            ledger,
-            other,
-            _db: db,
-        }))
-    }
-}
-
-struct PgLedger {
-    ledger: PostgresLedger,
-    other: PostgresLedger,
-    _db: TestDatabase,
-}
-
-impl LedgerFixture for PgLedger {
-    fn ledger(&self) -> Arc<dyn Ledger> {
-        Arc::new(self.ledger.clone())
-    }
-    fn journal(&self) -> Arc<dyn Journal> {
-        Arc::new(self.ledger.journal())
-    }
-    fn operators(&self) -> Arc<dyn Operators> {
-        Arc::new(self.ledger.clone())
-    }
-    fn oversight(&self) -> Arc<dyn Oversight> {
-        Arc::new(self.ledger.clone())
-    }
-    fn leases(&self) -> Arc<dyn Leases> {
-        Arc::new(self.ledger.clone())
-    }
-    fn other_server_leases(&self) -> Arc<dyn Leases> {
-        Arc::new(self.other.clone())
-    }
-    fn send_allowances(&self) -> [Arc<dyn crewbus_ports::SendAllowance>; 2] {
-        [Arc::new(self.ledger.clone()), Arc::new(self.other.clone())]
-    }
-    fn search(&self) -> Arc<dyn Search> {
-        Arc::new(self.ledger.clone())
+        let journal = Arc::new(ledger.journal());
+        Ok(LedgerPorts::of(ledger, journal, other, Box::new(db)))
     }
 }
 

@@ -12,34 +12,26 @@
 //!   one server per store, so there are no cross-server wake-ups or console events to test;
 //! - the rest — SQLite-specific tests (32 concurrent writers, reopening, busy contention,
 //!   backups, upgrading a store made before the console migration).
-use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use chrono::{DateTime, Utc};
 use crewbus_conformance::feed::{FeedPair, feed_behaviours};
-use crewbus_conformance::trial::{Lack, NoFixture, Run, Source, Suite};
+use crewbus_conformance::trial::{NoFixture, NotOffered, Run, Suite};
 use crewbus_conformance::wakeups::{WakeupsPair, wakeups_behaviours};
 use crewbus_conformance::{
-    BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, LedgerFixture,
-    LedgerFixtureFactory, Namespace, TeamFixture,
+    Capabilities, FixtureError, FixtureFactory, LedgerFixture, LedgerFixtureFactory, LedgerPorts,
+    TeamFixture, TeamPorts, Time,
 };
-use crewbus_domain::{BusError, BusResult, TenantId};
+use crewbus_domain::TenantId;
 use crewbus_memory::ManualClock;
-use crewbus_ports::{
-    Backends, Clock, Inbox, Journal, Leases, Ledger, MessagingBackend, Operators, Oversight, Search,
-};
-use crewbus_sqlite::{SqliteBackends, SqliteInbox, SqliteLedger, SqliteSettings};
+use crewbus_sqlite::{SqliteBackends, SqliteLedger, SqliteSettings};
 use libtest_mimic::Arguments;
 use uuid::Uuid;
 
-/// `tests![f, g]`: each async fn registered under its own name; an `Err` it returns fails the
-/// trial with its message, as a panic does.
+/// `tests![f, g]`: this target's own tests, each under its own name (`own_tests!`).
 macro_rules! tests {
-    ($($f:ident),* $(,)?) => {
-        &[$((stringify!($f), (|()| Box::pin(async { $crate::support::passed($f().await) })) as TestFn)),*]
-    };
+    ($($f:tt)*) => { crewbus_conformance::own_tests![$($f)*] };
 }
 
 #[path = "sqlite/adapters.rs"]
@@ -74,22 +66,12 @@ impl SqliteFactory {
             ack_wait: Duration::from_secs(30),
             max_deliver: 4,
         };
-        // As Postgres: no body quota (the table grows with the disk), no inbox overflow (the
-        // queue never drops a reference), dedup on the event id for the life of the row.
-        let capabilities = Capabilities {
-            backend_name: crewbus_sqlite::NAME,
-            body_limit_bytes: settings.max_body_bytes,
-            body_quota: None,
-            body_duplicate_window: None,
-            ack_wait: settings.ack_wait,
-            max_deliver: Some(settings.max_deliver),
-            inbox_overflow_limit: None,
-            inbox_dedup_for_life: true,
-            inbox_duplicate_window: None,
-            delete_consumer: true,
-            instant_advance: true,
-            settle_timeout: Duration::from_secs(5),
-        };
+        let capabilities = Capabilities::sql_store(
+            crewbus_sqlite::NAME,
+            settings.max_body_bytes,
+            settings.ack_wait,
+            settings.max_deliver,
+        );
         SqliteFactory {
             settings,
             capabilities,
@@ -103,6 +85,7 @@ impl FixtureFactory for SqliteFactory {
         self.capabilities.clone()
     }
 
+    /// One trial's namespace: its own store file, clock and two teams' ports.
     async fn fixture(&self) -> Result<Box<dyn TeamFixture>, FixtureError> {
         let store = support::store("sqlite::conformance").await;
         let clock = ManualClock::default();
@@ -111,83 +94,26 @@ impl FixtureFactory for SqliteFactory {
             Arc::new(clock.clone()),
             self.settings.clone(),
         );
-        let (team, other_team) = (Uuid::new_v4(), Uuid::new_v4());
-        let name = crewbus_sqlite::NAME;
-        Ok(Box::new(SqliteFixture {
-            capabilities: self.capabilities.clone(),
-            team,
-            other_team,
-            bodies: registry.body_backend(team, name).await?,
-            other_bodies: registry.body_backend(other_team, name).await?,
-            inbox: registry.inbox(team, name).await?,
-            other_inbox: registry.inbox(other_team, name).await?,
-            concrete_inbox: registry.team_inbox(team),
-            clock,
-            _store: store,
-        }))
+        let team = Uuid::new_v4();
+        let consumers = registry.team_inbox(team);
+        TeamPorts::from_registry(
+            &registry,
+            (team, Uuid::new_v4()),
+            self.capabilities.clone(),
+            Time::manual(clock, ManualClock::advance),
+            move |recipient| {
+                let consumers = Arc::clone(&consumers);
+                async move { consumers.delete_consumer(&recipient).await }
+            },
+            Box::new(store),
+        )
+        .await
     }
 }
 
-/// One trial's namespace: its own store file, clock and two teams' ports.
-struct SqliteFixture {
-    capabilities: Capabilities,
-    team: Uuid,
-    other_team: Uuid,
-    bodies: Arc<dyn MessagingBackend>,
-    other_bodies: Arc<dyn MessagingBackend>,
-    inbox: Arc<dyn Inbox>,
-    other_inbox: Arc<dyn Inbox>,
-    concrete_inbox: Arc<SqliteInbox>,
-    clock: ManualClock,
-    _store: support::Store,
-}
-
-#[async_trait]
-impl Namespace for SqliteFixture {
-    fn capabilities(&self) -> &Capabilities {
-        &self.capabilities
-    }
-    fn team(&self) -> Uuid {
-        self.team
-    }
-    fn other_team(&self) -> Uuid {
-        self.other_team
-    }
-    async fn advance(&self, by: Duration) {
-        self.clock.advance(by);
-    }
-    async fn now(&self) -> DateTime<Utc> {
-        Clock::now(&self.clock)
-    }
-}
-
-impl BodyFixture for SqliteFixture {
-    fn bodies(&self) -> Arc<dyn MessagingBackend> {
-        Arc::clone(&self.bodies)
-    }
-    fn other_bodies(&self) -> Arc<dyn MessagingBackend> {
-        Arc::clone(&self.other_bodies)
-    }
-}
-
-#[async_trait]
-impl InboxFixture for SqliteFixture {
-    fn inbox(&self) -> Arc<dyn Inbox> {
-        Arc::clone(&self.inbox)
-    }
-    fn other_inbox(&self) -> Arc<dyn Inbox> {
-        Arc::clone(&self.other_inbox)
-    }
-    async fn delete_consumer(&self, recipient: &str) -> BusResult<()> {
-        if self.concrete_inbox.delete_consumer(recipient).await? {
-            Ok(())
-        } else {
-            Err(BusError::not_found(format!("consumer of {recipient}")))
-        }
-    }
-}
-
-/// The ledger and journal under test: one fresh migrated store file per behaviour.
+/// The ledger and journal under test: one fresh migrated store file per behaviour. A SQLite
+/// store has one server (its one-host rule): the "other server" is a second ledger value over
+/// the same pools, racing through the one write connection.
 struct SqliteLedgerFactory;
 
 #[async_trait]
@@ -195,97 +121,9 @@ impl LedgerFixtureFactory for SqliteLedgerFactory {
     async fn fixture(&self) -> Result<Box<dyn LedgerFixture>, FixtureError> {
         let store = support::store("sqlite::ledger").await;
         let ledger = SqliteLedger::new(store.pools.clone(), TenantId::default());
-        Ok(Box::new(SqliteLedgerFixture {
-            ledger,
-            _store: store,
-        }))
-    }
-}
-
-struct SqliteLedgerFixture {
-    ledger: SqliteLedger,
-    _store: support::Store,
-}
-
-impl LedgerFixture for SqliteLedgerFixture {
-    fn ledger(&self) -> Arc<dyn Ledger> {
-        Arc::new(self.ledger.clone())
-    }
-    fn journal(&self) -> Arc<dyn Journal> {
-        Arc::new(self.ledger.journal())
-    }
-    fn operators(&self) -> Arc<dyn Operators> {
-        Arc::new(self.ledger.clone())
-    }
-    fn oversight(&self) -> Arc<dyn Oversight> {
-        Arc::new(self.ledger.clone())
-    }
-    fn leases(&self) -> Arc<dyn Leases> {
-        Arc::new(self.ledger.clone())
-    }
-    /// A SQLite store has one server (its one-host rule): the "other server" is a second ledger
-    /// value over the same pools, racing through the one write connection.
-    fn other_server_leases(&self) -> Arc<dyn Leases> {
-        Arc::new(SqliteLedger::new(
-            self.ledger.store().clone(),
-            TenantId::default(),
-        ))
-    }
-    fn send_allowances(&self) -> [Arc<dyn crewbus_ports::SendAllowance>; 2] {
-        let other = SqliteLedger::new(self.ledger.store().clone(), TenantId::default());
-        [Arc::new(self.ledger.clone()), Arc::new(other)]
-    }
-    fn search(&self) -> Arc<dyn Search> {
-        Arc::new(self.ledger.clone())
-    }
-}
-
-/// The `Wakeups` behaviours are about wake-ups between servers sharing one ledger. A SQLite
-/// store has one server (the crate's one-host/one-server rule), so the adapter offers no
-/// `Wakeups` of its own: the app wakes waiters in process (crewbus-memory's `MemoryWakeups`,
-/// whose behaviours run in the memory target). Each behaviour is listed and ignored, naming this.
-struct NoCrossServerWakeups;
-
-#[async_trait]
-impl Source for NoCrossServerWakeups {
-    type Fixture = WakeupsPair;
-    type Need = Infallible;
-
-    fn lacks(&self, _needs: &[Infallible]) -> Option<Lack> {
-        Some(Lack {
-            kind: Some("missing:cross_server_wakeups".to_owned()),
-            reason: "sqlite has one server per store: wake-ups are in process (MemoryWakeups, \
-                     run by the memory target)"
-                .to_owned(),
-        })
-    }
-
-    async fn fixture(&self) -> Result<Box<WakeupsPair>, FixtureError> {
-        Err("sqlite offers no cross-server wake-ups".into())
-    }
-}
-
-/// The `Feed` behaviours, likewise, are about the console's events between servers sharing one
-/// ledger: a SQLite store's server publishes in process (crewbus-memory's `MemoryFeed`, whose
-/// behaviours run in the memory target). Each behaviour is listed and ignored, naming this.
-struct NoCrossServerFeed;
-
-#[async_trait]
-impl Source for NoCrossServerFeed {
-    type Fixture = FeedPair;
-    type Need = Infallible;
-
-    fn lacks(&self, _needs: &[Infallible]) -> Option<Lack> {
-        Some(Lack {
-            kind: Some("missing:cross_server_feed".to_owned()),
-            reason: "sqlite has one server per store: the console feed is in process \
-                     (MemoryFeed, run by the memory target)"
-                .to_owned(),
-        })
-    }
-
-    async fn fixture(&self) -> Result<Box<FeedPair>, FixtureError> {
-        Err("sqlite offers no cross-server feed".into())
+        let other = SqliteLedger::new(store.pools.clone(), TenantId::default());
+        let journal = Arc::new(ledger.journal());
+        Ok(LedgerPorts::of(ledger, journal, other, Box::new(store)))
     }
 }
 
@@ -296,9 +134,23 @@ fn main() {
         crewbus_conformance::trials("sqlite", Arc::new(SqliteFactory::new()), &shared);
     let ledger =
         crewbus_conformance::ledger_trials("sqlite", Arc::new(SqliteLedgerFactory), &shared);
-    let wakeups =
-        Suite::new(Arc::new(NoCrossServerWakeups), &shared).trials("sqlite", wakeups_behaviours());
-    let feed = Suite::new(Arc::new(NoCrossServerFeed), &shared).trials("sqlite", feed_behaviours());
+    // The `Wakeups` and `Feed` behaviours are about wake-ups and the console's events between
+    // servers sharing one ledger. A SQLite store has one server (the crate's one-host/one-server
+    // rule), so the adapter offers neither: the app wakes waiters and publishes its console
+    // events in process (crewbus-memory's `MemoryWakeups` and `MemoryFeed`, whose behaviours
+    // run in the memory target). Each behaviour is listed and ignored, naming this.
+    let wakeups = NotOffered::<WakeupsPair>::new(
+        "missing:cross_server_wakeups",
+        "sqlite has one server per store: wake-ups are in process (MemoryWakeups, run by the \
+         memory target)",
+    );
+    let wakeups = Suite::new(Arc::new(wakeups), &shared).trials("sqlite", wakeups_behaviours());
+    let feed = NotOffered::<FeedPair>::new(
+        "missing:cross_server_feed",
+        "sqlite has one server per store: the console feed is in process (MemoryFeed, run by \
+         the memory target)",
+    );
+    let feed = Suite::new(Arc::new(feed), &shared).trials("sqlite", feed_behaviours());
     let own = [
         adapters::TESTS,
         concurrency::TESTS,

@@ -10,11 +10,11 @@ use async_trait::async_trait;
 use crewbus_conformance::nats::{self, NatsOptions, NatsServer};
 use crewbus_conformance::stream_admin::{self, AdminFixture, AdminFixtureFactory};
 use crewbus_conformance::{
-    BodyFixture, Capabilities, FixtureError, FixtureFactory, InboxFixture, Namespace, TeamFixture,
+    Capabilities, FixtureError, FixtureFactory, TeamFixture, TeamPorts, Time,
 };
-use crewbus_domain::{BusError, BusResult, Quotas, StreamKind, Uuid};
+use crewbus_domain::{BusError, Quotas, StreamKind, Uuid};
 use crewbus_jetstream::{Config, JetStreamAdmin, JetStreamBackend, JetStreamBackends};
-use crewbus_ports::{Backends, Inbox, MessagingBackend, StreamAdmin};
+use crewbus_ports::{MessagingBackend, StreamAdmin};
 
 use super::Harness;
 use super::support::*;
@@ -38,7 +38,10 @@ const SUITE_INBOX_QUOTA: Quotas = Quotas {
     max_bytes: MIB,
 };
 const SUITE_MAX_DELIVER: u32 = 3;
-/// Added to every `advance` on the real-time server (see `JetStreamFixture::advance`).
+/// Added to every `advance` on the real-time server: the server's timers are the behaviour under
+/// test, so `advance` waits the real duration, plus a margin for the server's timer to fire on
+/// a loaded machine (its ack-wait check runs on its own schedule; without the margin a fetch
+/// right at `ack_wait` may still see the reference as in flight).
 const ADVANCE_MARGIN: Duration = Duration::from_millis(250);
 
 impl JetStreamFactory {
@@ -90,79 +93,30 @@ impl FixtureFactory for JetStreamFactory {
             JetStreamBackend::provision(&self.prov, t).await?;
             JetStreamBackend::provision_inbox(&self.prov, t).await?;
         }
-        let name = JetStreamBackend::NAME;
-        Ok(Box::new(JetStreamFixture {
-            capabilities: self.capabilities.clone(),
-            team,
-            other_team,
-            bodies: self.registry.body_backend(team, name).await?,
-            other_bodies: self.registry.body_backend(other_team, name).await?,
-            inbox: self.registry.inbox(team, name).await?,
-            other_inbox: self.registry.inbox(other_team, name).await?,
-            admin: self.admin.clone(),
-            inbox_stream: self.prov.stream_name(team, StreamKind::Inbox),
-        }))
-    }
-}
-
-struct JetStreamFixture {
-    capabilities: Capabilities,
-    team: Uuid,
-    other_team: Uuid,
-    bodies: Arc<dyn MessagingBackend>,
-    other_bodies: Arc<dyn MessagingBackend>,
-    inbox: Arc<dyn Inbox>,
-    other_inbox: Arc<dyn Inbox>,
-    admin: jetstream::Context,
-    inbox_stream: String,
-}
-
-#[async_trait]
-impl Namespace for JetStreamFixture {
-    fn capabilities(&self) -> &Capabilities {
-        &self.capabilities
-    }
-    fn team(&self) -> Uuid {
-        self.team
-    }
-    fn other_team(&self) -> Uuid {
-        self.other_team
-    }
-    /// The server's timers are the behaviour under test: wait the real duration, plus a margin
-    /// for the server's timer to fire on a loaded machine (its ack-wait check runs on its own
-    /// schedule; without the margin a fetch right at `ack_wait` may still see the reference as
-    /// in flight).
-    async fn advance(&self, by: Duration) {
-        tokio::time::sleep(by + ADVANCE_MARGIN).await;
-    }
-    async fn now(&self) -> chrono::DateTime<chrono::Utc> {
-        chrono::Utc::now()
-    }
-}
-
-impl BodyFixture for JetStreamFixture {
-    fn bodies(&self) -> Arc<dyn MessagingBackend> {
-        self.bodies.clone()
-    }
-    fn other_bodies(&self) -> Arc<dyn MessagingBackend> {
-        self.other_bodies.clone()
-    }
-}
-
-#[async_trait]
-impl InboxFixture for JetStreamFixture {
-    fn inbox(&self) -> Arc<dyn Inbox> {
-        self.inbox.clone()
-    }
-    fn other_inbox(&self) -> Arc<dyn Inbox> {
-        self.other_inbox.clone()
-    }
-    async fn delete_consumer(&self, recipient: &str) -> BusResult<()> {
-        self.admin
-            .delete_consumer_from_stream(recipient, &self.inbox_stream)
-            .await
-            .map(|_| ())
-            .map_err(|e| BusError::unavailable_from("deleting a consumer", e))
+        let (admin, inbox_stream) = (
+            self.admin.clone(),
+            self.prov.stream_name(team, StreamKind::Inbox),
+        );
+        TeamPorts::from_registry(
+            &self.registry,
+            (team, other_team),
+            self.capabilities.clone(),
+            Time::Wall {
+                margin: ADVANCE_MARGIN,
+            },
+            move |recipient| {
+                let (admin, inbox_stream) = (admin.clone(), inbox_stream.clone());
+                async move {
+                    admin
+                        .delete_consumer_from_stream(recipient, &inbox_stream)
+                        .await
+                        .map(|_| true)
+                        .map_err(|e| BusError::unavailable_from("deleting a consumer", e))
+                }
+            },
+            Box::new(()),
+        )
+        .await
     }
 }
 

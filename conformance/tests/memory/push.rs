@@ -7,24 +7,11 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use crewbus_conformance::{FixtureError, PushStoreFactory, PushStoreFixture, push_store_trials};
+use crewbus_conformance::{
+    FixtureError, PushStoreFactory, PushStoreFixture, PushStores, push_store_trials,
+};
 use crewbus_domain::TenantId;
 use crewbus_memory::MemoryPushStore;
-use crewbus_ports::PushStore;
-
-struct Fixture {
-    mine: MemoryPushStore,
-    theirs: MemoryPushStore,
-}
-
-impl PushStoreFixture for Fixture {
-    fn store(&self) -> Arc<dyn PushStore> {
-        Arc::new(self.mine.clone())
-    }
-    fn other_tenant(&self) -> Arc<dyn PushStore> {
-        Arc::new(self.theirs.clone())
-    }
-}
 
 struct Factory;
 
@@ -33,7 +20,11 @@ impl PushStoreFactory for Factory {
     async fn fixture(&self) -> Result<Box<dyn PushStoreFixture>, FixtureError> {
         let mine = MemoryPushStore::new(TenantId::new("acme")?);
         let theirs = mine.for_tenant(TenantId::new("globex")?);
-        Ok(Box::new(Fixture { mine, theirs }))
+        Ok(Box::new(PushStores {
+            store: Arc::new(mine),
+            other_tenant: Arc::new(theirs),
+            keep: Box::new(()),
+        }))
     }
 }
 

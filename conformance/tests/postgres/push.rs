@@ -9,53 +9,30 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use chrono::{DateTime, TimeZone, Utc};
-use crewbus_conformance::postgres::TestDatabase;
 use crewbus_conformance::trial::{Behaviour, NoFixture, Suite};
-use crewbus_conformance::{FixtureError, PushStoreFactory, PushStoreFixture, push_store_trials};
+use crewbus_conformance::{
+    FixtureError, PushStoreFactory, PushStoreFixture, PushStores, push_store_trials,
+};
 use crewbus_domain::{PushConfig, RunId, Seq, StoreError, TenantId};
 use crewbus_ports::PushStore;
 use crewbus_postgres::PostgresPushStore;
 
-struct Fixture {
-    mine: PostgresPushStore,
-    theirs: PostgresPushStore,
-    _db: TestDatabase,
-}
-
-impl PushStoreFixture for Fixture {
-    fn store(&self) -> Arc<dyn PushStore> {
-        Arc::new(self.mine.clone())
-    }
-    fn other_tenant(&self) -> Arc<dyn PushStore> {
-        Arc::new(self.theirs.clone())
-    }
-}
+use crate::support::database;
 
 struct Factory;
 
 #[async_trait]
 impl PushStoreFactory for Factory {
     async fn fixture(&self) -> Result<Box<dyn PushStoreFixture>, FixtureError> {
-        let db = TestDatabase::create("postgres_push", |pool| async move {
-            crewbus_postgres::migrate(&pool).await
-        })
-        .await
-        .drop_unless_panicking();
+        let db = database("postgres_push").await.drop_unless_panicking();
         let mine = PostgresPushStore::new(db.pool().clone(), TenantId::new("acme")?);
         let theirs = PostgresPushStore::new(db.pool().clone(), TenantId::new("globex")?);
-        Ok(Box::new(Fixture {
-            mine,
-            theirs,
-            _db: db,
+        Ok(Box::new(PushStores {
+            store: Arc::new(mine),
+            other_tenant: Arc::new(theirs),
+            keep: Box::new(db),
         }))
     }
-}
-
-async fn database(label: &str) -> TestDatabase {
-    TestDatabase::create(label, |pool| async move {
-        crewbus_postgres::migrate(&pool).await
-    })
-    .await
 }
 
 fn t(secs: i64) -> DateTime<Utc> {

@@ -8,49 +8,15 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use chrono::{DateTime, TimeZone, Utc};
-use crewbus_conformance::sqlite::TempStore;
 use crewbus_conformance::trial::{Behaviour, NoFixture, Suite};
-use crewbus_conformance::{FixtureError, PushStoreFactory, PushStoreFixture, push_store_trials};
+use crewbus_conformance::{
+    FixtureError, PushStoreFactory, PushStoreFixture, PushStores, push_store_trials,
+};
 use crewbus_domain::{PushConfig, RunId, Seq, TenantId};
 use crewbus_ports::PushStore;
-use crewbus_sqlite::{SqliteConfig, SqlitePools, SqlitePushStore};
+use crewbus_sqlite::SqlitePushStore;
 
-/// Field order: the pools drop before the directory.
-struct Store {
-    pools: SqlitePools,
-    _temp: TempStore,
-}
-
-async fn store(label: &str) -> Store {
-    let temp = TempStore::new(label);
-    let config = SqliteConfig {
-        create_if_missing: true,
-        ..SqliteConfig::default()
-    };
-    let pools = crewbus_sqlite::open(temp.path(), &config)
-        .await
-        .unwrap_or_else(|e| panic!("open {}: {e:?}", temp.path().display()));
-    crewbus_sqlite::migrate(&pools)
-        .await
-        .unwrap_or_else(|e| panic!("migrate: {e:?}"));
-    Store { pools, _temp: temp }
-}
-
-struct Fixture {
-    mine: SqlitePushStore,
-    theirs: SqlitePushStore,
-    _store: Store,
-}
-
-impl PushStoreFixture for Fixture {
-    fn store(&self) -> Arc<dyn PushStore> {
-        Arc::new(self.mine.clone())
-    }
-    fn other_tenant(&self) -> Arc<dyn PushStore> {
-        Arc::new(self.theirs.clone())
-    }
-}
+use crate::support::{store, t};
 
 struct Factory;
 
@@ -60,16 +26,12 @@ impl PushStoreFactory for Factory {
         let store = store("sqlite_push").await;
         let mine = SqlitePushStore::new(store.pools.clone(), TenantId::new("acme")?);
         let theirs = SqlitePushStore::new(store.pools.clone(), TenantId::new("globex")?);
-        Ok(Box::new(Fixture {
-            mine,
-            theirs,
-            _store: store,
+        Ok(Box::new(PushStores {
+            store: Arc::new(mine),
+            other_tenant: Arc::new(theirs),
+            keep: Box::new(store),
         }))
     }
-}
-
-fn t(secs: i64) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(2030, 1, 1, 0, 0, 0).unwrap() + chrono::Duration::seconds(secs)
 }
 
 fn config(run: RunId, id: &str) -> PushConfig {

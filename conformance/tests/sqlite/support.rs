@@ -5,7 +5,6 @@ use crewbus_conformance::sqlite::TempStore;
 use crewbus_domain::{Agent, Conversation, SendRequest, Team, TenantId, TokenHash};
 use crewbus_ports::Ledger;
 use crewbus_sqlite::{SqliteConfig, SqliteLedger, SqlitePools};
-use libtest_mimic::Failed;
 use uuid::Uuid;
 
 /// One test's store: its pools over a file in a temp directory of its own (deleted after the
@@ -99,12 +98,5 @@ pub(crate) fn request(
         request_id: request_id.to_owned(),
         body: body.to_owned(),
         run: None,
-    }
-}
-
-/// Fails the trial with the message of a test's `Err` (its `?` on an error), as a panic does.
-pub(crate) fn passed(outcome: Result<(), Failed>) {
-    if let Err(failed) = outcome {
-        panic!("{}", failed.message().unwrap_or("the test failed"));
     }
 }
