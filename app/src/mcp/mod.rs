@@ -31,8 +31,10 @@
 //!   core's `structuredContent`; full's `structuredContent` keeps them as stored
 //!   (`mcp/agent_text.rs`). Bodies are fenced, never cleaned (`mcp/fence.rs`).
 //!
-//! The tools (`mcp/tools/`) call the same use cases as the HTTP handlers and answer with the same
-//! views ([`views`]); their schemas are generated from those types (`mcp/schema.rs`).
+//! The tools (`mcp/tools/`), each declared once with its descriptions, arguments, answer and
+//! run, call the same use cases as the HTTP handlers and answer with the same views; the
+//! catalogue (`mcp/catalogue.rs`) and the dispatch derive from their list, and their schemas are
+//! generated from those types (`mcp/schema.rs`).
 
 use std::borrow::Cow;
 use std::sync::Arc;

@@ -1,83 +1,152 @@
-//! The tools' dispatch (their catalogue is `mcp/catalogue.rs`; their arguments and the answers
-//! that are not HTTP views sit in the modules below, one per group of tools). Each tool parses
-//! its arguments, calls the same use case as the HTTP handler for the same operation, and
-//! renders the HTTP view of the answer; no tool holds a rule of its own.
+//! The tools: each one declared once, as a type implementing [`Tool`] — its name, title,
+//! descriptions (full and core profiles), effect, arguments, answer, the wait it may take beyond
+//! the request deadline and its run, which calls the same use case as the HTTP handler for the
+//! same operation and renders the HTTP view of the answer; no tool holds a rule of its own. The
+//! modules below hold them, a group each, with the arguments and answers that are not HTTP types;
+//! the catalogue (`mcp/catalogue.rs`, both profiles), the dispatch and the deadline ([`call`])
+//! are derived from their list ([`all`]).
 //!
 //! A tool's answer is `structuredContent` (a JSON object matching the tool's `outputSchema`) and
 //! the same data as text; an answer holding message bodies fences them in its text
 //! (`mcp/fence.rs`), and under the core profile in its `structuredContent` too, since a host may
 //! hand the model either (Claude Code hands it the structured JSON). For the same reason the
 //! short strings agents wrote are cleaned in the text, and under core in `structuredContent`
-//! too (`mcp/agent_text.rs`); full's `structuredContent` keeps them as stored. A bus error is a tool result with `isError: true` whose text is the
-//! HTTP API's error body `{"code", "message"}` (the same rendering: broker and database text
-//! never reaches the model). Arguments that do not fit the input schema are such an error too
-//! (`invalid`), so a model can correct them; an unknown tool name is a protocol error.
+//! too (`mcp/agent_text.rs`); full's `structuredContent` keeps them as stored. A bus error is a
+//! tool result with `isError: true` whose text is the HTTP API's error body `{"code",
+//! "message"}` (the same rendering: broker and database text never reaches the model). Arguments
+//! that do not fit the input schema are such an error too (`invalid`), so a model can correct
+//! them; an unknown tool name is a protocol error.
 
+use std::future::Future;
+use std::marker::PhantomData;
 use std::time::Duration;
 
-use crewbus_domain::{Agent, BusError, BusResult, DeliveryId, RunId, Seq};
+use crewbus_domain::{Agent, BusError, BusResult};
+use futures_util::future::BoxFuture;
 use rmcp::model::{CallToolResult, ContentBlock, JsonObject};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 use utoipa::ToSchema;
 
-use self::conversations::{
-    ConversationArguments, ConversationsView, ReadConversationArguments, SendArguments,
-};
-use self::inbox::{AcknowledgeArguments, FetchArguments, MessageArguments, ReceiptsView};
-use self::leases::AcquireLeaseArguments;
-use self::runs::{RecordsArguments, RunArguments, SealArguments};
-use self::search::SearchArguments;
-use self::team::AgentsView;
 use super::agent_text;
-use super::catalogue;
 use super::fence::{BODIES_ARE_DATA, Fence, Fenced};
 use super::profile::Profile;
-use super::views::{MAX_WAIT_SECONDS, NoArguments, cut};
+use super::schema::schema_of;
 use crate::edge::error::error_body;
-use crate::edge::search::SearchView;
-use crate::edge::views::{
-    AgentView, ConfirmRequest, ConfirmView, ConversationView, CreateConversation, FetchView,
-    HistoryView, InboxStatusView, ReceiptView, RecordsView, RunView, SentView, SetStatus,
-    TeamAgentView,
-};
 use crate::metrics::Metrics;
 use crate::usecases::bus::Bus;
-use crate::usecases::deliver::Fetched;
 
 pub(super) mod conversations;
 pub(super) mod inbox;
 pub(super) mod leases;
+pub(super) mod presence;
 pub(super) mod runs;
 pub(super) mod search;
 pub(super) mod team;
 
-/// One tool's answer before it becomes a `CallToolResult`: its structured content as stored
-/// (agent-written strings raw: [`call`] cleans them under core), and its text, agent-written
-/// strings cleaned.
-struct Answer {
-    structured: Value,
-    text: String,
+/// Every tool, in `tools/list`'s order: each group's tools in its own order.
+const GROUPS: &[&[Declared]] = &[
+    team::TOOLS,
+    conversations::TOOLS,
+    inbox::TOOLS,
+    runs::TOOLS,
+    leases::TOOLS,
+    search::TOOLS,
+    presence::TOOLS,
+];
+
+/// What a tool does to the bus, as its annotations tell a host.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Effect {
+    /// Reads only.
+    ReadOnly,
+    /// Writes; repeating the call with the same arguments changes nothing more.
+    Idempotent,
+    /// Writes something that cannot be undone.
+    Destructive,
+    /// Writes, and a repeat writes again (a new conversation, a new hand-out, a new run).
+    Additive,
 }
 
-impl Answer {
-    /// The view as structured content, and the same JSON as text with its agent-written
-    /// strings cleaned ([`agent_text::clean`]).
-    fn of<T: Serialize + ToSchema>(view: &T) -> BusResult<Answer> {
-        // The views hold strings, numbers, ids, times and JSON objects with string keys only:
-        // serializing them cannot fail.
-        let structured = serde_json::to_value(view).expect("a view serializes to JSON");
-        Ok(Answer {
-            text: agent_text::cleaned(&structured).to_string(),
-            structured,
-        })
+/// One agent operation as an MCP tool, declared once: everything the catalogue lists of it, its
+/// arguments and answer, and its run.
+pub(super) trait Tool: 'static {
+    /// Its name, as hosts call it.
+    const NAME: &'static str;
+    /// Its title.
+    const TITLE: &'static str;
+    /// Its description under the full profile, written for a model that also sees the output
+    /// schema.
+    const DESCRIPTION: &'static str;
+    /// Its description under the core profile, for a tool core lists (`None`: not in core).
+    /// Written for a model that sees no output schema: it names the answer's main fields.
+    const CORE: Option<&'static str>;
+    /// What it does to the bus (its annotations).
+    const EFFECT: Effect;
+    /// Its arguments: the input schema, and what a call's arguments are parsed into.
+    type Arguments: DeserializeOwned + ToSchema + Send + 'static;
+    /// Its answer: the output schema, and what [`Tool::run`] answers.
+    type Answer: Serialize + ToSchema;
+
+    /// How long the call may take beyond the request deadline (`bus.request_timeout_ms`): a
+    /// wait the arguments ask for.
+    fn extra_wait(_arguments: &Self::Arguments) -> Duration {
+        Duration::ZERO
+    }
+
+    /// Runs the tool for the caller.
+    fn run(
+        call: Call<'_>,
+        arguments: Self::Arguments,
+    ) -> impl Future<Output = BusResult<Reply<Self::Answer>>> + Send;
+}
+
+/// Who calls a tool, on which bus, in which profile.
+#[derive(Clone, Copy)]
+pub(super) struct Call<'a> {
+    pub(super) bus: &'a Bus,
+    pub(super) agent: &'a Agent,
+    pub(super) profile: Profile,
+}
+
+/// A [`Tool`] as the list holds it: what the catalogue shows, and its call.
+pub(super) struct Declared {
+    pub(super) name: &'static str,
+    pub(super) title: &'static str,
+    pub(super) description: &'static str,
+    pub(super) core: Option<&'static str>,
+    pub(super) effect: Effect,
+    /// The schema of its arguments, as generated (`mcp/schema.rs`).
+    pub(super) input: fn() -> JsonObject,
+    /// The schema of its answer, as generated.
+    pub(super) output: fn() -> JsonObject,
+    call: fn(Bus, Agent, Profile, JsonObject) -> BoxFuture<'static, BusResult<Answer>>,
+}
+
+/// `T` as the list holds it.
+pub(super) const fn declare<T: Tool>() -> Declared {
+    Declared {
+        name: T::NAME,
+        title: T::TITLE,
+        description: T::DESCRIPTION,
+        core: T::CORE,
+        effect: T::EFFECT,
+        input: schema_of::<T::Arguments>,
+        output: schema_of::<T::Answer>,
+        call: call_as::<T>,
     }
 }
 
+/// Every tool, in `tools/list`'s order.
+pub(super) fn all() -> impl Iterator<Item = &'static Declared> {
+    GROUPS.iter().flat_map(|group| group.iter())
+}
+
 /// Runs tool `name` for `agent` with `arguments`, answering in the request's `profile` (core:
-/// bodies fenced and agent-written strings cleaned in `structuredContent` too). `None` when there is no such tool (a protocol
-/// error for the caller to raise); otherwise the result, `isError: true` for a bus error.
+/// bodies fenced and agent-written strings cleaned in `structuredContent` too). `None` when there
+/// is no such tool (a protocol error for the caller to raise); otherwise the result,
+/// `isError: true` for a bus error.
 pub(crate) async fn call(
     bus: &Bus,
     agent: &Agent,
@@ -85,32 +154,10 @@ pub(crate) async fn call(
     name: &str,
     arguments: JsonObject,
 ) -> Option<CallToolResult> {
-    if !catalogue::full().iter().any(|t| t.name == name) {
-        return None;
-    }
+    let tool = all().find(|t| t.name == name)?;
     Metrics::inc(&bus.metrics.mcp_tool_calls);
     tracing::debug!(tool = name, agent = %agent.id, "mcp tool call");
-    // Answered within `bus.request_timeout_ms` (a fetch: plus its wait, at least 1 s), as every
-    // HTTP request is (`http::request_deadline`); the call runs on to its end when it is not.
-    let extra = if name == "acquire_lease" {
-        AcquireLeaseArguments::wait_of(&arguments)
-    } else if name == "fetch_inbox" {
-        let wait = arguments
-            .get("wait_seconds")
-            .and_then(Value::as_u64)
-            .unwrap_or(0)
-            .min(MAX_WAIT_SECONDS);
-        Duration::from_secs(wait).max(crate::usecases::deliver::ROOM_WAIT_MIN)
-    } else {
-        Duration::ZERO
-    };
-    let outcome = {
-        let (owned, agent, name) = (bus.clone(), agent.clone(), name.to_owned());
-        bus.finish_within_deadline(extra, async move {
-            run(&owned, &agent, profile, &name, arguments).await
-        })
-        .await
-    };
+    let outcome = (tool.call)(bus.clone(), agent.clone(), profile, arguments).await;
     Some(match outcome {
         Ok(mut answer) => {
             match profile {
@@ -130,190 +177,123 @@ pub(crate) async fn call(
     })
 }
 
+/// Tool `T`'s call: its arguments parsed, then its run answered within `bus.request_timeout_ms`
+/// plus its [`Tool::extra_wait`], as every HTTP request is (`http::request_deadline`); the run
+/// goes on to its end when it is not ([`Bus::finish_within_deadline`]).
+fn call_as<T: Tool>(
+    bus: Bus,
+    agent: Agent,
+    profile: Profile,
+    arguments: JsonObject,
+) -> BoxFuture<'static, BusResult<Answer>> {
+    Box::pin(async move {
+        let arguments: T::Arguments = parse(arguments)?;
+        let extra = T::extra_wait(&arguments);
+        let owned = bus.clone();
+        bus.finish_within_deadline(extra, async move {
+            let call = Call {
+                bus: &owned,
+                agent: &agent,
+                profile,
+            };
+            Ok(T::run(call, arguments).await?.answer)
+        })
+        .await
+    })
+}
+
 /// Parses a tool's arguments; anything that does not fit is `Invalid` (the model sees why).
-fn arguments<T: DeserializeOwned>(arguments: JsonObject) -> BusResult<T> {
+fn parse<T: DeserializeOwned>(arguments: JsonObject) -> BusResult<T> {
     serde_json::from_value(Value::Object(arguments)).map_err(|e| {
         BusError::invalid(format!("arguments do not fit the tool's input schema: {e}"))
     })
 }
 
-async fn run(
-    bus: &Bus,
-    agent: &Agent,
-    profile: Profile,
-    name: &str,
-    args: JsonObject,
-) -> BusResult<Answer> {
-    match name {
-        "whoami" => {
-            let NoArguments {} = arguments(args)?;
-            Answer::of(&AgentView::from(agent.clone()))
+/// One tool's answer before it becomes a `CallToolResult`: its structured content as stored
+/// (agent-written strings raw: [`call`] cleans them under core), and its text, agent-written
+/// strings cleaned.
+struct Answer {
+    structured: Value,
+    text: String,
+}
+
+/// A tool's answer, made from a `T` (its [`Tool::Answer`], so the output schema is what it
+/// answers).
+pub(super) struct Reply<T> {
+    answer: Answer,
+    view: PhantomData<fn() -> T>,
+}
+
+impl<T: Serialize> Reply<T> {
+    /// The view as structured content, and the same JSON as text with its agent-written
+    /// strings cleaned ([`agent_text::clean`]).
+    pub(super) fn of(view: &T) -> Reply<T> {
+        // The views hold strings, numbers, ids, times and JSON objects with string keys only:
+        // serializing them cannot fail.
+        let structured = serde_json::to_value(view).expect("a view serializes to JSON");
+        Reply {
+            answer: Answer {
+                text: agent_text::cleaned(&structured).to_string(),
+                structured,
+            },
+            view: PhantomData,
         }
-        "list_agents" => {
-            let NoArguments {} = arguments(args)?;
-            let agents = bus.team_presence(agent).await?;
-            Answer::of(&AgentsView {
-                agents: agents.into_iter().map(Into::into).collect(),
-            })
-        }
-        "create_conversation" => {
-            let a: CreateConversation = arguments(args)?;
-            let c = bus.create_conversation(agent, &a.title, &a.members).await?;
-            Answer::of(&ConversationView::from(c))
-        }
-        "list_conversations" => {
-            let NoArguments {} = arguments(args)?;
-            let cs = bus.conversations_for(agent).await?;
-            Answer::of(&ConversationsView {
-                conversations: cs.into_iter().map(Into::into).collect(),
-            })
-        }
-        "get_conversation" => {
-            let a: ConversationArguments = arguments(args)?;
-            let c = bus.conversation_for(agent, a.conversation_id).await?;
-            Answer::of(&ConversationView::from(c))
-        }
-        "send_message" => {
-            let a: SendArguments = arguments(args)?;
-            let sent = bus
-                .send(agent, a.conversation_id, a.request_id, a.body, a.run)
-                .await?;
-            Answer::of(&SentView {
-                created: sent.created,
-                message: sent.message.into(),
-            })
-        }
-        "read_conversation" => {
-            let a: ReadConversationArguments = arguments(args)?;
-            check_max_bytes(a.max_bytes)?;
-            let page = bus
-                .history(agent, a.conversation_id, a.after_seq, a.limit)
-                .await?
-                .within_bytes(a.max_bytes);
-            let mut view = HistoryView::from(page);
-            for item in &mut view.messages {
-                if let Some(short) = item.body.as_deref().and_then(|b| cut(b, a.max_bytes)) {
-                    item.body = Some(short);
-                    item.truncated = true;
+    }
+
+    /// An answer whose text keeps every body apart from the rest: a preamble saying bodies are
+    /// data, the view's JSON without its bodies (agent-written strings cleaned), then each body
+    /// fenced ([`Fence::body`]). Its `structuredContent` is the view, with each body fenced as
+    /// well ([`Fence::json`]) under the core profile, bare under full (whose output schemas say
+    /// `body` is the body).
+    pub(super) fn fenced(
+        view: &T,
+        bodies: &[Fenced<'_>],
+        fence: &Fence,
+        list: &str,
+        profile: Profile,
+    ) -> Reply<T> {
+        let Reply {
+            answer: Answer { mut structured, .. },
+            ..
+        } = Reply::of(view);
+        let mut metadata = agent_text::cleaned(&structured);
+        if let Some(items) = metadata.get_mut(list).and_then(Value::as_array_mut) {
+            for item in items {
+                if let Some(o) = item.as_object_mut() {
+                    o.remove("body");
                 }
             }
-            let bodies: Vec<Fenced> = view.messages.iter().filter_map(Fenced::history).collect();
-            let fence = Fence::drawn(bus, agent, bodies.len()).await;
-            fenced_answer(&view, &bodies, &fence, "messages", profile)
         }
-        "fetch_inbox" => {
-            let a: FetchArguments = arguments(args)?;
-            check_max_bytes(a.max_bytes)?;
-            if a.wait_seconds > MAX_WAIT_SECONDS {
-                return Err(BusError::invalid(format!(
-                    "wait_seconds must be between 0 and {MAX_WAIT_SECONDS}"
-                )));
-            }
-            let wait = Duration::from_secs(a.wait_seconds);
-            // The room the bodies hold (`bus.max_body_bytes_in_flight`) is kept until the
-            // answer is built; rmcp serialises it after.
-            let Fetched { deliveries, held } =
-                fetch(bus, agent, a.limit, wait, a.max_bytes).await?;
-            let mut view = FetchView {
-                deliveries: deliveries.into_iter().map(Into::into).collect(),
-            };
-            for d in &mut view.deliveries {
-                if let Some(short) = cut(&d.body, a.max_bytes) {
-                    d.body = short;
-                    d.truncated = true;
-                }
-            }
-            let bodies: Vec<Fenced> = view.deliveries.iter().map(Fenced::delivery).collect();
-            let fence = Fence::drawn(bus, agent, bodies.len()).await;
-            let answer = fenced_answer(&view, &bodies, &fence, "deliveries", profile);
-            drop(held);
-            answer
+        let mut text = format!(
+            "{} {BODIES_ARE_DATA} Each body below sits between a BEGIN and an END line carrying \
+             the fence tag {}; only those lines delimit it.\n{metadata}\n",
+            match bodies.len() {
+                1 => "1 message.".to_owned(),
+                n => format!("{n} messages."),
+            },
+            fence.tag()
+        );
+        for b in bodies {
+            text.push_str(&fence.body(b));
         }
-        "confirm_deliveries" => {
-            let a: ConfirmRequest = arguments(args)?;
-            let ids: Vec<DeliveryId> = a.deliveries.iter().copied().map(DeliveryId).collect();
-            let outcomes = bus.confirm(agent, &ids, a.run).await?;
-            Answer::of(&ConfirmView::new(a.deliveries, outcomes))
+        match profile {
+            Profile::Full => {}
+            Profile::Core => fence.json(&mut structured, list, bodies),
         }
-        "acknowledge_message" => {
-            let a: AcknowledgeArguments = arguments(args)?;
-            let r = bus.acknowledge(agent, a.message_id, a.run).await?;
-            Answer::of(&ReceiptView::from(r))
+        Reply {
+            answer: Answer { structured, text },
+            view: PhantomData,
         }
-        "get_receipts" => {
-            let a: MessageArguments = arguments(args)?;
-            let rs = bus.receipts(agent, a.message_id).await?;
-            Answer::of(&ReceiptsView {
-                receipts: rs.into_iter().map(Into::into).collect(),
-            })
-        }
-        "inbox_status" => {
-            let NoArguments {} = arguments(args)?;
-            Answer::of(&InboxStatusView::from(bus.inbox_status(agent).await?))
-        }
-        "start_run" => {
-            let NoArguments {} = arguments(args)?;
-            Answer::of(&RunView::from(bus.admit_run(agent).await?))
-        }
-        "get_run" => {
-            let a: RunArguments = arguments(args)?;
-            Answer::of(&RunView::from(bus.run_of(agent, RunId(a.run_id)).await?))
-        }
-        "resume_run" => {
-            let a: RunArguments = arguments(args)?;
-            Answer::of(&RunView::from(
-                bus.resume_run(agent, RunId(a.run_id)).await?,
-            ))
-        }
-        "search_messages" => {
-            let a: SearchArguments = arguments(args)?;
-            Answer::of(&SearchView::from(bus.search(agent, &a.query()).await?))
-        }
-        "set_status" => {
-            let a: SetStatus = arguments(args)?;
-            Answer::of(&TeamAgentView::from(
-                bus.set_status(agent, &a.status).await?,
-            ))
-        }
-        "seal_run" => {
-            let a: SealArguments = arguments(args)?;
-            let run = bus
-                .seal_run(agent, RunId(a.run_id), a.outcome.into(), &a.reason)
-                .await?;
-            Answer::of(&RunView::from(run))
-        }
-        "read_run_records" => {
-            let a: RecordsArguments = arguments(args)?;
-            let records = bus
-                .run_records(agent, RunId(a.run_id), Seq(a.from_seq), a.limit)
-                .await?;
-            Answer::of(&RecordsView::page(records, a.from_seq))
-        }
-        "acquire_lease" => Answer::of(&leases::acquire(bus, agent, arguments(args)?).await?),
-        "renew_lease" => Answer::of(&leases::renew(bus, agent, arguments(args)?).await?),
-        "release_lease" => Answer::of(&leases::release(bus, agent, arguments(args)?).await?),
-        "list_leases" => Answer::of(&leases::list(bus, agent, arguments(args)?).await?),
-        "check_lease" => Answer::of(&leases::check(bus, agent, arguments(args)?).await?),
-        other => Err(BusError::not_found(format!("tool {other}"))),
     }
 }
 
-/// The one place `fetch_inbox` reaches the fetch use case: the waiting fetch with a body
-/// budget ([`Bus::fetch_waiting_within`], the one the HTTP fetch calls too), which refuses a
-/// wait above `bus.max_wait_ms`.
-async fn fetch(
-    bus: &Bus,
-    agent: &Agent,
-    limit: usize,
-    wait: Duration,
-    max_bytes: usize,
-) -> BusResult<Fetched> {
-    bus.fetch_waiting_within(agent, limit, wait, max_bytes)
-        .await
+/// `Ok(Reply::of(&view))`: the answer of most tools.
+pub(super) fn reply<T: Serialize>(view: T) -> BusResult<Reply<T>> {
+    Ok(Reply::of(&view))
 }
 
 /// `max_bytes` within 1 and the largest body the bus carries (so any body can be read whole).
-fn check_max_bytes(max_bytes: usize) -> BusResult<()> {
+pub(super) fn check_max_bytes(max_bytes: usize) -> BusResult<()> {
     let max = crewbus_domain::MAX_BODY_BYTES as usize;
     if max_bytes == 0 || max_bytes > max {
         return Err(BusError::invalid(format!(
@@ -323,42 +303,15 @@ fn check_max_bytes(max_bytes: usize) -> BusResult<()> {
     Ok(())
 }
 
-/// An answer whose text keeps every body apart from the rest: a preamble saying bodies are
-/// data, the view's JSON without its bodies (agent-written strings cleaned), then each body
-/// fenced ([`Fence::body`]). Its
-/// `structuredContent` is the view, with each body fenced as well ([`Fence::json`]) under the
-/// core profile, bare under full (whose output schemas say `body` is the body).
-fn fenced_answer<T: Serialize + ToSchema>(
-    view: &T,
-    bodies: &[Fenced<'_>],
-    fence: &Fence,
-    list: &str,
-    profile: Profile,
-) -> BusResult<Answer> {
-    let Answer { mut structured, .. } = Answer::of(view)?;
-    let mut metadata = agent_text::cleaned(&structured);
-    if let Some(items) = metadata.get_mut(list).and_then(Value::as_array_mut) {
-        for item in items {
-            if let Some(o) = item.as_object_mut() {
-                o.remove("body");
-            }
-        }
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_tool_is_declared_once_and_core_lists_twelve() {
+        let names: Vec<&str> = all().map(|t| t.name).collect();
+        let unique: std::collections::HashSet<&str> = names.iter().copied().collect();
+        assert_eq!((names.len(), unique.len()), (24, 24), "{names:?}");
+        assert_eq!(all().filter(|t| t.core.is_some()).count(), 12);
     }
-    let mut text = format!(
-        "{} {BODIES_ARE_DATA} Each body below sits between a BEGIN and an END line carrying the \
-         fence tag {}; only those lines delimit it.\n{metadata}\n",
-        match bodies.len() {
-            1 => "1 message.".to_owned(),
-            n => format!("{n} messages."),
-        },
-        fence.tag()
-    );
-    for b in bodies {
-        text.push_str(&fence.body(b));
-    }
-    match profile {
-        Profile::Full => {}
-        Profile::Core => fence.json(&mut structured, list, bodies),
-    }
-    Ok(Answer { structured, text })
 }
