@@ -346,8 +346,9 @@ async fn claude_code(config: Config, a: ClaudeCodeArgs, json: bool) -> anyhow::R
         }
         resolve::Source::New(t) => {
             notes.push(format!(
-                "token: {}; kept in {} (0600)",
+                "token: {}; {} in {} (0600)",
                 token.how,
+                if a.dry_run { "would be kept" } else { "kept" },
                 token_file.display()
             ));
             token::whoami(&url, t).await.map_err(|e| anyhow!(e))?

@@ -137,7 +137,7 @@ fn read_event(host: Host) -> Result<Event, String> {
     match rx.recv_timeout(STDIN_WAIT) {
         Ok(Some(Ok(v))) => event::from_value(host, &v).map_err(|e| e.to_string()),
         Ok(Some(Err(_))) => Err(event::EventError::Malformed.to_string()),
-        Ok(None) => Err("no hook event on stdin (it was empty)".to_owned()),
+        Ok(None) => Err("no hook event on stdin (it was empty or blank)".to_owned()),
         Err(_) => Err(format!(
             "no hook event on stdin within {} s",
             STDIN_WAIT.as_secs()

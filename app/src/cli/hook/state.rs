@@ -6,16 +6,17 @@
 //! created 0700. A file's name is the hex SHA-256 of the server URL, the SHA-256 of the agent's
 //! token (the agent's identity, never the token itself), the host and the host's session id
 //! (untrusted input, only ever hashed). Every read-modify-write holds an exclusive `flock` on
-//! the directory's `.lock` file, so a reader never sees half a write. A state file of this user's
-//! (a regular 0600 file) is rewritten in place with one `pwrite` (padded with spaces to its old
-//! length, which JSON ignores, so a shorter state never needs a truncate); any other — a first
-//! state, or one not believed — is a fresh 0600 temporary file renamed over the path (`tempfile`'s
-//! `persist`). A file someone else
+//! the directory's `.lock` file, so a reader never sees half a write. A state file read and
+//! believed under the same lock (this user's regular 0600 file with one link) is rewritten in
+//! place (padded with spaces to its old length, which JSON ignores, so a shorter state never
+//! needs a truncate); any other — a first state, or one not believed — is a fresh 0600 temporary
+//! file renamed over the path (`tempfile`'s `persist`). A file someone else
 //! wrote — not a regular file, another owner, readable by others, malformed, or naming another
 //! key — is not believed ([`Discarded`], which the hook reports on stderr): the hook goes on from
 //! a fresh state, which replaces it at the next write. Files untouched for [`PRUNE_AFTER`] are
 //! removed.
 
+use std::cell::RefCell;
 use std::fs::{File, OpenOptions};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -196,6 +197,7 @@ impl StateDir {
                     return Ok(Locked {
                         dir: self,
                         _file: file,
+                        believed: RefCell::new(None),
                     });
                 }
                 Err(std::fs::TryLockError::WouldBlock) if Instant::now() < deadline => {
@@ -214,6 +216,9 @@ impl StateDir {
 pub struct Locked<'a> {
     dir: &'a StateDir,
     _file: File,
+    /// The key whose file [`Locked::load`] read and believed under this lock: the one
+    /// [`Locked::save`] may rewrite in place.
+    believed: RefCell<Option<String>>,
 }
 
 impl Locked<'_> {
@@ -225,6 +230,7 @@ impl Locked<'_> {
     /// wrote (see the module documentation) is not believed: [`Discarded`] says why, and the
     /// caller goes on with [`SessionState::fresh`] (the file is replaced at the next write).
     pub fn load(&self, key: &str) -> Result<SessionState, Discarded> {
+        self.believed.borrow_mut().take();
         let path = self.file(key);
         let discarded = |reason| Discarded {
             path: path.clone(),
@@ -257,22 +263,26 @@ impl Locked<'_> {
         match serde_json::from_slice::<SessionState>(&bytes) {
             Ok(s) if s.v != VERSION => Err(discarded(Reason::Version(s.v))),
             Ok(s) if s.key != key => Err(discarded(Reason::OtherKey)),
-            Ok(s) => Ok(s),
+            Ok(s) => {
+                *self.believed.borrow_mut() = Some(key.to_owned());
+                Ok(s)
+            }
             Err(_) => Err(discarded(Reason::Malformed)),
         }
     }
 
-    /// Writes the session's state (see the module documentation): in place over this user's
-    /// own state file, else a new 0600 file renamed over the path. Errors: the I/O error, as a
+    /// Writes the session's state (see the module documentation): in place over the file
+    /// [`Locked::load`] believed under this lock (checked again: this user's regular 0600 file
+    /// with one link), else a new 0600 file renamed over the path. Errors: the I/O error, as a
     /// message.
     ///
     /// In place, because a new inode and a rename over the old one cost a Stop hook about
-    /// 0.35 ms between the news and its decision on ext4 (`strace -T`; `benches/benches/wake`);
-    /// one `pwrite` of a few hundred bytes either happens or not when the process dies, and
-    /// every reader holds the lock. Not flushed to disk (no `fsync`): a crash of the machine
-    /// that loses the last write only makes the next hook report that news once more (a file
-    /// the crash left damaged is discarded as malformed). A flush would cost every Stop hook
-    /// 0.4–0.6 ms more.
+    /// 0.35 ms between the news and its decision on ext4 (`strace -T`; `benches/benches/wake`),
+    /// and every reader holds the lock, so none sees half a write. A write torn by the process's
+    /// death (a state past one page can be cut at a page boundary) or by a crash of the machine
+    /// (nothing is flushed: a flush would cost every Stop hook 0.4–0.6 ms more) leaves a file
+    /// the next hook discards as malformed: it reports the session's pending news once more and
+    /// counts wakes from zero — a message is never lost.
     pub fn save(&self, state: &SessionState) -> Result<(), String> {
         let fail = |e: &dyn std::fmt::Display| {
             format!(
@@ -282,7 +292,8 @@ impl Locked<'_> {
         };
         let mut text = serde_json::to_vec(state).map_err(|e| fail(&e))?;
         let path = self.file(&state.key);
-        if let Some((file, len)) = own_file(&path) {
+        let believed = self.believed.borrow().as_deref() == Some(state.key.as_str());
+        if let Some((file, len)) = believed.then(|| own_file(&path)).flatten() {
             #[cfg(unix)]
             {
                 use std::os::unix::fs::FileExt as _;
@@ -330,9 +341,10 @@ impl Locked<'_> {
     }
 }
 
-/// `path` opened for writing when it is this user's regular state file, mode 0600 or
-/// stricter, no larger than [`MAX_FILE_BYTES`] (what [`Locked::load`] believes, less the
-/// contents), with its length; else (missing, a link, another owner's, …) `None`.
+/// `path` opened for writing when it is this user's regular state file with one link (a hard
+/// link would write through to another file), mode 0600 or stricter, no larger than
+/// [`MAX_FILE_BYTES`], with its length; else (missing, a symbolic link, another owner's, …)
+/// `None`.
 fn own_file(path: &Path) -> Option<(File, u64)> {
     let mut options = OpenOptions::new();
     options.write(true);
@@ -349,7 +361,10 @@ fn own_file(path: &Path) -> Option<(File, u64)> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::MetadataExt as _;
-        if meta.uid() != rustix::process::geteuid().as_raw() || meta.mode() & 0o077 != 0 {
+        if meta.uid() != rustix::process::geteuid().as_raw()
+            || meta.mode() & 0o077 != 0
+            || meta.nlink() != 1
+        {
             return None;
         }
     }
@@ -499,7 +514,9 @@ mod tests {
         };
         lock.save(&long).unwrap();
         let first = std::fs::metadata(&file).unwrap();
-        // A shorter state: the same file, padded to its old length, read back as written.
+        // Read and believed, then a shorter state: the same file, padded to its old length, read
+        // back as written.
+        assert_eq!(lock.load(&k).unwrap(), long);
         let short = SessionState {
             cursor: Some("c2".into()),
             wakes: 1,
@@ -522,12 +539,48 @@ mod tests {
             lock.load(&k).unwrap().cursor.as_deref(),
             Some("d".repeat(900).as_str())
         );
-        // A file not believed (readable by others) is replaced by a new private one.
-        set_mode(&file, 0o644);
+        // Not read under this lock (another lock's load does not count): replaced.
+        drop(lock);
+        let lock = dir.lock().unwrap();
+        let before = std::fs::metadata(&file).unwrap().ino();
         lock.save(&short).unwrap();
-        let third = std::fs::metadata(&file).unwrap();
-        assert_ne!(third.ino(), first.ino(), "replaced, not written through");
-        assert_eq!(third.mode() & 0o777, 0o600);
+        assert_ne!(std::fs::metadata(&file).unwrap().ino(), before);
+        // A file not believed is replaced by a new private one: readable by others, malformed
+        // (though this user's 0600 file), or a hard link to another file, which stays as it was.
+        let replaced = |prepare: &dyn Fn()| {
+            prepare();
+            let before = std::fs::metadata(&file).unwrap().ino();
+            assert!(lock.load(&k).is_err(), "not believed");
+            lock.save(&short).unwrap();
+            let after = std::fs::metadata(&file).unwrap();
+            assert_ne!(after.ino(), before, "replaced, not written through");
+            assert_eq!(after.mode() & 0o777, 0o600);
+            assert_eq!(after.nlink(), 1);
+            assert_eq!(lock.load(&k).unwrap(), short);
+        };
+        replaced(&|| set_mode(&file, 0o644));
+        replaced(&|| {
+            std::fs::write(&file, "{not json").unwrap();
+        });
+        let precious = tmp.path().join("precious");
+        std::fs::write(&precious, "mine").unwrap();
+        set_mode(&precious, 0o600);
+        replaced(&|| {
+            std::fs::remove_file(&file).unwrap();
+            std::fs::hard_link(&precious, &file).unwrap();
+        });
+        assert_eq!(std::fs::read_to_string(&precious).unwrap(), "mine");
+        // A hard link that reads as a believable state is not written through either.
+        std::fs::write(&precious, serde_json::to_vec(&long).unwrap()).unwrap();
+        std::fs::remove_file(&file).unwrap();
+        std::fs::hard_link(&precious, &file).unwrap();
+        assert_eq!(lock.load(&k).unwrap(), long, "its contents are believed");
+        lock.save(&short).unwrap();
+        assert_eq!(
+            std::fs::read(&precious).unwrap(),
+            serde_json::to_vec(&long).unwrap(),
+            "the other name keeps its contents"
+        );
         assert_eq!(lock.load(&k).unwrap(), short);
     }
 
