@@ -61,21 +61,18 @@ use std::time::{Duration, Instant};
 
 use crewbus::bus::Bus;
 use crewbus::client::ApiClient;
-use crewbus::compose;
 use crewbus::config::Config;
 use crewbus::server::Server;
 use crewbus::shutdown::Shutdown;
-use crewbus_conformance::postgres::TestDatabase;
 use crewbus_domain::{Team, Uuid};
-use crewbus_ports::SystemClock;
 use reqwest::StatusCode;
-use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 use tokio::task::JoinHandle;
 
 mod support;
-use support::cpu::{cpu_ticks, load_average, postgres_ticks, tick_seconds};
+use support::cpu::{PostgresWindow, cpu_ticks, load_average, postgres_ticks, tick_seconds};
 use support::measuring;
+use support::rounds::{Order, Tally, rounds};
+use support::store::{STORES, Store, StoreBus};
 
 /// Live viewers of the throughput phases, and of the idle window.
 const VIEWERS: usize = 20;
@@ -103,23 +100,6 @@ const VIEWER_DEADLINE: Duration = Duration::from_secs(10);
 /// The goals.
 const RATIO_GOAL: f64 = 0.95;
 const IDLE_CORES: f64 = 0.02;
-/// Pooled connections of the bus on Postgres: the production default (`database.max_connections`).
-const MAX_CONNECTIONS: u32 = 10;
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-enum Store {
-    Sqlite,
-    Postgres,
-}
-
-impl Store {
-    fn name(self) -> &'static str {
-        match self {
-            Store::Sqlite => "sqlite",
-            Store::Postgres => "postgres",
-        }
-    }
-}
 
 /// One server on one store, its team, conversation and members.
 struct Scene {
@@ -129,9 +109,7 @@ struct Scene {
     team: Team,
     members: Vec<(Uuid, ApiClient)>,
     operator_token: String,
-    pool: Option<PgPool>,
-    db: Option<TestDatabase>,
-    _dir: Option<tempfile::TempDir>,
+    store: StoreBus,
 }
 
 impl Scene {
@@ -140,32 +118,8 @@ impl Scene {
             listen: "127.0.0.1:0".parse().expect("loopback address"),
             ..Config::default()
         };
-        let (bus, pool, db, dir) = match store {
-            Store::Sqlite => {
-                let (bus, dir) = support::sqlite_bus(&mut config).await;
-                (bus, None, None, Some(dir))
-            }
-            Store::Postgres => {
-                let db = TestDatabase::create("console_viewers bench", |pool| async move {
-                    crewbus_postgres::migrate(&pool).await
-                })
-                .await;
-                eprintln!(
-                    "console_viewers bench: postgres: fresh database {}",
-                    db.name()
-                );
-                let pool = PgPoolOptions::new()
-                    .max_connections(MAX_CONNECTIONS)
-                    .connect_with((*db.pool().connect_options()).clone())
-                    .await
-                    .expect("bus pool");
-                let composed =
-                    compose::postgres_with_pool(&config, pool.clone(), Arc::new(SystemClock))
-                        .await
-                        .expect("compose postgres");
-                (composed.bus, Some(pool), Some(db), None)
-            }
-        };
+        let store = StoreBus::open(store, &mut config, "console_viewers bench: postgres").await;
+        let bus = store.bus.clone();
         let team = bus
             .add_team("console-bench", None, None)
             .await
@@ -205,9 +159,7 @@ impl Scene {
             team,
             members,
             operator_token,
-            pool,
-            db,
-            _dir: dir,
+            store,
         }
     }
 
@@ -221,12 +173,7 @@ impl Scene {
     async fn stop(self) {
         self.server.stop().await;
         drop(self.bus);
-        if let Some(pool) = self.pool {
-            pool.close().await;
-        }
-        if let Some(db) = self.db {
-            db.passed().await;
-        }
+        self.store.close().await;
     }
 }
 
@@ -506,13 +453,11 @@ fn phase_cpu(store: Store) -> (f64, f64) {
 /// sampled every 500 ms so sessions that start or end inside the window count up to their
 /// last sample).
 async fn cpu_window(store: Store, length: Duration) -> (f64, f64, f64) {
-    let mut postgres: HashMap<u32, (u64, u64)> = HashMap::new();
-    if store == Store::Postgres {
-        postgres = postgres_ticks()
-            .into_iter()
-            .map(|(p, t)| (p, (t, t)))
-            .collect();
-    }
+    let mut postgres = if store == Store::Postgres {
+        PostgresWindow::open()
+    } else {
+        PostgresWindow::default()
+    };
     let start = Instant::now();
     let ours = cpu_ticks("self").expect("/proc/self/stat");
     let end = start + length;
@@ -523,14 +468,12 @@ async fn cpu_window(store: Store, length: Duration) -> (f64, f64, f64) {
         }
         tokio::time::sleep((end - now).min(Duration::from_millis(500))).await;
         if store == Store::Postgres {
-            for (pid, t) in postgres_ticks() {
-                postgres.entry(pid).or_insert((0, t)).1 = t;
-            }
+            postgres.sample();
         }
     }
     let ours = cpu_ticks("self").expect("/proc/self/stat") - ours;
     let seconds = start.elapsed().as_secs_f64();
-    let spent: u64 = postgres.values().map(|(a, b)| b.saturating_sub(*a)).sum();
+    let spent = postgres.spent(|_| true);
     let tick = tick_seconds();
     (seconds, ours as f64 * tick, spent as f64 * tick)
 }
@@ -554,7 +497,7 @@ fn met(ok: bool) -> &'static str {
 }
 
 async fn run(store: Store, bench: bool) -> Figures {
-    let (per_sender, rounds, viewers_n, idle_n, window) = if bench {
+    let (per_sender, count, viewers_n, idle_n, window) = if bench {
         (MESSAGES_PER_SENDER, ROUNDS, VIEWERS, IDLE_VIEWERS, WINDOW)
     } else {
         (
@@ -568,61 +511,54 @@ async fn run(store: Store, bench: bool) -> Figures {
     let s = Scene::start(store).await;
     // Warm-up (untimed): connections, caches, plans.
     phase(&s, per_sender.min(5), 0, "warm-up").await;
-    // Per target: messages, time, CPU seconds of this process and of postgres.
-    let mut totals: HashMap<&str, (usize, Duration, f64, f64)> = HashMap::new();
+    // Per target: messages and time, and CPU seconds of this process and of postgres.
+    let sent = Tally::new();
+    let mut cpu: HashMap<&str, (f64, f64)> = HashMap::new();
     let mut swaps = 0;
-    for round in 0..rounds {
-        let order = if round % 2 == 0 {
-            ["none", "viewers"]
+    for (round, target) in rounds(count, ["none", "viewers"], Order::Turning) {
+        let viewers = if target == "viewers" {
+            open_viewers(&s, viewers_n, true).await
         } else {
-            ["viewers", "none"]
+            Vec::new()
         };
-        for target in order {
-            let viewers = if target == "viewers" {
-                open_viewers(&s, viewers_n, true).await
-            } else {
-                Vec::new()
-            };
-            let cpu_before = phase_cpu(store);
-            let (n, took) = phase(&s, per_sender, round + 1, target).await;
-            let (ours, pg) = phase_cpu(store);
-            let (ours, pg) = (ours - cpu_before.0, pg - cpu_before.1);
-            eprintln!(
-                "{}: round {} {target}: {n} messages in {:.2} s = {:.0}/s; CPU per message: \
-                 this process {:.2} ms, postgres {:.2} ms (load average {})",
-                store.name(),
-                round + 1,
-                took.as_secs_f64(),
-                n as f64 / took.as_secs_f64(),
-                ours * 1e3 / n as f64,
-                pg * 1e3 / n as f64,
-                load_average()
+        let cpu_before = phase_cpu(store);
+        let (n, took) = phase(&s, per_sender, round + 1, target).await;
+        let (ours, pg) = phase_cpu(store);
+        let (ours, pg) = (ours - cpu_before.0, pg - cpu_before.1);
+        eprintln!(
+            "{}: round {} {target}: {n} messages in {:.2} s = {:.0}/s; CPU per message: \
+             this process {:.2} ms, postgres {:.2} ms (load average {})",
+            store.name(),
+            round + 1,
+            took.as_secs_f64(),
+            n as f64 / took.as_secs_f64(),
+            ours * 1e3 / n as f64,
+            pg * 1e3 / n as f64,
+            load_average()
+        );
+        sent.add(target, n as u64, took);
+        let c = cpu.entry(target).or_default();
+        c.0 += ours;
+        c.1 += pg;
+        let deadline = Instant::now() + VIEWER_DEADLINE;
+        while !viewers.iter().all(|v| v.swaps.load(Ordering::SeqCst) > 0) {
+            assert!(
+                Instant::now() < deadline,
+                "every viewer saw the conversation change"
             );
-            let t = totals.entry(target).or_default();
-            t.0 += n;
-            t.1 += took;
-            t.2 += ours;
-            t.3 += pg;
-            let deadline = Instant::now() + VIEWER_DEADLINE;
-            while !viewers.iter().all(|v| v.swaps.load(Ordering::SeqCst) > 0) {
-                assert!(
-                    Instant::now() < deadline,
-                    "every viewer saw the conversation change"
-                );
-                tokio::time::sleep(Duration::from_millis(5)).await;
-            }
-            swaps += viewers
-                .iter()
-                .map(|v| v.swaps.load(Ordering::SeqCst))
-                .sum::<u64>();
-            close(viewers);
+            tokio::time::sleep(Duration::from_millis(5)).await;
         }
+        swaps += viewers
+            .iter()
+            .map(|v| v.swaps.load(Ordering::SeqCst))
+            .sum::<u64>();
+        close(viewers);
     }
-    let rate = |t: &str| totals[t].0 as f64 / totals[t].1.as_secs_f64();
+    let rate = |t: &'static str| sent.rate(&t).expect("messages sent");
     let (none, with) = (rate("none"), rate("viewers"));
-    let per_message = |t: &str| {
-        let (n, _, ours, pg) = totals[t];
-        (ours * 1e3 / n as f64, pg * 1e3 / n as f64)
+    let per_message = |t: &'static str| {
+        let (n, (ours, pg)) = (sent.items(&t) as f64, cpu[t]);
+        (ours * 1e3 / n, pg * 1e3 / n)
     };
     let cpu = (per_message("none"), per_message("viewers"));
     let without = cpu_window(store, window).await;
@@ -660,7 +596,7 @@ fn main() {
         .expect("runtime");
     runtime.block_on(async {
         let mut all = Vec::new();
-        for store in [Store::Sqlite, Store::Postgres] {
+        for store in STORES {
             all.push(run(store, bench).await);
         }
         eprintln!();

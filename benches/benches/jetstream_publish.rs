@@ -13,7 +13,7 @@
 //! Each in two modes: one at a time (await every PubAck) and pipelined (at most 256 in flight).
 //! After each mode the bench prints the adapter / raw ratios measured in this run.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use async_nats::jetstream;
@@ -25,6 +25,10 @@ use crewbus_ports::MessagingBackend;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesOrdered;
+
+mod support;
+use support::measuring;
+use support::rounds::{Order, Tally, rounds};
 
 const BODY_BYTES: usize = 1024;
 const WINDOW: usize = 256;
@@ -219,23 +223,17 @@ async fn run_pipelined(s: &Setup, target: Target, n: u64) -> Duration {
 }
 
 /// Σ time and Σ messages per (mode, target), for the ratios printed after each group.
-type Totals = Arc<Mutex<Vec<(&'static str, &'static str, u64, Duration)>>>;
+type Totals = Tally<(&'static str, Target)>;
 
-fn print_ratios(mode: &str, totals: &Totals) {
-    let totals = totals.lock().expect("totals");
-    let rate = |target: &str| {
-        let (n, t) = totals
-            .iter()
-            .filter(|(m, tg, _, _)| *m == mode && *tg == target)
-            .fold((0u64, Duration::ZERO), |(n, t), (_, _, k, d)| {
-                (n + k, t + *d)
-            });
-        (n > 0 && !t.is_zero()).then(|| n as f64 / t.as_secs_f64())
-    };
+/// Every target, in the order each group and round runs them.
+const TARGETS: [Target; 3] = [Target::RawSameWork, Target::Adapter, Target::RawPlain];
+
+fn print_ratios(mode: &'static str, totals: &Totals) {
+    let rate = |target: Target| totals.rate(&(mode, target));
     if let (Some(a), Some(raw), Some(plain)) = (
-        rate("adapter"),
-        rate("raw_same_work"),
-        rate("raw_plain_stream"),
+        rate(Target::Adapter),
+        rate(Target::RawSameWork),
+        rate(Target::RawPlain),
     ) {
         eprintln!(
             "{mode}: adapter {a:.0} msg/s, raw same work {raw:.0} msg/s, raw plain stream \
@@ -253,7 +251,7 @@ fn bench(c: &mut Criterion) {
         .build()
         .expect("runtime");
     let setup = Arc::new(runtime.block_on(setup()));
-    let totals: Totals = Arc::default();
+    let totals = Totals::new();
     for (mode, pipelined) in [("one_at_a_time", false), ("pipelined_256", true)] {
         let mut group = c.benchmark_group(format!("jetstream_publish/{mode}"));
         group.throughput(Throughput::Elements(1));
@@ -261,7 +259,7 @@ fn bench(c: &mut Criterion) {
             // Pipelined iterations are cheap; give criterion enough per sample.
             group.sample_size(20);
         }
-        for target in [Target::RawSameWork, Target::Adapter, Target::RawPlain] {
+        for target in TARGETS {
             let (setup, totals) = (setup.clone(), totals.clone());
             group.bench_function(target.name(), |b| {
                 b.to_async(&runtime).iter_custom(|iters| {
@@ -272,10 +270,7 @@ fn bench(c: &mut Criterion) {
                         } else {
                             run_sequential(&setup, target, iters).await
                         };
-                        totals
-                            .lock()
-                            .expect("totals")
-                            .push((mode, target.name(), iters, took));
+                        totals.add((mode, target), iters, took);
                         took
                     }
                 })
@@ -291,9 +286,9 @@ fn bench(c: &mut Criterion) {
 /// messages one at a time, 5 000 pipelined per round); test mode (`cargo test --benches`) one
 /// short round.
 fn interleaved_ratios(_c: &mut Criterion) {
-    let full = std::env::args().any(|a| a == "--bench");
+    let full = measuring();
     // Rounds long enough (≈ 0.15 s) that scheduling jitter does not dominate one round.
-    let (rounds, sequential, pipelined_n) = if full {
+    let (count, sequential, pipelined_n) = if full {
         (20, 1_000, 5_000)
     } else {
         (1, 20, 50)
@@ -305,21 +300,16 @@ fn interleaved_ratios(_c: &mut Criterion) {
         .expect("runtime");
     runtime.block_on(async {
         let s = setup().await;
-        let totals: Totals = Arc::default();
+        let totals = Totals::new();
         for (mode, pipelined) in [("one_at_a_time", false), ("pipelined_256", true)] {
             let per_round = if pipelined { pipelined_n } else { sequential };
-            for _ in 0..rounds {
-                for target in [Target::RawSameWork, Target::Adapter, Target::RawPlain] {
-                    let took = if pipelined {
-                        run_pipelined(&s, target, per_round).await
-                    } else {
-                        run_sequential(&s, target, per_round).await
-                    };
-                    totals
-                        .lock()
-                        .expect("totals")
-                        .push((mode, target.name(), per_round, took));
-                }
+            for (_, target) in rounds(count, TARGETS, Order::Same) {
+                let took = if pipelined {
+                    run_pipelined(&s, target, per_round).await
+                } else {
+                    run_sequential(&s, target, per_round).await
+                };
+                totals.add((mode, target), per_round, took);
             }
             eprint!("interleaved ");
             print_ratios(mode, &totals);

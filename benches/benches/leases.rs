@@ -10,7 +10,9 @@
 //! - **Round trip**: one agent takes an exclusive lease on its own pattern and releases it
 //!   (two write transactions), sample after sample; the baseline is the same agent's send of a
 //!   16-byte message into the conversation (one write transaction, the bus's simplest), the two
-//!   alternating sample by sample. Printed: p50 and p99 of each and their ratio.
+//!   alternating sample by sample. Printed: p50 and p99 of each and their ratio (nearest-rank,
+//!   from `support::latency`'s histogram: 3 significant digits; before it, the sample at index
+//!   round((n − 1) × p) of the sorted list, one rank off at most).
 //! - **Contended acquires**: 32 agents, each in a task of its own, loop for a window: acquire
 //!   (no wait) one of 8 patterns that overlap in pairs (`src/m{k}/**` and `src/m{k}/*.rs`, four
 //!   agents per pattern), and release at once when granted. Baseline: the same loop with 32
@@ -34,39 +36,18 @@ use crewbus_ports::SystemClock;
 mod support;
 
 use support::cpu::load_average;
+use support::latency::{Latencies, ms};
 use support::measuring;
+use support::rounds::{Order, rounds};
+use support::store::{STORES, Store};
 
 const AGENTS: usize = 32;
-
-#[derive(Clone, Copy)]
-enum Store {
-    Sqlite,
-    Postgres,
-}
-
-impl Store {
-    fn name(self) -> &'static str {
-        match self {
-            Store::Sqlite => "sqlite",
-            Store::Postgres => "postgres",
-        }
-    }
-}
 
 fn claim(pattern: &str) -> LeaseClaim {
     LeaseClaim {
         pattern: pattern.parse().expect("a valid pattern"),
         mode: LeaseMode::Exclusive,
     }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
 }
 
 struct Figures {
@@ -169,30 +150,25 @@ async fn run(store: Store, bench: bool) -> Figures {
         .await
         .expect("conversation");
     let mine = claim("bench/solo/**");
-    let (mut lease, mut send) = (Vec::new(), Vec::new());
-    for i in 0..samples {
-        let lease_first = i % 2 == 0;
-        for which in [lease_first, !lease_first] {
-            let t = Instant::now();
-            if which {
-                round_trip(&bus, solo, &mine).await;
-                lease.push(t.elapsed());
-            } else {
-                bus.send(
-                    solo,
-                    conv.id,
-                    format!("r{i}"),
-                    "sixteen bytes!!!".into(),
-                    None,
-                )
-                .await
-                .expect("send");
-                send.push(t.elapsed());
-            }
+    let (mut lease, mut send) = (Latencies::new(), Latencies::new());
+    for (i, leasing) in rounds(samples, [true, false], Order::Turning) {
+        let t = Instant::now();
+        if leasing {
+            round_trip(&bus, solo, &mine).await;
+            lease.record(t.elapsed());
+        } else {
+            bus.send(
+                solo,
+                conv.id,
+                format!("r{i}"),
+                "sixteen bytes!!!".into(),
+                None,
+            )
+            .await
+            .expect("send");
+            send.record(t.elapsed());
         }
     }
-    lease.sort();
-    send.sort();
     let overlapping: Vec<String> = (0..4)
         .flat_map(|k| [format!("src/m{k}/**"), format!("src/m{k}/*.rs")])
         .collect();
@@ -205,8 +181,8 @@ async fn run(store: Store, bench: bool) -> Figures {
     }
     Figures {
         store,
-        lease: (percentile(&lease, 0.5), percentile(&lease, 0.99)),
-        send: (percentile(&send, 0.5), percentile(&send, 0.99)),
+        lease: (lease.p50(), lease.p99()),
+        send: (send.p50(), send.p99()),
         contended,
         disjoint: free,
     }
@@ -226,7 +202,7 @@ fn main() {
         .expect("runtime");
     runtime.block_on(async {
         let mut all = Vec::new();
-        for store in [Store::Sqlite, Store::Postgres] {
+        for store in STORES {
             all.push(run(store, bench).await);
         }
         eprintln!();

@@ -18,7 +18,9 @@
 //! `tools/call inbox_status` one call after another on one kept-alive HTTP/1.1 connection (a
 //! reqwest client reading each SSE answer to its end, so its pooled connection is reused; 1
 //! warm-up call, then 500 timed in bench mode, 20 in test mode), against a server of its own on
-//! the embedded store (the default `crewbus serve`). Printed: the calls' p50, p99 and calls/s.
+//! the embedded store (the default `crewbus serve`). Printed: the calls' p50, p99 (nearest-rank,
+//! from `support::latency`'s histogram: 3 significant digits; before it, the sample at index
+//! round((n − 1) × p) of the sorted list) and calls/s.
 //! Asserted in both modes: the median call takes under 30 ms — an answer held by Nagle's
 //! algorithm until the client's delayed ACK takes 40 ms or more (without TCP_NODELAY on the
 //! accepted socket: p50 42.8 ms in test mode). rmcp's own client, which the load rounds use,
@@ -43,15 +45,9 @@ use crewbus_ports::SystemClock;
 mod support;
 
 use support::cpu::load_average;
+use support::latency::{Latencies, ms};
 use support::measuring;
-
-#[derive(Default)]
-struct Totals {
-    accepted: u64,
-    send_seconds: f64,
-    delivered: u64,
-    total_seconds: f64,
-}
+use support::rounds::{Order, Tally, rounds};
 
 fn plan(messages: u64, transport: Transport) -> LoadPlan {
     LoadPlan {
@@ -77,7 +73,7 @@ fn main() {
         if bench { "bench mode" } else { "test mode" },
         load_average()
     );
-    let (rounds, messages) = if bench { (4, 2_000) } else { (1, 60) };
+    let (count, messages) = if bench { (4, 2_000) } else { (1, 60) };
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -97,51 +93,47 @@ fn main() {
         let server = Server::start(bus.clone(), config.listen, Shutdown::new())
             .await
             .expect("server");
-        let mut totals = [Totals::default(), Totals::default()];
-        for round in 0..rounds {
-            for (i, transport) in [Transport::Http, Transport::Mcp].into_iter().enumerate() {
-                // A team per round and transport: each round starts from empty inboxes.
-                let team = bus
-                    .add_team(&format!("mcp-bench-{round}-{i}"), None, None)
+        // Per transport: Σ accepted over Σ send time, Σ confirmed deliveries over Σ total time.
+        let (accepted, delivered) = (Tally::new(), Tally::new());
+        let transports = [(0, Transport::Http), (1, Transport::Mcp)];
+        for (round, (i, transport)) in rounds(count, transports, Order::Same) {
+            // A team per round and transport: each round starts from empty inboxes.
+            let team = bus
+                .add_team(&format!("mcp-bench-{round}-{i}"), None, None)
+                .await
+                .expect("team");
+            let mut agents = Vec::new();
+            for a in 0..8 {
+                let new = bus
+                    .add_agent(team.id, &format!("a{a}"))
                     .await
-                    .expect("team");
-                let mut agents = Vec::new();
-                for a in 0..8 {
-                    let new = bus
-                        .add_agent(team.id, &format!("a{a}"))
-                        .await
-                        .expect("agent");
-                    agents.push(LoadAgent {
-                        id: new.agent.id,
-                        client: ApiClient::new(server.url(), Some(new.token)),
-                    });
-                }
-                let teams = vec![LoadTeam {
-                    name: team.name.clone(),
-                    agents,
-                }];
-                let report = load::run(plan(messages, transport), teams)
-                    .await
-                    .expect("the load run");
-                assert!(
-                    report.zero_loss.passed,
-                    "{transport:?}: zero-loss check: {:?}",
-                    report.zero_loss.problems
-                );
-                let t = &mut totals[i];
-                t.accepted += report.accepted;
-                t.send_seconds += report.send_seconds;
-                t.delivered += report.delivered;
-                t.total_seconds += report.total_seconds;
+                    .expect("agent");
+                agents.push(LoadAgent {
+                    id: new.agent.id,
+                    client: ApiClient::new(server.url(), Some(new.token)),
+                });
             }
+            let teams = vec![LoadTeam {
+                name: team.name.clone(),
+                agents,
+            }];
+            let report = load::run(plan(messages, transport), teams)
+                .await
+                .expect("the load run");
+            assert!(
+                report.zero_loss.passed,
+                "{transport:?}: zero-loss check: {:?}",
+                report.zero_loss.problems
+            );
+            let seconds = Duration::from_secs_f64;
+            accepted.add(transport, report.accepted, seconds(report.send_seconds));
+            delivered.add(transport, report.delivered, seconds(report.total_seconds));
         }
-        let rate = |t: &Totals| {
-            (
-                t.accepted as f64 / t.send_seconds,
-                t.delivered as f64 / t.total_seconds,
-            )
+        let rate = |t: Transport| {
+            let per_second = |(n, d): (u64, Duration)| n as f64 / d.as_secs_f64();
+            (per_second(accepted.sum(&t)), per_second(delivered.sum(&t)))
         };
-        let (http, mcp) = (rate(&totals[0]), rate(&totals[1]));
+        let (http, mcp) = (rate(Transport::Http), rate(Transport::Mcp));
         eprintln!();
         eprintln!(
             "| transport | accepted msg/s | confirmed deliveries/s |\n|---|---:|---:|\n\
@@ -205,23 +197,21 @@ async fn kept_alive(calls: usize) {
         assert!(text.contains("\"isError\":false"), "{text}");
     };
     call().await;
-    let mut took = Vec::with_capacity(calls);
+    let mut took = Latencies::new();
     let started = Instant::now();
     for _ in 0..calls {
         let at = Instant::now();
         call().await;
-        took.push(at.elapsed());
+        took.record(at.elapsed());
     }
     let elapsed = started.elapsed();
-    took.sort_unstable();
-    let at = |q: f64| took[((took.len() - 1) as f64 * q).round() as usize];
-    let (p50, p99) = (at(0.5), at(0.99));
+    let (p50, p99) = (took.p50(), took.p99());
     eprintln!(
         "\n| MCP, one kept-alive connection (embedded store) | calls | p50 | p99 | calls/s |\n\
          |---|---:|---:|---:|---:|\n\
          | `inbox_status`, one after another | {calls} | {:.2} ms | {:.2} ms | {:.0} |",
-        p50.as_secs_f64() * 1e3,
-        p99.as_secs_f64() * 1e3,
+        ms(p50),
+        ms(p99),
         calls as f64 / elapsed.as_secs_f64()
     );
     assert!(

@@ -30,6 +30,7 @@ mod support;
 
 use support::cpu::load_average;
 use support::measuring;
+use support::rounds::{Order, Tally, rounds};
 use support::senders::{Sender, burst, sender};
 
 fn config(limited: bool) -> Config {
@@ -52,21 +53,16 @@ async fn measure(store: &'static str, on: Sender, off: Sender, bench: bool) -> F
     } else {
         (1, Duration::from_millis(300))
     };
-    let (mut on_sent, mut on_time, mut off_sent, mut off_time) =
-        (0, Duration::ZERO, 0, Duration::ZERO);
-    for round in 0..windows {
-        let (n, t) = burst(&on, window, round).await;
-        on_sent += n;
-        on_time += t;
-        let (n, t) = burst(&off, window, round).await;
-        off_sent += n;
-        off_time += t;
+    let sent = Tally::new();
+    for (round, (limited, s)) in rounds(windows, [(true, &on), (false, &off)], Order::Same) {
+        let (n, t) = burst(s, window, round).await;
+        sent.add(limited, n, t);
     }
-    assert!(on_sent > 0 && off_sent > 0, "nothing was sent");
+    let rate = |limited| sent.rate(&limited).expect("nothing was sent");
     Figures {
         store,
-        on: on_sent as f64 / on_time.as_secs_f64(),
-        off: off_sent as f64 / off_time.as_secs_f64(),
+        on: rate(true),
+        off: rate(false),
     }
 }
 

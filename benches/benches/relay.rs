@@ -41,7 +41,8 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 mod support;
-use support::{lease_and_settle_all, measuring, rate};
+use support::rounds::{Order, Tally, rounds};
+use support::{lease_and_settle_all, measuring};
 
 /// Batch sizes (slots leased per `lease_slots` call and settlements per `settle` call; rows per
 /// raw transaction) with the slots (rows) each iteration moves under `--bench` and in test mode.
@@ -271,10 +272,10 @@ impl Target {
 }
 
 /// Σ slots and Σ time per (batch, target).
-type Totals = support::Totals<Target>;
+type Totals = Tally<(usize, Target)>;
 
 fn print_ratio(label: &str, batch: usize, totals: &Totals) {
-    let rate = |target: Target| rate(totals, batch, &target);
+    let rate = |target: Target| totals.rate(&(batch, target));
     if let (Some(ledger), Some(raw)) = (rate(Target::Ledger), rate(Target::Raw)) {
         eprintln!(
             "{label}batch {batch}: ledger lease+settle {ledger:.0} slots/s, raw insert+update \
@@ -295,7 +296,7 @@ fn relay(c: &mut Criterion) {
     }));
     eprintln!("relay bench: fresh database {}", db.name());
     let scene = Arc::new(runtime.block_on(scene(&db)));
-    let totals: Totals = Arc::default();
+    let totals = Totals::new();
 
     let measure = measuring();
     let slots = |batch: Batch| {
@@ -321,10 +322,7 @@ fn relay(c: &mut Criterion) {
                         for _ in 0..iters {
                             took += target.pass(&scene, size, n).await;
                         }
-                        totals
-                            .lock()
-                            .expect("totals")
-                            .push((size, target, iters * n as u64, took));
+                        totals.add((size, target), iters * n as u64, took);
                         took
                     }
                 })
@@ -335,19 +333,14 @@ fn relay(c: &mut Criterion) {
     }
 
     // Interleaved rounds: both targets alternate, so drift and load hit both alike.
-    let rounds = if measure { ROUNDS } else { 1 };
-    let interleaved: Totals = Arc::default();
+    let count = if measure { ROUNDS } else { 1 };
+    let interleaved = Totals::new();
     runtime.block_on(async {
         for batch in BATCHES {
             let (size, n) = (batch.size, slots(batch));
-            for _ in 0..rounds {
-                for target in [Target::Raw, Target::Ledger] {
-                    let took = target.pass(&scene, size, n).await;
-                    interleaved
-                        .lock()
-                        .expect("totals")
-                        .push((size, target, n as u64, took));
-                }
+            for (_, target) in rounds(count, [Target::Raw, Target::Ledger], Order::Same) {
+                let took = target.pass(&scene, size, n).await;
+                interleaved.add((size, target), n as u64, took);
             }
             print_ratio("interleaved ", size, &interleaved);
         }

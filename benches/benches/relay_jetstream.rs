@@ -64,10 +64,10 @@ use async_nats::jetstream;
 use bytes::Bytes;
 use crewbus::bus::Bus;
 use crewbus::compose;
-use crewbus::config::{BusConfig, Config, NatsConfig, NatsCredential};
+use crewbus::config::{BusConfig, Config, NatsConfig};
 use crewbus_conformance::nats::{self, NatsServer};
 use crewbus_conformance::postgres::TestDatabase;
-use crewbus_domain::{Agent, Locator, Publication, Secret, StreamKind, Uuid};
+use crewbus_domain::{Agent, Locator, Publication, StreamKind, Uuid};
 use crewbus_ports::SystemClock;
 use criterion::{Criterion, SamplingMode, Throughput, criterion_group, criterion_main};
 use futures_util::StreamExt;
@@ -76,7 +76,9 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 mod support;
-use support::{lease_and_settle_all, measuring, rate};
+use support::rounds::{Order, Tally, rounds};
+use support::store::nats_config;
+use support::{lease_and_settle_all, measuring};
 
 /// Relay batch sizes (`bus.relay_batch`: slots per lease; the raw baseline's window).
 const BATCHES: [usize; 2] = [64, 128];
@@ -96,20 +98,12 @@ const MAX_CONNECTIONS: u32 = 10;
 /// The configuration of a bus with relay batch `relay_batch` on `server` (no `[database]`: the
 /// pool is handed to the composition root).
 fn config(server: &NatsServer, relay_batch: usize) -> Config {
-    let credential = |u: nats::UserPassword| NatsCredential {
-        user: Some(u.user),
-        password: Some(Secret::new(u.password)),
-        ..NatsCredential::default()
-    };
     Config {
         nats: Some(NatsConfig {
-            servers: vec![server.url()],
-            runtime: credential(nats::runtime_user()),
-            provisioning: credential(nats::provisioning_user()),
             // Room for every body of a `--bench` run (tens of thousands of 1 KiB bodies).
             body_max_messages: 10_000_000,
             body_max_bytes: 8 << 30,
-            ..NatsConfig::default()
+            ..nats_config(server)
         }),
         bus: BusConfig {
             relay_batch,
@@ -415,10 +409,10 @@ impl Target {
 const TARGETS: [Target; 3] = [Target::Raw, Target::Relay, Target::Ledger];
 
 /// Σ bodies and Σ time per (batch, target).
-type Totals = support::Totals<Target>;
+type Totals = Tally<(usize, Target)>;
 
 fn print_ratio(label: &str, batch: usize, totals: &Totals) {
-    let rate = |target: Target| rate(totals, batch, &target);
+    let rate = |target: Target| totals.rate(&(batch, target));
     if let (Some(relay), Some(raw)) = (rate(Target::Relay), rate(Target::Raw)) {
         let ledger = rate(Target::Ledger).map_or_else(String::new, |l| {
             format!(" (ledger lease+settle alone {l:.0} slots/s)")
@@ -442,7 +436,7 @@ fn relay_jetstream(c: &mut Criterion) {
         |pool| async move { crewbus_postgres::migrate(&pool).await },
     ));
     let scene = Arc::new(runtime.block_on(scene(&db)));
-    let totals: Totals = Arc::default();
+    let totals = Totals::new();
     let slots = if measuring() { SLOTS } else { TEST_SLOTS };
 
     for batch in BATCHES {
@@ -459,12 +453,7 @@ fn relay_jetstream(c: &mut Criterion) {
                         for _ in 0..iters {
                             took += target.pass(&scene, batch, slots).await;
                         }
-                        totals.lock().expect("totals").push((
-                            batch,
-                            target,
-                            iters * slots as u64,
-                            took,
-                        ));
+                        totals.add((batch, target), iters * slots as u64, took);
                         took
                     }
                 })
@@ -475,18 +464,13 @@ fn relay_jetstream(c: &mut Criterion) {
     }
 
     // Interleaved rounds: the targets alternate, so drift and load hit all alike.
-    let rounds = if measuring() { ROUNDS } else { 1 };
-    let interleaved: Totals = Arc::default();
+    let count = if measuring() { ROUNDS } else { 1 };
+    let interleaved = Totals::new();
     runtime.block_on(async {
         for batch in BATCHES {
-            for _ in 0..rounds {
-                for target in TARGETS {
-                    let took = target.pass(&scene, batch, slots).await;
-                    interleaved
-                        .lock()
-                        .expect("totals")
-                        .push((batch, target, slots as u64, took));
-                }
+            for (_, target) in rounds(count, TARGETS, Order::Same) {
+                let took = target.pass(&scene, batch, slots).await;
+                interleaved.add((batch, target), slots as u64, took);
             }
             print_ratio("interleaved ", batch, &interleaved);
         }

@@ -26,7 +26,9 @@
 //!   each searched by the member agent for a first page of 20 hits, the mix repeated; two passes,
 //!   the first right after seeding, the second right after it (warm). Printed:
 //!   p50 and p99 per store, pass and query class (the goal: p99 ≤ 50 ms), each query's
-//!   median, and Postgres' `shared_buffers`. Checked: every hit is of a conversation of the
+//!   median (nearest-rank, from `support::latency`'s histogram: 3 significant digits; before
+//!   it, the sample at index round((n − 1) × p) of the sorted list, one rank off at most), and
+//!   Postgres' `shared_buffers`. Checked: every hit is of a conversation of the
 //!   agent, and the very common word fills its page.
 //! - **Send throughput with search indexing on ÷ off.** Two stores per kind (SQLite: two fresh
 //!   stores; Postgres: two fresh databases — the index worker indexes a whole tenant's backlog,
@@ -62,8 +64,11 @@ use tokio::sync::Notify;
 mod support;
 
 use support::cpu::load_average;
+use support::latency::{Latencies, ms};
 use support::measuring;
+use support::rounds::{Order, Tally, rounds};
 use support::senders::{Sender, burst, sender};
+use support::store::{STORES, Store};
 
 const VOCABULARY: u32 = 5_000;
 const WORDS_PER_BODY: usize = 20;
@@ -93,30 +98,6 @@ const QUERIES: [(&str, &str); 18] = [
     ("phrase", "\"w100 w1000\""),
 ];
 const CLASSES: [&str; 3] = ["one word", "two words", "phrase"];
-
-#[derive(Clone, Copy, PartialEq)]
-enum Store {
-    Sqlite,
-    Postgres,
-}
-
-impl Store {
-    fn name(self) -> &'static str {
-        match self {
-            Store::Sqlite => "sqlite",
-            Store::Postgres => "postgres",
-        }
-    }
-}
-
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1000.0
-}
 
 /// A small deterministic generator (xorshift64*): the same corpus on every run and store.
 struct Rng(u64);
@@ -430,15 +411,15 @@ async fn seed_sqlite(dir: &std::path::Path, c: &Corpus, n: u64) -> Duration {
 }
 
 /// One pass of the query mix, `repeat` times: each query's latencies, in mix order.
-async fn search_pass(bus: &Bus, c: &Corpus, repeat: usize) -> Vec<Vec<Duration>> {
+async fn search_pass(bus: &Bus, c: &Corpus, repeat: usize) -> Vec<Latencies> {
     let mine: Vec<Uuid> = c.conversations[..MEMBER_OF].iter().map(|x| x.0).collect();
-    let mut out = vec![Vec::new(); QUERIES.len()];
+    let mut out = vec![Latencies::new(); QUERIES.len()];
     for _ in 0..repeat {
         for (q, (_, text)) in QUERIES.iter().enumerate() {
             let query = SearchQuery::new(*text);
             let t = Instant::now();
             let page = bus.search(&c.searcher, &query).await.expect("search");
-            out[q].push(t.elapsed());
+            out[q].record(t.elapsed());
             assert!(
                 page.hits.iter().all(|h| mine.contains(&h.conversation)),
                 "a hit outside the agent's conversations"
@@ -459,7 +440,7 @@ struct SearchFigures {
     seeding: Duration,
     shared_buffers: Option<String>,
     /// Per pass (first, warm), per query: latencies.
-    passes: Vec<Vec<Vec<Duration>>>,
+    passes: Vec<Vec<Latencies>>,
 }
 
 async fn search_bench(store: Store, bench: bool) -> SearchFigures {
@@ -553,10 +534,14 @@ async fn send_bench(store: &'static str, on: Sender, off: Sender, bench: bool) -
     } else {
         (1, Duration::from_millis(300))
     };
-    let (mut on_sent, mut on_time, mut off_sent, mut off_time) =
-        (0, Duration::ZERO, 0, Duration::ZERO);
+    let sent = Tally::new();
     let (mut indexed, mut drain) = (0, Duration::ZERO);
-    for round in 0..windows {
+    for (round, indexing) in rounds(windows, [true, false], Order::Same) {
+        if !indexing {
+            let (n, t) = burst(&off, window, round).await;
+            sent.add(false, n, t);
+            continue;
+        }
         let stop = Arc::new(Notify::new());
         let worker = indexer(on.bus.clone(), stop.clone());
         let (n, t) = burst(&on, window, round).await;
@@ -571,19 +556,20 @@ async fn send_bench(store: &'static str, on: Sender, off: Sender, bench: bool) -
             }
         }
         drain += d.elapsed();
-        on_sent += n;
-        on_time += t + d.elapsed();
-        let (n, t) = burst(&off, window, round).await;
-        off_sent += n;
-        off_time += t;
+        sent.add(true, n, t + d.elapsed());
     }
-    assert!(on_sent > 0 && off_sent > 0, "nothing was sent");
-    assert_eq!(indexed, on_sent, "the on side indexes what it sent");
+    let rate = |indexing| sent.rate(&indexing).expect("nothing was sent");
+    let (on, off) = (rate(true), rate(false));
+    assert_eq!(
+        indexed,
+        sent.items(&true),
+        "the on side indexes what it sent"
+    );
     SendFigures {
         store,
-        on: on_sent as f64 / on_time.as_secs_f64(),
-        off: off_sent as f64 / off_time.as_secs_f64(),
-        drain_share: drain.as_secs_f64() / on_time.as_secs_f64(),
+        on,
+        off,
+        drain_share: drain.as_secs_f64() / sent.sum(&true).1.as_secs_f64(),
     }
 }
 
@@ -608,7 +594,7 @@ fn main() {
         .expect("runtime");
     runtime.block_on(async {
         let mut searches = Vec::new();
-        for store in [Store::Sqlite, Store::Postgres] {
+        for store in STORES {
             searches.push(search_bench(store, bench).await);
         }
         eprintln!("search bench: load average {} after searching", load_average());
@@ -654,31 +640,27 @@ fn main() {
         for s in &searches {
             for (p, pass) in s.passes.iter().enumerate() {
                 let label = if p == 0 { "first" } else { "warm" };
-                let mut all = Vec::new();
+                let mut all = Latencies::new();
                 for class in CLASSES {
-                    let mut l: Vec<Duration> = QUERIES
-                        .iter()
-                        .zip(pass)
-                        .filter(|((c, _), _)| *c == class)
-                        .flat_map(|(_, l)| l.iter().copied())
-                        .collect();
-                    l.sort();
-                    all.extend(l.iter().copied());
+                    let mut l = Latencies::new();
+                    for (_, q) in QUERIES.iter().zip(pass).filter(|((c, _), _)| *c == class) {
+                        l.merge(q);
+                    }
+                    all.merge(&l);
                     eprintln!(
                         "| {} | {label} | {class} | {} | {:.1} | {:.1} |",
                         s.store.name(),
                         l.len(),
-                        ms(percentile(&l, 0.5)),
-                        ms(percentile(&l, 0.99))
+                        ms(l.p50()),
+                        ms(l.p99())
                     );
                 }
-                all.sort();
                 eprintln!(
                     "| {} | {label} | **all** | {} | {:.1} | {:.1} |",
                     s.store.name(),
                     all.len(),
-                    ms(percentile(&all, 0.5)),
-                    ms(percentile(&all, 0.99))
+                    ms(all.p50()),
+                    ms(all.p99())
                 );
             }
         }
@@ -686,11 +668,7 @@ fn main() {
         eprintln!("| query | sqlite first / warm median (ms) | postgres first / warm median (ms) |");
         eprintln!("|---|---:|---:|");
         for (q, (_, text)) in QUERIES.iter().enumerate() {
-            let median = |s: &SearchFigures, p: usize| {
-                let mut l = s.passes[p][q].clone();
-                l.sort();
-                ms(percentile(&l, 0.5))
-            };
+            let median = |s: &SearchFigures, p: usize| ms(s.passes[p][q].p50());
             eprintln!(
                 "| `{text}` | {:.1} / {:.1} | {:.1} / {:.1} |",
                 median(&searches[0], 0),

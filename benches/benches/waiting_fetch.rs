@@ -38,8 +38,9 @@
 //!   empty answer when the send starts.
 //!
 //! The two targets alternate sample by sample (the order flips every sample), so drift and the
-//! neighbours' load hit both alike. Printed: p50, p99 and max of each, and against the goal
-//! (waiting p99 ≤ 1.2 × the poll's p99 and ≤ the poll's p99 + 5 ms) the ratio and the difference.
+//! neighbours' load hit both alike. Printed: p50, p99 and max of each (nearest-rank, from
+//! `support::latency`'s histogram: 3 significant digits), and against the goal (waiting p99 ≤
+//! 1.2 × the poll's p99 and ≤ the poll's p99 + 5 ms) the ratio and the difference.
 //! Diagnostics: on the Postgres stores an observer session of the bench `LISTEN`s on the bus's
 //! wake-up channel and reports send → the waiter's `NOTIFY` seen (an upper bound of when the
 //! server's own listener got it: the observer's task is scheduled like any other, and a sample
@@ -75,21 +76,24 @@ use std::time::{Duration, Instant};
 use crewbus::bus::Bus;
 use crewbus::client::ApiClient;
 use crewbus::compose;
-use crewbus::config::{Config, NatsConfig, NatsCredential};
+use crewbus::config::{Config, NatsConfig};
 use crewbus::server::Server;
 use crewbus::shutdown::Shutdown;
-use crewbus_conformance::nats::{self, NatsServer};
+use crewbus_conformance::nats::NatsServer;
 use crewbus_conformance::postgres::TestDatabase;
-use crewbus_domain::{Secret, Team, Uuid, WakeupTarget};
+use crewbus_domain::{Team, Uuid, WakeupTarget};
 use crewbus_memory::MemoryWakeups;
 use crewbus_ports::SystemClock;
 use serde_json::Value;
 use sqlx::PgPool;
-use sqlx::postgres::{PgListener, PgPoolOptions};
+use sqlx::postgres::PgListener;
 
 mod support;
-use support::cpu::{cpu_ticks, load_average, postgres_ticks, tick_seconds};
+use support::cpu::{PostgresWindow, cpu_ticks, load_average, tick_seconds};
+use support::latency::{Figures, Latencies, ms};
 use support::measuring;
+use support::rounds::{Order, rounds};
+use support::store::{StoreBus, nats_config, pool_on};
 
 /// Latency samples per target and store under `--bench`, and in test mode.
 const SAMPLES: usize = 1_000;
@@ -116,8 +120,6 @@ const MIN_NOFILE: u64 = 4_096;
 const P99_RATIO: f64 = 1.2;
 const P99_MARGIN: Duration = Duration::from_millis(5);
 const IDLE_CORES: f64 = 0.02;
-/// Pooled connections of the bus on Postgres: the production default (`database.max_connections`).
-const MAX_CONNECTIONS: u32 = 10;
 
 // --- set-up -----------------------------------------------------------------------------------
 
@@ -193,14 +195,11 @@ struct Scene {
     server: Server,
     bus: Bus,
     team: Team,
-    /// The bus's own pool (closed before the database is dropped).
-    pool: Option<PgPool>,
     /// Cross-server: the second server the receivers fetch from, its bus and its pool.
     reader: Option<(Server, Bus, PgPool)>,
-    db: Option<TestDatabase>,
+    /// The SQLite or Postgres store under the bus (none for memory).
+    backing: Option<StoreBus>,
     nats: Option<NatsServer>,
-    /// The embedded store's directory (removed with it).
-    _dir: Option<tempfile::TempDir>,
 }
 
 /// The defaults of `crewbus serve`, listening on a free loopback port.
@@ -212,19 +211,11 @@ fn base_config() -> Config {
 }
 
 fn jetstream_config(server: &NatsServer) -> Config {
-    let cred = |u: nats::UserPassword| NatsCredential {
-        user: Some(u.user),
-        password: Some(Secret::new(u.password)),
-        ..NatsCredential::default()
-    };
     let mut config = base_config();
     config.nats = Some(NatsConfig {
-        servers: vec![server.url()],
-        runtime: cred(nats::runtime_user()),
-        provisioning: cred(nats::provisioning_user()),
         body_max_bytes: 256 << 20,
         inbox_max_bytes: 64 << 20,
-        ..NatsConfig::default()
+        ..nats_config(server)
     });
     config
 }
@@ -243,47 +234,27 @@ impl Scene {
             }
             _ => (base_config(), None),
         };
-        let (bus, pool, db, dir) = match store {
-            Store::Sqlite => {
-                let (bus, dir) = support::sqlite_bus(&mut config).await;
-                (bus, None, None, Some(dir))
-            }
-            Store::Memory => {
-                let (composed, _) = compose::memory_with_wakeups(
-                    &config,
-                    Arc::new(SystemClock),
-                    compose::memory_config(&config),
-                    Arc::new(MemoryWakeups::new()),
-                )
-                .expect("compose memory");
-                (composed.bus, None, None, None)
-            }
+        let backing = match store {
+            Store::Memory => None,
+            Store::Sqlite => Some(StoreBus::sqlite(&mut config).await),
             Store::Postgres
             | Store::PostgresCrossServer
             | Store::PostgresAsyncCommit
             | Store::PostgresJetStream
             | Store::PostgresJetStreamCrossServer => {
-                let db = TestDatabase::create("waiting_fetch bench", |pool| async move {
-                    crewbus_postgres::migrate(&pool).await
+                let label = format!("waiting_fetch bench: {}", store.name());
+                let backing = StoreBus::postgres(&config, &label, |options| {
+                    if store == Store::PostgresAsyncCommit {
+                        // The pool's sessions and the listener's (it connects with these options).
+                        options.options([("synchronous_commit", "off")])
+                    } else {
+                        options
+                    }
                 })
                 .await;
-                eprintln!(
-                    "waiting_fetch bench: {}: fresh database {}",
-                    store.name(),
-                    db.name()
-                );
-                let mut options = (*db.pool().connect_options()).clone();
-                if store == Store::PostgresAsyncCommit {
-                    // The pool's sessions and the listener's (it connects with these options).
-                    options = options.options([("synchronous_commit", "off")]);
-                }
-                let pool = PgPoolOptions::new()
-                    .max_connections(MAX_CONNECTIONS)
-                    .connect_with(options)
-                    .await
-                    .expect("bus pool");
+                let pool = backing.pool.as_ref().expect("the bus's pool");
                 let commit: String = sqlx::query_scalar("SHOW synchronous_commit")
-                    .fetch_one(&pool)
+                    .fetch_one(pool)
                     .await
                     .expect("SHOW synchronous_commit");
                 assert_eq!(
@@ -291,11 +262,20 @@ impl Scene {
                     store == Store::PostgresAsyncCommit,
                     "synchronous_commit = {commit}"
                 );
-                let composed =
-                    compose::postgres_with_pool(&config, pool.clone(), Arc::new(SystemClock))
-                        .await
-                        .expect("compose postgres");
-                (composed.bus, Some(pool), Some(db), None)
+                Some(backing)
+            }
+        };
+        let bus = match &backing {
+            Some(backing) => backing.bus.clone(),
+            None => {
+                let (composed, _) = compose::memory_with_wakeups(
+                    &config,
+                    Arc::new(SystemClock),
+                    compose::memory_config(&config),
+                    Arc::new(MemoryWakeups::new()),
+                )
+                .expect("compose memory");
+                composed.bus
             }
         };
         let backend = store.jetstream().then_some("jetstream");
@@ -314,13 +294,10 @@ impl Scene {
         let server = Server::start(bus.clone(), config.listen, Shutdown::new())
             .await
             .expect("start server");
-        let reader = match (&db, store.cross_server()) {
+        let db = backing.as_ref().and_then(|b| b.db.as_ref());
+        let reader = match (db, store.cross_server()) {
             (Some(db), true) => {
-                let pool = PgPoolOptions::new()
-                    .max_connections(MAX_CONNECTIONS)
-                    .connect_with((*db.pool().connect_options()).clone())
-                    .await
-                    .expect("second server's pool");
+                let pool = pool_on(db, |options| options).await;
                 let composed =
                     compose::postgres_with_pool(&config, pool.clone(), Arc::new(SystemClock))
                         .await
@@ -337,12 +314,15 @@ impl Scene {
             server,
             bus,
             team,
-            pool,
             reader,
-            db,
+            backing,
             nats,
-            _dir: dir,
         }
+    }
+
+    /// The Postgres store's database.
+    fn db(&self) -> Option<&TestDatabase> {
+        self.backing.as_ref().and_then(|b| b.db.as_ref())
     }
 
     /// The bus the receivers fetch from: the second server's when cross-server, else the one.
@@ -420,11 +400,8 @@ impl Scene {
         }
         self.server.stop().await;
         drop(self.bus);
-        if let Some(pool) = self.pool {
-            pool.close().await;
-        }
-        if let Some(db) = self.db {
-            db.passed().await;
+        if let Some(backing) = self.backing {
+            backing.close().await;
         }
         drop(self.nats);
     }
@@ -477,7 +454,7 @@ struct Latency {
     /// the instant each arrived (a diagnostic: where a waiting sample's time goes).
     seen: Option<Seen>,
     /// Per waiting sample: send → the observer saw the waiter's wake-up.
-    notified: Vec<Duration>,
+    notified: Latencies,
     /// Per waiting sample: how many times the waiter was woken.
     wakeups: Vec<u64>,
 }
@@ -524,7 +501,7 @@ impl Latency {
             poller_conversation,
             sent: 0,
             seen,
-            notified: Vec::new(),
+            notified: Latencies::new(),
             wakeups: Vec::new(),
         }
     }
@@ -566,7 +543,7 @@ impl Latency {
                         .find(|(at, p)| *at >= start && *p == payload)
                         .map(|(at, _)| *at - start);
                     if let Some(at) = at {
-                        self.notified.push(at);
+                        self.notified.record(at);
                     }
                 }
                 check_and_confirm("waiting", &self.waiter.client, &deliveries(&body), &sent).await;
@@ -601,35 +578,6 @@ impl Latency {
     }
 }
 
-/// p50 / p99 / max of one target on one store.
-#[derive(Clone, Copy)]
-struct Figures {
-    samples: usize,
-    p50: Duration,
-    p99: Duration,
-    max: Duration,
-}
-
-/// The nearest-rank percentile `p` (0–1] of sorted `xs`.
-fn percentile(xs: &[Duration], p: f64) -> Duration {
-    let rank = ((p * xs.len() as f64).ceil() as usize).clamp(1, xs.len());
-    xs[rank - 1]
-}
-
-fn figures(mut xs: Vec<Duration>) -> Figures {
-    xs.sort_unstable();
-    Figures {
-        samples: xs.len(),
-        p50: percentile(&xs, 0.50),
-        p99: percentile(&xs, 0.99),
-        max: *xs.last().expect("samples"),
-    }
-}
-
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
 /// Where the waiting samples' time went (diagnostic).
 struct WaitDiagnostics {
     /// Send → an observer session saw the waiter's wake-up (Postgres stores only).
@@ -649,29 +597,23 @@ struct LatencyFigures {
 
 /// The latency phase on one store: warm-up, then `samples` per target, alternating.
 async fn latency(s: &Scene, samples: usize, warm_up: usize) -> LatencyFigures {
-    let observer = match &s.db {
+    let observer = match s.db() {
         Some(db) => Some(observe_wakeups(db).await),
         None => None,
     };
     let mut l = Latency::new(s, observer.as_ref().map(|(seen, _)| Arc::clone(seen))).await;
-    let (mut waiting, mut poll) = (Vec::new(), Vec::new());
-    for i in 0..warm_up + samples {
-        let order = if i % 2 == 0 {
-            [Target::Waiting, Target::Poll]
-        } else {
-            [Target::Poll, Target::Waiting]
-        };
-        for target in order {
-            let took = l.sample(s, target).await;
-            if i < warm_up && target == Target::Waiting {
-                l.notified.clear();
-                l.wakeups.clear();
-            }
-            if i >= warm_up {
-                match target {
-                    Target::Waiting => waiting.push(took),
-                    Target::Poll => poll.push(took),
-                }
+    let (mut waiting, mut poll) = (Latencies::new(), Latencies::new());
+    let targets = [Target::Waiting, Target::Poll];
+    for (i, target) in rounds(warm_up + samples, targets, Order::Turning) {
+        let took = l.sample(s, target).await;
+        if i < warm_up && target == Target::Waiting {
+            l.notified = Latencies::new();
+            l.wakeups.clear();
+        }
+        if i >= warm_up {
+            match target {
+                Target::Waiting => waiting.record(took),
+                Target::Poll => poll.record(took),
             }
         }
     }
@@ -680,14 +622,14 @@ async fn latency(s: &Scene, samples: usize, warm_up: usize) -> LatencyFigures {
         let _ = task.await;
     }
     let diagnostics = WaitDiagnostics {
-        notified: (!l.notified.is_empty()).then(|| figures(std::mem::take(&mut l.notified))),
+        notified: (!l.notified.is_empty()).then(|| l.notified.figures()),
         samples: l.wakeups.len(),
         woken_more_than_once: l.wakeups.iter().filter(|w| **w > 1).count(),
     };
     LatencyFigures {
         store: s.store,
-        waiting: figures(waiting),
-        poll: figures(poll),
+        waiting: waiting.figures(),
+        poll: poll.figures(),
         diagnostics,
     }
 }
@@ -742,12 +684,9 @@ async fn measure_window(s: &Scene, length: Duration) -> WindowCpu {
         .and_then(NatsServer::pid)
         .expect("a running nats-server")
         .to_string();
-    let db = s.db.as_ref().expect("a database");
+    let db = s.db().expect("a database");
     let mut owners: HashMap<u32, bool> = sessions(db.pool(), db.name()).await.into_iter().collect();
-    let first = postgres_ticks();
-    // (ticks when first seen, ticks when last seen) per postgres process.
-    let mut postgres: HashMap<u32, (u64, u64)> =
-        first.iter().map(|(pid, t)| (*pid, (*t, *t))).collect();
+    let mut postgres = PostgresWindow::open();
     let start = Instant::now();
     let crewbus = cpu_ticks("self").expect("/proc/self/stat");
     let nats = cpu_ticks(&nats_pid).expect("the nats-server process");
@@ -759,24 +698,15 @@ async fn measure_window(s: &Scene, length: Duration) -> WindowCpu {
             break;
         }
         tokio::time::sleep((end - now).min(PROCESS_SAMPLE)).await;
-        for (pid, t) in postgres_ticks() {
-            postgres.entry(pid).or_insert((0, t)).1 = t;
-        }
+        postgres.sample();
         owners.extend(sessions(db.pool(), db.name()).await);
     }
     let crewbus = cpu_ticks("self").expect("/proc/self/stat") - crewbus;
     let nats = cpu_ticks(&nats_pid).expect("the nats-server process") - nats;
     let seconds = start.elapsed().as_secs_f64();
     let tick = tick_seconds();
-    let spent = |(first, last): (u64, u64)| last.saturating_sub(first);
-    let all: u64 = postgres.values().map(|t| spent(*t)).sum();
-    let of = |ours: bool| -> u64 {
-        postgres
-            .iter()
-            .filter(|(pid, _)| owners.get(pid) == Some(&ours))
-            .map(|(_, t)| spent(*t))
-            .sum()
-    };
+    let all = postgres.spent(|_| true);
+    let of = |ours: bool| postgres.spent(|pid| owners.get(&pid) == Some(&ours));
     WindowCpu {
         seconds,
         crewbus: crewbus as f64 * tick,
@@ -895,7 +825,10 @@ fn met(ok: bool) -> &'static str {
 
 fn print_latency(results: &[LatencyFigures]) {
     eprintln!();
-    eprintln!("send → fetch answer holding the message, ms (nearest-rank percentiles):");
+    eprintln!(
+        "send → fetch answer holding the message, ms (nearest-rank percentiles, hdrhistogram, 3 \
+         significant digits):"
+    );
     eprintln!(
         "{:<22} {:<10} {:>7} {:>8} {:>8} {:>8}",
         "store", "target", "samples", "p50", "p99", "max"

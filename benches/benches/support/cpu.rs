@@ -42,6 +42,40 @@ pub fn postgres_ticks() -> HashMap<u32, u64> {
     out
 }
 
+/// The CPU ticks of the postgres processes over a window, sampled as it passes: each process
+/// counts from its first sample (from 0 when it started inside the window) to its last; what a
+/// process spends after its last sample before it exits is lost.
+#[derive(Default)]
+pub struct PostgresWindow(HashMap<u32, (u64, u64)>);
+
+impl PostgresWindow {
+    /// The window opening now: every postgres process alive, from its ticks now.
+    pub fn open() -> PostgresWindow {
+        PostgresWindow(
+            postgres_ticks()
+                .into_iter()
+                .map(|(p, t)| (p, (t, t)))
+                .collect(),
+        )
+    }
+
+    /// One sample: every postgres process alive now, up to its ticks now.
+    pub fn sample(&mut self) {
+        for (pid, t) in postgres_ticks() {
+            self.0.entry(pid).or_insert((0, t)).1 = t;
+        }
+    }
+
+    /// Ticks spent in the window by the processes `counted` picks.
+    pub fn spent(&self, counted: impl Fn(u32) -> bool) -> u64 {
+        self.0
+            .iter()
+            .filter(|(pid, _)| counted(**pid))
+            .map(|(_, (first, last))| last.saturating_sub(*first))
+            .sum()
+    }
+}
+
 /// The 1, 5 and 15 minute load averages, as `/proc/loadavg` gives them.
 pub fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg")

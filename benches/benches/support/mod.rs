@@ -1,12 +1,16 @@
-//! Shared by the benches: test-mode detection, per-target totals, the timed lease + settle loop
-//! of the ledger's side of the relay (`relay`, `relay_jetstream`), and the embedded store's bus
-//! (`waiting_fetch`, `console_viewers`).
+//! Shared by the benches: test-mode detection, the one histogram of durations
+//! ([`latency::Latencies`]), the one alternating runner and tally of rates ([`rounds`]), the
+//! stores a bench's bus runs on ([`store`]), the timed lease + settle loop of the ledger's side of
+//! the relay (`relay`, `relay_jetstream`), and the embedded store's bus ([`sqlite_bus`]).
 #![allow(dead_code)]
 
 pub mod cpu;
+pub mod latency;
+pub mod rounds;
 pub mod senders;
+pub mod store;
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -18,21 +22,6 @@ use crewbus_ports::Ledger;
 pub fn measuring() -> bool {
     let args: Vec<String> = std::env::args().collect();
     args.iter().any(|a| a == "--bench") && !args.iter().any(|a| a == "--test")
-}
-
-/// Σ items and Σ time per (batch size, target), as the runs push them.
-pub type Totals<T> = Arc<Mutex<Vec<(usize, T, u64, Duration)>>>;
-
-/// Items per second of `target` at `batch` over every run in `totals`; `None` before any run.
-pub fn rate<T: PartialEq>(totals: &Totals<T>, batch: usize, target: &T) -> Option<f64> {
-    let totals = totals.lock().expect("totals");
-    let (n, t) = totals
-        .iter()
-        .filter(|(b, tg, _, _)| *b == batch && tg == target)
-        .fold((0u64, Duration::ZERO), |(n, t), (_, _, k, d)| {
-            (n + k, t + *d)
-        });
-    (n > 0 && !t.is_zero()).then(|| n as f64 / t.as_secs_f64())
 }
 
 /// Timed: leases `slots` due slots of `ledger`, `batch` at a time with `lease`, and settles each
