@@ -102,7 +102,7 @@ async fn sessions(admin: &mut PgConnection, database: &str) -> Vec<u32> {
 /// Postgres sessions (each from its first sample to its last) and of `hooks` (each must run
 /// throughout).
 async fn measure_window(s: &Scene, length: Duration, hooks: &mut [Child]) -> WindowCpu {
-    let mut admin = match &s.db {
+    let mut admin = match s.db() {
         Some(_) => Some(
             database_url_options()
                 .connect()
@@ -128,7 +128,7 @@ async fn measure_window(s: &Scene, length: Duration, hooks: &mut [Child]) -> Win
     };
     let metrics = s.bus.metrics();
     let (reads, sweeps) = (metrics.watch_reads.get(), metrics.wait_sweeps.get());
-    if let (Some(a), Some(db)) = (admin.as_mut(), &s.db) {
+    if let (Some(a), Some(db)) = (admin.as_mut(), s.db()) {
         let pids = sessions(a, db.name()).await;
         sample(&mut store, pids);
     }
@@ -143,7 +143,7 @@ async fn measure_window(s: &Scene, length: Duration, hooks: &mut [Child]) -> Win
             break;
         }
         tokio::time::sleep((end - now).min(SESSION_SAMPLE)).await;
-        if let (Some(a), Some(db)) = (admin.as_mut(), &s.db) {
+        if let (Some(a), Some(db)) = (admin.as_mut(), s.db()) {
             let pids = sessions(a, db.name()).await;
             sample(&mut store, pids);
         }

@@ -8,7 +8,10 @@ use crewbus_domain::Uuid;
 use serde_json::Value;
 
 use crate::processes::{Bridge, HookSpec, stop_event, wait_hook};
-use crate::scene::{Member, Scene, Store, confirm_exactly, take_and_confirm};
+use crate::scene::{Member, Scene, confirm_exactly, take_and_confirm};
+use crate::support::latency::{Figures, Latencies};
+use crate::support::rounds::{Order, rounds};
+use crate::support::store::Store;
 
 /// `wait_ms` of a sample's waiting fetch, and `--wait` of a sample's hook (far above any
 /// latency: neither ends before its message comes).
@@ -29,44 +32,10 @@ pub enum Target {
     Channel,
 }
 
-/// Every order of the three targets: sample `i` runs them in `ORDERS[i % 6]`, so each target
-/// runs first, second and third equally often.
-const ORDERS: [[Target; 3]; 6] = {
-    use Target::{Channel as C, Fetch as F, Hook as H};
-    [
-        [F, H, C],
-        [H, C, F],
-        [C, F, H],
-        [F, C, H],
-        [C, H, F],
-        [H, F, C],
-    ]
-};
-
-/// p50 / p99 / max of one target on one store.
-#[derive(Clone, Copy, Debug)]
-pub struct Figures {
-    pub samples: usize,
-    pub p50: Duration,
-    pub p99: Duration,
-    pub max: Duration,
-}
-
-/// The nearest-rank percentile `p` (0–1] of sorted `xs`.
-fn percentile(xs: &[Duration], p: f64) -> Duration {
-    let rank = ((p * xs.len() as f64).ceil() as usize).clamp(1, xs.len());
-    xs[rank - 1]
-}
-
-pub fn figures(mut xs: Vec<Duration>) -> Figures {
-    xs.sort_unstable();
-    Figures {
-        samples: xs.len(),
-        p50: percentile(&xs, 0.50),
-        p99: percentile(&xs, 0.99),
-        max: *xs.last().expect("samples"),
-    }
-}
+/// The three targets: sample `i` runs them in the `i % 6`th of the six orders
+/// ([`Order::Turning`]: F H C, H C F, C F H, F C H, C H F, H F C), so each target runs first,
+/// second and third equally often.
+const TARGETS: [Target; 3] = [Target::Fetch, Target::Hook, Target::Channel];
 
 /// One store's latency figures.
 pub struct LatencyFigures {
@@ -211,33 +180,29 @@ impl<'a> Latency<'a> {
 }
 
 /// The latency phase on one store: `warm_up` rounds, then `samples` per target, the order of
-/// the three changing every round ([`ORDERS`]).
+/// the three changing every round ([`TARGETS`]).
 pub async fn run(s: &Scene, bin: &Path, samples: usize, warm_up: usize) -> LatencyFigures {
     let mut l = Latency::new(s, bin).await;
-    let (mut fetch, mut hook, mut channel) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..warm_up + samples {
-        for target in ORDERS[i % ORDERS.len()] {
-            let took = l.sample(target).await;
-            if i < warm_up {
-                continue;
-            }
-            match target {
-                Target::Fetch => fetch.push(took),
-                Target::Hook => hook.push(took),
-                Target::Channel => channel.push(took),
-            }
-        }
-        if i + 1 == warm_up {
+    let (mut fetch, mut hook, mut channel) = (Latencies::new(), Latencies::new(), Latencies::new());
+    for (i, target) in rounds(warm_up + samples, TARGETS, Order::Turning) {
+        let took = l.sample(target).await;
+        if i < warm_up {
             l.decided.clear();
+            continue;
+        }
+        match target {
+            Target::Fetch => fetch.record(took),
+            Target::Hook => hook.record(took),
+            Target::Channel => channel.record(took),
         }
     }
-    let decided = std::mem::take(&mut l.decided);
+    let decided: Latencies = std::mem::take(&mut l.decided).into_iter().collect();
     l.bridge.close().await;
     LatencyFigures {
         store: s.store,
-        fetch: figures(fetch),
-        hook: figures(hook),
-        channel: figures(channel),
-        hook_decided: figures(decided),
+        fetch: fetch.figures(),
+        hook: hook.figures(),
+        channel: channel.figures(),
+        hook_decided: decided.figures(),
     }
 }

@@ -34,8 +34,9 @@
 //!   `meta.message` is that message.
 //!
 //! The three alternate: each round runs them in one of the six orders, in turn, so drift and
-//! the neighbours' load hit all alike. Printed: p50, p99 and max of each, and the goal: hook
-//! and channel p50 and p99 each ≤ 1.2 × the fetch's.
+//! the neighbours' load hit all alike. Printed: p50, p99 and max of each (nearest-rank, from
+//! `support::latency`'s histogram: 3 significant digits), and the goal: hook and channel p50
+//! and p99 each ≤ 1.2 × the fetch's.
 //!
 //! **Idle cost** (per store, run before the latency phase, so no watch of it lingers): `HOOKS`
 //! agents, the first half each holding one message (sent to them all in one conversation) that
@@ -71,9 +72,11 @@ mod scene;
 mod support;
 
 use idle::IdleFigures;
-use latency::{Figures, LatencyFigures};
-use scene::{STORES, Scene};
+use latency::LatencyFigures;
+use scene::Scene;
 use support::cpu::load_average;
+use support::latency::{Figures, ms};
+use support::store::STORES;
 
 /// Latency samples per target and store, and warm-up rounds (not counted), under `--bench`
 /// and in test mode.
@@ -110,17 +113,16 @@ fn raise_open_files() -> u64 {
     limit.rlim_cur
 }
 
-fn ms(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e3
-}
-
 fn met(ok: bool) -> &'static str {
     if ok { "met" } else { "NOT met" }
 }
 
 fn print_latency(results: &[LatencyFigures]) {
     eprintln!();
-    eprintln!("send → the receiver has the news, ms (nearest-rank percentiles):");
+    eprintln!(
+        "send → the receiver has the news, ms (nearest-rank percentiles, hdrhistogram, 3 \
+         significant digits):"
+    );
     eprintln!(
         "{:<10} {:<22} {:>7} {:>8} {:>8} {:>8}",
         "store", "target", "samples", "p50", "p99", "max"

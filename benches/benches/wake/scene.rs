@@ -3,45 +3,19 @@
 //! state directory).
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crewbus::bus::Bus;
 use crewbus::client::ApiClient;
-use crewbus::compose;
 use crewbus::config::Config;
 use crewbus::server::Server;
 use crewbus::shutdown::Shutdown;
 use crewbus_conformance::postgres::TestDatabase;
 use crewbus_domain::{Team, Uuid};
-use crewbus_ports::SystemClock;
 use serde_json::Value;
-use sqlx::PgPool;
-use sqlx::postgres::PgPoolOptions;
 
-use crate::support;
-
-/// Pooled connections of the bus on Postgres: the production default (`database.max_connections`).
-const MAX_CONNECTIONS: u32 = 10;
-
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Store {
-    /// The embedded store (SQLite) in a fresh temporary directory, as `crewbus serve` opens it.
-    Sqlite,
-    /// A fresh database on `DATABASE_URL`'s server, `LISTEN/NOTIFY` wake-ups.
-    Postgres,
-}
-
-impl Store {
-    pub fn name(self) -> &'static str {
-        match self {
-            Store::Sqlite => "sqlite",
-            Store::Postgres => "postgres",
-        }
-    }
-}
-
-pub const STORES: [Store; 2] = [Store::Sqlite, Store::Postgres];
+pub use crate::support::store::Store;
+use crate::support::store::StoreBus;
 
 /// One agent: its id, a client of its own presenting its token, and its token in a 0600 file.
 pub struct Member {
@@ -56,14 +30,11 @@ pub struct Scene {
     pub server: Server,
     pub bus: Bus,
     pub team: Team,
-    /// The Postgres store's database (dropped at the end; kept and named if the run fails).
-    pub db: Option<TestDatabase>,
     /// Token files, and the hooks' `$XDG_STATE_HOME`.
     pub home: tempfile::TempDir,
-    /// The bus's own pool (closed before the database is dropped).
-    pool: Option<PgPool>,
-    /// The embedded store's directory (removed with it).
-    _dir: Option<tempfile::TempDir>,
+    /// The store under the bus (its database dropped at the end; kept and named if the run
+    /// fails).
+    backing: StoreBus,
 }
 
 impl Scene {
@@ -74,29 +45,8 @@ impl Scene {
             listen: "127.0.0.1:0".parse().expect("loopback address"),
             ..Config::default()
         };
-        let (bus, pool, db, dir) = match store {
-            Store::Sqlite => {
-                let (bus, dir) = support::sqlite_bus(&mut config).await;
-                (bus, None, None, Some(dir))
-            }
-            Store::Postgres => {
-                let db = TestDatabase::create("wake bench", |pool| async move {
-                    crewbus_postgres::migrate(&pool).await
-                })
-                .await;
-                eprintln!("wake bench: postgres: fresh database {}", db.name());
-                let pool = PgPoolOptions::new()
-                    .max_connections(MAX_CONNECTIONS)
-                    .connect_with((*db.pool().connect_options()).clone())
-                    .await
-                    .expect("bus pool");
-                let composed =
-                    compose::postgres_with_pool(&config, pool.clone(), Arc::new(SystemClock))
-                        .await
-                        .expect("compose postgres");
-                (composed.bus, Some(pool), Some(db), None)
-            }
-        };
+        let backing = StoreBus::open(store, &mut config, "wake bench: postgres").await;
+        let bus = backing.bus.clone();
         let team = bus
             .add_team("wake-bench", None, None)
             .await
@@ -109,11 +59,14 @@ impl Scene {
             server,
             bus,
             team,
-            db,
             home: tempfile::tempdir().expect("temporary home"),
-            pool,
-            _dir: dir,
+            backing,
         }
+    }
+
+    /// The Postgres store's database.
+    pub fn db(&self) -> Option<&TestDatabase> {
+        self.backing.db.as_ref()
     }
 
     /// A new agent of the team, its token written to a 0600 file in the home.
@@ -179,12 +132,7 @@ impl Scene {
     pub async fn stop(self) {
         self.server.stop().await;
         drop(self.bus);
-        if let Some(pool) = self.pool {
-            pool.close().await;
-        }
-        if let Some(db) = self.db {
-            db.passed().await;
-        }
+        self.backing.close().await;
     }
 }
 
