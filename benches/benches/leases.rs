@@ -23,15 +23,12 @@
 //! samples and a 0.3 s window, checked to run, not measured. Bench mode: `cargo bench -p
 //! crewbus-benches --bench leases` (2 000 round trips per target, 10 s windows).
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crewbus::bus::Bus;
-use crewbus::compose;
 use crewbus::config::Config;
 use crewbus_conformance::postgres::TestDatabase;
 use crewbus_domain::{Acquired, Agent, LeaseClaim, LeaseMode};
-use crewbus_ports::SystemClock;
 
 mod support;
 
@@ -39,7 +36,7 @@ use support::cpu::load_average;
 use support::latency::{Latencies, ms};
 use support::measuring;
 use support::rounds::{Order, rounds};
-use support::store::{STORES, Store};
+use support::store::{STORES, Store, database, postgres_bus};
 
 const AGENTS: usize = 32;
 
@@ -122,16 +119,10 @@ async fn run(store: Store, bench: bool) -> Figures {
             bus
         }
         Store::Postgres => {
-            let db = TestDatabase::create("leases bench", |pool| async move {
-                crewbus_postgres::migrate(&pool).await
-            })
-            .await;
-            let composed =
-                compose::postgres_with_pool(&config, db.pool().clone(), Arc::new(SystemClock))
-                    .await
-                    .expect("compose postgres");
+            let db = database("leases bench").await;
+            let bus = postgres_bus(&config, db.pool().clone()).await;
             _keep.0 = Some(db);
-            composed.bus
+            bus
         }
     };
     let team = bus.add_team("lease-bench", None, None).await.expect("team");

@@ -18,13 +18,9 @@
 //! window each, checked to run and to send, not measured. Bench mode: `cargo bench -p
 //! crewbus-benches --bench rate_limit` (3 s windows).
 
-use std::sync::Arc;
 use std::time::Duration;
 
-use crewbus::compose;
 use crewbus::config::Config;
-use crewbus_conformance::postgres::TestDatabase;
-use crewbus_ports::SystemClock;
 
 mod support;
 
@@ -32,6 +28,7 @@ use support::cpu::load_average;
 use support::measuring;
 use support::rounds::{Order, Tally, rounds};
 use support::senders::{Sender, burst, sender};
+use support::store::{database, postgres_bus};
 
 fn config(limited: bool) -> Config {
     let mut config = Config::default();
@@ -87,21 +84,10 @@ fn main() {
             all.push(measure("sqlite", on, off, bench).await);
         }
         {
-            let db = TestDatabase::create("rate limit bench", |pool| async move {
-                crewbus_postgres::migrate(&pool).await
-            })
-            .await;
-            let bus = |limited: bool| {
-                let pool = db.pool().clone();
-                async move {
-                    compose::postgres_with_pool(&config(limited), pool, Arc::new(SystemClock))
-                        .await
-                        .expect("compose postgres")
-                        .bus
-                }
-            };
-            let on = sender(bus(true).await, "limited").await;
-            let off = sender(bus(false).await, "free").await;
+            let db = database("rate limit bench").await;
+            let on = postgres_bus(&config(true), db.pool().clone()).await;
+            let off = postgres_bus(&config(false), db.pool().clone()).await;
+            let (on, off) = (sender(on, "limited").await, sender(off, "free").await);
             all.push(measure("postgres", on, off, bench).await);
             db.passed().await;
         }

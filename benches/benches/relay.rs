@@ -291,9 +291,7 @@ fn relay(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("runtime");
-    let db = runtime.block_on(TestDatabase::create("relay bench", |pool| async move {
-        crewbus_postgres::migrate(&pool).await
-    }));
+    let db = runtime.block_on(support::store::database("relay bench"));
     eprintln!("relay bench: fresh database {}", db.name());
     let scene = Arc::new(runtime.block_on(scene(&db)));
     let totals = Totals::new();

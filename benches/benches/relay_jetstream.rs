@@ -431,10 +431,7 @@ fn relay_jetstream(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("runtime");
-    let db = runtime.block_on(TestDatabase::create(
-        "relay_jetstream bench",
-        |pool| async move { crewbus_postgres::migrate(&pool).await },
-    ));
+    let db = runtime.block_on(support::store::database("relay_jetstream bench"));
     let scene = Arc::new(runtime.block_on(scene(&db)));
     let totals = Totals::new();
     let slots = if measuring() { SLOTS } else { TEST_SLOTS };

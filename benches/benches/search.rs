@@ -52,12 +52,9 @@ use std::time::{Duration, Instant};
 
 use chrono::Utc;
 use crewbus::bus::Bus;
-use crewbus::compose;
 use crewbus::config::Config;
 use crewbus::usecases::search::INDEX_EVERY;
-use crewbus_conformance::postgres::TestDatabase;
 use crewbus_domain::{Agent, SearchDocument, SearchQuery, Uuid};
-use crewbus_ports::SystemClock;
 use sha2::{Digest, Sha256};
 use tokio::sync::Notify;
 
@@ -68,7 +65,7 @@ use support::latency::{Latencies, ms};
 use support::measuring;
 use support::rounds::{Order, Tally, rounds};
 use support::senders::{Sender, burst, sender};
-use support::store::{STORES, Store};
+use support::store::{STORES, Store, database, postgres_bus};
 
 const VOCABULARY: u32 = 5_000;
 const WORDS_PER_BODY: usize = 20;
@@ -460,15 +457,8 @@ async fn search_bench(store: Store, bench: bool) -> SearchFigures {
             (bus, None, Some(dir))
         }
         Store::Postgres => {
-            let db = TestDatabase::create("search bench", |pool| async move {
-                crewbus_postgres::migrate(&pool).await
-            })
-            .await;
-            let bus =
-                compose::postgres_with_pool(&config, db.pool().clone(), Arc::new(SystemClock))
-                    .await
-                    .expect("compose postgres")
-                    .bus;
+            let db = database("search bench").await;
+            let bus = postgres_bus(&config, db.pool().clone()).await;
             (bus, Some(db), None)
         }
     };
@@ -573,13 +563,6 @@ async fn send_bench(store: &'static str, on: Sender, off: Sender, bench: bool) -
     }
 }
 
-async fn postgres_bus(db: &TestDatabase) -> Bus {
-    compose::postgres_with_pool(&Config::default(), db.pool().clone(), Arc::new(SystemClock))
-        .await
-        .expect("compose postgres")
-        .bus
-}
-
 fn main() {
     let bench = measuring();
     eprintln!(
@@ -606,17 +589,14 @@ fn main() {
             sends.push(send_bench("sqlite", on, off, bench).await);
         }
         {
-            let create = |label| {
-                TestDatabase::create(label, |pool| async move {
-                    crewbus_postgres::migrate(&pool).await
-                })
-            };
             let (on_db, off_db) = (
-                create("search bench, indexing on").await,
-                create("search bench, indexing off").await,
+                database("search bench, indexing on").await,
+                database("search bench, indexing off").await,
             );
-            let on = sender(postgres_bus(&on_db).await, "indexed").await;
-            let off = sender(postgres_bus(&off_db).await, "unindexed").await;
+            let config = Config::default();
+            let on = sender(postgres_bus(&config, on_db.pool().clone()).await, "indexed").await;
+            let off = postgres_bus(&config, off_db.pool().clone()).await;
+            let off = sender(off, "unindexed").await;
             sends.push(send_bench("postgres", on, off, bench).await);
             on_db.passed().await;
             off_db.passed().await;

@@ -80,16 +80,10 @@ impl StoreBus {
         label: &str,
         tune: impl FnOnce(PgConnectOptions) -> PgConnectOptions,
     ) -> StoreBus {
-        let db = TestDatabase::create(label, |pool| async move {
-            crewbus_postgres::migrate(&pool).await
-        })
-        .await;
+        let db = database(label).await;
         eprintln!("{label}: fresh database {}", db.name());
         let pool = pool_on(&db, tune).await;
-        let bus = compose::postgres_with_pool(config, pool.clone(), Arc::new(SystemClock))
-            .await
-            .expect("compose postgres")
-            .bus;
+        let bus = postgres_bus(config, pool.clone()).await;
         StoreBus {
             bus,
             db: Some(db),
@@ -110,6 +104,23 @@ impl StoreBus {
         }
         drop(self.dir);
     }
+}
+
+/// A fresh migrated database on `DATABASE_URL`'s server (`label` names it if it is kept).
+pub async fn database(label: &str) -> TestDatabase {
+    TestDatabase::create(label, |pool| async move {
+        crewbus_postgres::migrate(&pool).await
+    })
+    .await
+}
+
+/// The bus of `config` on the Postgres store behind `pool`, on the wall clock, composed by
+/// `compose::postgres_with_pool` as `crewbus serve` composes it.
+pub async fn postgres_bus(config: &Config, pool: PgPool) -> Bus {
+    compose::postgres_with_pool(config, pool, Arc::new(SystemClock))
+        .await
+        .expect("compose postgres")
+        .bus
 }
 
 /// A pool of [`MAX_CONNECTIONS`] on `db`, connecting with its options as `tune` changes them
