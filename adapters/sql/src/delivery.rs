@@ -197,20 +197,23 @@ pub async fn hand_out<D: Dialect>(
 }
 
 /// The top-up query: `$1` the recipient, `$2` the team, `$3` stored before, `$4` the time the
-/// holds are compared with, `$5` at most that many; rows `(message id,)`, oldest stored first.
-/// Driven by the recipient's undelivered receipts (the partial index `receipts_undelivered`, a
-/// handful of rows) joined to their messages ([`RECEIPT_JOIN`]).
+/// holds are compared with, `$5` at most that many; rows `(message id,)`, oldest stored first
+/// (the message's `stored_at`, `conversation_id`, `seq`, as its receipt holds copies of them).
+/// Driven by the recipient's undelivered receipts in that order (the partial index
+/// `receipts_topup_order`), joined to their messages ([`RECEIPT_JOIN`]): it reads the rows it
+/// returns and those it skips (held by a live hand-out), never the whole backlog, so a fetch
+/// from 100,000 pending costs what one from 100 does.
 pub fn undelivered_sql<D: Dialect>() -> String {
     let join = RECEIPT_JOIN.of::<D>();
     format!(
         "SELECT m.id FROM receipts r {join} messages m ON m.id = r.message_id
-         WHERE r.recipient_id = $1 AND r.delivered_at IS NULL AND m.team_id = $2
-           AND m.publication = 'stored' AND m.stored_at < $3
+         WHERE r.recipient_id = $1 AND r.delivered_at IS NULL AND r.stored_at < $3
+           AND m.team_id = $2 AND m.publication = 'stored'
            AND NOT EXISTS (
                SELECT 1 FROM hand_outs h
                WHERE h.message_id = m.id AND h.recipient_id = $1
                  AND h.held_until > $4)
-         ORDER BY m.stored_at, m.conversation_id, m.seq
+         ORDER BY r.stored_at, r.conversation_id, r.seq
          LIMIT $5"
     )
 }

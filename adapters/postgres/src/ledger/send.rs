@@ -47,7 +47,8 @@ const WHAT: &str = "send";
 /// length, backend, publication, locator, stored at, local — `true` when the body is stored
 /// here, with a reference marker when the message has recipients —, outbox slot id — `NULL` for the local backend —, publish key, body bytes);
 /// `$17` the time, `$18` the tenant. Each message takes its sender's kind, and gets one receipt
-/// per agent member other than the sender (human members get none). Returns each inserted
+/// per agent member other than the sender (human members get none), with copies of the
+/// message's conversation, seq and stored time (the top-up's order). Returns each inserted
 /// message's id and sender kind.
 const WRITE_BATCH: &str = "
 WITH u AS (
@@ -70,8 +71,9 @@ WITH u AS (
     FROM u JOIN agents a ON a.id = u.sender ORDER BY u.ord
     RETURNING id, sender_kind
 ), rec AS (
-    INSERT INTO receipts (message_id, recipient_id, recipient_key)
-    SELECT u.id, mb.agent_id, mb.recipient_key
+    INSERT INTO receipts
+        (message_id, recipient_id, recipient_key, conversation_id, seq, stored_at)
+    SELECT u.id, mb.agent_id, mb.recipient_key, u.conv, u.seq, u.stored_at
     FROM u JOIN members mb ON mb.conversation_id = u.conv AND mb.agent_id <> u.sender
     JOIN agents a ON a.id = mb.agent_id AND a.kind = 'agent'
     RETURNING message_id

@@ -93,6 +93,9 @@ impl Plan {
                      UPDATE messages m
                      SET publication = 'stored', locator = b.locator, stored_at = $5
                      FROM batch b WHERE m.id = b.message
+                 ), due AS (
+                     UPDATE receipts r SET stored_at = $5
+                     FROM batch b WHERE r.message_id = b.message
                  ), deleted AS (
                      DELETE FROM outbox_slots s USING batch b WHERE s.id = b.slot
                  )

@@ -198,15 +198,19 @@ mod plans {
         rows.into_iter().map(|r| r.3).collect()
     }
 
-    /// Asserts the plan reads the recipient's undelivered receipts first, through their
-    /// partial index, and never scans the team's messages by `messages_sent`.
+    /// Asserts the plan reads the recipient's undelivered receipts first, through one of their
+    /// partial indexes (`receipts_undelivered`, or `receipts_topup_order`: both hold exactly
+    /// those rows, led by the recipient), and never scans the team's messages by
+    /// `messages_sent`.
     fn assert_driven_by_receipts(plan: &[String]) {
         let first_table = plan
             .iter()
             .find(|line| line.contains(" r ") || line.contains(" m "))
             .unwrap_or_else(|| panic!("no table in {plan:?}"));
         assert!(
-            first_table.contains(" r ") && first_table.contains("receipts_undelivered"),
+            first_table.contains(" r ")
+                && (first_table.contains("receipts_undelivered")
+                    || first_table.contains("receipts_topup_order")),
             "the receipts drive the join: {plan:?}"
         );
         assert!(
@@ -215,9 +219,28 @@ mod plans {
         );
     }
 
+    /// The top-up walks the recipient's undelivered receipts in its order (the partial index
+    /// `receipts_topup_order`) and stops at its limit: no sort of the whole backlog, no walk of
+    /// the team's messages.
     #[tokio::test]
-    async fn the_top_up_starts_from_the_recipients_undelivered_receipts() {
-        assert_driven_by_receipts(&plan(&undelivered_sql::<Lite>(), 5).await);
+    async fn the_top_up_walks_the_recipients_undelivered_receipts_in_order() {
+        let plan = plan(&undelivered_sql::<Lite>(), 5).await;
+        let first_table = plan
+            .iter()
+            .find(|line| line.contains(" r ") || line.contains(" m "))
+            .unwrap_or_else(|| panic!("no table in {plan:?}"));
+        assert!(
+            first_table.contains(" r ") && first_table.contains("receipts_topup_order"),
+            "the receipts drive the join, in the top-up's order: {plan:?}"
+        );
+        assert!(
+            !plan.iter().any(|line| line.contains("TEMP B-TREE")),
+            "no sort: {plan:?}"
+        );
+        assert!(
+            !plan.iter().any(|line| line.contains("messages_sent")),
+            "no walk of the team's messages: {plan:?}"
+        );
     }
 
     #[tokio::test]

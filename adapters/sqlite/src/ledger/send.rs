@@ -29,7 +29,8 @@ use crewbus_sql::journal::{append, lock_run};
 use crewbus_sql::ledger::SqlLedger;
 
 /// Inserts the message (with its sender's kind, which it takes on), bumps the conversation's
-/// counter, and writes one receipt per agent member other than the sender (recipients
+/// counter, and writes one receipt per agent member other than the sender, with copies of the
+/// message's conversation, seq and stored time (the top-up's order) (recipients
 /// snapshotted now; human members get none); returns the recipients (agent id, recipient
 /// key) in recipient key order.
 async fn insert_message(
@@ -79,12 +80,18 @@ async fn insert_message(
     .await
     .map_err(ledger.db(what))?;
     for (agent, key) in &recipients {
+        // With copies of the message's place and stored time: the top-up's order.
         sqlx::query(
-            "INSERT INTO receipts (message_id, recipient_id, recipient_key) VALUES (?, ?, ?)",
+            "INSERT INTO receipts
+                 (message_id, recipient_id, recipient_key, conversation_id, seq, stored_at)
+             VALUES (?, ?, ?, ?, ?, ?)",
         )
         .bind(message.id)
         .bind(*agent)
         .bind(key)
+        .bind(message.conversation)
+        .bind(db_i64(message.seq))
+        .bind(message.stored_at.map(Ts))
         .execute(&mut *conn)
         .await
         .map_err(ledger.db(what))?;

@@ -46,6 +46,13 @@ async fn apply(
             .execute(&mut *conn)
             .await
             .map_err(&db)?;
+            // The receipts' copy of the stored time (the top-up's order).
+            sqlx::query("UPDATE receipts SET stored_at = ? WHERE message_id = ?")
+                .bind(Ts(at))
+                .bind(slot.message_id)
+                .execute(&mut *conn)
+                .await
+                .map_err(&db)?;
             sqlx::query("DELETE FROM outbox_slots WHERE id = ?")
                 .bind(slot.id)
                 .execute(&mut *conn)
