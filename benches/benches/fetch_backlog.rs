@@ -39,7 +39,9 @@
 //! never a speed.
 //!
 //! Reproduce: `DATABASE_URL=postgres://postgres@127.0.0.1:5432/postgres cargo bench -p
-//! crewbus-benches --bench fetch_backlog` (`FETCH_BACKLOG_SAMPLES`, default 200 per size).
+//! crewbus-benches --bench fetch_backlog` (`FETCH_BACKLOG_SAMPLES`, default 200 per size;
+//! `FETCH_BACKLOG_STORES=sqlite` or `postgres` runs one store). Each size's medians are printed
+//! as soon as they are measured.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -365,6 +367,13 @@ async fn run(
         }
         fetch.sort();
         both.sort();
+        eprintln!(
+            "fetch backlog: {} {} at {size} pending: fetch p50 {:.2} ms, fetch + confirm p50 {:.2} ms",
+            store.name(),
+            path.name(),
+            ms(percentile(&fetch, 0.5)),
+            ms(percentile(&both, 0.5))
+        );
         figures.push(Figures { size, fetch, both });
         if bench && size == sizes[sizes.len() - 1] {
             print_plans(&scene).await;
@@ -397,7 +406,12 @@ fn main() {
         .expect("runtime");
     runtime.block_on(async {
         let mut all = Vec::new();
-        for store in [Store::Sqlite, Store::Postgres] {
+        // `FETCH_BACKLOG_STORES`: the stores to run, by name, comma-separated (default both).
+        let only = std::env::var("FETCH_BACKLOG_STORES").unwrap_or_default();
+        let stores = [Store::Sqlite, Store::Postgres]
+            .into_iter()
+            .filter(|s| only.is_empty() || only.split(',').any(|o| o.trim() == s.name()));
+        for store in stores {
             for path in [Path::Inbox, Path::TopUp] {
                 all.push((store, path, run(store, path, sizes, samples, bench).await));
             }
