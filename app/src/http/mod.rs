@@ -28,6 +28,8 @@ mod ops;
 pub(crate) mod request_deadline;
 mod runs;
 pub mod search;
+#[cfg(test)]
+mod surface;
 pub mod watch;
 
 /// What every handler sees.
