@@ -210,7 +210,8 @@ impl Hook {
             state.wakes = state.wakes.saturating_add(1);
             state.waiter = None;
         }
-        lock.save(&state)?;
+        // The decision follows at once: the write is left to a child holding the lock.
+        lock.save_behind(&state)?;
         Ok(true)
     }
 
