@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, DeliveryId, InboxAck, InboxEvent, IndexEntry, IssuedHandOut,
-    Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome, Settlement,
-    StoreError, SweepTarget, WakeupTarget,
+    Agent, BusError, BusResult, DeliveryId, InboxAck, IndexEntry, IssuedHandOut, Operator, RunId,
+    SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome, Settlement, StoreError,
+    SweepTarget, WakeupTarget,
 };
 use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
@@ -22,7 +22,7 @@ use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::error;
-use crate::ledger::{delivery, directory, operators, oversight, references, relay, search, send};
+use crate::ledger::{delivery, directory, operators, oversight, relay, search, send};
 use crate::push_store;
 
 /// The Postgres dialect.
@@ -110,23 +110,6 @@ impl Dialect for Pg {
         at: DateTime<Utc>,
     ) -> BusResult<Vec<SettleOutcome>> {
         relay::settle(ledger, settlements, at).await
-    }
-
-    async fn lease_inbox_events(
-        ledger: &SqlLedger<Pg>,
-        at: DateTime<Utc>,
-        until: DateTime<Utc>,
-        limit: usize,
-    ) -> BusResult<Vec<InboxEvent>> {
-        references::lease_inbox_events(ledger, at, until, limit).await
-    }
-
-    async fn mark_references_published(
-        ledger: &SqlLedger<Pg>,
-        messages: &[Uuid],
-        at: DateTime<Utc>,
-    ) -> BusResult<u64> {
-        references::mark_published(ledger, messages, at).await
     }
 
     async fn push_claim_due(

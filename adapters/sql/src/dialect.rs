@@ -9,9 +9,9 @@ use std::ops::{Deref, DerefMut};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, DeliveryId, InboxAck, InboxEvent, IndexEntry, IssuedHandOut,
-    Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome, Settlement,
-    StoreError, SweepTarget, WakeupTarget,
+    Agent, BusError, BusResult, DeliveryId, InboxAck, IndexEntry, IssuedHandOut, Operator, RunId,
+    SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome, Settlement, StoreError,
+    SweepTarget, WakeupTarget,
 };
 use sqlx::Database;
 use uuid::Uuid;
@@ -97,6 +97,8 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         + Reads<AgentRow<Self::Time>>
         + Reads<MessageRow<Self::Time>>
         + Reads<crate::rows::ReceiptRow<Self::Time>>
+        + Reads<crate::rows::ReferenceRow<Self::Time>>
+        + Reads<crate::references::OrderedReference<Self::Time>>
         + Reads<(Uuid, Uuid)>
         + Reads<(Uuid, Uuid, Uuid, Option<String>, Option<String>, bool)>
         + Binds<Vec<u8>>
@@ -391,21 +393,6 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         settlements: &[Settlement],
         at: DateTime<Utc>,
     ) -> impl Future<Output = BusResult<Vec<SettleOutcome>>> + Send;
-
-    /// `Ledger::lease_inbox_events`, the lease ending at `until`.
-    fn lease_inbox_events(
-        ledger: &SqlLedger<Self>,
-        at: DateTime<Utc>,
-        until: DateTime<Utc>,
-        limit: usize,
-    ) -> impl Future<Output = BusResult<Vec<InboxEvent>>> + Send;
-
-    /// `Ledger::mark_references_published`.
-    fn mark_references_published(
-        ledger: &SqlLedger<Self>,
-        messages: &[Uuid],
-        at: DateTime<Utc>,
-    ) -> impl Future<Output = BusResult<u64>> + Send;
 
     /// `PushStore::due`'s claim: up to `limit` rows of `store`'s tenant not parked and due at
     /// `at` (the first in the order `next_attempt_at, run, id` bytewise), moved to `lease_until`

@@ -320,15 +320,15 @@ impl<D: Dialect> LedgerSections for SqlLedger<D> {
         until: DateTime<Utc>,
         limit: usize,
     ) -> BusResult<Vec<InboxEvent>> {
-        D::lease_inbox_events(self, at, until, limit).await
+        crate::references::lease_inbox_events(self, at, until, limit).await
     }
 
     async fn mark_references_published(
         &self,
         messages: &[Uuid],
-        at: DateTime<Utc>,
+        _at: DateTime<Utc>,
     ) -> BusResult<u64> {
-        D::mark_references_published(self, messages, at).await
+        crate::references::mark_published(self, messages).await
     }
 
     async fn hand_out(

@@ -42,6 +42,7 @@ pub mod operators;
 pub mod oversight;
 pub mod presence;
 pub mod push_store;
+pub mod references;
 pub mod registry;
 pub mod relay;
 pub mod retention;

@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, DeliveryId, InboxAck, InboxEvent, IndexEntry, IssuedHandOut,
-    Operator, RunId, SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome, Settlement,
-    StoreError, SweepTarget, WakeupTarget,
+    Agent, BusError, BusResult, DeliveryId, InboxAck, IndexEntry, IssuedHandOut, Operator, RunId,
+    SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome, Settlement, StoreError,
+    SweepTarget, WakeupTarget,
 };
 use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
@@ -23,7 +23,7 @@ use uuid::Uuid;
 
 use crate::codec::Ts;
 use crate::connect::{SqlitePools, WriteTx};
-use crate::ledger::{delivery, operators, oversight, references, search, send, settle};
+use crate::ledger::{delivery, operators, oversight, search, send, settle};
 use crate::push_store;
 
 /// The SQLite dialect.
@@ -111,23 +111,6 @@ impl Dialect for Lite {
         at: DateTime<Utc>,
     ) -> BusResult<Vec<SettleOutcome>> {
         settle::settle(ledger, settlements, at).await
-    }
-
-    async fn lease_inbox_events(
-        ledger: &SqlLedger<Lite>,
-        at: DateTime<Utc>,
-        until: DateTime<Utc>,
-        limit: usize,
-    ) -> BusResult<Vec<InboxEvent>> {
-        references::lease_inbox_events(ledger, at, until, limit).await
-    }
-
-    async fn mark_references_published(
-        ledger: &SqlLedger<Lite>,
-        messages: &[Uuid],
-        at: DateTime<Utc>,
-    ) -> BusResult<u64> {
-        references::mark_published(ledger, messages, at).await
     }
 
     async fn push_claim_due(

@@ -2,13 +2,11 @@
 //! shared `impl Ledger for SqlLedger<Pg>` (`crewbus-sql`) through the dialect ([`crate::Pg`]).
 //!
 //! One file per section the dialect answers: `send` (set-based `unnest` writes), `relay`
-//! (the settle's transaction; the set-based settle in `settle`), `references` (inbox events);
-//! and the SQL of the shared sections that differs on Postgres: `delivery` (hand-outs, the
+//! (the settle's transaction; the set-based settle in `settle`); and the SQL of the shared sections that differs on Postgres: `delivery` (hand-outs, the
 //! wake-up sweep), `directory` (members), `operators`, `oversight` and `search`. Table rows and
 //! their conversions are in `rows`.
 
-use chrono::{DateTime, Utc};
-use crewbus_domain::{BusError, BusResult};
+use crewbus_domain::BusError;
 use crewbus_sql::ledger::SqlLedger;
 use sqlx::{Postgres, Transaction};
 
@@ -19,7 +17,6 @@ pub(crate) mod delivery;
 pub(crate) mod directory;
 pub(crate) mod operators;
 pub(crate) mod oversight;
-pub(crate) mod references;
 pub(crate) mod relay;
 mod rows;
 pub(crate) mod search;
@@ -72,27 +69,4 @@ type Tx = Transaction<'static, Postgres>;
 /// `|e| bus_error(e, what)`.
 fn db(what: &'static str) -> impl Fn(sqlx::Error) -> BusError {
     move |e| bus_error(e, what)
-}
-
-/// Runs a lease statement of this tenant's due rows — `$1` the tenant, `$2` the time `at`,
-/// `$3` at most `limit` rows, `$4` the lease's end `until` — and returns the leased rows.
-async fn lease_rows<R>(
-    ledger: &SqlLedger<Pg>,
-    sql: &'static str,
-    at: DateTime<Utc>,
-    until: DateTime<Utc>,
-    limit: usize,
-    what: &'static str,
-) -> BusResult<Vec<R>>
-where
-    R: for<'r> sqlx::FromRow<'r, sqlx::postgres::PgRow> + Send + Unpin,
-{
-    sqlx::query_as(sql)
-        .bind(ledger.tenant().as_str())
-        .bind(at)
-        .bind(limit as i64)
-        .bind(until)
-        .fetch_all(ledger.store())
-        .await
-        .map_err(db(what))
 }

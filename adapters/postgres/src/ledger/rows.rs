@@ -5,7 +5,7 @@
 use crewbus_domain::{BusError, BusResult, Operator};
 use uuid::Uuid;
 
-pub(crate) use crewbus_sql::rows::{MESSAGE_COLUMNS, MessageRow, ReferenceRow};
+pub(crate) use crewbus_sql::rows::{MESSAGE_COLUMNS, MessageRow};
 pub(crate) use crewbus_sql::{db_i64, from_db};
 
 pub(crate) const OPERATOR_COLUMNS: &str = "o.id, o.name, o.token_hash, o.all_teams, o.created_at, o.revoked_at, \

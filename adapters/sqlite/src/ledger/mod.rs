@@ -1,9 +1,9 @@
 //! The SQLite ledger: what of the bus's authority SQLite writes its own way, reached by the
 //! shared `impl Ledger for SqlLedger<Lite>` (`crewbus-sql`) through the dialect ([`crate::Lite`]).
 //!
-//! One file per section the dialect answers (the Postgres ledger's layout): `send`, `settle`,
-//! `references` (inbox events); and the SQL of the shared sections that differs on SQLite: `delivery` (hand-outs, the wake-up sweep),
-//! `operators`, `oversight` and `search`. Table rows and their conversions are in `rows`.
+//! One file per section the dialect answers (the Postgres ledger's layout): `send`, `settle`;
+//! and the SQL of the shared sections that differs on SQLite: `delivery` (hand-outs, the
+//! wake-up sweep), `operators`, `oversight` and `search`. Table rows and their conversions are in `rows`.
 
 use crewbus_sql::ledger::SqlLedger;
 
@@ -12,7 +12,6 @@ use crate::dialect::Lite;
 pub(crate) mod delivery;
 pub(crate) mod operators;
 pub(crate) mod oversight;
-pub(crate) mod references;
 mod rows;
 pub(crate) mod search;
 pub(crate) mod send;

@@ -8,4 +8,3 @@ pub(crate) use crewbus_sql::rows::MESSAGE_COLUMNS;
 pub(crate) type MessageRow = crewbus_sql::rows::MessageRow<Ts>;
 /// An operator without the teams of its scope (read from `operator_teams` separately).
 pub(crate) type OperatorRow = crewbus_sql::rows::OperatorRow<Ts>;
-pub(crate) type ReferenceRow = crewbus_sql::rows::ReferenceRow<Ts>;
