@@ -9,7 +9,7 @@ use crewbus_domain::{BusResult, DEFAULT_SEARCH_LIMIT, SearchHit, SearchQuery};
 use serde_json::Value;
 
 use crate::config::Config;
-use crate::http::search::SearchView;
+use crate::edge::search::SearchView;
 
 /// `crewbus search` options.
 #[derive(Debug, Clone, Args)]

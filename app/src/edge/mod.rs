@@ -13,5 +13,7 @@ pub(crate) mod body_limit;
 pub mod error;
 pub(crate) mod fields;
 pub mod leases;
+pub(crate) mod operation;
+pub(crate) mod operations;
 pub mod search;
 pub mod views;

@@ -7,14 +7,13 @@
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post, put};
+use axum::routing::{get, post};
 
 use crate::edge::allow;
 use crate::edge::body_limit::{REQUEST_LIMIT_BYTES, refuse_declared_oversize};
 use crate::usecases::bus::Bus;
 
 pub mod admin;
-mod agents;
 pub(crate) mod auth;
 pub(crate) mod body_deadline;
 mod conversations;
@@ -24,10 +23,10 @@ mod inbox;
 pub mod leases;
 mod messages;
 pub mod openapi;
+mod operations;
 mod ops;
 pub(crate) mod request_deadline;
 mod runs;
-pub mod search;
 #[cfg(test)]
 mod surface;
 pub mod watch;
@@ -65,10 +64,7 @@ pub fn router(bus: Bus, mounted: Router<AppState>) -> Router {
             deadline(fetch_wait),
             request_deadline::enforce,
         ));
-    let api = Router::new()
-        .route("/v1/me", get(agents::me))
-        .route("/v1/me/status", put(agents::set_status))
-        .route("/v1/agents", get(agents::list))
+    let api = operations::routes()
         .route(
             "/v1/conversations",
             post(conversations::create).get(conversations::list),
@@ -88,7 +84,6 @@ pub fn router(bus: Bus, mounted: Router<AppState>) -> Router {
         .route("/v1/runs/{id}/seal", post(runs::seal))
         .route("/v1/runs/{id}/records", get(runs::records))
         .route("/v1/leases/check", post(leases::check))
-        .route("/v1/search", get(search::search))
         .route("/v1/leases/{id}", get(leases::get))
         .route("/v1/leases/{id}/renew", post(leases::renew))
         .route("/v1/leases/{id}/release", post(leases::release))

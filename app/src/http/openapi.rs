@@ -40,9 +40,6 @@ use crate::usecases::health::HealthReport;
             `operator`); anything of a team outside the operator's scope is 404.")
     ),
     paths(
-        super::agents::me,
-        super::agents::list,
-        super::agents::set_status,
         super::conversations::create,
         super::conversations::list,
         super::conversations::get,
@@ -65,7 +62,6 @@ use crate::usecases::health::HealthReport;
         super::leases::renew,
         super::leases::release,
         super::leases::check,
-        super::search::search,
         super::ops::health,
         super::ops::metrics,
     ),
@@ -78,7 +74,7 @@ use crate::usecases::health::HealthReport;
         LeasesView, LeaseEventView, LeaseHistoryView, CheckLease, CheckView, SearchView,
         SearchHitView, SnippetView, WatchRequest, WatchNewsView, WatchView
     )),
-    modifiers(&BearerAuth, &AdminApi, &RequestDeadline)
+    modifiers(&BearerAuth, &Operations, &AdminApi, &RequestDeadline)
 )]
 pub struct ApiDoc;
 
@@ -108,6 +104,15 @@ impl Modify for BearerAuth {
                     .build(),
             ),
         );
+    }
+}
+
+/// The agent operations declared once (`crate::edge::operations`).
+struct Operations;
+
+impl Modify for Operations {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        super::operations::document(openapi);
     }
 }
 

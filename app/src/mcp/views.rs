@@ -16,19 +16,13 @@
 //! shared with a request body carries its attributes), plus the tool's own (`wait_seconds`,
 //! `max_bytes`).
 
-use serde::Deserialize;
-use utoipa::ToSchema;
-
 /// The most a `fetch_inbox` may wait, seconds (the HTTP API's `bus.max_wait_ms` default).
 pub const MAX_WAIT_SECONDS: u64 = 50;
 
 /// Bytes of message bodies one `fetch_inbox` or `read_conversation` answer carries by default.
 pub const DEFAULT_MAX_BYTES: usize = 64 * 1024;
 
-/// A tool without arguments.
-#[derive(Debug, Default, Deserialize, ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NoArguments {}
+pub use crate::edge::operation::NoArguments;
 
 pub(crate) fn default_history_limit() -> usize {
     100

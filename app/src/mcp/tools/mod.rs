@@ -19,6 +19,7 @@
 
 use std::future::Future;
 use std::marker::PhantomData;
+use std::sync::LazyLock;
 use std::time::Duration;
 
 use crewbus_domain::{Agent, BusError, BusResult};
@@ -34,39 +35,61 @@ use super::fence::{BODIES_ARE_DATA, Fence, Fenced};
 use super::profile::Profile;
 use super::schema::schema_of;
 use crate::edge::error::error_body;
+pub(super) use crate::edge::operation::Effect;
+use crate::edge::operation::{Operation, Visit};
 use crate::metrics::Metrics;
 use crate::usecases::bus::Bus;
 
 pub(super) mod conversations;
 pub(super) mod inbox;
 pub(super) mod leases;
-pub(super) mod presence;
 pub(super) mod runs;
-pub(super) mod search;
-pub(super) mod team;
 
-/// Every tool, in `tools/list`'s order: each group's tools in its own order.
-const GROUPS: &[&[Declared]] = &[
-    team::TOOLS,
-    conversations::TOOLS,
-    inbox::TOOLS,
-    runs::TOOLS,
-    leases::TOOLS,
-    search::TOOLS,
-    presence::TOOLS,
-];
+/// Every tool, in `tools/list`'s order: each group's tools in its own order, the operations
+/// declared once for both edges (`crate::edge::operations`) among them.
+static ALL: LazyLock<Vec<Declared>> = LazyLock::new(|| {
+    use crate::edge::operations as declared;
+    let mut tools = Tools(Vec::new());
+    declared::team::each(&mut tools);
+    for group in [
+        conversations::TOOLS,
+        inbox::TOOLS,
+        runs::TOOLS,
+        leases::TOOLS,
+    ] {
+        tools.0.extend_from_slice(group);
+    }
+    declared::search::each(&mut tools);
+    declared::presence::each(&mut tools);
+    tools.0
+});
 
-/// What a tool does to the bus, as its annotations tell a host.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Effect {
-    /// Reads only.
-    ReadOnly,
-    /// Writes; repeating the call with the same arguments changes nothing more.
-    Idempotent,
-    /// Writes something that cannot be undone.
-    Destructive,
-    /// Writes, and a repeat writes again (a new conversation, a new hand-out, a new run).
-    Additive,
+/// Collects the declared operations as tools.
+struct Tools(Vec<Declared>);
+
+impl Visit for Tools {
+    fn operation<O: Operation>(&mut self) {
+        self.0.push(declare::<Declaring<O>>());
+    }
+}
+
+/// An operation declared once for both edges, as a tool: its run maps the tool's arguments to
+/// the use case's input, runs it and answers [`Operation::to_mcp`] of its answer.
+struct Declaring<O>(PhantomData<O>);
+
+impl<O: Operation> Tool for Declaring<O> {
+    const NAME: &'static str = O::NAME;
+    const TITLE: &'static str = O::TITLE;
+    const DESCRIPTION: &'static str = O::DESCRIPTION;
+    const CORE: Option<&'static str> = O::CORE;
+    const EFFECT: Effect = O::EFFECT;
+    type Arguments = O::Mcp;
+    type Answer = O::McpAnswer;
+
+    async fn run(call: Call<'_>, arguments: O::Mcp) -> BusResult<Reply<O::McpAnswer>> {
+        let input = O::from_mcp(arguments)?;
+        reply(O::to_mcp(O::run(call.bus, call.agent, input).await?))
+    }
 }
 
 /// One agent operation as an MCP tool, declared once: everything the catalogue lists of it, its
@@ -111,6 +134,7 @@ pub(super) struct Call<'a> {
 }
 
 /// A [`Tool`] as the list holds it: what the catalogue shows, and its call.
+#[derive(Clone, Copy)]
 pub(super) struct Declared {
     pub(super) name: &'static str,
     pub(super) title: &'static str,
@@ -140,7 +164,7 @@ pub(super) const fn declare<T: Tool>() -> Declared {
 
 /// Every tool, in `tools/list`'s order.
 pub(super) fn all() -> impl Iterator<Item = &'static Declared> {
-    GROUPS.iter().flat_map(|group| group.iter())
+    ALL.iter()
 }
 
 /// Runs tool `name` for `agent` with `arguments`, answering in the request's `profile` (core:

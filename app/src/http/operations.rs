@@ -1,0 +1,142 @@
+//! The routes of the agent operations declared once in [`crate::edge::operations`]: for each, its
+//! route (one generic handler: the token, then its arguments read as declared, the use case, the
+//! answer as JSON) and its entry in the OpenAPI document.
+
+use std::collections::BTreeMap;
+
+use axum::Json;
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
+use axum::routing::{MethodFilter, on};
+use serde::de::DeserializeOwned;
+use utoipa::IntoParams;
+use utoipa::ToSchema;
+use utoipa::openapi::path::{HttpMethod, OperationBuilder};
+use utoipa::openapi::request_body::RequestBodyBuilder;
+use utoipa::openapi::security::SecurityRequirement;
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, Required, ResponseBuilder, Schema};
+
+use super::AppState;
+use super::auth::Authenticated;
+use super::extract::{ApiJson, ApiQuery};
+use crate::edge::error::{ApiError, ApiResult};
+use crate::edge::operation::{Body, HttpArguments, Method, Nothing, Operation, Query, Visit};
+
+impl HttpArguments for Nothing {
+    async fn read(_: Request) -> Result<Self, ApiError> {
+        Ok(Nothing)
+    }
+}
+
+impl<T: DeserializeOwned + IntoParams + Send + 'static> HttpArguments for Query<T> {
+    async fn read(request: Request) -> Result<Self, ApiError> {
+        let (mut parts, _) = request.into_parts();
+        let ApiQuery(t) = ApiQuery::<T>::from_request_parts(&mut parts, &()).await?;
+        Ok(Query(t))
+    }
+
+    fn document(operation: OperationBuilder) -> OperationBuilder {
+        operation.parameters(Some(T::into_params(|| None)))
+    }
+}
+
+impl<T: DeserializeOwned + ToSchema + Send + 'static> HttpArguments for Body<T> {
+    async fn read(request: Request) -> Result<Self, ApiError> {
+        let ApiJson(t) = ApiJson::<T>::from_request(request, &()).await?;
+        Ok(Body(t))
+    }
+
+    fn document(operation: OperationBuilder) -> OperationBuilder {
+        operation.request_body(Some(
+            RequestBodyBuilder::new()
+                .content("application/json", json(Ref::from_schema_name(T::name())))
+                .required(Some(Required::True))
+                .build(),
+        ))
+    }
+}
+
+/// The one handler: the caller's token, the arguments as `O` declares them, its use case, its
+/// answer as JSON (`200`).
+async fn handle<O: Operation>(
+    State(state): State<AppState>,
+    Authenticated(agent): Authenticated,
+    request: Request,
+) -> ApiResult<Json<O::Answer>> {
+    let arguments = O::Http::read(request).await?;
+    let input = O::from_http(arguments)?;
+    Ok(Json(O::run(&state.bus, &agent, input).await?))
+}
+
+/// The routes of every declared operation.
+pub(crate) fn routes() -> axum::Router<AppState> {
+    struct Routes(axum::Router<AppState>);
+    impl Visit for Routes {
+        fn operation<O: Operation>(&mut self) {
+            let filter = match O::METHOD {
+                Method::Get => MethodFilter::GET,
+                Method::Put => MethodFilter::PUT,
+            };
+            let router = std::mem::take(&mut self.0);
+            self.0 = router.route(O::PATH, on(filter, handle::<O>));
+        }
+    }
+    let mut routes = Routes(axum::Router::new());
+    crate::edge::operations::each(&mut routes);
+    routes.0
+}
+
+/// Adds every declared operation to the OpenAPI document `openapi`.
+pub(crate) fn document(openapi: &mut utoipa::openapi::OpenApi) {
+    struct Paths<'a>(&'a mut utoipa::openapi::OpenApi);
+    impl Visit for Paths<'_> {
+        fn operation<O: Operation>(&mut self) {
+            let method = match O::METHOD {
+                Method::Get => HttpMethod::Get,
+                Method::Put => HttpMethod::Put,
+            };
+            self.0
+                .paths
+                .add_path_operation(O::PATH, vec![method], entry::<O>());
+        }
+    }
+    crate::edge::operations::each(&mut Paths(openapi));
+}
+
+/// `O`'s OpenAPI operation.
+fn entry<O: Operation>() -> utoipa::openapi::path::Operation {
+    let error = || json(Ref::from_schema_name(crewbus_error_body()));
+    let mut responses = BTreeMap::new();
+    responses.insert(200, ("", json(O::answer_schema())));
+    responses.insert(401, (UNAUTHENTICATED, error()));
+    for (status, when) in O::ERRORS {
+        responses.insert(*status, (*when, error()));
+    }
+    let mut operation = OperationBuilder::new()
+        .tag(O::TAG)
+        .summary(Some(O::SUMMARY))
+        .operation_id(Some(O::NAME));
+    operation = O::Http::document(operation);
+    for (status, (description, content)) in responses {
+        operation = operation.response(
+            status.to_string(),
+            ResponseBuilder::new()
+                .description(description)
+                .content("application/json", content)
+                .build(),
+        );
+    }
+    operation
+        .security(SecurityRequirement::new("bearer", Vec::<String>::new()))
+        .build()
+}
+
+/// When every agent route answers `401`.
+const UNAUTHENTICATED: &str = "no, a malformed, an unknown or a revoked token";
+
+fn crewbus_error_body() -> std::borrow::Cow<'static, str> {
+    crate::edge::error::ErrorBody::name()
+}
+
+fn json(schema: impl Into<RefOr<Schema>>) -> utoipa::openapi::Content {
+    ContentBuilder::new().schema(Some(schema)).build()
+}
