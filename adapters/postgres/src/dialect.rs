@@ -8,8 +8,8 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, DeliveryId, InboxAck, IndexEntry, IssuedHandOut, Operator, RunId,
-    SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome, Settlement, StoreError,
-    SweepTarget, WakeupTarget,
+    SearchQuery, SearchTerms, SendRequest, Sent, SlotOutcome, StoreError, SweepTarget,
+    WakeupTarget,
 };
 use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
@@ -17,12 +17,13 @@ use crewbus_sql::driver::Stmt;
 use crewbus_sql::ledger::SqlLedger;
 use crewbus_sql::push_store::{PushRow, SqlPushStore};
 use crewbus_sql::search::HitRow;
+use crewbus_sql::settle::LiveSlot;
 use sqlx::pool::PoolConnection;
 use sqlx::{PgConnection, PgPool, Postgres, Transaction};
 use uuid::Uuid;
 
 use crate::error;
-use crate::ledger::{delivery, directory, operators, oversight, relay, search, send};
+use crate::ledger::{delivery, directory, operators, oversight, search, send, settle};
 use crate::push_store;
 
 /// The Postgres dialect.
@@ -104,12 +105,13 @@ impl Dialect for Pg {
         send::send_batch(ledger, requests, at).await
     }
 
-    async fn settle(
+    async fn write_settlements(
         ledger: &SqlLedger<Pg>,
-        settlements: &[Settlement],
+        conn: &mut PgConnection,
+        applied: &[(LiveSlot, &SlotOutcome)],
         at: DateTime<Utc>,
-    ) -> BusResult<Vec<SettleOutcome>> {
-        relay::settle(ledger, settlements, at).await
+    ) -> BusResult<()> {
+        settle::write_settlements(conn, ledger.tenant(), applied, at).await
     }
 
     async fn push_claim_due(

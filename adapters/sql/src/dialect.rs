@@ -10,8 +10,8 @@ use std::ops::{Deref, DerefMut};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, DeliveryId, InboxAck, IndexEntry, IssuedHandOut, Operator, RunId,
-    SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome, Settlement, StoreError,
-    SweepTarget, WakeupTarget,
+    SearchQuery, SearchTerms, SendRequest, Sent, SlotOutcome, StoreError, SweepTarget,
+    WakeupTarget,
 };
 use sqlx::Database;
 use uuid::Uuid;
@@ -25,6 +25,7 @@ use crate::ledger::SqlLedger;
 use crate::push_store::{AttemptRow, PushRow, SqlPushStore};
 use crate::rows::{ActivityRow, AgentRow, MemberRow, MessageRow, RecipientRow, SlotRow, TeamRow};
 use crate::search::HitRow;
+use crate::settle::LiveSlot;
 
 /// The connection of dialect `D` (`PgConnection`, `SqliteConnection`).
 pub type Conn<D> = <<D as Dialect>::Db as Database>::Connection;
@@ -97,6 +98,7 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         + Reads<AgentRow<Self::Time>>
         + Reads<MessageRow<Self::Time>>
         + Reads<crate::rows::ReceiptRow<Self::Time>>
+        + Reads<LiveSlot>
         + Reads<crate::rows::ReferenceRow<Self::Time>>
         + Reads<crate::references::OrderedReference<Self::Time>>
         + Reads<(Uuid, Uuid)>
@@ -386,13 +388,18 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         at: DateTime<Utc>,
     ) -> impl Future<Output = BusResult<Vec<BusResult<Sent>>>> + Send;
 
-    /// `Ledger::settle`: the batch's live slots fenced by generation and lease, one write
-    /// transaction (Postgres set-based, `ledger/settle.rs`).
-    fn settle(
+    /// `Ledger::settle`'s writes, in its write transaction: each settlement of `applied` (the
+    /// ones the fence applied, in call order, with their live slots) written as its
+    /// [`SlotWrite`](crate::settle::SlotWrite) says. By default a statement per row
+    /// ([`crate::settle::write_each`]); Postgres one statement per outcome kind (`unnest`).
+    fn write_settlements(
         ledger: &SqlLedger<Self>,
-        settlements: &[Settlement],
+        conn: &mut Conn<Self>,
+        applied: &[(LiveSlot, &SlotOutcome)],
         at: DateTime<Utc>,
-    ) -> impl Future<Output = BusResult<Vec<SettleOutcome>>> + Send;
+    ) -> impl Future<Output = BusResult<()>> + Send {
+        crate::settle::write_each(ledger, conn, applied, at)
+    }
 
     /// `PushStore::due`'s claim: up to `limit` rows of `store`'s tenant not parked and due at
     /// `at` (the first in the order `next_attempt_at, run, id` bytewise), moved to `lease_until`

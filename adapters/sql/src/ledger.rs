@@ -311,7 +311,7 @@ impl<D: Dialect> LedgerSections for SqlLedger<D> {
         settlements: &[Settlement],
         at: DateTime<Utc>,
     ) -> BusResult<Vec<SettleOutcome>> {
-        D::settle(self, settlements, at).await
+        crate::settle::settle(self, settlements, at).await
     }
 
     async fn lease_inbox_events(

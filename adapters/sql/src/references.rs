@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, InboxEvent};
 use uuid::Uuid;
 
-use crate::dialect::{BYTEWISE, Dialect};
+use crate::dialect::{BYTEWISE, Conn, Dialect};
 use crate::driver::stmt;
 use crate::ledger::SqlLedger;
 use crate::rows::ReferenceRow;
@@ -160,4 +160,29 @@ pub async fn mark_published<D: Dialect>(
         .map_err(ledger.db(what))?;
     ledger.end_write(write, what).await?;
     Ok(D::rows_affected(&done))
+}
+
+/// Writes the reference marker of `message` (of `team`, stored at `at`) with the team's current
+/// inbox, when the message has recipients: one row, whatever their number (the reference worker
+/// reads the recipients from the receipts). Shared by SQLite's `send` (local backend) and the
+/// row-by-row settle ([`crate::settle::write_each`]).
+pub async fn mark_due<D: Dialect>(
+    ledger: &SqlLedger<D>,
+    conn: &mut Conn<D>,
+    team: Uuid,
+    message: Uuid,
+    at: DateTime<Utc>,
+) -> BusResult<()> {
+    stmt::<D>(
+        "INSERT INTO reference_marks (message_id, tenant, team_id, inbox, created_at)
+         SELECT $1, $2, $3, t.inbox, $4 FROM teams t
+         WHERE t.id = $3 AND EXISTS (SELECT 1 FROM receipts r WHERE r.message_id = $1)",
+    )
+    .arg(message)
+    .arg(ledger.tenant().as_str().to_owned())
+    .arg(team)
+    .arg(D::time(at))
+    .run(conn)
+    .await
+    .map_err(ledger.db("reference marker"))
 }

@@ -8,8 +8,7 @@ use std::collections::{BTreeMap, HashMap};
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, DeliveryId, InboxAck, IndexEntry, IssuedHandOut, Operator, RunId,
-    SearchQuery, SearchTerms, SendRequest, Sent, SettleOutcome, Settlement, StoreError,
-    SweepTarget, WakeupTarget,
+    SearchQuery, SearchTerms, SendRequest, Sent, StoreError, SweepTarget, WakeupTarget,
 };
 use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
@@ -23,7 +22,7 @@ use uuid::Uuid;
 
 use crate::codec::Ts;
 use crate::connect::{SqlitePools, WriteTx};
-use crate::ledger::{delivery, operators, oversight, search, send, settle};
+use crate::ledger::{delivery, operators, oversight, search, send};
 use crate::push_store;
 
 /// The SQLite dialect.
@@ -103,14 +102,6 @@ impl Dialect for Lite {
         at: DateTime<Utc>,
     ) -> BusResult<Vec<BusResult<Sent>>> {
         send::send_batch(ledger, requests, at).await
-    }
-
-    async fn settle(
-        ledger: &SqlLedger<Lite>,
-        settlements: &[Settlement],
-        at: DateTime<Utc>,
-    ) -> BusResult<Vec<SettleOutcome>> {
-        settle::settle(ledger, settlements, at).await
     }
 
     async fn push_claim_due(

@@ -1,8 +1,8 @@
 //! The Postgres ledger: what of the bus's authority Postgres writes its own way, reached by the
 //! shared `impl Ledger for SqlLedger<Pg>` (`crewbus-sql`) through the dialect ([`crate::Pg`]).
 //!
-//! One file per section the dialect answers: `send` (set-based `unnest` writes), `relay`
-//! (the settle's transaction; the set-based settle in `settle`); and the SQL of the shared sections that differs on Postgres: `delivery` (hand-outs, the
+//! One file per section the dialect answers: `send` (set-based `unnest` writes), `settle`
+//! (the settle's set-based writes); and the SQL of the shared sections that differs on Postgres: `delivery` (hand-outs, the
 //! wake-up sweep), `directory` (members), `operators`, `oversight` and `search`. Table rows and
 //! their conversions are in `rows`.
 
@@ -17,11 +17,10 @@ pub(crate) mod delivery;
 pub(crate) mod directory;
 pub(crate) mod operators;
 pub(crate) mod oversight;
-pub(crate) mod relay;
 mod rows;
 pub(crate) mod search;
 pub(crate) mod send;
-mod settle;
+pub(crate) mod settle;
 
 /// One tenant's ledger in Postgres: [`SqlLedger`] in the Postgres dialect
 /// (`PostgresLedger::new(pool, tenant)`, over a pool migrated by [`crate::migrate`]).

@@ -1,13 +1,6 @@
-//! `PostgresLedger::settle`, set-based: a constant number of statements per call, whatever the
-//! batch size.
-//!
-//! 1. One `SELECT … WHERE id = ANY($1) … ORDER BY id FOR UPDATE` locks and reads the live slots
-//!    named by the batch (not failed, lease unexpired at `at`), in id order, so concurrent
-//!    settlers lock in the same order and never deadlock.
-//! 2. The fence is decided in Rust, settlement by settlement in call order: a settlement applies
-//!    only when its slot was read live with the same generation and no earlier settlement of
-//!    this call applied to it (an applied one releases the lease); everything else is `Stale`.
-//! 3. One statement per outcome kind present among the applied ones, each over `unnest`ed
+//! `PostgresLedger::settle`'s writes, set-based (the live slots' lock and the fence are the
+//! shared `crewbus_sql::settle`'s): a constant number of statements per call, whatever the
+//! batch size — one statement per outcome kind present among the applied ones, each over `unnest`ed
 //!    arrays: `Confirmed` (messages stored, slots deleted, reference markers — data-modifying
 //!    CTEs), `Retryable`/`Uncertain` (one `UPDATE` of the slots), `Fatal` (slots
 //!    failed and messages failed — one statement with a CTE).
@@ -17,8 +10,8 @@
 //! recipients gets none.
 
 use chrono::{DateTime, Utc};
-use crewbus_domain::{BusError, BusResult, SettleOutcome, Settlement, SlotOutcome, TenantId};
-use crewbus_sql::settle::{LiveSlot, SlotWrite, fence};
+use crewbus_domain::{BusError, BusResult, SlotOutcome, TenantId};
+use crewbus_sql::settle::{LiveSlot, SlotWrite};
 use sqlx::PgConnection;
 use uuid::Uuid;
 
@@ -157,38 +150,17 @@ impl Plan {
     }
 }
 
-/// Settles `settlements` of `tenant`'s slots at `at` on `conn` (inside the caller's
-/// transaction), one outcome per settlement in order, with the semantics of
-/// `Ledger::settle`: at most four statements (lock, then one per outcome kind applied).
-/// Errors: a database error → its `BusError` (the caller's transaction is then rolled back).
-pub(crate) async fn settle(
+/// `Dialect::write_settlements` on Postgres: the applied settlements of one call (in call
+/// order, inside the settle's transaction) in at most three statements, one per outcome kind.
+pub(crate) async fn write_settlements(
     conn: &mut PgConnection,
     tenant: &TenantId,
-    settlements: &[Settlement],
+    applied: &[(LiveSlot, &SlotOutcome)],
     at: DateTime<Utc>,
-) -> BusResult<Vec<SettleOutcome>> {
-    let mut ids: Vec<Uuid> = settlements.iter().map(|s| s.slot).collect();
-    ids.sort_unstable();
-    ids.dedup();
-    // Locked in id order (the sort sits below the lock), like every other settler.
-    let rows: Vec<LiveSlot> = sqlx::query_as(
-        "SELECT s.id, s.generation, s.message_id, s.team_id
-         FROM outbox_slots s
-         WHERE s.id = ANY($1) AND s.tenant = $2 AND NOT s.failed AND s.leased_until > $3
-         ORDER BY s.id
-         FOR UPDATE",
-    )
-    .bind(&ids)
-    .bind(tenant.as_str())
-    .bind(at)
-    .fetch_all(&mut *conn)
-    .await
-    .map_err(db)?;
-    let (outcomes, applied) = fence(settlements, rows);
+) -> BusResult<()> {
     let mut plan = Plan::default();
-    for (slot, outcome) in &applied {
+    for (slot, outcome) in applied {
         plan.add(slot, outcome);
     }
-    plan.apply(conn, tenant, at).await?;
-    Ok(outcomes)
+    plan.apply(conn, tenant, at).await
 }

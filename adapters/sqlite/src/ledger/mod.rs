@@ -1,7 +1,7 @@
 //! The SQLite ledger: what of the bus's authority SQLite writes its own way, reached by the
 //! shared `impl Ledger for SqlLedger<Lite>` (`crewbus-sql`) through the dialect ([`crate::Lite`]).
 //!
-//! One file per section the dialect answers (the Postgres ledger's layout): `send`, `settle`;
+//! One file per section the dialect answers (the Postgres ledger's layout): `send`;
 //! and the SQL of the shared sections that differs on SQLite: `delivery` (hand-outs, the
 //! wake-up sweep), `operators`, `oversight` and `search`. Table rows and their conversions are in `rows`.
 
@@ -15,7 +15,6 @@ pub(crate) mod oversight;
 mod rows;
 pub(crate) mod search;
 pub(crate) mod send;
-pub(crate) mod settle;
 
 /// One tenant's ledger in SQLite: [`SqlLedger`] in the SQLite dialect
 /// (`SqliteLedger::new(pools, tenant)`, over pools migrated by [`crate::migrate`]).

@@ -99,32 +99,6 @@ async fn insert_message(
     Ok(recipients)
 }
 
-/// Writes the reference marker of `message` (its body stored now, at `at`) in the team's
-/// inbox, when the message has recipients: one row, whatever their number (the reference
-/// worker reads the recipients from the receipts). Shared by `send` (local backend) and
-/// `settle`.
-pub(super) async fn mark_references_due(
-    ledger: &SqlLedger<Lite>,
-    conn: &mut SqliteConnection,
-    team: Uuid,
-    message: Uuid,
-    at: DateTime<Utc>,
-) -> BusResult<()> {
-    sqlx::query(
-        "INSERT INTO reference_marks (message_id, tenant, team_id, inbox, created_at)
-         SELECT ?1, ?2, ?3, t.inbox, ?4 FROM teams t
-         WHERE t.id = ?3 AND EXISTS (SELECT 1 FROM receipts r WHERE r.message_id = ?1)",
-    )
-    .bind(message)
-    .bind(ledger.tenant().as_str())
-    .bind(team)
-    .bind(Ts(at))
-    .execute(&mut *conn)
-    .await
-    .map_err(ledger.db("reference marker"))?;
-    Ok(())
-}
-
 pub(crate) async fn send_batch(
     ledger: &SqlLedger<Lite>,
     requests: &[SendRequest],
@@ -283,7 +257,7 @@ async fn write_message(
     let recipients = insert_message(ledger, conn, &mut message).await?;
     if local {
         if !recipients.is_empty() {
-            mark_references_due(ledger, conn, request.team, id, at).await?;
+            crewbus_sql::references::mark_due(ledger, conn, request.team, id, at).await?;
         }
         match store_body::<Lite>(conn, &envelope, at).await {
             Ok(_) => {}
