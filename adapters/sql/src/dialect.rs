@@ -99,6 +99,8 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         + Reads<MessageRow<Self::Time>>
         + Reads<crate::rows::ReceiptRow<Self::Time>>
         + Reads<LiveSlot>
+        + Reads<(Uuid, Uuid, i64, bool)>
+        + Reads<(Uuid, bool, Uuid, Self::Time, i64)>
         + Reads<crate::rows::ReferenceRow<Self::Time>>
         + Reads<crate::references::OrderedReference<Self::Time>>
         + Reads<(Uuid, Uuid)>
@@ -289,7 +291,9 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         team: Uuid,
         recipient: Uuid,
         ids: &[Uuid],
-    ) -> impl Future<Output = BusResult<HashMap<Uuid, Candidate>>> + Send;
+    ) -> impl Future<Output = BusResult<HashMap<Uuid, Candidate>>> + Send {
+        crate::hand_out::candidates(ledger, conn, team, recipient, ids)
+    }
 
     /// `hand_out`, step 2: the hand-outs of `ids` (at least one) to `recipient` recorded so far,
     /// by message id (a message never handed out is absent), live ones as of `at`.
@@ -299,7 +303,9 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         recipient: Uuid,
         ids: &[Uuid],
         at: DateTime<Utc>,
-    ) -> impl Future<Output = BusResult<HashMap<Uuid, Prior>>> + Send;
+    ) -> impl Future<Output = BusResult<HashMap<Uuid, Prior>>> + Send {
+        crate::hand_out::prior(ledger, conn, recipient, ids, at)
+    }
 
     /// `hand_out`, step 3: replaces the acks of hand-outs recorded before the call (`acks`
     /// possibly empty), then inserts the new hand-outs of `team` (`issued` possibly empty; they
@@ -311,7 +317,9 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         team: Uuid,
         acks: &BTreeMap<DeliveryId, InboxAck>,
         issued: &[IssuedHandOut],
-    ) -> impl Future<Output = BusResult<()>> + Send;
+    ) -> impl Future<Output = BusResult<()>> + Send {
+        crate::hand_out::write(ledger, conn, team, acks, issued)
+    }
 
     /// Inserts the members `(agent, recipient key)` of the new `conversation`, joined at `at`.
     /// By default one statement per member; Postgres writes them in one (`unnest`).
@@ -438,11 +446,17 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     /// (`stored_after` NULL for none), from placeholder `first` on, bound by
     /// [`Dialect::bind_sweep_targets`]: `SELECT DISTINCT w.team, w.agent FROM …` (the sweep's
     /// condition follows as its `WHERE`). Postgres: `unnest` of three arrays; SQLite: `VALUES`.
-    fn sweep_targets(first: usize, n: usize) -> String;
+    fn sweep_targets(first: usize, n: usize) -> String {
+        crate::hand_out::sweep_targets(first, n)
+    }
 
     /// Binds `targets` for the select of [`Dialect::sweep_targets`].
-    fn bind_sweep_targets<'q>(q: Stmt<'q, Self::Db>, targets: &[SweepTarget])
-    -> Stmt<'q, Self::Db>;
+    fn bind_sweep_targets<'q>(
+        q: Stmt<'q, Self::Db>,
+        targets: &[SweepTarget],
+    ) -> Stmt<'q, Self::Db> {
+        crate::hand_out::bind_sweep_targets::<Self>(q, targets)
+    }
 
     /// A time as the dialect binds it.
     fn time(at: DateTime<Utc>) -> Self::Time {

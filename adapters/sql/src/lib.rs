@@ -33,6 +33,7 @@ pub mod delivery;
 pub mod dialect;
 pub mod directory;
 pub mod driver;
+pub mod hand_out;
 pub mod history;
 pub mod inbox;
 pub mod journal;

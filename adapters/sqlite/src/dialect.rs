@@ -3,14 +3,11 @@
 //! `IN ($n, …)`, the pools of [`SqlitePools`] (every write a part of the group commit, reads on
 //! the read pool) and one error mapping by result code (`error.rs`, counting busy errors).
 
-use std::collections::{BTreeMap, HashMap};
-
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, DeliveryId, InboxAck, IndexEntry, IssuedHandOut, Operator, RunId,
-    SearchQuery, SearchTerms, SendRequest, Sent, StoreError, SweepTarget, WakeupTarget,
+    Agent, BusError, BusResult, IndexEntry, Operator, RunId, SearchQuery, SearchTerms, SendRequest,
+    Sent, StoreError, WakeupTarget,
 };
-use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
 use crewbus_sql::driver::Stmt;
 use crewbus_sql::ledger::SqlLedger;
@@ -22,7 +19,7 @@ use uuid::Uuid;
 
 use crate::codec::Ts;
 use crate::connect::{SqlitePools, WriteTx};
-use crate::ledger::{delivery, operators, oversight, search, send};
+use crate::ledger::{operators, oversight, search, send};
 use crate::push_store;
 
 /// The SQLite dialect.
@@ -123,36 +120,6 @@ impl Dialect for Lite {
         push_store::write_attempt(store, insert, run, id, keep).await
     }
 
-    async fn hand_out_candidates(
-        ledger: &SqlLedger<Lite>,
-        conn: &mut SqliteConnection,
-        team: Uuid,
-        recipient: Uuid,
-        ids: &[Uuid],
-    ) -> BusResult<HashMap<Uuid, Candidate>> {
-        delivery::hand_out_candidates(ledger, conn, team, recipient, ids).await
-    }
-
-    async fn prior_hand_outs(
-        ledger: &SqlLedger<Lite>,
-        conn: &mut SqliteConnection,
-        recipient: Uuid,
-        ids: &[Uuid],
-        at: DateTime<Utc>,
-    ) -> BusResult<HashMap<Uuid, Prior>> {
-        delivery::prior_hand_outs(ledger, conn, recipient, ids, at).await
-    }
-
-    async fn write_hand_outs(
-        ledger: &SqlLedger<Lite>,
-        conn: &mut SqliteConnection,
-        team: Uuid,
-        acks: &BTreeMap<DeliveryId, InboxAck>,
-        issued: &[IssuedHandOut],
-    ) -> BusResult<()> {
-        delivery::write_hand_outs(ledger, conn, team, acks, issued).await
-    }
-
     async fn operators_of(
         ledger: &SqlLedger<Lite>,
         conn: &mut SqliteConnection,
@@ -204,14 +171,6 @@ impl Dialect for Lite {
 
     fn bind_ids<'q>(q: Stmt<'q, Sqlite>, ids: &[Uuid]) -> Stmt<'q, Sqlite> {
         ids.iter().fold(q, |q, id| q.arg(*id))
-    }
-
-    fn sweep_targets(first: usize, n: usize) -> String {
-        delivery::sweep_targets(first, n)
-    }
-
-    fn bind_sweep_targets<'q>(q: Stmt<'q, Sqlite>, targets: &[SweepTarget]) -> Stmt<'q, Sqlite> {
-        delivery::bind_sweep_targets(q, targets)
     }
 
     fn rows_affected(done: &sqlx::sqlite::SqliteQueryResult) -> u64 {

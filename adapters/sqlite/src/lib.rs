@@ -55,6 +55,8 @@ mod error;
 mod group_commit;
 mod integrity;
 mod ledger;
+#[cfg(test)]
+mod plans;
 mod push_store;
 mod write_counts;
 
