@@ -31,6 +31,7 @@ pub(crate) enum Effect {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Method {
     Get,
+    Post,
     Put,
 }
 
@@ -41,6 +42,10 @@ pub(crate) struct Nothing;
 #[derive(Debug, Default, serde::Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NoArguments {}
+
+/// The HTTP arguments are the path's `{id}` (documented with [`Operation::ID`]); one that is not
+/// a UUID is `400 invalid`. With a [`Query`] or [`Body`] as `(Id, Query<T>)`, `(Id, Body<T>)`.
+pub(crate) struct Id(pub crewbus_domain::Uuid);
 
 /// The HTTP arguments are the query string, read as `T` (its parameters documented by `T`'s
 /// `IntoParams`); a query that does not fit is `400 invalid`.
@@ -58,9 +63,11 @@ pub(crate) trait HttpArguments: Sized + Send + 'static {
     fn read(
         request: axum::extract::Request,
     ) -> impl Future<Output = Result<Self, crate::edge::error::ApiError>> + Send;
-    /// Adds their parameters or request body to the route's OpenAPI entry.
+    /// Adds their parameters or request body to the route's OpenAPI entry; `id` says what the
+    /// path's `{id}` names.
     fn document(
         operation: utoipa::openapi::path::OperationBuilder,
+        _id: &str,
     ) -> utoipa::openapi::path::OperationBuilder {
         operation
     }
@@ -77,24 +84,28 @@ pub(crate) trait Operation: Send + Sync + 'static {
     const DESCRIPTION: &'static str;
     /// Its description for a model under the MCP core profile, for an operation core lists
     /// (`None`: not in core). It names the answer's main fields.
-    const CORE: Option<&'static str>;
+    const CORE: Option<&'static str> = None;
     /// What it does to the bus.
     const EFFECT: Effect;
     /// Its HTTP route's method.
     const METHOD: Method;
     /// Its HTTP route's path.
     const PATH: &'static str;
+    /// What its path's `{id}` names, as documented (when it has one).
+    const ID: &'static str = "";
+    /// Its HTTP route's status when it succeeds.
+    const STATUS: u16 = 200;
     /// The OpenAPI tag of its route.
     const TAG: &'static str;
     /// The OpenAPI summary of its route, for the reader of the HTTP API.
     const SUMMARY: &'static str;
     /// The error answers its route documents beside `401` and `503` (which every agent route
     /// documents): `(status, when)`.
-    const ERRORS: &'static [(u16, &'static str)];
+    const ERRORS: &'static [(u16, &'static str)] = &[];
 
     /// What the use case takes.
     type Input: Send;
-    /// Its HTTP arguments: [`Nothing`], [`Query`] or [`Body`].
+    /// Its HTTP arguments: [`Nothing`], [`Id`], [`Query`] or [`Body`], or `Id` with one of those.
     type Http: HttpArguments;
     /// Its MCP arguments: the tool's input schema, and what a call's arguments are parsed into.
     type Mcp: DeserializeOwned + ToSchema + Send + 'static;

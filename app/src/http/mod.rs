@@ -26,7 +26,6 @@ pub mod openapi;
 mod operations;
 mod ops;
 pub(crate) mod request_deadline;
-mod runs;
 #[cfg(test)]
 mod surface;
 pub mod watch;
@@ -78,11 +77,6 @@ pub fn router(bus: Bus, mounted: Router<AppState>) -> Router {
         .route("/v1/messages/{id}/acknowledge", post(messages::acknowledge))
         .route("/v1/inbox/confirm", post(inbox::confirm))
         .route("/v1/inbox/status", get(inbox::status))
-        .route("/v1/runs", post(runs::admit))
-        .route("/v1/runs/{id}", get(runs::get))
-        .route("/v1/runs/{id}/resume", post(runs::resume))
-        .route("/v1/runs/{id}/seal", post(runs::seal))
-        .route("/v1/runs/{id}/records", get(runs::records))
         .route("/v1/leases/check", post(leases::check))
         .route("/v1/leases/{id}", get(leases::get))
         .route("/v1/leases/{id}/renew", post(leases::renew))

@@ -6,20 +6,23 @@ use std::collections::BTreeMap;
 
 use axum::Json;
 use axum::extract::{FromRequest, FromRequestParts, Request, State};
+use axum::http::StatusCode;
 use axum::routing::{MethodFilter, on};
+use crewbus_domain::Uuid;
 use serde::de::DeserializeOwned;
 use utoipa::IntoParams;
 use utoipa::ToSchema;
-use utoipa::openapi::path::{HttpMethod, OperationBuilder};
+use utoipa::openapi::path::{HttpMethod, OperationBuilder, ParameterBuilder, ParameterIn};
 use utoipa::openapi::request_body::RequestBodyBuilder;
+use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
 use utoipa::openapi::security::SecurityRequirement;
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, Required, ResponseBuilder, Schema};
 
 use super::AppState;
 use super::auth::Authenticated;
-use super::extract::{ApiJson, ApiQuery};
+use super::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::edge::error::{ApiError, ApiResult};
-use crate::edge::operation::{Body, HttpArguments, Method, Nothing, Operation, Query, Visit};
+use crate::edge::operation::{Body, HttpArguments, Id, Method, Nothing, Operation, Query, Visit};
 
 impl HttpArguments for Nothing {
     async fn read(_: Request) -> Result<Self, ApiError> {
@@ -34,7 +37,7 @@ impl<T: DeserializeOwned + IntoParams + Send + 'static> HttpArguments for Query<
         Ok(Query(t))
     }
 
-    fn document(operation: OperationBuilder) -> OperationBuilder {
+    fn document(operation: OperationBuilder, _: &str) -> OperationBuilder {
         operation.parameters(Some(T::into_params(|| None)))
     }
 }
@@ -45,7 +48,7 @@ impl<T: DeserializeOwned + ToSchema + Send + 'static> HttpArguments for Body<T> 
         Ok(Body(t))
     }
 
-    fn document(operation: OperationBuilder) -> OperationBuilder {
+    fn document(operation: OperationBuilder, _: &str) -> OperationBuilder {
         operation.request_body(Some(
             RequestBodyBuilder::new()
                 .content("application/json", json(Ref::from_schema_name(T::name())))
@@ -55,16 +58,55 @@ impl<T: DeserializeOwned + ToSchema + Send + 'static> HttpArguments for Body<T> 
     }
 }
 
+impl HttpArguments for Id {
+    async fn read(request: Request) -> Result<Self, ApiError> {
+        let (mut parts, _) = request.into_parts();
+        let ApiPath(id) = ApiPath::<Uuid>::from_request_parts(&mut parts, &()).await?;
+        Ok(Id(id))
+    }
+
+    fn document(operation: OperationBuilder, id: &str) -> OperationBuilder {
+        operation.parameter(
+            ParameterBuilder::new()
+                .name("id")
+                .parameter_in(ParameterIn::Path)
+                .description(Some(id))
+                .required(Required::True)
+                .schema(Some(
+                    ObjectBuilder::new()
+                        .schema_type(Type::String)
+                        .format(Some(SchemaFormat::KnownFormat(KnownFormat::Uuid))),
+                )),
+        )
+    }
+}
+
+/// `{id}` and a query or body, read in that order (a bad id is refused before the rest is read).
+impl<T: HttpArguments> HttpArguments for (Id, T) {
+    async fn read(request: Request) -> Result<Self, ApiError> {
+        let (mut parts, body) = request.into_parts();
+        let ApiPath(id) = ApiPath::<Uuid>::from_request_parts(&mut parts, &()).await?;
+        let rest = T::read(Request::from_parts(parts, body)).await?;
+        Ok((Id(id), rest))
+    }
+
+    fn document(operation: OperationBuilder, id: &str) -> OperationBuilder {
+        T::document(Id::document(operation, id), id)
+    }
+}
+
 /// The one handler: the caller's token, the arguments as `O` declares them, its use case, its
 /// answer as JSON (`200`).
 async fn handle<O: Operation>(
     State(state): State<AppState>,
     Authenticated(agent): Authenticated,
     request: Request,
-) -> ApiResult<Json<O::Answer>> {
+) -> ApiResult<(StatusCode, Json<O::Answer>)> {
     let arguments = O::Http::read(request).await?;
     let input = O::from_http(arguments)?;
-    Ok(Json(O::run(&state.bus, &agent, input).await?))
+    let answer = O::run(&state.bus, &agent, input).await?;
+    let status = StatusCode::from_u16(O::STATUS).unwrap_or(StatusCode::OK);
+    Ok((status, Json(answer)))
 }
 
 /// The routes of every declared operation.
@@ -74,6 +116,7 @@ pub(crate) fn routes() -> axum::Router<AppState> {
         fn operation<O: Operation>(&mut self) {
             let filter = match O::METHOD {
                 Method::Get => MethodFilter::GET,
+                Method::Post => MethodFilter::POST,
                 Method::Put => MethodFilter::PUT,
             };
             let router = std::mem::take(&mut self.0);
@@ -92,6 +135,7 @@ pub(crate) fn document(openapi: &mut utoipa::openapi::OpenApi) {
         fn operation<O: Operation>(&mut self) {
             let method = match O::METHOD {
                 Method::Get => HttpMethod::Get,
+                Method::Post => HttpMethod::Post,
                 Method::Put => HttpMethod::Put,
             };
             self.0
@@ -106,7 +150,7 @@ pub(crate) fn document(openapi: &mut utoipa::openapi::OpenApi) {
 fn entry<O: Operation>() -> utoipa::openapi::path::Operation {
     let error = || json(Ref::from_schema_name(crewbus_error_body()));
     let mut responses = BTreeMap::new();
-    responses.insert(200, ("", json(O::answer_schema())));
+    responses.insert(O::STATUS, ("", json(O::answer_schema())));
     responses.insert(401, (UNAUTHENTICATED, error()));
     for (status, when) in O::ERRORS {
         responses.insert(*status, (*when, error()));
@@ -115,7 +159,7 @@ fn entry<O: Operation>() -> utoipa::openapi::path::Operation {
         .tag(O::TAG)
         .summary(Some(O::SUMMARY))
         .operation_id(Some(O::NAME));
-    operation = O::Http::document(operation);
+    operation = O::Http::document(operation, O::ID);
     for (status, (description, content)) in responses {
         operation = operation.response(
             status.to_string(),

@@ -220,8 +220,8 @@ mod tests {
 
     #[test]
     fn tool_arguments_state_the_rules_of_the_http_fields_they_mirror() {
+        use crate::edge::operations::runs::{RecordsArguments, SealArguments};
         use crate::mcp::tools::conversations::{ReadConversationArguments, SendArguments};
-        use crate::mcp::tools::runs::{RecordsArguments, SealArguments};
         let field = |s: &Value, name: &str, keys: &[&str]| -> Vec<Value> {
             keys.iter()
                 .map(|k| s["properties"][name][k].clone())

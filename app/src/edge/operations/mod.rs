@@ -3,6 +3,7 @@
 //! declared here have a hand-written HTTP handler (`http/`) and MCP tool (`mcp/tools/`).
 
 pub(crate) mod presence;
+pub(crate) mod runs;
 pub(crate) mod search;
 pub(crate) mod team;
 
@@ -11,6 +12,7 @@ use super::operation::Visit;
 /// Every operation declared here, group by group.
 pub(crate) fn each(v: &mut impl Visit) {
     team::each(v);
+    runs::each(v);
     search::each(v);
     presence::each(v);
 }

@@ -21,7 +21,6 @@ impl Operation for SetStatus {
         schema review\". Your team sees it beside your name in list_agents and the people running \
         the agents see it in their console. Set it when you start something new; an empty `status` \
         clears it. Returns you as list_agents shows you.";
-    const CORE: Option<&'static str> = None;
     const EFFECT: Effect = Effect::Idempotent;
     const METHOD: Method = Method::Put;
     const PATH: &'static str = "/v1/me/status";

@@ -34,7 +34,6 @@ impl Operation for Whoami {
     const PATH: &'static str = "/v1/me";
     const TAG: &'static str = "agents";
     const SUMMARY: &'static str = "The calling agent.";
-    const ERRORS: &'static [(u16, &'static str)] = &[];
     type Input = ();
     type Http = Nothing;
     type Mcp = NoArguments;
@@ -80,7 +79,6 @@ impl Operation for ListAgents {
     const TAG: &'static str = "agents";
     const SUMMARY: &'static str = "The agents of the caller's team (ids to put in a \
         conversation), by name, each with its\nstatus line, current run and last activity.";
-    const ERRORS: &'static [(u16, &'static str)] = &[];
     type Input = ();
     type Http = Nothing;
     type Mcp = NoArguments;

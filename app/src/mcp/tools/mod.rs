@@ -43,7 +43,6 @@ use crate::usecases::bus::Bus;
 pub(super) mod conversations;
 pub(super) mod inbox;
 pub(super) mod leases;
-pub(super) mod runs;
 
 /// Every tool, in `tools/list`'s order: each group's tools in its own order, the operations
 /// declared once for both edges (`crate::edge::operations`) among them.
@@ -51,14 +50,11 @@ static ALL: LazyLock<Vec<Declared>> = LazyLock::new(|| {
     use crate::edge::operations as declared;
     let mut tools = Tools(Vec::new());
     declared::team::each(&mut tools);
-    for group in [
-        conversations::TOOLS,
-        inbox::TOOLS,
-        runs::TOOLS,
-        leases::TOOLS,
-    ] {
+    for group in [conversations::TOOLS, inbox::TOOLS] {
         tools.0.extend_from_slice(group);
     }
+    declared::runs::each(&mut tools);
+    tools.0.extend_from_slice(leases::TOOLS);
     declared::search::each(&mut tools);
     declared::presence::each(&mut tools);
     tools.0
