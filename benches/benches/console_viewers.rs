@@ -69,10 +69,10 @@ use reqwest::StatusCode;
 use tokio::task::JoinHandle;
 
 mod support;
+use crewbus_benches::kit::store::{STORES, Store, StoreBus};
 use support::cpu::{PostgresWindow, cpu_ticks, load_average, postgres_ticks, tick_seconds};
 use support::measuring;
 use support::rounds::{Order, Tally, rounds};
-use support::store::{STORES, Store, StoreBus};
 
 /// Live viewers of the throughput phases, and of the idle window.
 const VIEWERS: usize = 20;

@@ -7,10 +7,10 @@
 //! Through the use cases (`Bus::fetch`, `Bus::confirm`), as the HTTP and MCP handlers call them
 //! (no HTTP: the store's cost, not the transport's), on the wall clock, no workers running.
 //!
-//! Set-up (untimed), per store and path: a fresh store (SQLite: `support::sqlite_bus`, as
-//! `crewbus serve` opens it; Postgres: a fresh database on `DATABASE_URL`, composed by
-//! `compose::postgres_with_pool` over a pool of the default size; an unreachable server fails the
-//! run loudly); a team, a sender and a receiver in one conversation. The backlog is seeded
+//! Set-up (untimed), per store and path: a fresh store of the test kit (`kit::store::StoreBus`:
+//! SQLite as `crewbus serve` opens it; Postgres a fresh database on `DATABASE_URL`, composed by
+//! `compose::postgres_with_pool` over a pool of its own; an unreachable server fails the run
+//! loudly); a team, a sender and a receiver in one conversation. The backlog is seeded
 //! through the ledger's batch send (`Ledger::send_batch`, 1,000 sends a call, 64-byte bodies,
 //! sent and stored a minute before the run, so the top-up counts every one as due); on Postgres
 //! `ANALYZE` follows each growth (what autovacuum does to a table that grew).
@@ -43,16 +43,12 @@
 //! `FETCH_BACKLOG_STORES=sqlite` or `postgres` runs one store). Each size's medians are printed
 //! as soon as they are measured.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
-use crewbus::bus::Bus;
-use crewbus::compose;
 use crewbus::config::Config;
-use crewbus_conformance::postgres::TestDatabase;
+use crewbus_benches::kit::store::{STORES, Store, StoreBus};
 use crewbus_domain::{Agent, ConfirmOutcome, DeliveryId, SendRequest, Uuid};
-use crewbus_ports::SystemClock;
 
 mod support;
 
@@ -73,21 +69,6 @@ const SEED_BATCH: usize = 1_000;
 const GOAL: f64 = 1.2;
 
 #[derive(Clone, Copy, PartialEq)]
-enum Store {
-    Sqlite,
-    Postgres,
-}
-
-impl Store {
-    fn name(self) -> &'static str {
-        match self {
-            Store::Sqlite => "sqlite",
-            Store::Postgres => "postgres",
-        }
-    }
-}
-
-#[derive(Clone, Copy, PartialEq)]
 enum Path {
     /// References published: the fetch takes from the inbox.
     Inbox,
@@ -106,7 +87,8 @@ impl Path {
 
 /// One store with its receiver's growing backlog.
 struct Scene {
-    bus: Bus,
+    /// The bus on its fresh store.
+    store: StoreBus,
     team: Uuid,
     sender: Agent,
     receiver: Agent,
@@ -116,31 +98,13 @@ struct Scene {
     sent: usize,
     /// Of them, not confirmed yet: the receiver's backlog.
     pending: usize,
-    db: Option<TestDatabase>,
-    dir: Option<tempfile::TempDir>,
 }
 
 impl Scene {
     async fn new(store: Store, path: Path) -> Scene {
         let mut config = Config::default();
-        let (bus, db, dir) = match store {
-            Store::Sqlite => {
-                let (bus, dir) = support::sqlite_bus(&mut config).await;
-                (bus, None, Some(dir))
-            }
-            Store::Postgres => {
-                let db = TestDatabase::create("fetch backlog bench", |pool| async move {
-                    crewbus_postgres::migrate(&pool).await
-                })
-                .await;
-                let bus =
-                    compose::postgres_with_pool(&config, db.pool().clone(), Arc::new(SystemClock))
-                        .await
-                        .expect("compose postgres")
-                        .bus;
-                (bus, Some(db), None)
-            }
-        };
+        let store = StoreBus::open(store, &mut config, "fetch backlog bench").await;
+        let bus = &store.bus;
         let team = bus.add_team("backlog", None, None).await.expect("team");
         let sender = bus
             .add_agent(team.id, "sender")
@@ -158,7 +122,6 @@ impl Scene {
             .expect("conversation")
             .id;
         Scene {
-            bus,
             team: team.id,
             sender,
             receiver,
@@ -166,8 +129,7 @@ impl Scene {
             path,
             sent: 0,
             pending: 0,
-            db,
-            dir,
+            store,
         }
     }
 
@@ -189,6 +151,7 @@ impl Scene {
                 })
                 .collect();
             let answers = self
+                .store
                 .bus
                 .ports()
                 .ledger
@@ -205,7 +168,12 @@ impl Scene {
         }
         if self.path == Path::Inbox {
             loop {
-                let pass = self.bus.reference_pass().await.expect("reference pass");
+                let pass = self
+                    .store
+                    .bus
+                    .reference_pass()
+                    .await
+                    .expect("reference pass");
                 assert_eq!(pass.deferred + pass.refused, 0, "{pass:?}");
                 if pass.messages == 0 {
                     break;
@@ -216,7 +184,7 @@ impl Scene {
 
     /// `ANALYZE` on Postgres (what autovacuum does to tables that grew); nothing on SQLite.
     async fn analyze(&self) {
-        if let Some(db) = &self.db {
+        if let Some(db) = &self.store.db {
             sqlx::query("ANALYZE")
                 .execute(db.pool())
                 .await
@@ -227,13 +195,19 @@ impl Scene {
     /// One sample: the fetch's time and the confirm's.
     async fn sample(&mut self) -> (Duration, Duration) {
         let start = Instant::now();
-        let fetched = self.bus.fetch(&self.receiver, FETCH).await.expect("fetch");
+        let fetched = self
+            .store
+            .bus
+            .fetch(&self.receiver, FETCH)
+            .await
+            .expect("fetch");
         let fetch = start.elapsed();
         assert_eq!(fetched.len(), FETCH, "a fetch from a backlog hands out 20");
         assert!(fetched.iter().all(|d| !d.hand_out.redelivered));
         let ids: Vec<DeliveryId> = fetched.iter().map(|d| d.hand_out.delivery).collect();
         let start = Instant::now();
         let outcomes = self
+            .store
             .bus
             .confirm(&self.receiver, &ids, None)
             .await
@@ -251,10 +225,7 @@ impl Scene {
     }
 
     async fn finish(self) {
-        if let Some(db) = self.db {
-            db.passed().await;
-        }
-        drop(self.dir);
+        self.store.close().await;
     }
 }
 
@@ -297,7 +268,7 @@ async fn print_plans(scene: &Scene) {
         )
     };
     let (receiver, team) = (scene.receiver.id, scene.team);
-    if let Some(db) = &scene.db {
+    if let Some(db) = &scene.store.db {
         let (r, t) = (format!("'{receiver}'::uuid"), format!("'{team}'::uuid"));
         let p = [r.as_str(), &t, "now()", "now()", "20"];
         for (name, sql) in [("top-up", topup("JOIN", p)), ("inbox pick", pick(p))] {
@@ -311,7 +282,7 @@ async fn print_plans(scene: &Scene) {
             }
         }
     }
-    if let Some(dir) = &scene.dir {
+    if let Some(dir) = &scene.store.dir {
         use sqlx::ConnectOptions;
         let mut conn = sqlx::sqlite::SqliteConnectOptions::new()
             .filename(dir.path().join("crewbus.db"))
@@ -408,7 +379,7 @@ fn main() {
         let mut all = Vec::new();
         // `FETCH_BACKLOG_STORES`: the stores to run, by name, comma-separated (default both).
         let only = std::env::var("FETCH_BACKLOG_STORES").unwrap_or_default();
-        let stores = [Store::Sqlite, Store::Postgres]
+        let stores = STORES
             .into_iter()
             .filter(|s| only.is_empty() || only.split(',').any(|o| o.trim() == s.name()));
         for store in stores {

@@ -2,7 +2,7 @@
 //! and Postgres, through the use cases (`Bus::acquire_lease`, `Bus::release_lease`) as the HTTP
 //! and MCP handlers call them (no HTTP: the ledger's cost, not the transport's).
 //!
-//! Set-up (untimed), per store: a fresh store (SQLite: `support::sqlite_bus`, its group commit
+//! Set-up (untimed), per store: a fresh store (SQLite: `crewbus_benches::kit::store::sqlite_bus`, its group commit
 //! on one write connection; Postgres: a fresh database on `DATABASE_URL`, composed by
 //! `compose::postgres_with_pool`, pool of the production default size; an unreachable server
 //! fails the run loudly), one team of 32 agents, one conversation.
@@ -32,11 +32,12 @@ use crewbus_domain::{Acquired, Agent, LeaseClaim, LeaseMode};
 
 mod support;
 
+use crewbus_benches::kit::postgres::database;
+use crewbus_benches::kit::store::{STORES, Store, postgres_bus};
 use support::cpu::load_average;
 use support::latency::{Latencies, ms};
 use support::measuring;
 use support::rounds::{Order, rounds};
-use support::store::{STORES, Store, database, postgres_bus};
 
 const AGENTS: usize = 32;
 
@@ -114,7 +115,7 @@ async fn run(store: Store, bench: bool) -> Figures {
     let mut _keep: (Option<TestDatabase>, Option<tempfile::TempDir>) = (None, None);
     let bus = match store {
         Store::Sqlite => {
-            let (bus, dir) = support::sqlite_bus(&mut config).await;
+            let (bus, dir) = crewbus_benches::kit::store::sqlite_bus(&mut config).await;
             _keep.1 = Some(dir);
             bus
         }

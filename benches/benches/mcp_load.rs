@@ -160,7 +160,7 @@ async fn kept_alive(calls: usize) {
         listen: "127.0.0.1:0".parse().expect("an address"),
         ..Config::default()
     };
-    let (bus, _dir) = support::sqlite_bus(&mut config).await;
+    let (bus, _dir) = crewbus_benches::kit::store::sqlite_bus(&mut config).await;
     let server = Server::start(bus.clone(), config.listen, Shutdown::new())
         .await
         .expect("server");

@@ -24,11 +24,12 @@ use crewbus::config::Config;
 
 mod support;
 
+use crewbus_benches::kit::postgres::database;
+use crewbus_benches::kit::store::postgres_bus;
 use support::cpu::load_average;
 use support::measuring;
 use support::rounds::{Order, Tally, rounds};
 use support::senders::{Sender, burst, sender};
-use support::store::{database, postgres_bus};
 
 fn config(limited: bool) -> Config {
     let mut config = Config::default();
@@ -78,8 +79,8 @@ fn main() {
     runtime.block_on(async {
         let mut all = Vec::new();
         {
-            let (on, _on_dir) = support::sqlite_bus(&mut config(true)).await;
-            let (off, _off_dir) = support::sqlite_bus(&mut config(false)).await;
+            let (on, _on_dir) = crewbus_benches::kit::store::sqlite_bus(&mut config(true)).await;
+            let (off, _off_dir) = crewbus_benches::kit::store::sqlite_bus(&mut config(false)).await;
             let (on, off) = (sender(on, "limited").await, sender(off, "free").await);
             all.push(measure("sqlite", on, off, bench).await);
         }

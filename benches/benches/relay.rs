@@ -291,7 +291,7 @@ fn relay(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("runtime");
-    let db = runtime.block_on(support::store::database("relay bench"));
+    let db = runtime.block_on(crewbus_benches::kit::postgres::database("relay bench"));
     eprintln!("relay bench: fresh database {}", db.name());
     let scene = Arc::new(runtime.block_on(scene(&db)));
     let totals = Totals::new();

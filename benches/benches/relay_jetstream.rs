@@ -76,8 +76,8 @@ use sqlx::PgPool;
 use sqlx::postgres::PgPoolOptions;
 
 mod support;
+use crewbus_benches::kit::nats::nats_config;
 use support::rounds::{Order, Tally, rounds};
-use support::store::nats_config;
 use support::{lease_and_settle_all, measuring};
 
 /// Relay batch sizes (`bus.relay_batch`: slots per lease; the raw baseline's window).
@@ -431,7 +431,9 @@ fn relay_jetstream(c: &mut Criterion) {
         .enable_all()
         .build()
         .expect("runtime");
-    let db = runtime.block_on(support::store::database("relay_jetstream bench"));
+    let db = runtime.block_on(crewbus_benches::kit::postgres::database(
+        "relay_jetstream bench",
+    ));
     let scene = Arc::new(runtime.block_on(scene(&db)));
     let totals = Totals::new();
     let slots = if measuring() { SLOTS } else { TEST_SLOTS };

@@ -2,7 +2,7 @@
 //! use cases (`Bus::search`, `Bus::send`, `Bus::index_pass`) as the HTTP and MCP handlers and the
 //! index worker call them (no HTTP: the ledger's cost, not the transport's).
 //!
-//! Set-up (untimed), per store: a fresh store (SQLite: `support::sqlite_bus`; Postgres: a fresh
+//! Set-up (untimed), per store: a fresh store (SQLite: `crewbus_benches::kit::store::sqlite_bus`; Postgres: a fresh
 //! database on `DATABASE_URL`, composed by `compose::postgres_with_pool`; an unreachable server
 //! fails the run loudly).
 //!
@@ -60,12 +60,13 @@ use tokio::sync::Notify;
 
 mod support;
 
+use crewbus_benches::kit::postgres::database;
+use crewbus_benches::kit::store::{STORES, Store, postgres_bus};
 use support::cpu::load_average;
 use support::latency::{Latencies, ms};
 use support::measuring;
 use support::rounds::{Order, Tally, rounds};
 use support::senders::{Sender, burst, sender};
-use support::store::{STORES, Store, database, postgres_bus};
 
 const VOCABULARY: u32 = 5_000;
 const WORDS_PER_BODY: usize = 20;
@@ -453,7 +454,7 @@ async fn search_bench(store: Store, bench: bool) -> SearchFigures {
     let mut config = Config::default();
     let (bus, db, dir) = match store {
         Store::Sqlite => {
-            let (bus, dir) = support::sqlite_bus(&mut config).await;
+            let (bus, dir) = crewbus_benches::kit::store::sqlite_bus(&mut config).await;
             (bus, None, Some(dir))
         }
         Store::Postgres => {
@@ -583,8 +584,8 @@ fn main() {
         eprintln!("search bench: load average {} after searching", load_average());
         let mut sends = Vec::new();
         {
-            let (on, _on_dir) = support::sqlite_bus(&mut Config::default()).await;
-            let (off, _off_dir) = support::sqlite_bus(&mut Config::default()).await;
+            let (on, _on_dir) = crewbus_benches::kit::store::sqlite_bus(&mut Config::default()).await;
+            let (off, _off_dir) = crewbus_benches::kit::store::sqlite_bus(&mut Config::default()).await;
             let (on, off) = (sender(on, "indexed").await, sender(off, "unindexed").await);
             sends.push(send_bench("sqlite", on, off, bench).await);
         }

@@ -89,11 +89,13 @@ use sqlx::PgPool;
 use sqlx::postgres::PgListener;
 
 mod support;
+use crewbus_benches::kit::nats::nats_config;
+use crewbus_benches::kit::open_files::raise_open_files;
+use crewbus_benches::kit::store::{StoreBus, pool_on};
 use support::cpu::{PostgresWindow, cpu_ticks, load_average, tick_seconds};
 use support::latency::{Figures, Latencies, ms};
 use support::measuring;
 use support::rounds::{Order, rounds};
-use support::store::{StoreBus, nats_config, pool_on};
 
 /// Latency samples per target and store under `--bench`, and in test mode.
 const SAMPLES: usize = 1_000;
@@ -794,31 +796,6 @@ async fn idle_cost(s: &Scene, waiters: usize, window: Duration) -> (WindowCpu, W
 
 // --- the run ----------------------------------------------------------------------------------
 
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit; panics when that is below [`MIN_NOFILE`].
-fn raise_open_files() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit read and write the one struct passed, owned here.
-    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-    assert_eq!(got, 0, "getrlimit(RLIMIT_NOFILE) failed");
-    let hard = limit.rlim_max;
-    assert!(
-        hard >= MIN_NOFILE,
-        "RLIMIT_NOFILE: the hard limit is {hard} open files, below the {MIN_NOFILE} this bench \
-         needs ({WAITERS} idle waiters hold a client and a server socket each in this process); \
-         raise it (`ulimit -Hn`, limits.conf or the service's LimitNOFILE) and run again"
-    );
-    if limit.rlim_cur < hard {
-        limit.rlim_cur = hard;
-        // SAFETY: as above.
-        let set = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
-        assert_eq!(set, 0, "setrlimit(RLIMIT_NOFILE, {hard}) failed");
-    }
-    hard
-}
-
 fn met(ok: bool) -> &'static str {
     if ok { "met" } else { "NOT met" }
 }
@@ -941,7 +918,10 @@ fn print_idle(waiters: usize, without: &WindowCpu, with: &WindowCpu) {
 
 fn main() {
     let bench = measuring();
-    let open_files = raise_open_files();
+    let open_files = raise_open_files(
+        MIN_NOFILE,
+        &format!("{WAITERS} idle waiters hold a client and a server socket each in this process"),
+    );
     let (samples, warm_up, waiters, window) = if bench {
         (SAMPLES, WARM_UP, WAITERS, WINDOW)
     } else {

@@ -727,17 +727,10 @@ async fn postgres_config_file(
     tempfile::TempDir,
     std::path::PathBuf,
 ) {
-    let db = crewbus_conformance::postgres::TestDatabase::create(name, |pool| async move {
-        crewbus_postgres::migrate(&pool).await
-    })
-    .await;
-    let pg = crewbus_conformance::postgres::database_url_options();
+    let db = crewbus_benches::kit::postgres::database(name).await;
     let (dir, path) = config_file(&format!(
-        "[database]\nurl = \"postgres://{}@{}:{}/{}\"\n",
-        pg.get_username(),
-        pg.get_host(),
-        pg.get_port(),
-        db.name()
+        "[database]\nurl = \"{}\"\n",
+        crewbus_benches::kit::postgres::url(&db)
     ));
     (db, dir, path)
 }

@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use crewbus_conformance::child::SpawnTied;
-use crewbus_conformance::postgres::{TestDatabase, database_url_options};
+use crewbus_conformance::postgres::database_url_options;
 use serde_json::Value;
 
 /// `crewbus --json serve ARGS` on `db_url` with state in `dir`: the process and its stdout
@@ -78,18 +78,11 @@ async fn me(url: &str, token: &str) -> Value {
 
 #[tokio::test]
 async fn on_postgres_dev_agents_are_set_up_only_when_asked_and_reused_never_re_created() {
-    let admin = database_url_options();
-    let db = TestDatabase::create_with(admin.clone(), "dev_team_postgres", 2, |pool| async move {
-        crewbus_postgres::migrate(&pool).await
-    })
+    let (db, url) = crewbus_benches::kit::postgres::database_with_url(
+        "dev_team_postgres",
+        database_url_options(),
+    )
     .await;
-    let url = format!(
-        "postgres://{}@{}:{}/{}",
-        admin.get_username(),
-        admin.get_host(),
-        admin.get_port(),
-        db.name()
-    );
     let state = tempfile::tempdir().unwrap();
     let file = state.path().join("dev-tokens.json");
 

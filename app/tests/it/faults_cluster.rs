@@ -11,6 +11,7 @@
 use crate::fault_support;
 
 use crewbus::cli::BackendChoice;
+use crewbus_benches::kit::postgres::database_with_url;
 use crewbus_conformance::nats::{
     NatsCluster, parse_version, provisioning_user, server_binary, server_version,
 };
@@ -29,7 +30,7 @@ async fn an_r3_cluster_losing_a_node_mid_load_loses_nothing() {
     let mut cluster = tokio::task::spawn_blocking(NatsCluster::start)
         .await
         .unwrap();
-    let (db, url) = database("faults_r3", database_url_options()).await;
+    let (db, url) = database_with_url("faults_r3", database_url_options()).await;
     let mut settings = StackSettings::new(&url, None);
     settings.nats_servers = cluster.urls();
     settings.replicas = 3;

@@ -7,6 +7,7 @@
 use crate::fault_support;
 
 use crewbus::cli::BackendChoice;
+use crewbus_benches::kit::postgres::database_with_url;
 use crewbus_benches::load::{LoadPlan, LoadProgress};
 use crewbus_conformance::nats::{NatsServer, provisioning_user};
 use crewbus_conformance::postgres::database_url_options;
@@ -35,7 +36,7 @@ async fn consumer_and_inbox_stream_deleted_mid_load_lose_nothing() {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let nats = NatsServer::start();
-    let (db, url) = database("faults_inbox_deleted", database_url_options()).await;
+    let (db, url) = database_with_url("faults_inbox_deleted", database_url_options()).await;
     let settings = StackSettings::new(&url, Some(&nats));
     let server = CrewbusProcess::start(dir.path(), &settings).await;
     let mut args = load_args(&[server.url()], 1, scaled(500), 100.0);
@@ -100,7 +101,7 @@ async fn an_overflowing_inbox_loses_nothing() {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let nats = NatsServer::start();
-    let (db, url) = database("faults_inbox_overflow", database_url_options()).await;
+    let (db, url) = database_with_url("faults_inbox_overflow", database_url_options()).await;
     let mut settings = StackSettings::new(&url, Some(&nats));
     settings.inbox_max_messages = 50;
     let server = CrewbusProcess::start(dir.path(), &settings).await;
@@ -131,7 +132,7 @@ async fn a_team_at_its_body_quota_does_not_stop_another_team() {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let nats = NatsServer::start();
-    let (db, url) = database("faults_quota", database_url_options()).await;
+    let (db, url) = database_with_url("faults_quota", database_url_options()).await;
     let settings = StackSettings::new(&url, Some(&nats));
     let server = CrewbusProcess::start(dir.path(), &settings).await;
     // The full team: its body stream provisioned with a 2 MiB quota, bodies of ~60 KiB.

@@ -9,6 +9,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crewbus::cli::BackendChoice;
+use crewbus_benches::kit::postgres::database_with_url;
 use crewbus_conformance::nats::NatsServer;
 use crewbus_conformance::postgres::{PgCluster, database_url_options};
 use fault_support::*;
@@ -34,7 +35,7 @@ async fn nats_server_killed_and_restarted_mid_load_loses_nothing() {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let mut nats = NatsServer::start();
-    let (db, url) = database("faults_nats_kill", database_url_options()).await;
+    let (db, url) = database_with_url("faults_nats_kill", database_url_options()).await;
     let settings = StackSettings::new(&url, Some(&nats));
     let server = CrewbusProcess::start(dir.path(), &settings).await;
     let mut args = load_args(&[server.url()], 1, scaled(400), 100.0);
@@ -66,7 +67,7 @@ async fn crewbus_server_killed_and_restarted_mid_load_loses_nothing() {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let nats = NatsServer::start();
-    let (db, url) = database("faults_crewbus_kill", database_url_options()).await;
+    let (db, url) = database_with_url("faults_crewbus_kill", database_url_options()).await;
     let settings = StackSettings::new(&url, Some(&nats));
     let mut server = CrewbusProcess::start(dir.path(), &settings).await;
     let mut args = load_args(&[server.url()], 1, scaled(400), 100.0);
@@ -89,7 +90,7 @@ async fn postgres_restarted_mid_load_loses_nothing() {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let mut cluster = PgCluster::start().await;
-    let (db, url) = database("faults_pg_restart", cluster.options()).await;
+    let (db, url) = database_with_url("faults_pg_restart", cluster.options()).await;
     let settings = StackSettings::new(&url, None);
     let server = CrewbusProcess::start(dir.path(), &settings).await;
     let args = load_args(&[server.url()], 1, scaled(400), 100.0);
@@ -116,7 +117,7 @@ async fn two_servers_on_one_postgres_and_nats_lose_nothing_and_deliver_once() {
     let _serial = SERIAL.lock().await;
     let dir = tempfile::tempdir().unwrap();
     let nats = NatsServer::start();
-    let (db, url) = database("faults_scale_out", database_url_options()).await;
+    let (db, url) = database_with_url("faults_scale_out", database_url_options()).await;
     let settings = StackSettings::new(&url, Some(&nats));
     let a = CrewbusProcess::start(dir.path(), &settings).await;
     let b = CrewbusProcess::start(dir.path(), &settings).await;

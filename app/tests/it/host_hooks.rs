@@ -802,18 +802,8 @@ async fn codex_and_cursor_get_their_own_decisions() {
 
 #[tokio::test]
 async fn on_postgres_the_hook_reports_once_across_events() {
-    let db = crewbus_conformance::postgres::TestDatabase::create("host_hooks", |pool| async move {
-        crewbus_postgres::migrate(&pool).await
-    })
-    .await;
-    let pg = crewbus_conformance::postgres::database_url_options();
-    let database = format!(
-        "postgres://{}@{}:{}/{}",
-        pg.get_username(),
-        pg.get_host(),
-        pg.get_port(),
-        db.name()
-    );
+    let db = crewbus_benches::kit::postgres::database("host_hooks").await;
+    let database = crewbus_benches::kit::postgres::url(&db);
     let home = tempfile::tempdir().unwrap();
     let serve = Serve::start_with(home.path(), Some(&database));
     let url = serve.url.clone();

@@ -18,24 +18,19 @@ use std::time::{Duration, Instant};
 use crewbus::bus::Bus;
 use crewbus::client::{ApiClient, uuid_of};
 use crewbus::compose::{postgres_with_pool, sqlite_with};
-use crewbus::config::{Config, NatsConfig, NatsCredential};
+use crewbus::config::{Config, NatsConfig};
 use crewbus::server::Server;
-use crewbus::shutdown::Shutdown;
-use crewbus_conformance::nats::{NatsServer, provisioning_user, runtime_user};
+use crewbus_benches::kit;
+use crewbus_benches::kit::servers::{Agent, Servers};
+use crewbus_conformance::nats::NatsServer;
 use crewbus_conformance::postgres::TestDatabase;
-use crewbus_domain::{Secret, Team, Uuid};
+use crewbus_domain::{Team, Uuid};
 use crewbus_memory::MemoryWakeups;
 use crewbus_ports::SystemClock;
 use reqwest::Method;
 use serde_json::{Value, json};
 
 use common::counter;
-
-/// One agent: its id and a client presenting its token (on server 0).
-struct Agent {
-    id: Uuid,
-    client: ApiClient,
-}
 
 /// Servers on one store, on the wall clock; agents alice (0) and bob (1) in one conversation
 /// (titled with markup and a bidirectional control), and carol of another team.
@@ -96,25 +91,14 @@ impl App {
         let mut config = config();
         let nats = jetstream.then(NatsServer::start);
         if let Some(server) = &nats {
-            let cred = |u: crewbus_conformance::nats::UserPassword| NatsCredential {
-                user: Some(u.user),
-                password: Some(Secret::new(u.password)),
-                ..Default::default()
-            };
             config.nats = Some(NatsConfig {
-                servers: vec![server.url()],
-                runtime: cred(runtime_user()),
-                provisioning: cred(provisioning_user()),
                 body_max_bytes: 64 << 20,
                 inbox_max_bytes: 16 << 20,
                 request_timeout_ms: 2_000,
-                ..Default::default()
+                ..kit::nats::nats_config(server)
             });
         }
-        let db = TestDatabase::create(label, |pool| async move {
-            crewbus_postgres::migrate(&pool).await
-        })
-        .await;
+        let db = kit::postgres::database(label).await;
         let mut buses = Vec::new();
         for _ in 0..2 {
             let composed = postgres_with_pool(&config, db.pool().clone(), Arc::new(SystemClock))
@@ -134,35 +118,13 @@ impl App {
         nats: Option<NatsServer>,
         backend: Option<&str>,
     ) -> App {
-        let bus = buses[0].clone();
-        let team = bus.add_team("team-watch", backend, backend).await.unwrap();
-        if backend == Some("jetstream") {
-            let admin = crewbus::compose::stream_admin(&config).unwrap();
-            admin.provision(team.id).await.unwrap();
-            admin.provision_inbox(team.id).await.unwrap();
-        }
-        let mut servers = Vec::new();
-        for b in &buses {
-            servers.push(
-                Server::start(b.clone(), config.listen, Shutdown::new())
-                    .await
-                    .unwrap(),
-            );
-        }
-        let mut agents = Vec::new();
-        for name in ["alice", "bob"] {
-            let new = bus.add_agent(team.id, name).await.unwrap();
-            agents.push(Agent {
-                id: new.agent.id,
-                client: ApiClient::new(servers[0].url(), Some(new.token)),
-            });
-        }
-        let other = bus.add_team("team-other", None, None).await.unwrap();
-        let carol = bus.add_agent(other.id, "carol").await.unwrap();
-        agents.push(Agent {
-            id: carol.agent.id,
-            client: ApiClient::new(servers[0].url(), Some(carol.token)),
-        });
+        let Servers {
+            servers,
+            team,
+            mut agents,
+        } = Servers::start(&config, &buses, "team-watch", backend, &["alice", "bob"]).await;
+        let other = buses[0].add_team("team-other", None, None).await.unwrap();
+        agents.push(Agent::add(&buses[0], other.id, "carol", &servers[0].url()).await);
         let conversation = uuid_of(
             &agents[0]
                 .client
@@ -184,8 +146,7 @@ impl App {
 
     /// bob's client on server `i`.
     fn bob_on(&self, i: usize) -> ApiClient {
-        let token = self.agents[1].client.token().unwrap().to_owned();
-        ApiClient::new(self.servers[i].url(), Some(token))
+        self.agents[1].client_on(&self.servers[i].url())
     }
 
     fn bob(&self) -> &ApiClient {
@@ -203,14 +164,10 @@ impl App {
     }
 
     async fn finish_test(self) {
-        let jetstream = self.team.body_backend == "jetstream";
         for s in self.servers {
             s.stop().await;
         }
-        if jetstream {
-            let admin = crewbus::compose::stream_admin(&self.config).unwrap();
-            admin.deprovision(self.team.id).await.unwrap();
-        }
+        kit::servers::remove_streams(&self.config, &self.team).await;
         if let Some(db) = self.db {
             db.passed().await;
         }

@@ -14,7 +14,6 @@ use crewbus::client::{ApiClient, uuid_of};
 use crewbus::compose::postgres_with_pool;
 use crewbus::server::Server;
 use crewbus::shutdown::Shutdown;
-use crewbus_conformance::postgres::TestDatabase;
 use crewbus_domain::Uuid;
 use crewbus_ports::SystemClock;
 use reqwest::Method;
@@ -247,10 +246,7 @@ async fn operators_list_and_release_any_holders_lease() {
 #[tokio::test]
 async fn postgres_a_release_on_one_server_wakes_an_acquire_waiting_on_another() {
     let config = test_config();
-    let db = TestDatabase::create("leases::two_servers", |pool| async move {
-        crewbus_postgres::migrate(&pool).await
-    })
-    .await;
+    let db = crewbus_benches::kit::postgres::database("leases::two_servers").await;
     let mut buses = Vec::new();
     let mut servers = Vec::new();
     for _ in 0..2 {

@@ -8,7 +8,6 @@ use std::time::Duration;
 
 use chrono::Utc;
 use crewbus::push::{DeliveryWorker, LocalKeyRing, MasterKey, Outbox};
-use crewbus_conformance::postgres::TestDatabase;
 use crewbus_domain::{RunOutcome, TenantId, Uuid};
 use crewbus_memory::ManualClock;
 use crewbus_ports::{Journal, PushStore};
@@ -17,10 +16,7 @@ use push_support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sealed_outbox_on_postgres_delivers_a_run_and_keeps_credentials_sealed_at_rest() {
-    let db = TestDatabase::create("push_postgres::sealed_outbox", |pool| async move {
-        crewbus_postgres::migrate(&pool).await
-    })
-    .await;
+    let db = crewbus_benches::kit::postgres::database("push_postgres::sealed_outbox").await;
     let rx = Receiver::start().await;
     let t = TenantId::new("acme").unwrap();
     let journal = PostgresJournal::new(db.pool().clone(), t.clone());

@@ -207,10 +207,7 @@ async fn two_servers_on_one_postgres_share_an_agents_bucket_within_burst_plus_se
     config.rate_limit.rate_per_second = 1;
     config.rate_limit.burst = burst;
     config.rate_limit.chunk = chunk;
-    let db = TestDatabase::create("rate_limit::two_servers", |pool| async move {
-        crewbus_postgres::migrate(&pool).await
-    })
-    .await;
+    let db = crewbus_benches::kit::postgres::database("rate_limit::two_servers").await;
     let clock = ManualClock::new(chrono::Utc::now());
     let mut servers = Vec::new();
     for _ in 0..2 {

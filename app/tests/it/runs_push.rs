@@ -768,11 +768,7 @@ fn verify_signature_only(hit: &Hit) {
 /// `allow_unsealed`; memory needs no key ring; with nothing configured there is no outbox.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_composition_root_refuses_an_unsealed_postgres_push_store() {
-    let db = crewbus_conformance::postgres::TestDatabase::create(
-        "runs_push::refuse",
-        |pool| async move { crewbus_postgres::migrate(&pool).await },
-    )
-    .await;
+    let db = crewbus_benches::kit::postgres::database("runs_push::refuse").await;
     let secrets = Secrets::new();
     let clock: Arc<dyn crewbus_ports::Clock> = Arc::new(ManualClock::new(chrono::Utc::now()));
     let config = push_config(&secrets, "https://hooks.example.com/in");

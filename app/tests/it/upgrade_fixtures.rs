@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use crewbus_conformance::child::SpawnTied;
-use crewbus_conformance::nats::{NatsServer, provisioning_user, runtime_user};
+use crewbus_conformance::nats::NatsServer;
 use crewbus_conformance::postgres::{TestDatabase, database_url_options};
 use crewbus_conformance::sqlite::TempStore;
 use serde_json::{Value, json};
@@ -143,13 +143,7 @@ async fn postgres_stores_of_older_builds_upgrade_and_complete_every_delivery_exa
             Some(&version),
             "the store starts at the fixture's schema"
         );
-        let url = format!(
-            "postgres://{}@{}:{}/{}",
-            admin.get_username(),
-            admin.get_host(),
-            admin.get_port(),
-            db.name()
-        );
+        let url = crewbus_benches::kit::postgres::url(&db);
         let store =
             format!("[database]\nurl = \"{url}\"\nmax_connections = 4\nmigrate_on_start = true\n");
         let dir = tempfile::tempdir().expect("a temp dir");
@@ -253,17 +247,11 @@ fn write_master_key(data_dir: &Path) {
 /// The `[nats]` section for `nats` (runtime and provisioning users of the fixture's
 /// configuration; limits small enough for a test server).
 fn nats_toml(nats: &NatsServer) -> String {
-    let (p, r) = (provisioning_user(), runtime_user());
     format!(
         "[nats]\nservers = [\"{}\"]\nrequest_timeout_ms = 2000\nbody_max_bytes = 67108864\n\
-         inbox_max_bytes = 16777216\ninbox_max_messages = 100000\n\
-         [nats.runtime]\nuser = \"{}\"\npassword = \"{}\"\n\
-         [nats.provisioning]\nuser = \"{}\"\npassword = \"{}\"\n",
+         inbox_max_bytes = 16777216\ninbox_max_messages = 100000\n{}",
         nats.url(),
-        r.user,
-        r.password,
-        p.user,
-        p.password
+        crewbus_benches::kit::nats::credentials_toml()
     )
 }
 

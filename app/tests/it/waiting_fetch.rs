@@ -8,21 +8,17 @@ use std::time::{Duration, Instant};
 use crewbus::bus::Bus;
 use crewbus::client::{ApiClient, uuid_of};
 use crewbus::compose::{memory_config, memory_with_wakeups, postgres_with_pool};
-use crewbus::config::{Config, NatsConfig, NatsCredential};
+use crewbus::config::{Config, NatsConfig};
 use crewbus::server::Server;
 use crewbus::shutdown::Shutdown;
-use crewbus_conformance::nats::{NatsServer, provisioning_user, runtime_user};
+use crewbus_benches::kit;
+use crewbus_benches::kit::servers::{Agent, Servers};
+use crewbus_conformance::nats::NatsServer;
 use crewbus_conformance::postgres::TestDatabase;
-use crewbus_domain::{Secret, Team, Uuid};
+use crewbus_domain::{Team, Uuid};
 use crewbus_memory::MemoryWakeups;
 use crewbus_ports::{SystemClock, Wakeups};
 use serde_json::Value;
-
-/// One agent: its id and a client presenting its token.
-struct Agent {
-    id: Uuid,
-    client: ApiClient,
-}
 
 /// Servers on one store, on the wall clock.
 struct App {
@@ -70,10 +66,7 @@ impl App {
         nats: Option<NatsServer>,
         agents: &[&str],
     ) -> App {
-        let db = TestDatabase::create(label, |pool| async move {
-            crewbus_postgres::migrate(&pool).await
-        })
-        .await;
+        let db = kit::postgres::database(label).await;
         let mut buses = Vec::new();
         for _ in 0..servers {
             let composed = postgres_with_pool(&config, db.pool().clone(), Arc::new(SystemClock))
@@ -88,20 +81,12 @@ impl App {
     /// Postgres ledger, JetStream bodies and inbox on a private nats-server.
     async fn postgres_jetstream(label: &str, servers: usize, agents: &[&str]) -> App {
         let server = NatsServer::start();
-        let cred = |u: crewbus_conformance::nats::UserPassword| NatsCredential {
-            user: Some(u.user),
-            password: Some(Secret::new(u.password)),
-            ..Default::default()
-        };
         let mut config = config();
         config.nats = Some(NatsConfig {
-            servers: vec![server.url()],
-            runtime: cred(runtime_user()),
-            provisioning: cred(provisioning_user()),
             body_max_bytes: 64 << 20,
             inbox_max_bytes: 16 << 20,
             request_timeout_ms: 2_000,
-            ..Default::default()
+            ..kit::nats::nats_config(&server)
         });
         Self::postgres_with(label, config, servers, Some(server), agents).await
     }
@@ -114,34 +99,16 @@ impl App {
         backend: Option<&str>,
         agents: &[&str],
     ) -> App {
-        let bus = buses[0].clone();
-        let team = bus.add_team("team-w", backend, backend).await.unwrap();
-        if backend == Some("jetstream") {
-            let admin = crewbus::compose::stream_admin(&config).unwrap();
-            admin.provision(team.id).await.unwrap();
-            admin.provision_inbox(team.id).await.unwrap();
-        }
-        let mut servers = Vec::new();
-        for b in &buses {
-            servers.push(
-                Server::start(b.clone(), config.listen, Shutdown::new())
-                    .await
-                    .unwrap(),
-            );
-        }
-        let mut list = Vec::new();
-        for name in agents {
-            let new = bus.add_agent(team.id, name).await.unwrap();
-            list.push(Agent {
-                id: new.agent.id,
-                client: ApiClient::new(servers[0].url(), Some(new.token)),
-            });
-        }
+        let Servers {
+            servers,
+            team,
+            agents,
+        } = Servers::start(&config, &buses, "team-w", backend, agents).await;
         App {
             servers,
             buses,
             team,
-            agents: list,
+            agents,
             config,
             db,
             _nats: nats,
@@ -150,8 +117,7 @@ impl App {
 
     /// The same agent's client on server `i`.
     fn on(&self, agent: usize, server: usize) -> ApiClient {
-        let token = self.agents[agent].client.token().unwrap().to_owned();
-        ApiClient::new(self.servers[server].url(), Some(token))
+        self.agents[agent].client_on(&self.servers[server].url())
     }
 
     async fn conversation(&self, creator: usize, members: &[usize]) -> Uuid {
@@ -178,14 +144,10 @@ impl App {
     }
 
     async fn finish_test(self) {
-        let jetstream = self.team.body_backend == "jetstream";
         for s in self.servers {
             s.stop().await;
         }
-        if jetstream {
-            let admin = crewbus::compose::stream_admin(&self.config).unwrap();
-            admin.deprovision(self.team.id).await.unwrap();
-        }
+        kit::servers::remove_streams(&self.config, &self.team).await;
         if let Some(db) = self.db {
             db.passed().await;
         }
@@ -506,10 +468,7 @@ async fn postgres_500_waiting_agents_hold_no_database_connection() {
     config.bus.idle_poll_ms = 60_000;
     config.bus.topup_after_ms = 120_000;
     let max = 10;
-    let db = TestDatabase::create("wait_pg_500", |pool| async move {
-        crewbus_postgres::migrate(&pool).await
-    })
-    .await;
+    let db = kit::postgres::database("wait_pg_500").await;
     let options = db.pool().connect_options().as_ref().clone();
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(max)

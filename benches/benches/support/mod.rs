@@ -1,16 +1,15 @@
 //! Shared by the benches: test-mode detection, the one histogram of durations
-//! ([`latency::Latencies`]), the one alternating runner and tally of rates ([`rounds`]), the
-//! stores a bench's bus runs on ([`store`]), the timed lease + settle loop of the ledger's side of
-//! the relay (`relay`, `relay_jetstream`), and the embedded store's bus ([`sqlite_bus`]).
+//! ([`latency::Latencies`]), the one alternating runner and tally of rates ([`rounds`]), and the
+//! timed lease + settle loop of the ledger's side of the relay (`relay`, `relay_jetstream`). The
+//! stores a bench's bus runs on are the test kit's (`crewbus_benches::kit`), which the app's
+//! tests share.
 #![allow(dead_code)]
 
 pub mod cpu;
 pub mod latency;
 pub mod rounds;
 pub mod senders;
-pub mod store;
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::Utc;
@@ -66,26 +65,4 @@ pub async fn lease_and_settle_all(
     let took = start.elapsed();
     assert_eq!(settled, slots);
     took
-}
-
-/// The bus of `config` on the embedded store (SQLite) in a fresh temporary data directory, as
-/// `crewbus serve` opens it; the directory is removed when the returned guard is dropped.
-pub async fn sqlite_bus(
-    config: &mut crewbus::config::Config,
-) -> (crewbus::bus::Bus, tempfile::TempDir) {
-    use crewbus::config::{StorageConfig, StorageKind};
-    let dir = tempfile::tempdir().expect("temporary directory");
-    config.storage = StorageConfig {
-        kind: Some(StorageKind::Sqlite),
-        data_dir: Some(dir.path().to_owned()),
-        ..StorageConfig::default()
-    };
-    let composed = crewbus::compose::compose_as(
-        config,
-        crewbus::compose::Opener::Server,
-        Arc::new(crewbus_ports::SystemClock),
-    )
-    .await
-    .expect("compose sqlite");
-    (composed.bus, dir)
 }

@@ -11,7 +11,7 @@ use crate::processes::{Bridge, HookSpec, stop_event, wait_hook};
 use crate::scene::{Member, Scene, confirm_exactly, take_and_confirm};
 use crate::support::latency::{Figures, Latencies};
 use crate::support::rounds::{Order, rounds};
-use crate::support::store::Store;
+use crewbus_benches::kit::store::Store;
 
 /// `wait_ms` of a sample's waiting fetch, and `--wait` of a sample's hook (far above any
 /// latency: neither ends before its message comes).

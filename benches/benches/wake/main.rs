@@ -71,12 +71,13 @@ mod scene;
 #[path = "../support/mod.rs"]
 mod support;
 
+use crewbus_benches::kit::open_files::raise_open_files;
+use crewbus_benches::kit::store::STORES;
 use idle::IdleFigures;
 use latency::LatencyFigures;
 use scene::Scene;
 use support::cpu::load_average;
 use support::latency::{Figures, ms};
-use support::store::STORES;
 
 /// Latency samples per target and store, and warm-up rounds (not counted), under `--bench`
 /// and in test mode.
@@ -93,25 +94,6 @@ const TEST_WINDOW: Duration = Duration::from_secs(1);
 /// `IDLE_CORES` of a core.
 const RATIO: f64 = 1.2;
 const IDLE_CORES: f64 = 0.02;
-
-/// Raises the soft `RLIMIT_NOFILE` to the hard limit (each armed hook holds two pipes and a
-/// server socket in this process); returns it.
-fn raise_open_files() -> u64 {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit and setrlimit read and write the one struct passed, owned here.
-    let got = unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-    assert_eq!(got, 0, "getrlimit(RLIMIT_NOFILE) failed");
-    if limit.rlim_cur < limit.rlim_max {
-        limit.rlim_cur = limit.rlim_max;
-        // SAFETY: as above.
-        let set = unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &limit) };
-        assert_eq!(set, 0, "setrlimit(RLIMIT_NOFILE) failed");
-    }
-    limit.rlim_cur
-}
 
 fn met(ok: bool) -> &'static str {
     if ok { "met" } else { "NOT met" }
@@ -206,7 +188,8 @@ fn print_idle(r: &IdleFigures) {
 
 fn main() {
     let bench = support::measuring();
-    let open_files = raise_open_files();
+    // Each armed hook holds two pipes and a server socket in this process.
+    let open_files = raise_open_files(0, "armed hooks");
     let (samples, warm_up, hooks, window) = if bench {
         (SAMPLES, WARM_UP, HOOKS, WINDOW)
     } else {

@@ -14,8 +14,8 @@ use crewbus_conformance::postgres::TestDatabase;
 use crewbus_domain::{Team, Uuid};
 use serde_json::Value;
 
-pub use crate::support::store::Store;
-use crate::support::store::StoreBus;
+pub use crewbus_benches::kit::store::Store;
+use crewbus_benches::kit::store::StoreBus;
 
 /// One agent: its id, a client of its own presenting its token, and its token in a 0600 file.
 pub struct Member {

@@ -12,7 +12,7 @@ use crewbus::compose::{
 };
 use crewbus::config::Config;
 use crewbus::server::Server;
-use crewbus::shutdown::Shutdown;
+use crewbus_benches::kit;
 use crewbus_conformance::postgres::TestDatabase;
 use crewbus_domain::{BusResult, Team, Uuid};
 use crewbus_memory::{ManualClock, MemoryConfig, MemoryWakeups};
@@ -20,13 +20,7 @@ use crewbus_ports::Clock;
 use serde_json::Value;
 
 /// One agent of the test team.
-pub struct TestAgent {
-    pub name: String,
-    pub id: Uuid,
-    pub recipient_key: String,
-    pub token: String,
-    pub client: ApiClient,
-}
+pub type TestAgent = kit::servers::Agent;
 
 pub mod scenarios;
 
@@ -89,18 +83,7 @@ impl TestApp {
 
     /// [`TestApp::postgres`] with an explicit configuration (e.g. a `[push]` section).
     pub async fn postgres_with(label: &str, config: Config, agents: &[&str]) -> TestApp {
-        let db = TestDatabase::create(label, |pool| async move {
-            crewbus_postgres::migrate(&pool).await
-        })
-        .await;
-        let clock = ManualClock::new(chrono::Utc::now());
-        let composed = postgres_with_pool(&config, db.pool().clone(), Arc::new(clock.clone()))
-            .await
-            .unwrap();
-        // Unused on Postgres, kept so scenarios share one type.
-        let (_, parts) =
-            memory_with(&config, Arc::new(clock.clone()), memory_config(&config)).unwrap();
-        Self::finish(config, composed, parts, Some(db), clock, agents, None).await
+        Self::postgres_on(label, config, agents, None, |db| db.pool().clone()).await
     }
 
     /// [`TestApp::postgres_with`] whose server reaches the database through the pool
@@ -112,18 +95,10 @@ impl TestApp {
         agents: &[&str],
         reach: impl FnOnce(sqlx::postgres::PgConnectOptions) -> sqlx::PgPool,
     ) -> TestApp {
-        let db = TestDatabase::create(label, |pool| async move {
-            crewbus_postgres::migrate(&pool).await
+        Self::postgres_on(label, config, agents, None, |db| {
+            reach((*db.pool().connect_options()).clone())
         })
-        .await;
-        let pool = reach((*db.pool().connect_options()).clone());
-        let clock = ManualClock::new(chrono::Utc::now());
-        let composed = postgres_with_pool(&config, pool, Arc::new(clock.clone()))
-            .await
-            .unwrap();
-        let (_, parts) =
-            memory_with(&config, Arc::new(clock.clone()), memory_config(&config)).unwrap();
-        Self::finish(config, composed, parts, Some(db), clock, agents, None).await
+        .await
     }
 
     /// Postgres ledger, journal; JetStream bodies and inbox on the server of `NATS_URL` (default
@@ -168,20 +143,11 @@ impl TestApp {
         server: &crewbus_conformance::nats::NatsServer,
         adjust: impl FnOnce(&mut crewbus::config::NatsConfig),
     ) -> TestApp {
-        use crewbus_conformance::nats::{provisioning_user, runtime_user};
-        let cred = |u: crewbus_conformance::nats::UserPassword| crewbus::config::NatsCredential {
-            user: Some(u.user),
-            password: Some(crewbus_domain::Secret::new(u.password)),
-            ..Default::default()
-        };
         let mut nats = crewbus::config::NatsConfig {
-            servers: vec![server.url()],
-            runtime: cred(runtime_user()),
-            provisioning: cred(provisioning_user()),
             body_max_bytes: 64 << 20,
             inbox_max_bytes: 16 << 20,
             request_timeout_ms: 1_000,
-            ..Default::default()
+            ..kit::nats::nats_config(server)
         };
         adjust(&mut nats);
         Self::postgres_nats(label, agents, nats).await
@@ -192,39 +158,41 @@ impl TestApp {
         agents: &[&str],
         nats: crewbus::config::NatsConfig,
     ) -> TestApp {
-        let db = TestDatabase::create(label, |pool| async move {
-            crewbus_postgres::migrate(&pool).await
-        })
-        .await;
         let mut config = test_config();
         config.bus.handout_grace_ms = 2_000;
         config.nats = Some(nats);
+        Self::postgres_on(label, config, agents, Some("jetstream"), |db| {
+            db.pool().clone()
+        })
+        .await
+    }
+
+    /// The Postgres composition of `config` on a fresh migrated database, reached through the
+    /// pool `reach` gives for it, the test team's backends `backend`.
+    async fn postgres_on(
+        label: &str,
+        config: Config,
+        agents: &[&str],
+        backend: Option<&str>,
+        reach: impl FnOnce(&TestDatabase) -> sqlx::PgPool,
+    ) -> TestApp {
+        let db = kit::postgres::database(label).await;
+        let pool = reach(&db);
         let clock = ManualClock::new(chrono::Utc::now());
-        let composed = postgres_with_pool(&config, db.pool().clone(), Arc::new(clock.clone()))
+        let composed = postgres_with_pool(&config, pool, Arc::new(clock.clone()))
             .await
             .unwrap();
+        // Unused on Postgres, kept so scenarios share one type.
         let (_, parts) =
             memory_with(&config, Arc::new(clock.clone()), memory_config(&config)).unwrap();
-        Self::finish(
-            config,
-            composed,
-            parts,
-            Some(db),
-            clock,
-            agents,
-            Some("jetstream"),
-        )
-        .await
+        Self::finish(config, composed, parts, Some(db), clock, agents, backend).await
     }
 
     /// Stops the server; removes JetStream streams; on Postgres drops the test database (kept
     /// when the test failed).
     pub async fn finish_test(self) {
         self.server.stop().await;
-        if self.team.body_backend == "jetstream" {
-            let admin = crewbus::compose::stream_admin(&self.config).unwrap();
-            admin.deprovision(self.team.id).await.unwrap();
-        }
+        kit::servers::remove_streams(&self.config, &self.team).await;
         if let Some(db) = self.db {
             db.passed().await;
         }
@@ -253,26 +221,19 @@ impl TestApp {
     ) -> TestApp {
         let bus = composed.bus.clone();
         let journal = composed.journal.clone();
-        let team = bus.add_team("team-a", backend, backend).await.unwrap();
-        if backend == Some("jetstream") {
-            let admin = crewbus::compose::stream_admin(&config).unwrap();
-            admin.provision(team.id).await.unwrap();
-            admin.provision_inbox(team.id).await.unwrap();
-        }
-        let server = Server::start(bus.clone(), config.listen, Shutdown::new())
-            .await
-            .unwrap();
-        let mut list = Vec::new();
-        for name in agents {
-            let new = bus.add_agent(team.id, name).await.unwrap();
-            list.push(TestAgent {
-                name: name.to_string(),
-                id: new.agent.id,
-                recipient_key: new.agent.recipient_key.clone(),
-                token: new.token.clone(),
-                client: ApiClient::new(server.url(), Some(new.token)),
-            });
-        }
+        let kit::servers::Servers {
+            mut servers,
+            team,
+            agents: list,
+        } = kit::servers::Servers::start(
+            &config,
+            std::slice::from_ref(&bus),
+            "team-a",
+            backend,
+            agents,
+        )
+        .await;
+        let server = servers.pop().unwrap();
         TestApp {
             server,
             bus,
@@ -299,14 +260,7 @@ impl TestApp {
             .add_team(&format!("team-{name}"), None, None)
             .await
             .unwrap();
-        let new = self.bus.add_agent(team.id, name).await.unwrap();
-        TestAgent {
-            name: name.into(),
-            id: new.agent.id,
-            recipient_key: new.agent.recipient_key.clone(),
-            token: new.token.clone(),
-            client: ApiClient::new(self.server.url(), Some(new.token)),
-        }
+        TestAgent::add(&self.bus, team.id, name, &self.server.url()).await
     }
 
     pub fn advance(&self, d: Duration) {

@@ -14,31 +14,13 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crewbus::config::Config;
+use crewbus_benches::kit;
 use crewbus_benches::load::{LoadArgs, LoadPlan, LoadProgress, LoadReport, LoadTeam};
 use crewbus_conformance::child::SpawnTied;
-use crewbus_conformance::nats::{NatsServer, free_port, provisioning_user, runtime_user};
-use crewbus_conformance::postgres::TestDatabase;
-use sqlx::postgres::PgConnectOptions;
+use crewbus_conformance::nats::{NatsServer, free_port};
 
 /// Heavy scenarios of one test binary run one at a time.
 pub static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-/// A fresh, migrated database on the server of `admin` and the URL the crewbus process uses
-/// (trust auth: no password, as on the developers' machines and in `scripts/test`).
-pub async fn database(label: &str, admin: PgConnectOptions) -> (TestDatabase, String) {
-    let db = TestDatabase::create_with(admin.clone(), label, 2, |pool| async move {
-        crewbus_postgres::migrate(&pool).await
-    })
-    .await;
-    let url = format!(
-        "postgres://{}@{}:{}/{}",
-        admin.get_username(),
-        admin.get_host(),
-        admin.get_port(),
-        db.name()
-    );
-    (db, url)
-}
 
 /// Settings of the stack's configuration file.
 #[derive(Debug, Clone)]
@@ -119,7 +101,6 @@ level = "warn"
                 .map(|u| format!("\"{u}\""))
                 .collect::<Vec<_>>()
                 .join(", ");
-            let (p, r) = (provisioning_user(), runtime_user());
             s.push_str(&format!(
                 r#"[nats]
 servers = [{nats}]
@@ -128,20 +109,11 @@ request_timeout_ms = 1000
 body_max_bytes = {body}
 inbox_max_bytes = 16777216
 inbox_max_messages = {inbox}
-[nats.runtime]
-user = "{ru}"
-password = "{rp}"
-[nats.provisioning]
-user = "{pu}"
-password = "{pp}"
-"#,
+{credentials}"#,
                 body = self.body_max_bytes,
                 replicas = self.replicas,
                 inbox = self.inbox_max_messages,
-                ru = r.user,
-                rp = r.password,
-                pu = p.user,
-                pp = p.password,
+                credentials = kit::nats::credentials_toml(),
             ));
         }
         s

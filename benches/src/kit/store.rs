@@ -1,4 +1,4 @@
-//! The stores the benches run a bus on, made one way: `crewbus serve`'s bus on the embedded store
+//! The stores a bench or a test runs a bus on, made one way: `crewbus serve`'s bus on the embedded store
 //! (SQLite) in a fresh temporary directory, or on a fresh database of `DATABASE_URL`'s Postgres
 //! server (migrated; dropped at the end, kept and named when the run fails; unset or unreachable
 //! fails the run loudly) over a pool of its own of the production default size.
@@ -7,10 +7,8 @@ use std::sync::Arc;
 
 use crewbus::bus::Bus;
 use crewbus::compose;
-use crewbus::config::{Config, NatsConfig, NatsCredential};
-use crewbus_conformance::nats::{self, NatsServer};
+use crewbus::config::{Config, StorageConfig, StorageKind};
 use crewbus_conformance::postgres::TestDatabase;
-use crewbus_domain::Secret;
 use crewbus_ports::SystemClock;
 use sqlx::PgPool;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
@@ -47,7 +45,7 @@ pub struct StoreBus {
     /// The bus's own pool (Postgres), closed before the database is dropped.
     pub pool: Option<PgPool>,
     /// The embedded store's directory (removed with it).
-    dir: Option<tempfile::TempDir>,
+    pub dir: Option<tempfile::TempDir>,
 }
 
 impl StoreBus {
@@ -63,7 +61,7 @@ impl StoreBus {
     /// The bus of `config` on the embedded store in a fresh temporary directory (set into
     /// `config.storage`).
     pub async fn sqlite(config: &mut Config) -> StoreBus {
-        let (bus, dir) = super::sqlite_bus(config).await;
+        let (bus, dir) = sqlite_bus(config).await;
         StoreBus {
             bus,
             db: None,
@@ -80,7 +78,7 @@ impl StoreBus {
         label: &str,
         tune: impl FnOnce(PgConnectOptions) -> PgConnectOptions,
     ) -> StoreBus {
-        let db = database(label).await;
+        let db = super::postgres::database(label).await;
         eprintln!("{label}: fresh database {}", db.name());
         let pool = pool_on(&db, tune).await;
         let bus = postgres_bus(config, pool.clone()).await;
@@ -106,14 +104,6 @@ impl StoreBus {
     }
 }
 
-/// A fresh migrated database on `DATABASE_URL`'s server (`label` names it if it is kept).
-pub async fn database(label: &str) -> TestDatabase {
-    TestDatabase::create(label, |pool| async move {
-        crewbus_postgres::migrate(&pool).await
-    })
-    .await
-}
-
 /// The bus of `config` on the Postgres store behind `pool`, on the wall clock, composed by
 /// `compose::postgres_with_pool` as `crewbus serve` composes it.
 pub async fn postgres_bus(config: &Config, pool: PgPool) -> Bus {
@@ -136,18 +126,18 @@ pub async fn pool_on(
         .expect("the bus's pool")
 }
 
-/// `[nats]` for `server`, the conformance fixture's nats-server: its runtime and provisioning
-/// users, every limit the default (a bench raises the stream sizes it needs).
-pub fn nats_config(server: &NatsServer) -> NatsConfig {
-    let credential = |u: nats::UserPassword| NatsCredential {
-        user: Some(u.user),
-        password: Some(Secret::new(u.password)),
-        ..NatsCredential::default()
+/// The bus of `config` on the embedded store (SQLite) in a fresh temporary data directory (set
+/// into `config.storage`), as `crewbus serve` opens it; the directory is removed when the
+/// returned guard is dropped.
+pub async fn sqlite_bus(config: &mut Config) -> (Bus, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    config.storage = StorageConfig {
+        kind: Some(StorageKind::Sqlite),
+        data_dir: Some(dir.path().to_owned()),
+        ..StorageConfig::default()
     };
-    NatsConfig {
-        servers: vec![server.url()],
-        runtime: credential(nats::runtime_user()),
-        provisioning: credential(nats::provisioning_user()),
-        ..NatsConfig::default()
-    }
+    let composed = compose::compose_as(config, compose::Opener::Server, Arc::new(SystemClock))
+        .await
+        .expect("compose sqlite");
+    (composed.bus, dir)
 }
