@@ -278,7 +278,9 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         insert: Stmt<'q, Self::Db>,
         id: Uuid,
         teams: &[Uuid],
-    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send;
+    ) -> impl Future<Output = Result<(), sqlx::Error>> + Send {
+        crate::operators::insert_each::<Self>(conn, insert, id, teams)
+    }
 
     /// `hand_out`, step 1: the recipient checked (unknown or another team's → `NotFound`;
     /// revoked → `Unauthenticated`, whatever the app's token cache says), and the candidates
@@ -356,7 +358,9 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         ledger: &SqlLedger<Self>,
         seen: &[WakeupTarget],
         at: DateTime<Utc>,
-    ) -> impl Future<Output = BusResult<u64>> + Send;
+    ) -> impl Future<Output = BusResult<u64>> + Send {
+        crate::oversight::touch_each(ledger, seen, at)
+    }
 
     /// `Search::index`'s writes, in the caller's write transaction: each entry's message, if it
     /// is a stored, unretained message of this tenant (and, where writers lock rows, not held

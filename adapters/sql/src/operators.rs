@@ -23,6 +23,7 @@
 //!   purpose: a hash is unique across tenants.
 //! - Tokens, codes and session secrets are only ever bound as their hashes, never logged.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -37,6 +38,7 @@ use uuid::Uuid;
 use crate::dialect::{BYTEWISE, Conn, Dialect, GREATEST, PerDialect};
 use crate::driver::{Stmt, stmt};
 use crate::ledger::SqlLedger;
+use crate::rows::OperatorRow;
 
 /// The columns of `operators o` an operator row starts with (`crewbus_sql::rows::OperatorRow`:
 /// without the teams of its scope).
@@ -566,4 +568,54 @@ impl<D: Dialect> Operators for SqlLedger<D> {
         self.commit(tx, what).await?;
         Ok(D::rows_affected(&codes) + D::rows_affected(&sessions))
     }
+}
+
+/// The operators of `rows` (read without their teams), in their order, with the teams of their
+/// scopes read from `operator_teams` on `conn` (one statement): SQLite's
+/// [`Dialect::operators_of`]. Errors: a stored token hash the domain refuses.
+pub async fn with_teams<D: Dialect>(
+    ledger: &SqlLedger<D>,
+    conn: &mut Conn<D>,
+    rows: Vec<OperatorRow<D::Time>>,
+) -> BusResult<Vec<Operator>> {
+    let mut teams: HashMap<Uuid, Vec<Uuid>> = HashMap::new();
+    if !rows.is_empty() {
+        let sql = format!(
+            "SELECT operator_id, team_id FROM operator_teams WHERE {}",
+            D::any_id("operator_id", 1, rows.len())
+        );
+        let ids: Vec<Uuid> = rows.iter().map(|r| r.id).collect();
+        let found: Vec<(Uuid, Uuid)> = D::bind_ids(stmt::<D>(&sql), &ids)
+            .all(conn)
+            .await
+            .map_err(ledger.db("operator teams"))?;
+        for (operator, team) in found {
+            teams.entry(operator).or_default().push(team);
+        }
+    }
+    rows.into_iter()
+        .map(|row| {
+            let of = teams.remove(&row.id).unwrap_or_default();
+            row.into_operator(of)
+        })
+        .collect()
+}
+
+/// [`Dialect::insert_operator`]' default (what SQLite runs): the operator row, then one row of
+/// `operator_teams` per team.
+pub async fn insert_each<D: Dialect>(
+    conn: &mut Conn<D>,
+    insert: Stmt<'_, D::Db>,
+    id: Uuid,
+    teams: &[Uuid],
+) -> Result<(), sqlx::Error> {
+    insert.run(conn).await?;
+    for team in teams {
+        stmt::<D>("INSERT INTO operator_teams (operator_id, team_id) VALUES ($1, $2)")
+            .arg(id)
+            .arg(*team)
+            .run(conn)
+            .await?;
+    }
+    Ok(())
 }

@@ -449,3 +449,33 @@ impl<D: Dialect> Oversight for SqlLedger<D> {
         Ok(agent)
     }
 }
+
+/// [`Dialect::touch_agents`]' default (what SQLite runs): one write transaction, one update per
+/// agent.
+pub async fn touch_each<D: Dialect>(
+    ledger: &SqlLedger<D>,
+    seen: &[WakeupTarget],
+    at: DateTime<Utc>,
+) -> BusResult<u64> {
+    let what = "touch agents";
+    let mut tx = ledger.begin(what).await?;
+    let mut changed = 0;
+    for target in seen {
+        let done = stmt::<D>(
+            "UPDATE agents SET last_active_at = $1
+             WHERE id = $2 AND team_id = $3
+               AND (last_active_at IS NULL OR last_active_at < $1)
+               AND team_id IN (SELECT id FROM teams WHERE tenant = $4)",
+        )
+        .arg(D::time(at))
+        .arg(target.agent)
+        .arg(target.team)
+        .arg(ledger.tenant().as_str().to_owned())
+        .execute(&mut tx)
+        .await
+        .map_err(ledger.db(what))?;
+        changed += D::rows_affected(&done);
+    }
+    ledger.commit(tx, what).await?;
+    Ok(changed)
+}

@@ -1,5 +1,5 @@
 //! How values are stored: times as integer microseconds since the Unix epoch ([`Ts`]), counters
-//! as `i64`, and the `?` lists of `IN (…)` clauses.
+//! as `i64`.
 
 use chrono::{DateTime, Utc};
 use sqlx::Sqlite;
@@ -61,27 +61,3 @@ impl<'r> sqlx::Decode<'r, Sqlite> for Ts {
 }
 
 pub(crate) use crewbus_sql::{db_i64, from_db};
-
-/// `?, ?, …` with `n` placeholders (`n ≥ 1`; SQLite allows 32766 parameters, far above
-/// `MAX_PAGE`).
-pub(crate) fn marks(n: usize) -> String {
-    let mut s = String::with_capacity(n * 3);
-    for i in 0..n {
-        if i > 0 {
-            s.push_str(", ");
-        }
-        s.push('?');
-    }
-    s
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn marks_lists_placeholders() {
-        assert_eq!(marks(1), "?");
-        assert_eq!(marks(3), "?, ?, ?");
-    }
-}

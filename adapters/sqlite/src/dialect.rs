@@ -6,12 +6,13 @@
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     Agent, BusError, BusResult, IndexEntry, Operator, RunId, SearchQuery, SearchTerms, SendRequest,
-    Sent, StoreError, WakeupTarget,
+    Sent, StoreError,
 };
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
 use crewbus_sql::driver::Stmt;
 use crewbus_sql::ledger::SqlLedger;
 use crewbus_sql::push_store::{PushRow, SqlPushStore};
+use crewbus_sql::rows::OperatorRow;
 use crewbus_sql::search::HitRow;
 use sqlx::pool::PoolConnection;
 use sqlx::{Sqlite, SqliteConnection, Transaction};
@@ -19,7 +20,7 @@ use uuid::Uuid;
 
 use crate::codec::Ts;
 use crate::connect::{SqlitePools, WriteTx};
-use crate::ledger::{operators, oversight, search, send};
+use crate::ledger::{search, send};
 use crate::push_store;
 
 /// The SQLite dialect.
@@ -41,8 +42,8 @@ impl Dialect for Lite {
     const ONE_WRITE: Via = Via::Transaction;
     type InboxPayload = Vec<u8>;
     const INBOX_ACK_PREFIX: &'static str = "sqlite-inbox";
-    type OperatorRow = operators::OperatorRow;
-    const OPERATOR_COLUMNS: &'static str = operators::OPERATOR_COLUMNS;
+    type OperatorRow = OperatorRow<Ts>;
+    const OPERATOR_COLUMNS: &'static str = crewbus_sql::operators::OPERATOR_COLUMNS;
     const ROW_LOCKS: bool = false;
     const FOR_UPDATE: &'static str = "";
     const FOR_NO_KEY_UPDATE: &'static str = "";
@@ -123,26 +124,9 @@ impl Dialect for Lite {
     async fn operators_of(
         ledger: &SqlLedger<Lite>,
         conn: &mut SqliteConnection,
-        rows: Vec<operators::OperatorRow>,
+        rows: Vec<OperatorRow<Ts>>,
     ) -> BusResult<Vec<Operator>> {
-        operators::operators_of(ledger, conn, rows).await
-    }
-
-    async fn insert_operator<'q>(
-        conn: &mut SqliteConnection,
-        insert: Stmt<'q, Sqlite>,
-        id: Uuid,
-        teams: &[Uuid],
-    ) -> Result<(), sqlx::Error> {
-        operators::insert_operator(conn, insert, id, teams).await
-    }
-
-    async fn touch_agents(
-        ledger: &SqlLedger<Lite>,
-        seen: &[WakeupTarget],
-        at: DateTime<Utc>,
-    ) -> BusResult<u64> {
-        oversight::touch_agents(ledger, seen, at).await
+        crewbus_sql::operators::with_teams(ledger, conn, rows).await
     }
 
     async fn write_index(

@@ -2,15 +2,12 @@
 //! shared `impl Ledger for SqlLedger<Lite>` (`crewbus-sql`) through the dialect ([`crate::Lite`]).
 //!
 //! One file per section the dialect answers (the Postgres ledger's layout): `send`;
-//! and the SQL of the shared sections that differs on SQLite: `operators`, `oversight` and
-//! `search`. Table rows and their conversions are in `rows`.
+//! and the SQL of the shared sections that differs on SQLite: `search`. Table rows and their conversions are in `rows`.
 
 use crewbus_sql::ledger::SqlLedger;
 
 use crate::dialect::Lite;
 
-pub(crate) mod operators;
-pub(crate) mod oversight;
 mod rows;
 pub(crate) mod search;
 pub(crate) mod send;

@@ -6,5 +6,3 @@ use crate::codec::Ts;
 pub(crate) use crewbus_sql::rows::MESSAGE_COLUMNS;
 
 pub(crate) type MessageRow = crewbus_sql::rows::MessageRow<Ts>;
-/// An operator without the teams of its scope (read from `operator_teams` separately).
-pub(crate) type OperatorRow = crewbus_sql::rows::OperatorRow<Ts>;
