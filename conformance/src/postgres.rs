@@ -258,14 +258,6 @@ fn run_as() -> Option<(String, u32, u32)> {
     Some((user, uid, gid))
 }
 
-/// A free TCP port on 127.0.0.1 (asked of the kernel; released before use).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("no free port on 127.0.0.1")
-}
-
 /// How to run one cluster's binaries: where they are, as whom, on which directory and port.
 /// Movable into a blocking task.
 #[derive(Clone)]
@@ -431,7 +423,7 @@ impl PgCluster {
         control.initdb();
         // A port picked from the kernel may be taken before the server binds it: try a few.
         for attempt in 0.. {
-            control.port = free_port();
+            control.port = crate::nats::free_port();
             if control.start() {
                 break;
             }

@@ -48,7 +48,7 @@ mod suite;
 mod support;
 
 use suite::{JetStreamAdminFactory, JetStreamFactory};
-use support::{base_config, credential};
+use support::{base_config, prov_for, rt_for};
 
 /// Where the suite's shared broker is.
 struct Harness {
@@ -104,19 +104,19 @@ impl Source for Adapter {
 
 impl Harness {
     fn prov(&self) -> Config {
-        let mut c = base_config(&self.url);
         if self.fixture {
-            c.credential = credential(&nats::provisioning_user());
+            prov_for(&self.url)
+        } else {
+            base_config(&self.url)
         }
-        c
     }
 
     fn rt(&self) -> Config {
-        let mut c = base_config(&self.url);
         if self.fixture {
-            c.credential = credential(&nats::runtime_user());
+            rt_for(&self.url)
+        } else {
+            base_config(&self.url)
         }
-        c
     }
 
     fn line(&self) -> (u32, u32, u32) {
