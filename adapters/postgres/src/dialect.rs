@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, DeliveryId, InboxAck, IndexEntry, IssuedHandOut, Operator, RunId,
-    SearchQuery, SearchTerms, SendRequest, Sent, SlotOutcome, StoreError, SweepTarget,
-    WakeupTarget,
+    Agent, BusError, BusResult, DeliveryId, InboxAck, IndexEntry, IssuedHandOut, Message, Operator,
+    RunId, SearchQuery, SearchTerms, SendDecision, SendFacts, SendRequest, SlotOutcome, StoreError,
+    SweepTarget, WakeupTarget,
 };
 use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
@@ -97,12 +97,22 @@ impl Dialect for Pg {
         error::may_have_committed(err)
     }
 
-    async fn send_batch(
+    async fn send_facts(
         ledger: &SqlLedger<Pg>,
+        conn: &mut PgConnection,
         requests: &[SendRequest],
+    ) -> BusResult<SendFacts> {
+        send::send_facts(ledger, conn, requests).await
+    }
+
+    async fn write_sends(
+        ledger: &SqlLedger<Pg>,
+        conn: &mut PgConnection,
+        requests: &[SendRequest],
+        plan: &[SendDecision],
         at: DateTime<Utc>,
-    ) -> BusResult<Vec<BusResult<Sent>>> {
-        send::send_batch(ledger, requests, at).await
+    ) -> BusResult<HashMap<usize, Message>> {
+        send::write_plan(ledger, conn, requests, plan, at).await
     }
 
     async fn write_settlements(

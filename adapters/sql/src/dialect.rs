@@ -9,9 +9,9 @@ use std::ops::{Deref, DerefMut};
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, DeliveryId, InboxAck, IndexEntry, IssuedHandOut, Operator, RunId,
-    SearchQuery, SearchTerms, SendRequest, Sent, SlotOutcome, StoreError, SweepTarget,
-    WakeupTarget,
+    Agent, BusError, BusResult, DeliveryId, InboxAck, IndexEntry, IssuedHandOut, Message, Operator,
+    RunId, SearchQuery, SearchTerms, SendDecision, SendFacts, SendRequest, SlotOutcome, StoreError,
+    SweepTarget, WakeupTarget,
 };
 use sqlx::Database;
 use uuid::Uuid;
@@ -99,6 +99,7 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         + Reads<MessageRow<Self::Time>>
         + Reads<crate::rows::ReceiptRow<Self::Time>>
         + Reads<LiveSlot>
+        + Reads<(String,)>
         + Reads<(Uuid, Uuid, i64, bool)>
         + Reads<(Uuid, bool, Uuid, Self::Time, i64)>
         + Reads<crate::rows::ReferenceRow<Self::Time>>
@@ -390,15 +391,33 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         terms: &SearchTerms,
     ) -> impl Future<Output = BusResult<Vec<HitRow<Self::Time>>>> + Send;
 
-    /// `Ledger::send_batch` (`requests` not empty), in one write transaction, each request
-    /// decided by `plan_sends`: Postgres locks the conversations in id order and writes with
-    /// set-based `unnest` statements (`ledger/send.rs`), SQLite writes row by row inside its one
-    /// write transaction. (`Ledger::send` is a batch of one.)
-    fn send_batch(
+    /// `send_batch`, first, in its write transaction: what `plan_sends` needs — the batch's
+    /// conversations, whether each sender is an active member, the messages holding the batch's
+    /// idempotency keys, its runs (locked where writers lock rows). By default a statement per
+    /// request ([`crate::send::facts_each`]); Postgres first locks the batch's conversations in
+    /// id order, then reads over `unnest`.
+    fn send_facts(
         ledger: &SqlLedger<Self>,
+        conn: &mut Conn<Self>,
         requests: &[SendRequest],
+    ) -> impl Future<Output = BusResult<SendFacts>> + Send {
+        crate::send::facts_each(ledger, conn, requests)
+    }
+
+    /// `send_batch`, then: each `Create` of `plan` written (the message, its seq bump and
+    /// receipts, its body and reference marker or outbox slot, its run's record); returns the
+    /// created messages by request index. By default a statement per row
+    /// ([`crate::send::write_each`]); Postgres one statement of data-modifying CTEs over
+    /// `unnest` (and one for the runs' records).
+    fn write_sends(
+        ledger: &SqlLedger<Self>,
+        conn: &mut Conn<Self>,
+        requests: &[SendRequest],
+        plan: &[SendDecision],
         at: DateTime<Utc>,
-    ) -> impl Future<Output = BusResult<Vec<BusResult<Sent>>>> + Send;
+    ) -> impl Future<Output = BusResult<HashMap<usize, Message>>> + Send {
+        crate::send::write_each(ledger, conn, requests, plan, at)
+    }
 
     /// `Ledger::settle`'s writes, in its write transaction: each settlement of `applied` (the
     /// ones the fence applied, in call order, with their live slots) written as its

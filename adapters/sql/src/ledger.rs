@@ -278,7 +278,12 @@ impl<D: Dialect> LedgerSections for SqlLedger<D> {
     }
 
     async fn send(&self, request: SendRequest, at: DateTime<Utc>) -> BusResult<Sent> {
-        crate::send::one(D::send_batch(self, std::slice::from_ref(&request), at)).await
+        crate::send::one(crate::send::send_batch(
+            self,
+            std::slice::from_ref(&request),
+            at,
+        ))
+        .await
     }
 
     async fn send_batch(
@@ -286,7 +291,7 @@ impl<D: Dialect> LedgerSections for SqlLedger<D> {
         requests: &[SendRequest],
         at: DateTime<Utc>,
     ) -> BusResult<Vec<BusResult<Sent>>> {
-        D::send_batch(self, requests, at).await
+        crate::send::send_batch(self, requests, at).await
     }
 
     async fn message(&self, team: Uuid, message: Uuid) -> BusResult<Message> {

@@ -1,5 +1,4 @@
-//! How values are stored: times as integer microseconds since the Unix epoch ([`Ts`]), counters
-//! as `i64`.
+//! How times are stored: integer microseconds since the Unix epoch ([`Ts`]).
 
 use chrono::{DateTime, Utc};
 use sqlx::Sqlite;
@@ -59,5 +58,3 @@ impl<'r> sqlx::Decode<'r, Sqlite> for Ts {
             .ok_or_else(|| "a stored time is out of range".into())
     }
 }
-
-pub(crate) use crewbus_sql::{db_i64, from_db};

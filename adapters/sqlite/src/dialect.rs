@@ -5,8 +5,7 @@
 
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
-    Agent, BusError, BusResult, IndexEntry, Operator, RunId, SearchQuery, SearchTerms, SendRequest,
-    Sent, StoreError,
+    Agent, BusError, BusResult, IndexEntry, Operator, RunId, SearchQuery, SearchTerms, StoreError,
 };
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
 use crewbus_sql::driver::Stmt;
@@ -20,7 +19,7 @@ use uuid::Uuid;
 
 use crate::codec::Ts;
 use crate::connect::{SqlitePools, WriteTx};
-use crate::ledger::{search, send};
+use crate::ledger::search;
 use crate::push_store;
 
 /// The SQLite dialect.
@@ -92,14 +91,6 @@ impl Dialect for Lite {
     /// commit.
     fn may_have_committed(err: &sqlx::Error) -> bool {
         matches!(err, sqlx::Error::WorkerCrashed)
-    }
-
-    async fn send_batch(
-        ledger: &SqlLedger<Lite>,
-        requests: &[SendRequest],
-        at: DateTime<Utc>,
-    ) -> BusResult<Vec<BusResult<Sent>>> {
-        send::send_batch(ledger, requests, at).await
     }
 
     async fn push_claim_due(

@@ -47,7 +47,6 @@
 //! [`WriteCounts`]: what the hook does not see is listed there).
 #![warn(missing_docs)]
 
-mod body;
 mod codec;
 mod connect;
 mod dialect;

@@ -8,7 +8,6 @@
 
 use crewbus_domain::BusError;
 use crewbus_sql::ledger::SqlLedger;
-use sqlx::{Postgres, Transaction};
 
 use crate::dialect::Pg;
 use crate::error::bus_error;
@@ -62,8 +61,6 @@ pub(crate) mod settle;
 /// - Time is always the caller's `at`, bound as a parameter (never `now()` in SQL). Postgres
 ///   keeps timestamps to the microsecond: times read back are the caller's truncated to µs.
 pub type PostgresLedger = SqlLedger<Pg>;
-
-type Tx = Transaction<'static, Postgres>;
 
 /// `|e| bus_error(e, what)`.
 fn db(what: &'static str) -> impl Fn(sqlx::Error) -> BusError {

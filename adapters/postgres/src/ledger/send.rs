@@ -1,5 +1,6 @@
-//! The Postgres ledger's `send` and `send_batch` (group commit): the conversation locks, the
-//! facts read under them, the plan, and the one statement that writes every message of the
+//! The Postgres ledger's `send` and `send_batch` (group commit; the transaction and the plan
+//! are the shared `crewbus_sql::send`'s): the conversation locks, the facts read under them,
+//! and the one statement that writes every message of the
 //! batch with its receipts, its outbox slot or body and reference marker, and its journal records.
 //!
 //! `send` is a batch of one. A batch is a constant number of statements whatever its size:
@@ -29,13 +30,13 @@ use std::collections::HashMap;
 use chrono::{DateTime, Utc};
 use crewbus_domain::{
     AgentKind, BusError, BusResult, ConversationFacts, Message, Publication, RecordKind,
-    RequestKey, RunFacts, RunId, SendDecision, SendFacts, SendRequest, Sent, answer_sends,
-    plan_sends, validate_request_id,
+    RequestKey, RunFacts, RunId, SendDecision, SendFacts, SendRequest, validate_request_id,
 };
+use sqlx::PgConnection;
 use uuid::Uuid;
 
+use super::db;
 use super::rows::{MESSAGE_COLUMNS, MessageRow, db_i64, from_db};
-use super::{Tx, db};
 use crate::body::{SCHEME, locator_for};
 use crate::dialect::Pg;
 use crewbus_sql::ledger::SqlLedger;
@@ -111,24 +112,11 @@ WITH j AS (
 INSERT INTO journal_records (run_id, seq, at, kind)
 SELECT j.run, r.last_seq + j.nth, $4, j.kind FROM j JOIN runs r ON r.id = j.run";
 
-pub(crate) async fn send_batch(
-    ledger: &SqlLedger<Pg>,
-    requests: &[SendRequest],
-    at: DateTime<Utc>,
-) -> BusResult<Vec<BusResult<Sent>>> {
-    let mut tx = ledger.begin(WHAT).await?;
-    let facts = send_facts(ledger, &mut tx, requests).await?;
-    let plan = plan_sends(requests, &facts);
-    let created = write_plan(ledger, &mut tx, requests, &plan, at).await?;
-    ledger.commit(tx, WHAT).await?;
-    Ok(answer_sends(plan, &created))
-}
-
 /// Locks the batch's conversations (in id order), then reads what the plan needs under the
 /// locks, and locks the batch's runs (in id order).
-async fn send_facts(
+pub(crate) async fn send_facts(
     ledger: &SqlLedger<Pg>,
-    tx: &mut Tx,
+    conn: &mut PgConnection,
     requests: &[SendRequest],
 ) -> BusResult<SendFacts> {
     let mut conversations: Vec<Uuid> = requests.iter().map(|r| r.conversation).collect();
@@ -143,7 +131,7 @@ async fn send_facts(
     )
     .bind(&conversations)
     .bind(ledger.tenant().as_str())
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *conn)
     .await
     .map_err(db(WHAT))?;
     let mut facts = SendFacts::default();
@@ -188,7 +176,7 @@ async fn send_facts(
     .bind(&convs)
     .bind(&senders)
     .bind(&request_ids)
-    .fetch_all(&mut **tx)
+    .fetch_all(&mut *conn)
     .await
     .map_err(db(WHAT))?;
     let mut recorded_ids = Vec::new();
@@ -206,7 +194,7 @@ async fn send_facts(
             "SELECT {MESSAGE_COLUMNS} FROM messages m WHERE m.id = ANY($1)"
         ))
         .bind(&recorded_ids)
-        .fetch_all(&mut **tx)
+        .fetch_all(&mut *conn)
         .await
         .map_err(db(WHAT))?;
         for row in rows {
@@ -227,7 +215,7 @@ async fn send_facts(
         )
         .bind(&runs)
         .bind(ledger.tenant().as_str())
-        .fetch_all(&mut **tx)
+        .fetch_all(&mut *conn)
         .await
         .map_err(db("run lookup"))?;
         for (id, team, agent, sealed) in locked {
@@ -246,9 +234,9 @@ async fn send_facts(
 
 /// Writes every `Create` of `plan` in one statement and returns the created messages by
 /// request index (nothing is written, and no statement sent, when nothing is created).
-async fn write_plan(
+pub(crate) async fn write_plan(
     ledger: &SqlLedger<Pg>,
-    tx: &mut Tx,
+    conn: &mut PgConnection,
     requests: &[SendRequest],
     plan: &[SendDecision],
     at: DateTime<Utc>,
@@ -314,7 +302,7 @@ async fn write_plan(
         .bind(&cols.body)
         .bind(at)
         .bind(ledger.tenant().as_str())
-        .fetch_all(&mut **tx)
+        .fetch_all(&mut *conn)
         .await
         .map_err(db(WHAT))?;
     if inserted.len() != created.len() {
@@ -335,7 +323,7 @@ async fn write_plan(
             .bind(&records.1)
             .bind(&records.2)
             .bind(at)
-            .execute(&mut **tx)
+            .execute(&mut *conn)
             .await
             .map_err(db(WHAT))?;
     }

@@ -1,16 +1,15 @@
 //! The SQLite ledger: what of the bus's authority SQLite writes its own way, reached by the
 //! shared `impl Ledger for SqlLedger<Lite>` (`crewbus-sql`) through the dialect ([`crate::Lite`]).
 //!
-//! One file per section the dialect answers (the Postgres ledger's layout): `send`;
-//! and the SQL of the shared sections that differs on SQLite: `search`. Table rows and their conversions are in `rows`.
+//! What SQLite writes its own way is its search index (`search`: FTS5); every other section,
+//! `send` and `settle` included, runs the shared statements (`crewbus_sql`), row by row as the
+//! dialect's defaults.
 
 use crewbus_sql::ledger::SqlLedger;
 
 use crate::dialect::Lite;
 
-mod rows;
 pub(crate) mod search;
-pub(crate) mod send;
 
 /// One tenant's ledger in SQLite: [`SqlLedger`] in the SQLite dialect
 /// (`SqliteLedger::new(pools, tenant)`, over pools migrated by [`crate::migrate`]).
