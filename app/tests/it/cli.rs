@@ -4,6 +4,7 @@
 //! abandoning a stalled body; the first five minutes: the dev team and its agents, their tokens
 //! kept in a private dev-tokens.json and reused by the next start, the host configuration.
 
+use crate::common::serve::{sigterm, sigterm_and_wait};
 use crewbus_conformance::child::SpawnTied;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -302,16 +303,6 @@ fn read_response(reader: &mut BufReader<TcpStream>) -> (u16, Vec<u8>) {
     (code, body)
 }
 
-fn sigterm(child: &std::process::Child) {
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-}
-
 #[test]
 fn serve_stops_within_the_shutdown_grace_while_a_client_holds_an_incomplete_request() {
     let grace = Duration::from_millis(500);
@@ -432,32 +423,13 @@ fn an_oversize_declared_body_is_refused_at_once_and_a_stalled_body_is_abandoned(
     let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(v["code"], "invalid");
 
-    sigterm(&child);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while child.try_wait().unwrap().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "serve did not stop after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    sigterm_and_wait(&mut child, Duration::from_secs(15));
 }
 
 /// Sends SIGTERM and waits (10 s at most) for a clean exit.
 fn stop(mut child: std::process::Child) {
-    sigterm(&child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            assert!(status.success(), "{status:?}");
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "serve did not stop after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let status = sigterm_and_wait(&mut child, Duration::from_secs(10));
+    assert!(status.success(), "{status:?}");
 }
 
 /// `GET /v1/me` with `token` on `addr` (`host:port`): the status and the answer.

@@ -6,8 +6,9 @@
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use crate::common::serve::sigterm_and_wait;
 use crewbus_conformance::child::SpawnTied;
 use crewbus_conformance::postgres::database_url_options;
 use serde_json::Value;
@@ -48,21 +49,7 @@ fn read_until_listening(child: &mut Child) -> Vec<Value> {
 }
 
 fn stop(mut child: Child) {
-    assert!(
-        Command::new("kill")
-            .args(["-TERM", &child.id().to_string()])
-            .status()
-            .unwrap()
-            .success()
-    );
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while child.try_wait().unwrap().is_none() {
-        assert!(
-            Instant::now() < deadline,
-            "serve did not stop after SIGTERM"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    sigterm_and_wait(&mut child, Duration::from_secs(15));
 }
 
 async fn me(url: &str, token: &str) -> Value {

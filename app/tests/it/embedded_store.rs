@@ -6,9 +6,10 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::serve::{ServeProcess, call};
 use crewbus_conformance::child::SpawnTied;
 use serde_json::{Value, json};
 
@@ -27,95 +28,30 @@ fn crewbus(home: &Path) -> Command {
     c
 }
 
-/// A running `crewbus --json serve` and what it printed: the dev agents' tokens by name and the
-/// base URL.
-struct Serve {
-    child: Child,
-    tokens: std::collections::HashMap<String, String>,
-    url: String,
-    /// What the console line printed right after the address: `{console_url, operator,
-    /// sign_in_code, expires_at}`.
-    console: Value,
+/// `crewbus --json serve` on a free loopback port with the data directory of `home`, its dev
+/// agents' tokens, address and console line read; every line before its address is a fresh dev
+/// agent with a token.
+fn start_serve(home: &Path) -> ServeProcess {
+    let serve = ServeProcess::start(
+        crewbus(home).args(["--json", "serve", "--listen", "127.0.0.1:0"]),
+        true,
+    );
+    for v in &serve.before {
+        v["name"].as_str().unwrap();
+        v["token"].as_str().expect("a fresh dev agent has a token");
+    }
+    serve
 }
 
-impl Serve {
-    /// Starts `serve` on a free loopback port and reads its dev agents and address.
-    fn start(home: &Path) -> Serve {
-        let child = crewbus(home)
-            .args(["--json", "serve", "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn_tied()
-            .unwrap();
-        // Owned by `Serve` at once, so a failed read below still kills and reaps it.
-        let mut serve = Serve {
-            child,
-            tokens: std::collections::HashMap::new(),
-            url: String::new(),
-            console: Value::Null,
-        };
-        let mut lines = BufReader::new(serve.child.stdout.take().unwrap()).lines();
-        loop {
-            let line = lines.next().expect("serve printed its address").unwrap();
-            let v: Value = serde_json::from_str(&line).unwrap();
-            if let Some(url) = v["listening"].as_str() {
-                serve.url = url.to_owned();
-                let line = lines
-                    .next()
-                    .expect("serve printed its console line")
-                    .unwrap();
-                serve.console = serde_json::from_str(&line).unwrap();
-                // Drain the rest of stdout so the server never blocks on a full pipe.
-                std::thread::spawn(move || for _ in lines.by_ref() {});
-                return serve;
-            }
-            serve.tokens.insert(
-                v["name"].as_str().unwrap().to_owned(),
-                v["token"]
-                    .as_str()
-                    .expect("a fresh dev agent has a token")
-                    .to_owned(),
-            );
-        }
-    }
-
-    /// SIGTERM, then waits for the exit (deadline 30 s).
-    fn stop(mut self) {
-        let status = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(status.success());
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(Instant::now() < deadline, "serve did not stop on SIGTERM");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-async fn call(url: &str, token: &str, method: &str, path: &str, body: Value) -> (u16, Value) {
-    let client = reqwest::Client::new();
-    let request = match method {
-        "GET" => client.get(format!("{url}{path}")),
-        _ => client.post(format!("{url}{path}")).json(&body),
-    };
-    let r = request.bearer_auth(token).send().await.unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
+/// SIGTERM, then waits for the exit (deadline 30 s).
+fn stop(serve: ServeProcess) {
+    serve.stop(Duration::from_secs(30));
 }
 
 #[tokio::test]
 async fn serve_with_no_configuration_keeps_a_conversation_across_a_restart() {
     let home = tempfile::tempdir().unwrap();
-    let first = Serve::start(home.path());
+    let first = start_serve(home.path());
     let (alice, bob) = (first.tokens["alice"].clone(), first.tokens["bob"].clone());
     let (status, conv) = call(
         &first.url,
@@ -136,13 +72,13 @@ async fn serve_with_no_configuration_keeps_a_conversation_across_a_restart() {
     )
     .await;
     assert_eq!(status, 201, "{sent}");
-    first.stop();
+    stop(first);
     assert!(
         home.path().join("data/crewbus/crewbus.db").exists(),
         "the default data directory is $XDG_DATA_HOME/crewbus"
     );
 
-    let second = Serve::start(home.path());
+    let second = start_serve(home.path());
     assert_eq!(
         second.tokens["bob"], bob,
         "the dev agents keep their tokens"
@@ -174,13 +110,13 @@ async fn serve_with_no_configuration_keeps_a_conversation_across_a_restart() {
         1,
         "bob's delivery survived the restart: {page}"
     );
-    second.stop();
+    stop(second);
 }
 
 #[tokio::test]
 async fn a_second_serve_on_the_same_data_directory_is_refused_at_once() {
     let home = tempfile::tempdir().unwrap();
-    let first = Serve::start(home.path());
+    let first = start_serve(home.path());
     let started = Instant::now();
     let out = crewbus(home.path())
         .args(["serve", "--listen", "127.0.0.1:0"])
@@ -206,13 +142,13 @@ async fn a_second_serve_on_the_same_data_directory_is_refused_at_once() {
     )
     .await;
     assert_eq!(status, 200);
-    first.stop();
+    stop(first);
 }
 
 #[tokio::test]
 async fn agent_revoke_beside_a_running_server_refuses_the_agents_next_call() {
     let home = tempfile::tempdir().unwrap();
-    let serve = Serve::start(home.path());
+    let serve = start_serve(home.path());
     let bob = serve.tokens["bob"].clone();
     let (status, _) = call(&serve.url, &bob, "GET", "/v1/me", Value::Null).await;
     assert_eq!(status, 200);
@@ -251,7 +187,7 @@ async fn agent_revoke_beside_a_running_server_refuses_the_agents_next_call() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    serve.stop();
+    stop(serve);
 }
 
 #[test]
@@ -278,7 +214,7 @@ fn operator_commands_refuse_a_store_that_does_not_exist() {
 #[tokio::test]
 async fn backup_copies_the_store_online_and_the_copy_reads_back() {
     let home = tempfile::tempdir().unwrap();
-    let serve = Serve::start(home.path());
+    let serve = start_serve(home.path());
     let alice = serve.tokens["alice"].clone();
     let (_, conv) = call(
         &serve.url,
@@ -318,7 +254,7 @@ async fn backup_copies_the_store_online_and_the_copy_reads_back() {
         .output()
         .unwrap();
     assert!(!again.status.success());
-    serve.stop();
+    stop(serve);
 
     // Restore: a new data directory holding the copy as its database, and the master key.
     let restored = tempfile::tempdir().unwrap();
@@ -335,7 +271,7 @@ async fn backup_copies_the_store_online_and_the_copy_reads_back() {
         let mode = std::fs::metadata(&copy).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600, "the copy is readable by its owner only");
     }
-    let serve = Serve::start(restored.path());
+    let serve = start_serve(restored.path());
     let (status, history) = call(
         &serve.url,
         &serve.tokens["bob"],
@@ -352,13 +288,13 @@ async fn backup_copies_the_store_online_and_the_copy_reads_back() {
         .map(|m| m["body"].as_str().unwrap())
         .collect();
     assert_eq!(bodies, ["message 0", "message 1", "message 2"]);
-    serve.stop();
+    stop(serve);
 }
 
 #[tokio::test]
 async fn operators_are_added_listed_and_revoked_beside_a_running_server() {
     let home = tempfile::tempdir().unwrap();
-    let serve = Serve::start(home.path());
+    let serve = start_serve(home.path());
     // Serve printed a one-time sign-in URL for the dev operator, right after its address.
     let console = &serve.console;
     let code = console["sign_in_code"].as_str().unwrap();
@@ -404,7 +340,7 @@ async fn operators_are_added_listed_and_revoked_beside_a_running_server() {
     let (ok, revoked) = run(&["--json", "operator", "revoke", "night"]);
     assert!(ok, "{revoked}");
     assert!(revoked["revoked_at"].is_string(), "{revoked}");
-    serve.stop();
+    stop(serve);
 }
 
 #[test]
@@ -455,7 +391,7 @@ fn a_dev_operator_token_file_that_cannot_be_written_leaves_no_operator_behind() 
 }
 
 /// `n` messages from alice to bob in a new conversation, through `serve`.
-async fn send_some(serve: &Serve, n: usize) {
+async fn send_some(serve: &ServeProcess, n: usize) {
     let alice = serve.tokens["alice"].clone();
     let (status, conv) = call(
         &serve.url,
@@ -490,13 +426,13 @@ async fn a_damaged_store_is_refused_before_anything_listens_and_a_clean_stop_emp
     for clean in [true, false] {
         let home = tempfile::tempdir().unwrap();
         let store = home.path().join("data/crewbus/crewbus.db");
-        let serve = Serve::start(home.path());
+        let serve = start_serve(home.path());
         send_some(&serve, 100).await;
         assert!(
             wal_len(&store) > 0,
             "the writes are in the log while it runs"
         );
-        serve.stop();
+        stop(serve);
         assert_eq!(
             wal_len(&store),
             0,
@@ -505,7 +441,7 @@ async fn a_damaged_store_is_refused_before_anything_listens_and_a_clean_stop_emp
         if !clean {
             // The case: a stop that leaves the log holding frames (here a kill), then
             // the file damaged.
-            let serve = Serve::start(home.path());
+            let serve = start_serve(home.path());
             send_some(&serve, 5).await;
             drop(serve);
             assert!(wal_len(&store) > 0, "killed: the log holds frames");
@@ -598,10 +534,10 @@ async fn console_sign_in(url: &str, code: &str) -> u16 {
 #[tokio::test]
 async fn a_sign_in_code_of_an_earlier_start_stops_working_at_the_next_start() {
     let home = tempfile::tempdir().unwrap();
-    let first = Serve::start(home.path());
+    let first = start_serve(home.path());
     let earlier = first.console["sign_in_code"].as_str().unwrap().to_owned();
-    first.stop();
-    let second = Serve::start(home.path());
+    stop(first);
+    let second = start_serve(home.path());
     let newest = second.console["sign_in_code"].as_str().unwrap().to_owned();
     assert_ne!(earlier, newest);
     assert_eq!(
@@ -610,5 +546,5 @@ async fn a_sign_in_code_of_an_earlier_start_stops_working_at_the_next_start() {
         "the code the first start printed no longer signs in"
     );
     assert_eq!(console_sign_in(&second.url, &newest).await, 303);
-    second.stop();
+    stop(second);
 }

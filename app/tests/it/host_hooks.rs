@@ -12,9 +12,10 @@
 
 use std::io::{BufRead as _, BufReader, Write as _};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common::serve::{ServeProcess, call};
 use crewbus_conformance::child::SpawnTied;
 use serde_json::{Value, json};
 
@@ -38,66 +39,32 @@ fn crewbus(home: &Path) -> Command {
     c
 }
 
-/// A running `crewbus --json serve` on the embedded store in `home`.
-struct Serve {
-    child: Child,
-    url: String,
-    tokens: std::collections::HashMap<String, String>,
+/// `crewbus --json serve` on the embedded store in `home`, or with `database` (a Postgres URL)
+/// on Postgres with the dev team `local` (alice and bob).
+fn start_serve(home: &Path, database: Option<&str>) -> ServeProcess {
+    start_serve_configured(home, database, &[])
 }
 
-impl Serve {
-    /// `serve` on the embedded store, or with `database` (a Postgres URL) on Postgres with the
-    /// dev team `local` (alice and bob).
-    fn start_with(home: &Path, database: Option<&str>) -> Serve {
-        Self::start_configured(home, database, &[])
+/// [`start_serve`] with configuration from `env` (`CREWBUS_…` variables).
+fn start_serve_configured(
+    home: &Path,
+    database: Option<&str>,
+    env: &[(&str, &str)],
+) -> ServeProcess {
+    let mut cmd = crewbus(home);
+    cmd.envs(env.iter().copied());
+    cmd.args(["--json", "serve", "--listen", "127.0.0.1:0"]);
+    if let Some(url) = database {
+        cmd.env("CREWBUS_DATABASE__URL", url)
+            .args(["--dev-team", "local"]);
     }
-
-    /// [`Serve::start_with`] with configuration from `env` (`CREWBUS_…` variables).
-    fn start_configured(home: &Path, database: Option<&str>, env: &[(&str, &str)]) -> Serve {
-        let mut cmd = crewbus(home);
-        cmd.envs(env.iter().copied());
-        cmd.args(["--json", "serve", "--listen", "127.0.0.1:0"]);
-        if let Some(url) = database {
-            cmd.env("CREWBUS_DATABASE__URL", url)
-                .args(["--dev-team", "local"]);
-        }
-        let child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn_tied()
-            .unwrap();
-        let mut serve = Serve {
-            child,
-            url: String::new(),
-            tokens: Default::default(),
-        };
-        let mut lines = BufReader::new(serve.child.stdout.take().unwrap()).lines();
-        loop {
-            let line = lines.next().expect("serve printed its address").unwrap();
-            let v: Value = serde_json::from_str(&line).unwrap();
-            if let Some(url) = v["listening"].as_str() {
-                serve.url = url.to_owned();
-                std::thread::spawn(move || for _ in lines.by_ref() {});
-                return serve;
-            }
-            if let (Some(name), Some(token)) = (v["name"].as_str(), v["token"].as_str()) {
-                serve.tokens.insert(name.to_owned(), token.to_owned());
-            }
-        }
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
+    ServeProcess::start(&mut cmd, false)
 }
 
 /// A test's home with a running server: alice's token in a file outside any project.
 struct World {
     home: tempfile::TempDir,
-    serve: Serve,
+    serve: ServeProcess,
     alice_token: PathBuf,
 }
 
@@ -109,7 +76,7 @@ impl World {
     /// A world whose server has configuration from `env` (`CREWBUS_…` variables).
     fn configured(env: &[(&str, &str)]) -> World {
         let home = tempfile::tempdir().unwrap();
-        let serve = Serve::start_configured(home.path(), None, env);
+        let serve = start_serve_configured(home.path(), None, env);
         let alice_token = home.path().join("alice.token");
         std::fs::write(&alice_token, format!("{}\n", serve.tokens["alice"])).unwrap();
         World {
@@ -130,18 +97,7 @@ impl World {
 
     /// `crewbus_watch_reads_total` of the server's `/metrics`.
     async fn watch_reads(&self) -> u64 {
-        let text = reqwest::get(format!("{}/metrics", self.serve.url))
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix("crewbus_watch_reads_total "))
-            .expect("crewbus_watch_reads_total in /metrics")
-            .trim()
-            .parse()
-            .unwrap()
+        crate::common::counter(&self.serve.url, "crewbus_watch_reads").await
     }
 
     /// Waits (10 s at most) until `crewbus_watch_reads_total` reaches `n`.
@@ -162,17 +118,6 @@ impl World {
             &event.to_string(),
         )
     }
-}
-
-async fn call(url: &str, token: &str, method: &str, path: &str, body: Value) -> (u16, Value) {
-    let client = reqwest::Client::new();
-    let request = match method {
-        "GET" => client.get(format!("{url}{path}")),
-        _ => client.post(format!("{url}{path}")).json(&body),
-    };
-    let r = request.bearer_auth(token).send().await.unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
 }
 
 async fn send(url: &str, token: &str, title: &str, to: &str) {
@@ -805,7 +750,7 @@ async fn on_postgres_the_hook_reports_once_across_events() {
     let db = crewbus_benches::kit::postgres::database("host_hooks").await;
     let database = crewbus_benches::kit::postgres::url(&db);
     let home = tempfile::tempdir().unwrap();
-    let serve = Serve::start_with(home.path(), Some(&database));
+    let serve = start_serve(home.path(), Some(&database));
     let url = serve.url.clone();
     let token = home.path().join("alice.token");
     std::fs::write(&token, &serve.tokens["alice"]).unwrap();

@@ -12,8 +12,7 @@ use std::time::{Duration, Instant};
 use common::{MemoryApp, test_config};
 use crewbus::client::{ApiClient, uuid_of};
 use crewbus::compose::postgres_with_pool;
-use crewbus::server::Server;
-use crewbus::shutdown::Shutdown;
+use crewbus_benches::kit::servers::Servers;
 use crewbus_domain::Uuid;
 use crewbus_ports::SystemClock;
 use reqwest::Method;
@@ -248,24 +247,18 @@ async fn postgres_a_release_on_one_server_wakes_an_acquire_waiting_on_another() 
     let config = test_config();
     let db = crewbus_benches::kit::postgres::database("leases::two_servers").await;
     let mut buses = Vec::new();
-    let mut servers = Vec::new();
     for _ in 0..2 {
         let composed = postgres_with_pool(&config, db.pool().clone(), Arc::new(SystemClock))
             .await
             .unwrap();
-        servers.push(
-            Server::start(composed.bus.clone(), config.listen, Shutdown::new())
-                .await
-                .unwrap(),
-        );
         buses.push(composed.bus);
     }
-    let team = buses[0].add_team("team-l", None, None).await.unwrap();
-    let alice = buses[0].add_agent(team.id, "alice").await.unwrap();
-    let bob = buses[0].add_agent(team.id, "bob").await.unwrap();
-    let alice = ApiClient::new(servers[0].url(), Some(alice.token));
-    let bob = ApiClient::new(servers[1].url(), Some(bob.token));
-    let (_, held) = acquire(&alice, json!({ "pattern": "**" })).await;
+    let Servers {
+        servers, agents, ..
+    } = Servers::start(&config, &buses, "team-l", None, &["alice", "bob"]).await;
+    let alice = &agents[0].client;
+    let bob = agents[1].client_on(&servers[1].url());
+    let (_, held) = acquire(alice, json!({ "pattern": "**" })).await;
     assert_eq!(held["granted"], true, "{held}");
     let waiter = tokio::spawn(async move {
         let got = acquire(&bob, json!({ "pattern": "x/y", "wait_ms": 20_000 })).await;

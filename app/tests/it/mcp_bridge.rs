@@ -11,6 +11,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::common::serve::ServeProcess;
 use axum::Router;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
@@ -587,10 +588,17 @@ fn without_a_token_it_exits_2_saying_where_the_token_comes_from() {
 /// A running `crewbus --json serve` on the embedded store in a temporary home, with its dev
 /// agents alice and bob.
 struct Serve {
-    child: Child,
-    url: String,
-    tokens: std::collections::HashMap<String, String>,
+    // Killed and reaped (its drop) before its home is removed: fields drop in this order.
+    process: ServeProcess,
     _home: tempfile::TempDir,
+}
+
+impl std::ops::Deref for Serve {
+    type Target = ServeProcess;
+
+    fn deref(&self) -> &ServeProcess {
+        &self.process
+    }
 }
 
 impl Serve {
@@ -608,37 +616,16 @@ impl Serve {
             }
         }
         cmd.envs(env.iter().copied());
-        let child = cmd
-            .args(["--json", "serve", "--listen", "127.0.0.1:0"])
+        cmd.args(["--json", "serve", "--listen", "127.0.0.1:0"])
             .env("HOME", home.path())
             .env("XDG_DATA_HOME", home.path().join("data"))
             .env("XDG_STATE_HOME", home.path().join("state"))
             .env("XDG_CONFIG_HOME", home.path().join("config"))
             .env("CREWBUS_LOG__LEVEL", "warn")
-            .current_dir(home.path())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn_tied()
-            .unwrap();
-        // Owned by the value from here on, so it is killed and waited for however the test ends.
-        let mut serve = Serve {
-            child,
-            url: String::new(),
-            tokens: std::collections::HashMap::new(),
+            .current_dir(home.path());
+        Serve {
+            process: ServeProcess::start(&mut cmd, false),
             _home: home,
-        };
-        let mut lines = BufReader::new(serve.child.stdout.take().unwrap()).lines();
-        loop {
-            let line = lines.next().expect("serve printed its address").unwrap();
-            let v: Value = serde_json::from_str(&line).unwrap();
-            if let Some(url) = v["listening"].as_str() {
-                serve.url = url.to_owned();
-                std::thread::spawn(move || for _ in lines.by_ref() {});
-                return serve;
-            }
-            if let (Some(name), Some(token)) = (v["name"].as_str(), v["token"].as_str()) {
-                serve.tokens.insert(name.to_owned(), token.to_owned());
-            }
         }
     }
 
@@ -663,18 +650,11 @@ impl Serve {
 
     /// `crewbus_watch_reads_total` of the server's `/metrics`.
     fn watch_reads(&self) -> u64 {
-        let url = format!("{}/metrics", self.url);
-        let text = tokio::runtime::Builder::new_current_thread()
+        tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .unwrap()
-            .block_on(async move { reqwest::get(url).await.unwrap().text().await.unwrap() });
-        text.lines()
-            .find_map(|l| l.strip_prefix("crewbus_watch_reads_total "))
-            .expect("crewbus_watch_reads_total in /metrics")
-            .trim()
-            .parse()
-            .unwrap()
+            .block_on(crate::common::counter(&self.url, "crewbus_watch_reads"))
     }
 
     /// Waits (10 s at most) until `crewbus_watch_reads_total` reaches `n`.
@@ -706,13 +686,6 @@ impl Serve {
         );
         assert_eq!(status, 201, "{sent}");
         sent["message"]["id"].as_str().unwrap().to_owned()
-    }
-}
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 

@@ -196,8 +196,7 @@ async fn two_servers_on_one_postgres_share_an_agents_bucket_within_burst_plus_se
     use std::sync::Arc;
 
     use crewbus::compose::postgres_with_pool;
-    use crewbus::server::Server;
-    use crewbus::shutdown::Shutdown;
+    use crewbus_benches::kit::servers::Servers;
     use crewbus_conformance::postgres::TestDatabase;
     use crewbus_memory::ManualClock;
 
@@ -209,25 +208,22 @@ async fn two_servers_on_one_postgres_share_an_agents_bucket_within_burst_plus_se
     config.rate_limit.chunk = chunk;
     let db = crewbus_benches::kit::postgres::database("rate_limit::two_servers").await;
     let clock = ManualClock::new(chrono::Utc::now());
-    let mut servers = Vec::new();
+    let mut buses = Vec::new();
     for _ in 0..2 {
         let composed = postgres_with_pool(&config, db.pool().clone(), Arc::new(clock.clone()))
             .await
             .unwrap();
-        let server = Server::start(composed.bus.clone(), config.listen, Shutdown::new())
-            .await
-            .unwrap();
-        servers.push((composed.bus, server));
+        buses.push(composed.bus);
     }
-    let bus = &servers[0].0;
-    let team = bus.add_team("team-r", None, None).await.unwrap();
-    let alice = bus.add_agent(team.id, "alice").await.unwrap();
-    let bob = bus.add_agent(team.id, "bob").await.unwrap();
+    let Servers {
+        servers, agents, ..
+    } = Servers::start(&config, &buses, "team-r", None, &["alice", "bob"]).await;
+    let (alice, bob) = (&agents[0], &agents[1]);
     let http = reqwest::Client::new();
     let conv: Value = http
-        .post(format!("{}/v1/conversations", servers[0].1.url()))
+        .post(format!("{}/v1/conversations", servers[0].url()))
         .bearer_auth(&alice.token)
-        .json(&json!({"title": "rate", "members": [bob.agent.id]}))
+        .json(&json!({"title": "rate", "members": [bob.id]}))
         .send()
         .await
         .unwrap()
@@ -241,7 +237,7 @@ async fn two_servers_on_one_postgres_share_an_agents_bucket_within_burst_plus_se
         let mut granted = 0u32;
         let mut refused = [false, false];
         while !(refused[0] && refused[1]) {
-            for (i, (_, server)) in servers.iter().enumerate() {
+            for (i, server) in servers.iter().enumerate() {
                 *n += 1;
                 let r = http
                     .post(format!("{}/v1/conversations/{conv}/messages", server.url()))
@@ -279,7 +275,7 @@ async fn two_servers_on_one_postgres_share_an_agents_bucket_within_burst_plus_se
     // Each server takes one chunk after a refill and keeps chunk - 1 of it; a further refill to
     // the full burst, then the window: burst + what the servers still held.
     clock.advance(Duration::from_secs(u64::from(burst)));
-    for (_, server) in &servers {
+    for server in &servers {
         n += 1;
         let r = http
             .post(format!("{}/v1/conversations/{conv}/messages", server.url()))
@@ -294,7 +290,7 @@ async fn two_servers_on_one_postgres_share_an_agents_bucket_within_burst_plus_se
     let window = until_both_refuse(&mut n).await;
     assert_eq!(window, burst + 2 * (chunk - 1));
     assert!(window <= burst + 2 * chunk);
-    for (_, server) in servers {
+    for server in servers {
         server.stop().await;
     }
     db.passed().await;

@@ -23,6 +23,7 @@ use serde_json::Value;
 pub type TestAgent = kit::servers::Agent;
 
 pub mod scenarios;
+pub mod serve;
 
 /// The memory composition as the server builds it (its limits, in-process wake-ups) on
 /// `clock`, with its adapters for fault injection.
