@@ -1,9 +1,9 @@
 //! An agent operation, declared once for both edges: its name (the MCP tool's and the OpenAPI
 //! `operationId`), what a model is told of it, its HTTP route and document entry, the argument
-//! shapes of each edge with the one mapping from each to the use case's input, the use case it
-//! runs and its answer. The HTTP route, handler and OpenAPI entry (`http/operations.rs`) and the
-//! MCP tool's catalogue entry and dispatch (`mcp/tools`) are derived from it. The declarations
-//! are in [`super::operations`], a file per group.
+//! shapes of each edge with the one mapping between them (HTTP's into MCP's, which the use case
+//! runs with), the use case and its answer. The HTTP route, handler and OpenAPI entry
+//! (`http/operations.rs`) and the MCP tool's catalogue entry and dispatch (`mcp/tools`) are
+//! derived from it. The declarations are in [`super::operations`], a file per group.
 
 use std::future::Future;
 
@@ -11,6 +11,8 @@ use crewbus_domain::{Agent, BusResult};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use utoipa::ToSchema;
+use utoipa::openapi::schema::Schema;
+use utoipa::openapi::{Ref, RefOr};
 
 use crate::usecases::bus::Bus;
 
@@ -55,7 +57,7 @@ pub(crate) struct Query<T>(pub T);
 /// one that does not fit is `400 invalid`, one over the request limit `413 too_large`.
 pub(crate) struct Body<T>(pub T);
 
-/// An operation's HTTP arguments ([`Nothing`], [`Query`], [`Body`]): read from the request after
+/// An operation's HTTP arguments ([`Nothing`], [`Id`], [`Query`], [`Body`]): read from the request after
 /// its token, and documented in the OpenAPI document. Implemented beside the routes
 /// (`http/operations.rs`), with the API's extractors.
 pub(crate) trait HttpArguments: Sized + Send + 'static {
@@ -63,6 +65,8 @@ pub(crate) trait HttpArguments: Sized + Send + 'static {
     fn read(
         request: axum::extract::Request,
     ) -> impl Future<Output = Result<Self, crate::edge::error::ApiError>> + Send;
+    /// The OpenAPI components they refer to (a body's schema and those it names).
+    fn components(_schemas: &mut Vec<(String, RefOr<Schema>)>) {}
     /// Adds their parameters or request body to the route's OpenAPI entry; `id` says what the
     /// path's `{id}` names.
     fn document(
@@ -103,34 +107,41 @@ pub(crate) trait Operation: Send + Sync + 'static {
     /// documents): `(status, when)`.
     const ERRORS: &'static [(u16, &'static str)] = &[];
 
-    /// What the use case takes.
-    type Input: Send;
     /// Its HTTP arguments: [`Nothing`], [`Id`], [`Query`] or [`Body`], or `Id` with one of those.
     type Http: HttpArguments;
-    /// Its MCP arguments: the tool's input schema, and what a call's arguments are parsed into.
+    /// Its MCP arguments: the tool's input schema, what a call's arguments are parsed into, and
+    /// what [`Operation::run`] takes.
     type Mcp: DeserializeOwned + ToSchema + Send + 'static;
-    /// What the use case answers, and the HTTP route's answer (`200`).
+    /// What the use case answers, and the HTTP route's answer (with [`Operation::STATUS`]).
     type Answer: Serialize + ToSchema + Send;
-    /// The MCP tool's answer (its output schema): a JSON object.
-    type McpAnswer: Serialize + ToSchema + Send;
+    /// The MCP tool's answer (its output schema): a JSON object, made from the answer (most
+    /// operations: the answer itself).
+    type McpAnswer: Serialize + ToSchema + Send + From<Self::Answer>;
 
-    /// The HTTP arguments as the use case's input.
-    fn from_http(arguments: Self::Http) -> BusResult<Self::Input>;
-    /// The MCP arguments as the use case's input.
-    fn from_mcp(arguments: Self::Mcp) -> BusResult<Self::Input>;
-    /// The answer as the MCP tool gives it.
-    fn to_mcp(answer: Self::Answer) -> Self::McpAnswer;
+    /// The one mapping between the two argument shapes: the HTTP arguments as the MCP ones,
+    /// which the use case is run with.
+    fn from_http(arguments: Self::Http) -> BusResult<Self::Mcp>;
     /// The OpenAPI schema of the HTTP answer: a reference to `Answer`'s component.
-    fn answer_schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
-        utoipa::openapi::Ref::from_schema_name(<Self::Answer as ToSchema>::name()).into()
+    fn answer_schema() -> RefOr<Schema> {
+        Ref::from_schema_name(<Self::Answer as ToSchema>::name()).into()
+    }
+    /// The OpenAPI components the HTTP answer refers to: `Answer`'s and those its schema names.
+    fn answer_components(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        component::<Self::Answer>(schemas);
     }
 
     /// Runs the use case for `agent`.
     fn run(
         bus: &Bus,
         agent: &Agent,
-        input: Self::Input,
+        arguments: Self::Mcp,
     ) -> impl Future<Output = BusResult<Self::Answer>> + Send;
+}
+
+/// `T`'s OpenAPI component and those its schema names.
+pub(crate) fn component<T: ToSchema>(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+    schemas.push((T::name().into_owned(), T::schema()));
+    T::schemas(schemas);
 }
 
 /// What walks a list of operations: the HTTP router and document, and the MCP catalogue.

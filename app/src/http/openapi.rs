@@ -12,7 +12,6 @@ use crate::edge::leases::{
     AcquireLease, AcquireView, CheckLease, CheckView, LeaseEndView, LeaseEventView,
     LeaseHistoryView, LeaseModeView, LeaseView, LeasesView, RenewLease,
 };
-use crate::edge::search::{SearchHitView, SearchView, SnippetView};
 use crate::edge::views::*;
 use crate::usecases::bus::BusSettings;
 use crate::usecases::health::HealthReport;
@@ -61,13 +60,12 @@ use crate::usecases::health::HealthReport;
         super::ops::metrics,
     ),
     components(schemas(
-        ErrorBody, AgentView, TeamAgentView, SetStatus, CreateConversation, ConversationView, SendMessage, MessageView,
-        SentView, HistoryItemView, HistoryView, FetchRequest, DeliveryView, FetchView,
-        ConfirmRequest, ConfirmItemView, ConfirmView, AcknowledgeRequest, ReceiptView,
-        InboxStatusView, HealthReport, RunView, Outcome, SealRequest, RecordView, RecordsView,
-        MemberKind, LeaseView, LeaseModeView, LeaseEndView, AcquireLease, AcquireView, RenewLease,
-        LeasesView, LeaseEventView, LeaseHistoryView, CheckLease, CheckView, SearchView,
-        SearchHitView, SnippetView, WatchRequest, WatchNewsView, WatchView
+        ErrorBody, CreateConversation, ConversationView, SendMessage, MessageView, SentView,
+        HistoryItemView, HistoryView, FetchRequest, DeliveryView, FetchView, ConfirmRequest,
+        ConfirmItemView, ConfirmView, AcknowledgeRequest, ReceiptView, InboxStatusView,
+        HealthReport, MemberKind, LeaseView, LeaseModeView, LeaseEndView, AcquireLease,
+        AcquireView, RenewLease, LeasesView, LeaseEventView, LeaseHistoryView, CheckLease,
+        CheckView, WatchRequest, WatchNewsView, WatchView
     )),
     modifiers(&BearerAuth, &Operations, &AdminApi, &RequestDeadline)
 )]

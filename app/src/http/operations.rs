@@ -10,19 +10,20 @@ use axum::http::StatusCode;
 use axum::routing::{MethodFilter, on};
 use crewbus_domain::Uuid;
 use serde::de::DeserializeOwned;
-use utoipa::IntoParams;
-use utoipa::ToSchema;
 use utoipa::openapi::path::{HttpMethod, OperationBuilder, ParameterBuilder, ParameterIn};
 use utoipa::openapi::request_body::RequestBodyBuilder;
 use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, SchemaFormat, Type};
 use utoipa::openapi::security::SecurityRequirement;
 use utoipa::openapi::{ContentBuilder, Ref, RefOr, Required, ResponseBuilder, Schema};
+use utoipa::{IntoParams, ToSchema};
 
 use super::AppState;
 use super::auth::Authenticated;
 use super::extract::{ApiJson, ApiPath, ApiQuery};
-use crate::edge::error::{ApiError, ApiResult};
-use crate::edge::operation::{Body, HttpArguments, Id, Method, Nothing, Operation, Query, Visit};
+use crate::edge::error::{ApiError, ApiResult, ErrorBody};
+use crate::edge::operation::{
+    Body, HttpArguments, Id, Method, Nothing, Operation, Query, Visit, component,
+};
 
 impl HttpArguments for Nothing {
     async fn read(_: Request) -> Result<Self, ApiError> {
@@ -46,6 +47,10 @@ impl<T: DeserializeOwned + ToSchema + Send + 'static> HttpArguments for Body<T> 
     async fn read(request: Request) -> Result<Self, ApiError> {
         let ApiJson(t) = ApiJson::<T>::from_request(request, &()).await?;
         Ok(Body(t))
+    }
+
+    fn components(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        component::<T>(schemas);
     }
 
     fn document(operation: OperationBuilder, _: &str) -> OperationBuilder {
@@ -90,21 +95,24 @@ impl<T: HttpArguments> HttpArguments for (Id, T) {
         Ok((Id(id), rest))
     }
 
+    fn components(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        T::components(schemas);
+    }
+
     fn document(operation: OperationBuilder, id: &str) -> OperationBuilder {
         T::document(Id::document(operation, id), id)
     }
 }
 
-/// The one handler: the caller's token, the arguments as `O` declares them, its use case, its
-/// answer as JSON (`200`).
+/// The one handler: the caller's token, the arguments as `O` declares them (mapped to its MCP
+/// arguments), its use case, its answer as JSON with its status.
 async fn handle<O: Operation>(
     State(state): State<AppState>,
     Authenticated(agent): Authenticated,
     request: Request,
 ) -> ApiResult<(StatusCode, Json<O::Answer>)> {
-    let arguments = O::Http::read(request).await?;
-    let input = O::from_http(arguments)?;
-    let answer = O::run(&state.bus, &agent, input).await?;
+    let arguments = O::from_http(O::Http::read(request).await?)?;
+    let answer = O::run(&state.bus, &agent, arguments).await?;
     let status = StatusCode::from_u16(O::STATUS).unwrap_or(StatusCode::OK);
     Ok((status, Json(answer)))
 }
@@ -128,7 +136,8 @@ pub(crate) fn routes() -> axum::Router<AppState> {
     routes.0
 }
 
-/// Adds every declared operation to the OpenAPI document `openapi`.
+/// Adds every declared operation to the OpenAPI document `openapi`, with the components its
+/// body and answer refer to.
 pub(crate) fn document(openapi: &mut utoipa::openapi::OpenApi) {
     struct Paths<'a>(&'a mut utoipa::openapi::OpenApi);
     impl Visit for Paths<'_> {
@@ -141,6 +150,11 @@ pub(crate) fn document(openapi: &mut utoipa::openapi::OpenApi) {
             self.0
                 .paths
                 .add_path_operation(O::PATH, vec![method], entry::<O>());
+            let mut schemas = Vec::new();
+            O::answer_components(&mut schemas);
+            O::Http::components(&mut schemas);
+            let components = self.0.components.get_or_insert_with(Default::default);
+            components.schemas.extend(schemas);
         }
     }
     crate::edge::operations::each(&mut Paths(openapi));
@@ -148,7 +162,7 @@ pub(crate) fn document(openapi: &mut utoipa::openapi::OpenApi) {
 
 /// `O`'s OpenAPI operation.
 fn entry<O: Operation>() -> utoipa::openapi::path::Operation {
-    let error = || json(Ref::from_schema_name(crewbus_error_body()));
+    let error = || json(Ref::from_schema_name(ErrorBody::name()));
     let mut responses = BTreeMap::new();
     responses.insert(O::STATUS, ("", json(O::answer_schema())));
     responses.insert(401, (UNAUTHENTICATED, error()));
@@ -176,10 +190,6 @@ fn entry<O: Operation>() -> utoipa::openapi::path::Operation {
 
 /// When every agent route answers `401`.
 const UNAUTHENTICATED: &str = "no, a malformed, an unknown or a revoked token";
-
-fn crewbus_error_body() -> std::borrow::Cow<'static, str> {
-    crate::edge::error::ErrorBody::name()
-}
 
 fn json(schema: impl Into<RefOr<Schema>>) -> utoipa::openapi::Content {
     ContentBuilder::new().schema(Some(schema)).build()

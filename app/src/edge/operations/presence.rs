@@ -32,25 +32,16 @@ impl Operation for SetStatus {
         (400, "over 200 characters, or a control character"),
         (403, "the agent was revoked meanwhile"),
     ];
-    type Input = String;
     type Http = Body<SetStatusArguments>;
     type Mcp = SetStatusArguments;
     type Answer = TeamAgentView;
     type McpAnswer = TeamAgentView;
 
-    fn from_http(Body(a): Body<SetStatusArguments>) -> BusResult<String> {
-        Ok(a.status)
+    fn from_http(Body(a): Body<SetStatusArguments>) -> BusResult<SetStatusArguments> {
+        Ok(a)
     }
 
-    fn from_mcp(a: SetStatusArguments) -> BusResult<String> {
-        Ok(a.status)
-    }
-
-    fn to_mcp(answer: TeamAgentView) -> TeamAgentView {
-        answer
-    }
-
-    async fn run(bus: &Bus, agent: &Agent, status: String) -> BusResult<TeamAgentView> {
-        Ok(bus.set_status(agent, &status).await?.into())
+    async fn run(bus: &Bus, agent: &Agent, a: SetStatusArguments) -> BusResult<TeamAgentView> {
+        Ok(bus.set_status(agent, &a.status).await?.into())
     }
 }

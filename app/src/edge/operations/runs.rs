@@ -49,25 +49,16 @@ impl Operation for StartRun {
         503,
         "journal or push store unavailable (a run whose registration failed is sealed failed)",
     )];
-    type Input = ();
     type Http = Nothing;
     type Mcp = NoArguments;
     type Answer = RunView;
     type McpAnswer = RunView;
 
-    fn from_http(Nothing: Nothing) -> BusResult<()> {
-        Ok(())
+    fn from_http(Nothing: Nothing) -> BusResult<NoArguments> {
+        Ok(NoArguments {})
     }
 
-    fn from_mcp(NoArguments {}: NoArguments) -> BusResult<()> {
-        Ok(())
-    }
-
-    fn to_mcp(answer: RunView) -> RunView {
-        answer
-    }
-
-    async fn run(bus: &Bus, agent: &Agent, (): ()) -> BusResult<RunView> {
+    async fn run(bus: &Bus, agent: &Agent, NoArguments {}: NoArguments) -> BusResult<RunView> {
         Ok(bus.admit_run(agent).await?.into())
     }
 }
@@ -87,26 +78,17 @@ impl Operation for GetRun {
     const TAG: &'static str = "runs";
     const SUMMARY: &'static str = "One of the caller's runs.";
     const ERRORS: &'static [(u16, &'static str)] = &RUN_ERRORS;
-    type Input = RunId;
     type Http = Id;
     type Mcp = RunArguments;
     type Answer = RunView;
     type McpAnswer = RunView;
 
-    fn from_http(Id(id): Id) -> BusResult<RunId> {
-        Ok(RunId(id))
+    fn from_http(Id(run_id): Id) -> BusResult<RunArguments> {
+        Ok(RunArguments { run_id })
     }
 
-    fn from_mcp(a: RunArguments) -> BusResult<RunId> {
-        Ok(RunId(a.run_id))
-    }
-
-    fn to_mcp(answer: RunView) -> RunView {
-        answer
-    }
-
-    async fn run(bus: &Bus, agent: &Agent, run: RunId) -> BusResult<RunView> {
-        Ok(bus.run_of(agent, run).await?.into())
+    async fn run(bus: &Bus, agent: &Agent, a: RunArguments) -> BusResult<RunView> {
+        Ok(bus.run_of(agent, RunId(a.run_id)).await?.into())
     }
 }
 
@@ -133,38 +115,22 @@ impl Operation for ResumeRun {
         (409, "the run is sealed"),
         (503, "journal or push store unavailable"),
     ];
-    type Input = RunId;
     type Http = Id;
     type Mcp = RunArguments;
     type Answer = RunView;
     type McpAnswer = RunView;
 
-    fn from_http(Id(id): Id) -> BusResult<RunId> {
-        Ok(RunId(id))
+    fn from_http(Id(run_id): Id) -> BusResult<RunArguments> {
+        Ok(RunArguments { run_id })
     }
 
-    fn from_mcp(a: RunArguments) -> BusResult<RunId> {
-        Ok(RunId(a.run_id))
-    }
-
-    fn to_mcp(answer: RunView) -> RunView {
-        answer
-    }
-
-    async fn run(bus: &Bus, agent: &Agent, run: RunId) -> BusResult<RunView> {
-        Ok(bus.resume_run(agent, run).await?.into())
+    async fn run(bus: &Bus, agent: &Agent, a: RunArguments) -> BusResult<RunView> {
+        Ok(bus.resume_run(agent, RunId(a.run_id)).await?.into())
     }
 }
 
 /// `seal_run`.
 pub(crate) struct SealRun;
-
-/// What sealing a run takes.
-pub(crate) struct Seal {
-    run: RunId,
-    outcome: Outcome,
-    reason: String,
-}
 
 impl Operation for SealRun {
     const NAME: &'static str = "seal_run";
@@ -186,35 +152,22 @@ impl Operation for SealRun {
         RUN_ERRORS[2],
         (409, "already sealed"),
     ];
-    type Input = Seal;
     type Http = (Id, Body<SealRequest>);
     type Mcp = SealArguments;
     type Answer = RunView;
     type McpAnswer = RunView;
 
-    fn from_http((Id(id), Body(r)): (Id, Body<SealRequest>)) -> BusResult<Seal> {
-        Ok(Seal {
-            run: RunId(id),
+    fn from_http((Id(run_id), Body(r)): (Id, Body<SealRequest>)) -> BusResult<SealArguments> {
+        Ok(SealArguments {
+            run_id,
             outcome: r.outcome,
             reason: r.reason,
         })
     }
 
-    fn from_mcp(a: SealArguments) -> BusResult<Seal> {
-        Ok(Seal {
-            run: RunId(a.run_id),
-            outcome: a.outcome,
-            reason: a.reason,
-        })
-    }
-
-    fn to_mcp(answer: RunView) -> RunView {
-        answer
-    }
-
-    async fn run(bus: &Bus, agent: &Agent, s: Seal) -> BusResult<RunView> {
+    async fn run(bus: &Bus, agent: &Agent, a: SealArguments) -> BusResult<RunView> {
         let run = bus
-            .seal_run(agent, s.run, s.outcome.into(), &s.reason)
+            .seal_run(agent, RunId(a.run_id), a.outcome.into(), &a.reason)
             .await?;
         Ok(run.into())
     }
@@ -235,31 +188,24 @@ impl Operation for ReadRunRecords {
     const TAG: &'static str = "runs";
     const SUMMARY: &'static str = "A page of the caller's run's journal, from `from_seq`.";
     const ERRORS: &'static [(u16, &'static str)] = &RUN_ERRORS;
-    type Input = (RunId, u64, usize);
     type Http = (Id, Query<RecordsQuery>);
     type Mcp = RecordsArguments;
     type Answer = RecordsView;
     type McpAnswer = RecordsView;
 
-    fn from_http((Id(id), Query(q)): (Id, Query<RecordsQuery>)) -> BusResult<(RunId, u64, usize)> {
-        Ok((RunId(id), q.from_seq, q.limit))
+    fn from_http((Id(run_id), Query(q)): (Id, Query<RecordsQuery>)) -> BusResult<RecordsArguments> {
+        Ok(RecordsArguments {
+            run_id,
+            from_seq: q.from_seq,
+            limit: q.limit,
+        })
     }
 
-    fn from_mcp(a: RecordsArguments) -> BusResult<(RunId, u64, usize)> {
-        Ok((RunId(a.run_id), a.from_seq, a.limit))
-    }
-
-    fn to_mcp(answer: RecordsView) -> RecordsView {
-        answer
-    }
-
-    async fn run(
-        bus: &Bus,
-        agent: &Agent,
-        (run, from_seq, limit): (RunId, u64, usize),
-    ) -> BusResult<RecordsView> {
-        let records = bus.run_records(agent, run, Seq(from_seq), limit).await?;
-        Ok(RecordsView::page(records, from_seq))
+    async fn run(bus: &Bus, agent: &Agent, a: RecordsArguments) -> BusResult<RecordsView> {
+        let records = bus
+            .run_records(agent, RunId(a.run_id), Seq(a.from_seq), a.limit)
+            .await?;
+        Ok(RecordsView::page(records, a.from_seq))
     }
 }
 

@@ -39,30 +39,27 @@ impl Operation for SearchMessages {
             "`conversation` unknown, another team's, or not the caller's",
         ),
     ];
-    type Input = SearchQuery;
     type Http = Query<SearchParams>;
     type Mcp = SearchArguments;
     type Answer = SearchView;
     type McpAnswer = SearchView;
 
-    fn from_http(Query(params): Query<SearchParams>) -> BusResult<SearchQuery> {
-        Ok(params.query())
+    fn from_http(Query(p): Query<SearchParams>) -> BusResult<SearchArguments> {
+        Ok(SearchArguments {
+            query: p.q,
+            conversation_id: p.conversation,
+            limit: p.limit,
+            offset: p.offset,
+        })
     }
 
-    fn from_mcp(a: SearchArguments) -> BusResult<SearchQuery> {
-        Ok(SearchQuery {
+    async fn run(bus: &Bus, agent: &Agent, a: SearchArguments) -> BusResult<SearchView> {
+        let query = SearchQuery {
             text: a.query,
             conversation: a.conversation_id,
             limit: a.limit,
             offset: a.offset,
-        })
-    }
-
-    fn to_mcp(answer: SearchView) -> SearchView {
-        answer
-    }
-
-    async fn run(bus: &Bus, agent: &Agent, query: SearchQuery) -> BusResult<SearchView> {
+        };
         Ok(bus.search(agent, &query).await?.into())
     }
 }

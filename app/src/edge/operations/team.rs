@@ -7,7 +7,7 @@ use utoipa::ToSchema;
 use utoipa::openapi::schema::{ArrayBuilder, Schema};
 use utoipa::openapi::{Ref, RefOr};
 
-use crate::edge::operation::{Effect, Method, NoArguments, Nothing, Operation, Visit};
+use crate::edge::operation::{Effect, Method, NoArguments, Nothing, Operation, Visit, component};
 use crate::edge::views::{AgentView, TeamAgentView};
 use crate::usecases::bus::Bus;
 
@@ -34,25 +34,16 @@ impl Operation for Whoami {
     const PATH: &'static str = "/v1/me";
     const TAG: &'static str = "agents";
     const SUMMARY: &'static str = "The calling agent.";
-    type Input = ();
     type Http = Nothing;
     type Mcp = NoArguments;
     type Answer = AgentView;
     type McpAnswer = AgentView;
 
-    fn from_http(Nothing: Nothing) -> BusResult<()> {
-        Ok(())
+    fn from_http(Nothing: Nothing) -> BusResult<NoArguments> {
+        Ok(NoArguments {})
     }
 
-    fn from_mcp(NoArguments {}: NoArguments) -> BusResult<()> {
-        Ok(())
-    }
-
-    fn to_mcp(answer: AgentView) -> AgentView {
-        answer
-    }
-
-    async fn run(_: &Bus, agent: &Agent, (): ()) -> BusResult<AgentView> {
+    async fn run(_: &Bus, agent: &Agent, NoArguments {}: NoArguments) -> BusResult<AgentView> {
         Ok(agent.clone().into())
     }
 }
@@ -79,22 +70,13 @@ impl Operation for ListAgents {
     const TAG: &'static str = "agents";
     const SUMMARY: &'static str = "The agents of the caller's team (ids to put in a \
         conversation), by name, each with its\nstatus line, current run and last activity.";
-    type Input = ();
     type Http = Nothing;
     type Mcp = NoArguments;
     type Answer = Vec<TeamAgentView>;
     type McpAnswer = AgentsView;
 
-    fn from_http(Nothing: Nothing) -> BusResult<()> {
-        Ok(())
-    }
-
-    fn from_mcp(NoArguments {}: NoArguments) -> BusResult<()> {
-        Ok(())
-    }
-
-    fn to_mcp(agents: Vec<TeamAgentView>) -> AgentsView {
-        AgentsView { agents }
+    fn from_http(Nothing: Nothing) -> BusResult<NoArguments> {
+        Ok(NoArguments {})
     }
 
     fn answer_schema() -> RefOr<Schema> {
@@ -103,7 +85,15 @@ impl Operation for ListAgents {
             .into()
     }
 
-    async fn run(bus: &Bus, agent: &Agent, (): ()) -> BusResult<Vec<TeamAgentView>> {
+    fn answer_components(schemas: &mut Vec<(String, RefOr<Schema>)>) {
+        component::<TeamAgentView>(schemas);
+    }
+
+    async fn run(
+        bus: &Bus,
+        agent: &Agent,
+        NoArguments {}: NoArguments,
+    ) -> BusResult<Vec<TeamAgentView>> {
         let agents = bus.team_presence(agent).await?;
         Ok(agents.into_iter().map(Into::into).collect())
     }
@@ -115,4 +105,10 @@ pub struct AgentsView {
     /// Every agent of the team by name, revoked ones included (with `revoked_at`), each with its
     /// status line, current run and last activity.
     pub agents: Vec<TeamAgentView>,
+}
+
+impl From<Vec<TeamAgentView>> for AgentsView {
+    fn from(agents: Vec<TeamAgentView>) -> Self {
+        AgentsView { agents }
+    }
 }

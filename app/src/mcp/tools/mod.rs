@@ -69,8 +69,8 @@ impl Visit for Tools {
     }
 }
 
-/// An operation declared once for both edges, as a tool: its run maps the tool's arguments to
-/// the use case's input, runs it and answers [`Operation::to_mcp`] of its answer.
+/// An operation declared once for both edges, as a tool: its run runs the use case with the
+/// tool's arguments and answers its answer as [`Operation::McpAnswer`].
 struct Declaring<O>(PhantomData<O>);
 
 impl<O: Operation> Tool for Declaring<O> {
@@ -83,8 +83,8 @@ impl<O: Operation> Tool for Declaring<O> {
     type Answer = O::McpAnswer;
 
     async fn run(call: Call<'_>, arguments: O::Mcp) -> BusResult<Reply<O::McpAnswer>> {
-        let input = O::from_mcp(arguments)?;
-        reply(O::to_mcp(O::run(call.bus, call.agent, input).await?))
+        let answer = O::run(call.bus, call.agent, arguments).await?;
+        reply(O::McpAnswer::from(answer))
     }
 }
 
