@@ -370,11 +370,7 @@ fn main() {
         if bench { "bench mode" } else { "test mode" },
         load_average()
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     runtime.block_on(async {
         let mut all = Vec::new();
         // `FETCH_BACKLOG_STORES`: the stores to run, by name, comma-separated (default both).

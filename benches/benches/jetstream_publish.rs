@@ -245,11 +245,7 @@ fn print_ratios(mode: &'static str, totals: &Totals) {
 }
 
 fn bench(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     let setup = Arc::new(runtime.block_on(setup()));
     let totals = Totals::new();
     for (mode, pipelined) in [("one_at_a_time", false), ("pipelined_256", true)] {
@@ -293,11 +289,7 @@ fn interleaved_ratios(_c: &mut Criterion) {
     } else {
         (1, 20, 50)
     };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     runtime.block_on(async {
         let s = setup().await;
         let totals = Totals::new();

@@ -2,8 +2,8 @@
 //! and Postgres, through the use cases (`Bus::acquire_lease`, `Bus::release_lease`) as the HTTP
 //! and MCP handlers call them (no HTTP: the ledger's cost, not the transport's).
 //!
-//! Set-up (untimed), per store: a fresh store (SQLite: `crewbus_benches::kit::store::sqlite_bus`, its group commit
-//! on one write connection; Postgres: a fresh database on `DATABASE_URL`, composed by
+//! Set-up (untimed), per store: a fresh store (SQLite: the test kit's `sqlite_bus`, its group
+//! commit on one write connection; Postgres: a fresh database on `DATABASE_URL`, composed by
 //! `compose::postgres_with_pool`, pool of the production default size; an unreachable server
 //! fails the run loudly), one team of 32 agents, one conversation.
 //!
@@ -33,7 +33,7 @@ use crewbus_domain::{Acquired, Agent, LeaseClaim, LeaseMode};
 mod support;
 
 use crewbus_benches::kit::postgres::database;
-use crewbus_benches::kit::store::{STORES, Store, postgres_bus};
+use crewbus_benches::kit::store::{STORES, Store, postgres_bus, sqlite_bus};
 use support::cpu::load_average;
 use support::latency::{Latencies, ms};
 use support::measuring;
@@ -115,7 +115,7 @@ async fn run(store: Store, bench: bool) -> Figures {
     let mut _keep: (Option<TestDatabase>, Option<tempfile::TempDir>) = (None, None);
     let bus = match store {
         Store::Sqlite => {
-            let (bus, dir) = crewbus_benches::kit::store::sqlite_bus(&mut config).await;
+            let (bus, dir) = sqlite_bus(&mut config).await;
             _keep.1 = Some(dir);
             bus
         }
@@ -187,11 +187,7 @@ fn main() {
         if bench { "bench mode" } else { "test mode" },
         load_average()
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     runtime.block_on(async {
         let mut all = Vec::new();
         for store in STORES {

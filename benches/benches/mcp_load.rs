@@ -43,6 +43,7 @@ use crewbus_memory::MemoryWakeups;
 use crewbus_ports::SystemClock;
 
 mod support;
+use crewbus_benches::kit::store::sqlite_bus;
 
 use support::cpu::load_average;
 use support::latency::{Latencies, ms};
@@ -74,11 +75,7 @@ fn main() {
         load_average()
     );
     let (count, messages) = if bench { (4, 2_000) } else { (1, 60) };
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     runtime.block_on(async {
         let config = Config {
             listen: "127.0.0.1:0".parse().expect("an address"),
@@ -160,7 +157,7 @@ async fn kept_alive(calls: usize) {
         listen: "127.0.0.1:0".parse().expect("an address"),
         ..Config::default()
     };
-    let (bus, _dir) = crewbus_benches::kit::store::sqlite_bus(&mut config).await;
+    let (bus, _dir) = sqlite_bus(&mut config).await;
     let server = Server::start(bus.clone(), config.listen, Shutdown::new())
         .await
         .expect("server");

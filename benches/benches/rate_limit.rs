@@ -25,7 +25,7 @@ use crewbus::config::Config;
 mod support;
 
 use crewbus_benches::kit::postgres::database;
-use crewbus_benches::kit::store::postgres_bus;
+use crewbus_benches::kit::store::{postgres_bus, sqlite_bus};
 use support::cpu::load_average;
 use support::measuring;
 use support::rounds::{Order, Tally, rounds};
@@ -71,16 +71,12 @@ fn main() {
         if bench { "bench mode" } else { "test mode" },
         load_average()
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     runtime.block_on(async {
         let mut all = Vec::new();
         {
-            let (on, _on_dir) = crewbus_benches::kit::store::sqlite_bus(&mut config(true)).await;
-            let (off, _off_dir) = crewbus_benches::kit::store::sqlite_bus(&mut config(false)).await;
+            let (on, _on_dir) = sqlite_bus(&mut config(true)).await;
+            let (off, _off_dir) = sqlite_bus(&mut config(false)).await;
             let (on, off) = (sender(on, "limited").await, sender(off, "free").await);
             all.push(measure("sqlite", on, off, bench).await);
         }

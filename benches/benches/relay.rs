@@ -286,11 +286,7 @@ fn print_ratio(label: &str, batch: usize, totals: &Totals) {
 }
 
 fn relay(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     let db = runtime.block_on(crewbus_benches::kit::postgres::database("relay bench"));
     eprintln!("relay bench: fresh database {}", db.name());
     let scene = Arc::new(runtime.block_on(scene(&db)));

@@ -426,11 +426,7 @@ fn print_ratio(label: &str, batch: usize, totals: &Totals) {
 }
 
 fn relay_jetstream(c: &mut Criterion) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     let db = runtime.block_on(crewbus_benches::kit::postgres::database(
         "relay_jetstream bench",
     ));

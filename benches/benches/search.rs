@@ -2,9 +2,9 @@
 //! use cases (`Bus::search`, `Bus::send`, `Bus::index_pass`) as the HTTP and MCP handlers and the
 //! index worker call them (no HTTP: the ledger's cost, not the transport's).
 //!
-//! Set-up (untimed), per store: a fresh store (SQLite: `crewbus_benches::kit::store::sqlite_bus`; Postgres: a fresh
-//! database on `DATABASE_URL`, composed by `compose::postgres_with_pool`; an unreachable server
-//! fails the run loudly).
+//! Set-up (untimed), per store: a fresh store (SQLite: the test kit's `sqlite_bus`; Postgres: a
+//! fresh database on `DATABASE_URL`, composed by `compose::postgres_with_pool`; an unreachable
+//! server fails the run loudly).
 //!
 //! - **Search latency over a large store.** Through the bus: one team of 10 agents and 10
 //!   conversations (titles `bench thread <k>`); the searching agent is a member of 8 of them.
@@ -61,7 +61,7 @@ use tokio::sync::Notify;
 mod support;
 
 use crewbus_benches::kit::postgres::database;
-use crewbus_benches::kit::store::{STORES, Store, postgres_bus};
+use crewbus_benches::kit::store::{STORES, Store, postgres_bus, sqlite_bus};
 use support::cpu::load_average;
 use support::latency::{Latencies, ms};
 use support::measuring;
@@ -454,7 +454,7 @@ async fn search_bench(store: Store, bench: bool) -> SearchFigures {
     let mut config = Config::default();
     let (bus, db, dir) = match store {
         Store::Sqlite => {
-            let (bus, dir) = crewbus_benches::kit::store::sqlite_bus(&mut config).await;
+            let (bus, dir) = sqlite_bus(&mut config).await;
             (bus, None, Some(dir))
         }
         Store::Postgres => {
@@ -571,11 +571,7 @@ fn main() {
         if bench { "bench mode" } else { "test mode" },
         load_average()
     );
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     runtime.block_on(async {
         let mut searches = Vec::new();
         for store in STORES {
@@ -584,8 +580,8 @@ fn main() {
         eprintln!("search bench: load average {} after searching", load_average());
         let mut sends = Vec::new();
         {
-            let (on, _on_dir) = crewbus_benches::kit::store::sqlite_bus(&mut Config::default()).await;
-            let (off, _off_dir) = crewbus_benches::kit::store::sqlite_bus(&mut Config::default()).await;
+            let (on, _on_dir) = sqlite_bus(&mut Config::default()).await;
+            let (off, _off_dir) = sqlite_bus(&mut Config::default()).await;
             let (on, off) = (sender(on, "indexed").await, sender(off, "unindexed").await);
             sends.push(send_bench("sqlite", on, off, bench).await);
         }

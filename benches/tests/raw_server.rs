@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use crewbus::client::{ApiClient, uuid_of};
 use crewbus_benches::load::{self, LoadPlan};
 use crewbus_conformance::child::SpawnTied;
-use crewbus_conformance::nats::{NatsServer, provisioning_user};
+use crewbus_conformance::nats::{NatsServer, free_port, provisioning_user};
 use crewbus_conformance::postgres::TestDatabase;
 
 struct Killed(Child);
@@ -21,13 +21,6 @@ impl Drop for Killed {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("a free loopback port")
 }
 
 /// `DATABASE_URL` with its database replaced by `name`.

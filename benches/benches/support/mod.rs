@@ -16,6 +16,16 @@ use chrono::Utc;
 use crewbus_domain::{LeasedSlot, Locator, SettleOutcome, Settlement, SlotOutcome};
 use crewbus_ports::Ledger;
 
+/// The runtime every bench runs on: multi-threaded, two workers (the project's machine has two
+/// cores), I/O and timers on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
 /// Whether criterion measures (`cargo bench` passes `--bench`) rather than runs each benchmark
 /// once (test mode: `cargo test --benches`, or `--test`).
 pub fn measuring() -> bool {

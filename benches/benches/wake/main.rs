@@ -202,11 +202,7 @@ fn main() {
         load_average()
     );
     let bin = processes::crewbus_bin();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .expect("runtime");
+    let runtime = support::runtime();
     runtime.block_on(async {
         let (mut latencies, mut idles) = (Vec::new(), Vec::new());
         for store in STORES {

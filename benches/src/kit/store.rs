@@ -1,7 +1,8 @@
-//! The stores a bench or a test runs a bus on, made one way: `crewbus serve`'s bus on the embedded store
-//! (SQLite) in a fresh temporary directory, or on a fresh database of `DATABASE_URL`'s Postgres
-//! server (migrated; dropped at the end, kept and named when the run fails; unset or unreachable
-//! fails the run loudly) over a pool of its own of the production default size.
+//! The stores a bench or a test runs a bus on, made one way: `crewbus serve`'s bus on the
+//! embedded store (SQLite) in a fresh temporary directory, or on a fresh database of
+//! `DATABASE_URL`'s Postgres server (migrated; dropped at the end, kept and named when the run
+//! fails; unset or unreachable fails the run loudly) over a pool of its own of the production
+//! default size.
 
 use std::sync::Arc;
 
