@@ -17,7 +17,7 @@
 //! asks for no previews (the hook prints no body text). A state file the hook does not believe
 //! is reported on stderr once, and the hook goes on from a fresh state.
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::io::{Read as _, Write as _};
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -28,8 +28,9 @@ use super::state::{self, Locked, PRUNE_AFTER, SessionState, StateDir};
 use super::{HookArgs, Host};
 use crate::cli::watch_client::{MAX_WAIT, WatchAnswer, WatchClient, Watcher};
 
-/// How long a check may take in all.
-pub const CHECK_BUDGET: Duration = Duration::from_millis(300);
+/// How long a check's work may take (connecting and the watch): 270 ms, so that with the
+/// process's start and exit (about 15 ms) the host has its answer within the 300 ms.
+pub const CHECK_BUDGET: Duration = Duration::from_millis(270);
 
 /// How long the event on stdin may take to arrive.
 const STDIN_WAIT: Duration = Duration::from_secs(2);
@@ -112,15 +113,23 @@ fn try_run(args: HookArgs) -> Result<Outcome, String> {
         watcher: Watcher::new(client, false),
         dir,
         key,
-        told_discarded: Cell::new(false),
+        discarded: RefCell::new(None),
     };
     let outcome = runtime.block_on(hook.handle(event));
+    let discarded = hook.discarded.take();
     // The host waits for this process's exit, and the exit releases everything the runtime and
     // the hook still hold (the pooled connection, its task, the state directory): neither is
     // torn down first (measured: the teardown came between the news and the decision line).
     std::mem::forget(hook);
     std::mem::forget(runtime);
-    outcome
+    match (outcome, discarded) {
+        (Err(reason), Some(discarded)) => Err(format!("{reason} (and {discarded})")),
+        (outcome, Some(discarded)) => {
+            fail(&discarded);
+            outcome
+        }
+        (outcome, None) => outcome,
+    }
 }
 
 /// The event on stdin: one JSON value, at most [`event::MAX_EVENT_BYTES`], within
@@ -152,8 +161,9 @@ struct Hook {
     watcher: Watcher,
     dir: StateDir,
     key: String,
-    /// A state file not believed was reported on stderr (once a run).
-    told_discarded: Cell<bool>,
+    /// Why a state file was not believed (the first time in this run): one stderr line at the
+    /// end, folded into the failure's when the run fails (a failure is one line).
+    discarded: RefCell<Option<String>>,
 }
 
 impl Hook {
@@ -324,13 +334,13 @@ impl Hook {
             .map_err(|e| e.to_string())
     }
 
-    /// The session's state under `lock`; one the hook does not believe is reported on stderr
-    /// (once a run) and read as fresh.
+    /// The session's state under `lock`; one the hook does not believe is read as fresh and
+    /// reported on stderr at the run's end (once; in the failure's line when the run fails).
     fn load(&self, lock: &Locked<'_>) -> SessionState {
         lock.load(&self.key).unwrap_or_else(|discarded| {
-            if !self.told_discarded.replace(true) {
-                fail(&discarded.to_string());
-            }
+            self.discarded
+                .borrow_mut()
+                .get_or_insert_with(|| discarded.to_string());
             SessionState::fresh(&self.key)
         })
     }

@@ -290,11 +290,14 @@ impl Locked<'_> {
         }
     }
 
-    /// As [`Locked::save`], but an in-place rewrite is left to a child process (`fork`) that
-    /// inherits this lock, so the caller can answer before the write: the lock is released
-    /// when the child has written and exited, so the next reader — who takes the lock — reads
-    /// this state. Any other write, or a child that cannot be started, is done here before
-    /// returning. Errors: as [`Locked::save`]'s.
+    /// As [`Locked::save`], but an in-place rewrite within the file's length is left to a child
+    /// process (`fork`) that inherits this lock, so the caller can answer before the write: the
+    /// lock is released when the child has written and exited, so the next reader — who takes
+    /// the lock — reads this state. Any other write (a first one, one that grows the file), or
+    /// a child that cannot be started, is done here before returning. Errors: as
+    /// [`Locked::save`]'s; the child's own failure (an overwrite needs no new space, so only an
+    /// I/O error of the disk) is not reported: the next hook reads the previous state and
+    /// reports the same news once more.
     ///
     /// Why: a write to a file on ext4 updates its times, which takes a handle on the file
     /// system's journal, and that waits while the journal commits — which the store's own
@@ -304,6 +307,11 @@ impl Locked<'_> {
     /// pipes, not for the child (whose standard streams are `/dev/null`).
     pub fn save_behind(self, state: &SessionState) -> Result<(), String> {
         match self.in_place(state)? {
+            // A rewrite that grows the file may need space the file system lacks: written
+            // here, so a failure is this run's (one stderr line, no decision) and the cursor
+            // never silently stays behind a reported decision. Within the file's length it
+            // only overwrites, which needs no new space.
+            Some(write) if write.grows => write.now().map_err(|e| self.fail(&e)),
             #[cfg(unix)]
             Some(write) => match write.in_child() {
                 Ok(()) => Ok(()),
@@ -333,11 +341,13 @@ impl Locked<'_> {
         };
         let mut bytes = serde_json::to_vec(state).map_err(|e| self.fail(&e))?;
         // Padded with spaces (which JSON ignores) to the old length: no truncate needed.
-        let padded = usize::try_from(len).unwrap_or(usize::MAX).max(bytes.len());
-        bytes.resize(padded, b' ');
+        let old = usize::try_from(len).unwrap_or(usize::MAX);
+        let grows = bytes.len() > old;
+        bytes.resize(old.max(bytes.len()), b' ');
         Ok(Some(InPlace {
             file,
             bytes,
+            grows,
             _lock: self,
         }))
     }
@@ -441,6 +451,8 @@ fn own_file(path: &Path) -> Option<(File, u64)> {
 struct InPlace<'a> {
     file: File,
     bytes: Vec<u8>,
+    /// The new bytes are longer than the file.
+    grows: bool,
     _lock: &'a Locked<'a>,
 }
 
@@ -737,6 +749,14 @@ mod tests {
             assert_eq!(dir.lock().unwrap().load(&k).unwrap(), state);
             assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode, "in place");
         }
+        // A rewrite that grows the file is written here, before the call returns: read
+        // without the lock, the file already holds it.
+        let lock = dir.lock().unwrap();
+        let mut state = lock.load(&k).unwrap();
+        state.cursor = Some("g".repeat(9000));
+        lock.save_behind(&state).unwrap();
+        let read: SessionState = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+        assert_eq!(read, state, "grown in place before returning");
         // A file not believed under this lock is replaced here, before the call returns.
         let lock = dir.lock().unwrap();
         let state = SessionState {
