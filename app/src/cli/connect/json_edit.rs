@@ -303,7 +303,7 @@ impl JsonDoc {
         };
         let mut changed = false;
         let mut wanted = wanted;
-        for element in array.elements() {
+        for (index, element) in array.elements().into_iter().enumerate() {
             let value = element.to_serde_value();
             if !value.as_ref().is_some_and(ours) {
                 continue;
@@ -311,15 +311,11 @@ impl JsonDoc {
             match wanted.take() {
                 Some(w) if value.as_ref() == Some(&to_serde(&w)) => {}
                 Some(w) => {
-                    match element.as_object() {
-                        Some(o) => {
-                            o.replace_with(w);
-                        }
-                        None => {
-                            element.remove();
-                            array.append(w);
-                        }
-                    }
+                    // Removed and inserted at its place, not `replace_with`: that keeps the old
+                    // element's indentation for the new one's first line only, so a re-run
+                    // shifted the group's other lines.
+                    element.remove();
+                    array.insert(index, w);
                     changed = true;
                 }
                 None => {
@@ -565,6 +561,14 @@ mod tests {
         );
         let v: Value = serde_json::from_str(&again.text()).unwrap();
         let stop = v["hooks"]["Stop"].as_array().unwrap();
+        // Laid out as the same group written afresh.
+        let afresh = JsonDoc::parse(Some(SETTINGS), "settings").unwrap();
+        for (event, command) in [("Stop", other), ("SessionStart", ours)] {
+            afresh
+                .set_hook_group(event, Some(group(command)), &is_crewbus_hook_group)
+                .unwrap();
+        }
+        assert_eq!(again.text(), afresh.text());
         assert_eq!(stop.len(), 2);
         assert_eq!(stop[0]["hooks"][0]["command"], "./mine.sh");
         assert_eq!(stop[1]["hooks"][0]["command"], other);
