@@ -198,12 +198,11 @@ fn run_hook(home: &Path, url: &str, token_file: &Path, args: &[&str], stdin: &st
 fn run_command(mut cmd: Command, stdin: &str) -> Run {
     let started = Instant::now();
     let mut child = cmd.spawn_tied().unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
+    // A hook refusing its arguments may exit before it reads the event: its stdin is then
+    // closed under the write (a broken pipe), which is no failure of the test's.
+    if let Err(e) = child.stdin.take().unwrap().write_all(stdin.as_bytes()) {
+        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "{e}");
+    }
     let out = child.wait_with_output().unwrap();
     Run {
         code: out.status.code(),
@@ -694,6 +693,27 @@ async fn a_state_file_the_hook_does_not_believe_is_named_once_and_replaced() {
         w.hook(&["claude-code"], &check("PostToolUse", "s"))
             .assert_silent(what);
     }
+}
+
+#[tokio::test]
+async fn a_state_that_cannot_be_written_is_one_stderr_line_and_no_decision() {
+    let w = World::new();
+    w.bob_sends("reported, so the state is written").await;
+    let first = w.hook(&["claude-code"], &check("SessionStart", "s"));
+    assert_eq!(first.code, Some(0), "{first:?}");
+    let files = state_files(w.home());
+    assert_eq!(files.len(), 1, "{files:?}");
+    // A directory where the session's state file belongs: not believed, and not replaceable.
+    std::fs::remove_file(&files[0]).unwrap();
+    std::fs::create_dir(&files[0]).unwrap();
+    w.bob_sends("news the hook cannot record").await;
+    let run = w.hook(
+        &["claude-code", "--headless", "--wait", "5"],
+        &stop("s", false),
+    );
+    assert_eq!((run.code, run.stdout.as_str()), (Some(0), ""), "{run:?}");
+    assert_eq!(run.stderr.lines().count(), 1, "one line: {run:?}");
+    assert!(run.stderr.starts_with("crewbus hook: "), "{run:?}");
 }
 
 #[tokio::test]
