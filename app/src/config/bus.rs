@@ -22,7 +22,9 @@ pub struct BusConfig {
     pub send_batch_max_bytes: u64,
     /// How long a relay lease holds, ms. Default 30 000.
     pub relay_lease_ms: u64,
-    /// Pause of an idle worker before it looks again, ms. Default 50.
+    /// Pause of the relay and the reference worker after a pass that found nothing, ms, while
+    /// they found work (or failed) within the last 30 s; after that they look every 5 s (each
+    /// send wakes them at once: `usecases/workers.rs`). Default 50.
     pub idle_poll_ms: u64,
     /// Messages whose inbox references one reference-worker pass leases and publishes (each
     /// with all its recipients not yet delivered). Default 256.

@@ -199,6 +199,15 @@ fn seed_of(registration: &PushRegistration) -> u64 {
     u64::from_be_bytes(digest[..8].try_into().expect("sha256 has 32 bytes"))
 }
 
+/// How long the worker keeps looking every `push.poll_ms` after it last claimed a due
+/// registration (30 s): a registration rests `push.idle_ms` between turns and retries on its
+/// schedule, and new records arrive while its run is active.
+const HOT_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How often an idle worker (nothing claimed for [`HOT_FOR`]) looks for due registrations
+/// (5 s): a run's first record after a quiet spell reaches its destinations within this.
+const IDLE_POLL: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl DeliveryWorker {
     /// A worker for `outbox`'s registrations, reading records from `journal` and POSTing them
     /// through `transport`, with [`DeliverySettings::default`] and the [`CloudEvents`] projection.
@@ -319,7 +328,9 @@ impl DeliveryWorker {
 
     /// Serves until `shutdown` completes: keeps up to `concurrency` registrations in flight,
     /// claiming more as soon as a slot frees (so a hanging destination holds one slot, not the
-    /// sweep), and otherwise looks for due rows every `poll`. Time comes from `clock`. On shutdown
+    /// sweep), and otherwise looks for due rows every `poll` — while it claimed any within
+    /// [`HOT_FOR`] (and from its start), else every [`IDLE_POLL`], so an idle server with no
+    /// destination, or none due, sleeps. Time comes from `clock`. On shutdown
     /// the turns in flight are dropped: their cursors were not saved, so those events are sent
     /// again later (duplicates, never loss).
     pub async fn run(
@@ -342,6 +353,7 @@ impl DeliveryWorker {
         let mut claimed_meanwhile: HashSet<(RunId, String)> = HashSet::new();
         // A store that fails fails every poll: one line per period, with a count.
         let mut claims_failed = RepeatedWarning::default();
+        let mut last_busy = std::time::Instant::now();
         loop {
             let free = self.settings.concurrency.saturating_sub(in_flight.len());
             if free > 0 {
@@ -352,6 +364,9 @@ impl DeliveryWorker {
                     .await
                 {
                     Ok(due) => {
+                        if !due.is_empty() {
+                            last_busy = std::time::Instant::now();
+                        }
                         for registration in due {
                             let key = (registration.config.run, registration.config.id.clone());
                             if serving.values().any(|k| *k == key) {
@@ -372,6 +387,11 @@ impl DeliveryWorker {
                     }
                 }
             }
+            let next_look = if !in_flight.is_empty() || last_busy.elapsed() < HOT_FOR {
+                poll
+            } else {
+                IDLE_POLL.max(poll)
+            };
             tokio::select! {
                 () = &mut shutdown => break,
                 Some(done) = in_flight.join_next_with_id(), if !in_flight.is_empty() => {
@@ -389,7 +409,7 @@ impl DeliveryWorker {
                         tracing::warn!(run = %key.0, id = %key.1, %error, "push: handing back a claim failed; the row is served after its claim");
                     }
                 }
-                () = tokio::time::sleep(poll) => {}
+                () = tokio::time::sleep(next_look) => {}
             }
         }
         in_flight.shutdown().await;

@@ -224,7 +224,9 @@ pub struct PushSettings {
     pub lease_secs: u64,
     /// Rest of an idle registration. Default 1 000.
     pub idle_ms: u64,
-    /// How often the worker looks for due registrations. Default 250.
+    /// How often the worker looks for due registrations while it claimed one within the last
+    /// 30 s (and for 30 s after its start); after that every 5 s (`push/delivery.rs`). Default
+    /// 250.
     pub poll_ms: u64,
     /// First retry delay. Default 500.
     pub backoff_base_ms: u64,

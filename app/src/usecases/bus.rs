@@ -220,11 +220,13 @@ impl Default for BusSettings {
     }
 }
 
-/// Wake-ups: `send` wakes the relay, a stored message wakes the reference worker.
+/// Wake-ups: `send` wakes the relay, a stored message wakes the reference worker and the search
+/// index worker.
 #[derive(Default)]
 pub(crate) struct Wakers {
     pub(crate) relay: Notify,
     pub(crate) references: Notify,
+    pub(crate) index: Notify,
 }
 
 /// The use cases over the ports. Cheap to clone (everything is shared).

@@ -93,6 +93,7 @@ impl Bus {
         Metrics::add(&self.metrics.relay_failed, pass.failed as u64);
         if pass.confirmed > 0 {
             self.wakers.references.notify_one();
+            self.wakers.index.notify_one();
         }
         match first_error {
             Some(e) if pass.confirmed + pass.retried + pass.failed + pass.stale == 0 => Err(e),

@@ -3,13 +3,15 @@
 //!
 //! # The index worker and its lag bound
 //! Indexing never happens in the send transaction. The worker ([`Bus::index_pass`], run by
-//! `workers.rs` every [`INDEX_EVERY`], and at once again after a pass that left a full batch)
-//! lists the ledger's backlog of stored, unindexed messages oldest first, reads their bodies from
-//! their backends (whichever keeps them: the ledger's own table, JetStream, memory) and hands
-//! them to the ledger in batches of [`INDEX_BATCH`]. So, while bodies arrive more slowly than a
-//! pass indexes them and the backends answer, **a stored message is searchable within
-//! `INDEX_EVERY` (1 s) plus one pass (a backlog read, the body reads, one index write): about
-//! 2 s**. A backlog (after an upgrade, an outage) is worked off at once, batch after batch.
+//! `workers.rs`: woken by each message this server stores, at once again after a pass that left
+//! a full batch, otherwise every [`INDEX_EVERY`] while it found work within the last 30 s, then
+//! every 10 s) lists the ledger's backlog of stored, unindexed messages oldest first, reads
+//! their bodies from their backends (whichever keeps them: the ledger's own table, JetStream,
+//! memory) and hands them to the ledger in batches of [`INDEX_BATCH`]. So, while bodies arrive
+//! more slowly than a pass indexes them and the backends answer, **a stored message is
+//! searchable one pass (a backlog read, the body reads, one index write) after it is stored**;
+//! one its server left unindexed (it stopped first), within 10 s plus a pass of another's. A
+//! backlog (after an upgrade, an outage) is worked off at once, batch after batch.
 //!
 //! A body whose backend is down (a retryable error) is skipped and stays in the backlog: the
 //! pass steps past it (the backlog is read by position) and the next pass tries again, so one

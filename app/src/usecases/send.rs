@@ -158,7 +158,10 @@ impl Bus {
             self.emit(events);
             match sent.message.publication {
                 Publication::PendingPublication => self.wakers.relay.notify_one(),
-                Publication::Stored => self.wakers.references.notify_one(),
+                Publication::Stored => {
+                    self.wakers.references.notify_one();
+                    self.wakers.index.notify_one();
+                }
                 Publication::Failed => {}
             }
         }

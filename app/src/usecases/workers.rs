@@ -23,6 +23,42 @@ const SIGN_IN_PRUNE_EVERY: Duration = Duration::from_secs(600);
 /// whatever the sweep does; the sweep writes the end into its history and its run's journal.
 const LEASE_SWEEP_EVERY: Duration = Duration::from_secs(5);
 
+/// How long a worker keeps looking for work at its short interval after a pass that found
+/// some, or failed (30 s): retries come due (a relay slot's backoff, a reference marker's lapsed
+/// lease, a body a backend could not give), and so does work another server left.
+const HOT_FOR: Duration = Duration::from_secs(30);
+
+/// How often an idle worker looks for work it was not woken for, once nothing was found for
+/// [`HOT_FOR`] (5 s): the relay and the reference worker are woken by each send (and the
+/// reference worker by each relayed body), so this finds only what a server that stopped left
+/// behind, or a retry due after a long backoff. On an idle server it is what they cost.
+const IDLE_SWEEP: Duration = Duration::from_secs(5);
+
+/// The search index worker's look when idle for [`HOT_FOR`] (10 s): each stored message wakes
+/// it, so this bounds only the lag of a message whose server stopped before indexing it.
+const INDEX_IDLE_SWEEP: Duration = Duration::from_secs(10);
+
+/// What a worker's pass found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Found {
+    /// A full batch: more may wait, the next pass starts at once.
+    Full,
+    /// Some work, less than a batch.
+    Some,
+    /// Nothing.
+    Nothing,
+}
+
+/// The wait after a pass that found nothing: the short `poll` while the worker found work (or
+/// failed) within [`HOT_FOR`], else `idle` (never shorter than `poll`).
+fn idle_wait(last_busy: Instant, poll: Duration, idle: Duration) -> Duration {
+    if last_busy.elapsed() < HOT_FOR {
+        poll
+    } else {
+        idle.max(poll)
+    }
+}
+
 /// Handles of the running workers.
 pub struct Workers {
     handles: Vec<(&'static str, JoinHandle<()>)>,
@@ -42,9 +78,15 @@ impl Workers {
                 tokio::spawn(run_loop("relay", s, bus.clone(), move || {
                     let bus = bus.clone();
                     async move {
-                        bus.relay_pass()
-                            .await
-                            .map(|p| p.leased >= bus.settings.relay_batch)
+                        bus.relay_pass().await.map(|p| {
+                            if p.leased >= bus.settings.relay_batch {
+                                Found::Full
+                            } else if p.leased > 0 {
+                                Found::Some
+                            } else {
+                                Found::Nothing
+                            }
+                        })
                     }
                 })),
             ));
@@ -57,9 +99,15 @@ impl Workers {
                 tokio::spawn(run_loop("references", s, bus.clone(), move || {
                     let bus = bus.clone();
                     async move {
-                        bus.reference_pass()
-                            .await
-                            .map(|p| p.messages >= bus.settings.reference_batch)
+                        bus.reference_pass().await.map(|p| {
+                            if p.messages >= bus.settings.reference_batch {
+                                Found::Full
+                            } else if p.messages > 0 {
+                                Found::Some
+                            } else {
+                                Found::Nothing
+                            }
+                        })
                     }
                 })),
             ));
@@ -137,17 +185,25 @@ impl Workers {
                 "search index",
                 tokio::spawn(async move {
                     let mut failed = RepeatedWarning::default();
+                    let mut last_busy = Instant::now();
                     loop {
-                        // At once again after a full batch; else the next look in INDEX_EVERY
-                        // (the lag bound: usecases/search.rs).
+                        // At once again after a full batch; else woken by a stored message, or
+                        // the next look in INDEX_EVERY while busy within HOT_FOR, else in
+                        // INDEX_IDLE_SWEEP (the lag bound: usecases/search.rs).
                         let wait = match bus.index_pass().await {
                             Ok(p) => {
                                 if p.indexed > 0 || p.skipped > 0 {
+                                    last_busy = Instant::now();
                                     tracing::debug!(indexed = p.indexed, skipped = p.skipped, "messages indexed for search");
                                 }
-                                if p.more { Duration::ZERO } else { INDEX_EVERY }
+                                if p.more {
+                                    Duration::ZERO
+                                } else {
+                                    idle_wait(last_busy, INDEX_EVERY, INDEX_IDLE_SWEEP)
+                                }
                             }
                             Err(error) => {
+                                last_busy = Instant::now();
                                 if let Some(repeated) = failed.note(std::time::Instant::now()) {
                                     tracing::info!(code = error.code(), error = ?error, repeated, "indexing messages for search failed; retrying");
                                 }
@@ -156,6 +212,7 @@ impl Workers {
                         };
                         tokio::select! {
                             () = s.wait() => break,
+                            () = bus.wakers.index.notified() => {}
                             () = tokio::time::sleep(wait) => {}
                         }
                     }
@@ -225,11 +282,13 @@ impl Workers {
 }
 
 /// Runs `pass` until shutdown: at once again when it reported a full batch, else after a wake-up
-/// or the idle poll. Errors are logged and the pass is retried after the idle poll.
+/// or the idle poll (`bus.idle_poll_ms` while it found work or failed within [`HOT_FOR`], else
+/// [`IDLE_SWEEP`]). Errors are logged and the pass is retried after a growing multiple of the
+/// idle poll (at most 5 s).
 async fn run_loop<F, Fut>(name: &'static str, shutdown: Shutdown, bus: Bus, mut pass: F)
 where
     F: FnMut() -> Fut,
-    Fut: Future<Output = crewbus_domain::BusResult<bool>>,
+    Fut: Future<Output = crewbus_domain::BusResult<Found>>,
 {
     let notify = match name {
         "relay" => &bus.wakers.relay,
@@ -237,17 +296,24 @@ where
     };
     let mut failures: u32 = 0;
     let mut failed = RepeatedWarning::default();
+    // A start is busy: what the last process left is looked for at the short interval.
+    let mut last_busy = Instant::now();
     while !shutdown.is_triggered() {
         let wait = match pass().await {
-            Ok(true) => {
+            Ok(Found::Full) => {
                 failures = 0;
+                last_busy = Instant::now();
                 continue;
             }
-            Ok(false) => {
+            Ok(found) => {
                 failures = 0;
-                bus.settings.idle_poll
+                if found == Found::Some {
+                    last_busy = Instant::now();
+                }
+                idle_wait(last_busy, bus.settings.idle_poll, IDLE_SWEEP)
             }
             Err(error) => {
+                last_busy = Instant::now();
                 failures = failures.saturating_add(1);
                 if let Some(repeated) = failed.note(std::time::Instant::now()) {
                     tracing::warn!(worker = name, code = error.code(), error = ?error, repeated, "worker pass failed");
@@ -265,4 +331,23 @@ where
         }
     }
     tracing::debug!(worker = name, "stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn an_idle_worker_looks_at_its_short_interval_only_within_hot_for() {
+        let poll = Duration::from_millis(50);
+        let busy = Instant::now();
+        assert_eq!(idle_wait(busy, poll, IDLE_SWEEP), poll);
+        tokio::time::advance(HOT_FOR - Duration::from_millis(1)).await;
+        assert_eq!(idle_wait(busy, poll, IDLE_SWEEP), poll);
+        tokio::time::advance(Duration::from_millis(1)).await;
+        assert_eq!(idle_wait(busy, poll, IDLE_SWEEP), IDLE_SWEEP);
+        // A poll configured longer than the sweep is kept.
+        let slow = Duration::from_secs(9);
+        assert_eq!(idle_wait(busy, slow, IDLE_SWEEP), slow);
+    }
 }
