@@ -15,7 +15,7 @@ use crewbus_sql::delivery::{Candidate, Prior};
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
 use crewbus_sql::driver::Stmt;
 use crewbus_sql::ledger::SqlLedger;
-use crewbus_sql::push_store::{PushRow, SqlPushStore};
+use crewbus_sql::push_store::SqlPushStore;
 use crewbus_sql::search::HitRow;
 use crewbus_sql::settle::LiveSlot;
 use sqlx::pool::PoolConnection;
@@ -122,15 +122,6 @@ impl Dialect for Pg {
         at: DateTime<Utc>,
     ) -> BusResult<()> {
         settle::write_settlements(conn, ledger.tenant(), applied, at).await
-    }
-
-    async fn push_claim_due(
-        store: &SqlPushStore<Pg>,
-        at: DateTime<Utc>,
-        limit: usize,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Vec<PushRow>, StoreError> {
-        push_store::claim_due(store, at, limit, lease_until).await
     }
 
     async fn push_write_attempt<'q>(

@@ -52,6 +52,12 @@ pub const GREATEST: PerDialect<&str> = PerDialect {
     sqlite: "max",
 };
 
+/// The scalar "smaller of two values".
+pub const LEAST: PerDialect<&str> = PerDialect {
+    postgres: "LEAST",
+    sqlite: "min",
+};
+
 /// One thing — mostly a statement's text — as each store has it, written beside the shared code
 /// that uses it, so a reader sees both and a text that differs is changed in one file.
 #[derive(Clone, Copy, Debug)]
@@ -112,6 +118,7 @@ pub trait Dialect: Sized + Send + Sync + 'static {
         + Reads<(Uuid, Self::Time, Self::Time)>
         + Binds<Option<i64>>
         + Reads<PushRow<Self::Time>>
+        + Reads<(Uuid, String, Self::Time)>
         + Reads<AttemptRow<Self::Time>>
         + Reads<(Uuid, Vec<u8>)>
         + Reads<(Uuid, Uuid, Uuid)>
@@ -431,19 +438,6 @@ pub trait Dialect: Sized + Send + Sync + 'static {
     ) -> impl Future<Output = BusResult<()>> + Send {
         crate::settle::write_each(ledger, conn, applied, at)
     }
-
-    /// `PushStore::due`'s claim: up to `limit` rows of `store`'s tenant not parked and due at
-    /// `at` (the first in the order `next_attempt_at, run, id` bytewise), moved to `lease_until`
-    /// so no other worker gets them before the lease runs out; returned in any order, each with
-    /// its `next_attempt_at` as it was before the claim ([`PushRow::due_at`]). Postgres: one
-    /// statement (`FOR UPDATE SKIP LOCKED` in a CTE); SQLite: the order read, then the rows
-    /// moved, in one write transaction.
-    fn push_claim_due(
-        store: &SqlPushStore<Self>,
-        at: DateTime<Utc>,
-        limit: usize,
-        lease_until: DateTime<Utc>,
-    ) -> impl Future<Output = Result<Vec<PushRow<Self::Time>>, StoreError>> + Send;
 
     /// `PushStore::record_attempt`'s write: runs `insert` (the attempt's insert with its eight
     /// arguments bound) and trims the log of (`run`, `id`) to the newest `keep` (`keep ≥ 1`),

@@ -27,7 +27,7 @@ use crewbus_ports::PushStore;
 use uuid::Uuid;
 
 use crate::counter::db_i64;
-use crate::dialect::{BYTEWISE, Dialect, GREATEST, PerDialect};
+use crate::dialect::{BYTEWISE, Dialect, GREATEST, LEAST, PerDialect};
 use crate::driver::{Stmt, stmt};
 
 /// The columns of a [`PushRow`], read from `push_registrations`.
@@ -126,12 +126,6 @@ const PRUNE_ATTEMPTS: &str = "DELETE FROM push_attempts
 pub fn limit(limit: usize) -> i64 {
     i64::try_from(limit).unwrap_or(i64::MAX)
 }
-
-/// The scalar "smaller of two values" (the larger: the shared [`GREATEST`]).
-const LEAST: PerDialect<&str> = PerDialect {
-    postgres: "LEAST",
-    sqlite: "min",
-};
 
 /// The condition "the row is parked", as the partial index of parked rows states it.
 const IS_PARKED: PerDialect<&str> = PerDialect {
@@ -348,6 +342,87 @@ async fn registrations<D: Dialect>(
     rows.into_iter().map(|r| r.registration(D::NAME)).collect()
 }
 
+/// Where writers lock rows (Postgres), the claim in one statement: `FOR UPDATE SKIP LOCKED` in a
+/// CTE, then the update — `$1` the tenant, `$2` the time, `$3` at most that many, `$4` the
+/// lease's end — through the partial index on rows not parked, ordered `next_attempt_at, run,
+/// id` (byte order, `COLLATE "C"`).
+const CLAIM_LOCKING: &str = "WITH claimed AS (
+         SELECT run_id, id, next_attempt_at AS due_at
+         FROM push_registrations
+         WHERE tenant = $1 AND NOT parked AND next_attempt_at <= $2
+         ORDER BY next_attempt_at, run_id, id COLLATE \"C\"
+         LIMIT $3
+         FOR UPDATE SKIP LOCKED
+     )
+     UPDATE push_registrations p SET next_attempt_at = $4
+     FROM claimed c
+     WHERE p.tenant = $1 AND p.run_id = c.run_id AND p.id = c.id
+     RETURNING p.run_id, p.id, p.url, p.auth_scheme, p.auth_credentials, p.next_seq,
+               p.attempts, c.due_at AS next_attempt_at, p.last_error, p.parked";
+
+/// `PushStore::due`'s claim: up to `limit_rows` rows of `store`'s tenant not parked and due at
+/// `at` (the first in the order `next_attempt_at, run, id` bytewise), moved to `lease_until` so
+/// no other worker gets them before the lease runs out; returned in any order, each with its
+/// `next_attempt_at` as it was before the claim ([`PushRow::due_at`]). Where writers lock rows,
+/// one statement ([`CLAIM_LOCKING`]) on [`Dialect::write`]; on SQLite the order read, then the
+/// rows moved one `UPDATE … RETURNING` each, in one write transaction (write transactions are
+/// serialised whole, so concurrent workers never get the same row).
+async fn claim_due<D: Dialect>(
+    store: &SqlPushStore<D>,
+    at: DateTime<Utc>,
+    limit_rows: usize,
+    lease_until: DateTime<Utc>,
+) -> Result<Vec<PushRow<D::Time>>, StoreError> {
+    let what = "push store due";
+    let tenant = store.tenant().as_str().to_owned();
+    if D::ROW_LOCKS {
+        let mut write = D::write(store.store()).await.map_err(store.st(what))?;
+        let rows = stmt::<D>(CLAIM_LOCKING)
+            .arg(tenant)
+            .arg(D::time(at))
+            .arg(limit(limit_rows))
+            .arg(D::time(lease_until))
+            .all(&mut write)
+            .await
+            .map_err(store.st(what))?;
+        D::end_write(write).await.map_err(store.st(what))?;
+        return Ok(rows);
+    }
+    let mut tx = D::begin(store.store()).await.map_err(store.st(what))?;
+    // `parked = 0`: SQLite's form, the condition of its partial index of rows not parked.
+    let claimed: Vec<(Uuid, String, D::Time)> = stmt::<D>(
+        "SELECT run_id, id, next_attempt_at FROM push_registrations
+         WHERE tenant = $1 AND parked = 0 AND next_attempt_at <= $2
+         ORDER BY next_attempt_at, run_id, id
+         LIMIT $3",
+    )
+    .arg(tenant.clone())
+    .arg(D::time(at))
+    .arg(limit(limit_rows))
+    .all(&mut tx)
+    .await
+    .map_err(store.st(what))?;
+    let sql = format!(
+        "UPDATE push_registrations SET next_attempt_at = $4
+         WHERE tenant = $1 AND run_id = $2 AND id = $3
+         RETURNING {PUSH_COLUMNS}"
+    );
+    let mut out = Vec::with_capacity(claimed.len());
+    for (run, id, due_at) in claimed {
+        let row: PushRow<D::Time> = stmt::<D>(&sql)
+            .arg(tenant.clone())
+            .arg(run)
+            .arg(id)
+            .arg(D::time(lease_until))
+            .one(&mut tx)
+            .await
+            .map_err(store.st(what))?;
+        out.push(row.due_at(due_at));
+    }
+    D::commit(tx).await.map_err(store.st(what))?;
+    Ok(out)
+}
+
 /// `PushStore::due`: claims up to `limit` rows not parked and due at `at`
 /// ([`SqlPushStore::claim_due`]: leased until `lease_until`); returns them longest-due first
 /// (`next_attempt_at, run, id` bytewise), with their `next_attempt_at` as it was before the
@@ -358,7 +433,7 @@ async fn due<D: Dialect>(
     limit: usize,
     lease_until: DateTime<Utc>,
 ) -> Result<Vec<PushRegistration>, StoreError> {
-    let rows = D::push_claim_due(store, at, limit, lease_until).await?;
+    let rows = claim_due(store, at, limit, lease_until).await?;
     let mut out = rows
         .into_iter()
         .map(|row| row.registration(D::NAME))

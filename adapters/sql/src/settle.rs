@@ -8,17 +8,11 @@ use chrono::{DateTime, Utc};
 use crewbus_domain::{BusResult, Locator, SettleOutcome, Settlement, SlotOutcome};
 use uuid::Uuid;
 
-use crate::dialect::{Conn, Dialect, PerDialect};
+use crate::dialect::{Conn, Dialect, LEAST};
 use crate::driver::stmt;
 use crate::ledger::SqlLedger;
 
 const WHAT: &str = "settle";
-
-/// The scalar "smaller of two values".
-const LEAST: PerDialect<&str> = PerDialect {
-    postgres: "LEAST",
-    sqlite: "min",
-};
 
 /// `Ledger::settle`, in one write transaction:
 ///

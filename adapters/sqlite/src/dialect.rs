@@ -10,7 +10,7 @@ use crewbus_domain::{
 use crewbus_sql::dialect::{Dialect, Flavor, Via};
 use crewbus_sql::driver::Stmt;
 use crewbus_sql::ledger::SqlLedger;
-use crewbus_sql::push_store::{PushRow, SqlPushStore};
+use crewbus_sql::push_store::SqlPushStore;
 use crewbus_sql::rows::OperatorRow;
 use crewbus_sql::search::HitRow;
 use sqlx::pool::PoolConnection;
@@ -91,15 +91,6 @@ impl Dialect for Lite {
     /// commit.
     fn may_have_committed(err: &sqlx::Error) -> bool {
         matches!(err, sqlx::Error::WorkerCrashed)
-    }
-
-    async fn push_claim_due(
-        store: &SqlPushStore<Lite>,
-        at: DateTime<Utc>,
-        limit: usize,
-        lease_until: DateTime<Utc>,
-    ) -> Result<Vec<PushRow<Ts>>, StoreError> {
-        push_store::claim_due(store, at, limit, lease_until).await
     }
 
     async fn push_write_attempt<'q>(

@@ -1,6 +1,6 @@
 //! What the push store (`crewbus_sql::push_store::SqlPushStore<Lite>`, [`crate::SqlitePushStore`])
-//! does its own way on SQLite: the claim of due rows and the attempts log's insert-and-trim, each
-//! in one write transaction (write transactions are serialised whole, so nothing changes
+//! does its own way on SQLite: the attempts log's insert-and-trim in one write transaction (the
+//! claim of due rows is the shared `claim_due`'s) (write transactions are serialised whole, so nothing changes
 //! between their statements).
 //!
 //! - Every statement is scoped by `tenant = ?1`: one tenant never reads, claims or changes
@@ -19,57 +19,13 @@
 //! Errors: mapped by SQLite result code in `error::store_error` — busy past the busy timeout or
 //! I/O trouble → `Unavailable` (retryable), refused data → `Invalid`, the rest → `Backend`.
 
-use chrono::{DateTime, Utc};
 use crewbus_domain::{RunId, StoreError};
 use crewbus_sql::dialect::Dialect;
 use crewbus_sql::driver::Stmt;
-use crewbus_sql::push_store::{PUSH_COLUMNS, PushRow, SqlPushStore, limit};
+use crewbus_sql::push_store::{SqlPushStore, limit};
 use sqlx::Sqlite;
 
-use crate::codec::Ts;
 use crate::dialect::Lite;
-
-/// `Dialect::push_claim_due`: the claim order is read first (with the due time as it was), then
-/// the same rows are moved to `lease_until`; both in one write transaction.
-pub(crate) async fn claim_due(
-    store: &SqlPushStore<Lite>,
-    at: DateTime<Utc>,
-    limit_rows: usize,
-    lease_until: DateTime<Utc>,
-) -> Result<Vec<PushRow<Ts>>, StoreError> {
-    let what = "push store due";
-    let mut tx = Lite::begin(store.store()).await.map_err(store.st(what))?;
-    let claimed: Vec<(uuid::Uuid, String, Ts)> = sqlx::query_as(
-        "SELECT run_id, id, next_attempt_at FROM push_registrations
-         WHERE tenant = ?1 AND parked = 0 AND next_attempt_at <= ?2
-         ORDER BY next_attempt_at, run_id, id
-         LIMIT ?3",
-    )
-    .bind(store.tenant().as_str())
-    .bind(Ts(at))
-    .bind(limit(limit_rows))
-    .fetch_all(&mut *tx)
-    .await
-    .map_err(store.st(what))?;
-    let mut out = Vec::with_capacity(claimed.len());
-    for (run, id, due_at) in claimed {
-        let row: PushRow<Ts> = sqlx::query_as(&format!(
-            "UPDATE push_registrations SET next_attempt_at = ?4
-             WHERE tenant = ?1 AND run_id = ?2 AND id = ?3
-             RETURNING {PUSH_COLUMNS}"
-        ))
-        .bind(store.tenant().as_str())
-        .bind(run)
-        .bind(&id)
-        .bind(Ts(lease_until))
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(store.st(what))?;
-        out.push(row.due_at(due_at));
-    }
-    tx.commit().await.map_err(store.st(what))?;
-    Ok(out)
-}
 
 /// `Dialect::push_write_attempt`: the insert, then the trim to the newest `keep`, in one write
 /// transaction.
