@@ -49,6 +49,17 @@ enum Found {
     Nothing,
 }
 
+impl Found {
+    /// What a pass that took `n` items of a batch of `batch` found.
+    fn of(n: usize, batch: usize) -> Found {
+        match n {
+            0 => Found::Nothing,
+            n if n >= batch => Found::Full,
+            _ => Found::Some,
+        }
+    }
+}
+
 /// The wait after a pass that found nothing: the short `poll` while the worker found work (or
 /// failed) within [`HOT_FOR`], else `idle` (never shorter than `poll`).
 fn idle_wait(last_busy: Instant, poll: Duration, idle: Duration) -> Duration {
@@ -78,15 +89,9 @@ impl Workers {
                 tokio::spawn(run_loop("relay", s, bus.clone(), move || {
                     let bus = bus.clone();
                     async move {
-                        bus.relay_pass().await.map(|p| {
-                            if p.leased >= bus.settings.relay_batch {
-                                Found::Full
-                            } else if p.leased > 0 {
-                                Found::Some
-                            } else {
-                                Found::Nothing
-                            }
-                        })
+                        bus.relay_pass()
+                            .await
+                            .map(|p| Found::of(p.leased, bus.settings.relay_batch))
                     }
                 })),
             ));
@@ -99,15 +104,9 @@ impl Workers {
                 tokio::spawn(run_loop("references", s, bus.clone(), move || {
                     let bus = bus.clone();
                     async move {
-                        bus.reference_pass().await.map(|p| {
-                            if p.messages >= bus.settings.reference_batch {
-                                Found::Full
-                            } else if p.messages > 0 {
-                                Found::Some
-                            } else {
-                                Found::Nothing
-                            }
-                        })
+                        bus.reference_pass()
+                            .await
+                            .map(|p| Found::of(p.messages, bus.settings.reference_batch))
                     }
                 })),
             ));
@@ -336,6 +335,13 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pass_is_full_at_its_batch_and_found_nothing_at_zero() {
+        assert_eq!(Found::of(0, 10), Found::Nothing);
+        assert_eq!(Found::of(3, 10), Found::Some);
+        assert_eq!(Found::of(10, 10), Found::Full);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn an_idle_worker_looks_at_its_short_interval_only_within_hot_for() {
